@@ -1,0 +1,266 @@
+//! Helpers for tests that drive rdmx only through the system `libfabric.so`.
+//!
+//! Nothing here links rdmx: the tests point `FI_PROVIDER_PATH` at the directory
+//! holding the freshly built `librdmx-fi.so` (`RDMX_PROVIDER_DIR`, set by
+//! `scripts/test.sh`; default `build-out/lib` of the workspace) and select it with
+//! `FI_PROVIDER=rdmx`, exactly as an application would.
+#![allow(clippy::missing_safety_doc, clippy::undocumented_unsafe_blocks)]
+
+pub mod procs;
+
+pub use libfabric_sys as fi;
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::ptr::null_mut;
+use std::sync::Once;
+
+pub const API: u32 = fi::fi_version_num(1, 17);
+pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
+pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
+
+/// Directory holding librdmx-fi.so.
+pub fn provider_dir() -> PathBuf {
+    let dir = std::env::var_os("RDMX_PROVIDER_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build-out/lib"));
+    assert!(
+        dir.join("librdmx-fi.so").exists(),
+        "{}/librdmx-fi.so is missing: run scripts/build.sh (or scripts/test.sh) first",
+        dir.display()
+    );
+    dir
+}
+
+static INIT: Once = Once::new();
+
+/// Points libfabric at rdmx. Must run before the first libfabric call of the
+/// process; every test calls it first.
+pub fn init() {
+    INIT.call_once(|| {
+        let dir = provider_dir();
+        // SAFETY: called once, before any thread of this test binary calls into
+        // libfabric (every test calls init() first, serialised by the Once).
+        unsafe {
+            std::env::set_var("FI_PROVIDER_PATH", &dir);
+            std::env::set_var("FI_PROVIDER", "rdmx");
+        }
+    });
+}
+
+/// Environment for child processes (fi_pingpong, fi_info, MPI programs).
+pub fn child_env() -> Vec<(String, String)> {
+    vec![
+        ("FI_PROVIDER_PATH".into(), provider_dir().display().to_string()),
+        ("FI_PROVIDER".into(), "rdmx".into()),
+    ]
+}
+
+/// An owned `fi_info` list (freed with fi_freeinfo).
+pub struct Info(pub *mut fi::fi_info);
+
+impl Info {
+    pub fn first(&self) -> &fi::fi_info {
+        unsafe { &*self.0 }
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &fi::fi_info> {
+        let mut cur = self.0;
+        std::iter::from_fn(move || {
+            if cur.is_null() {
+                return None;
+            }
+            let i = unsafe { &*cur };
+            cur = i.next;
+            Some(i)
+        })
+    }
+    pub fn domain_name(i: &fi::fi_info) -> String {
+        unsafe { std::ffi::CStr::from_ptr((*i.domain_attr).name) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for Info {
+    fn drop(&mut self) {
+        unsafe { fi::fi_freeinfo(self.0) };
+    }
+}
+
+/// Fresh hints (fi_allocinfo) that the closure may edit, freed afterwards.
+pub struct Hints(pub *mut fi::fi_info);
+
+impl Hints {
+    pub fn new() -> Hints {
+        let h = unsafe { fi::fi_dupinfo(std::ptr::null()) };
+        assert!(!h.is_null());
+        Hints(h)
+    }
+    pub fn rdm() -> Hints {
+        let h = Hints::new();
+        unsafe {
+            (*(*h.0).ep_attr).type_ = fi::FI_EP_RDM;
+            (*h.0).caps = (fi::FI_MSG | fi::FI_TAGGED) as u64;
+        }
+        h
+    }
+    pub fn get(&mut self) -> &mut fi::fi_info {
+        unsafe { &mut *self.0 }
+    }
+    pub fn ep(&mut self) -> &mut fi::fi_ep_attr {
+        unsafe { &mut *(*self.0).ep_attr }
+    }
+    pub fn dom(&mut self) -> &mut fi::fi_domain_attr {
+        unsafe { &mut *(*self.0).domain_attr }
+    }
+    pub fn fab(&mut self) -> &mut fi::fi_fabric_attr {
+        unsafe { &mut *(*self.0).fabric_attr }
+    }
+    pub fn tx(&mut self) -> &mut fi::fi_tx_attr {
+        unsafe { &mut *(*self.0).tx_attr }
+    }
+    pub fn rx(&mut self) -> &mut fi::fi_rx_attr {
+        unsafe { &mut *(*self.0).rx_attr }
+    }
+    /// Sets a string field the way applications do (strdup, freed by fi_freeinfo).
+    pub fn set_domain_name(&mut self, name: &str) {
+        let c = CString::new(name).unwrap();
+        self.dom().name = unsafe { libc::strdup(c.as_ptr()) };
+    }
+    pub fn set_fabric_name(&mut self, name: &str) {
+        let c = CString::new(name).unwrap();
+        self.fab().name = unsafe { libc::strdup(c.as_ptr()) };
+    }
+}
+
+impl Default for Hints {
+    fn default() -> Self {
+        Hints::new()
+    }
+}
+
+impl Drop for Hints {
+    fn drop(&mut self) {
+        unsafe { fi::fi_freeinfo(self.0) };
+    }
+}
+
+/// fi_getinfo; Err(negative errno).
+pub fn getinfo(node: Option<&str>, service: Option<&str>, flags: u64, hints: Option<&Hints>) -> Result<Info, i32> {
+    init();
+    let node = node.map(|s| CString::new(s).unwrap());
+    let service = service.map(|s| CString::new(s).unwrap());
+    let mut out: *mut fi::fi_info = null_mut();
+    let ret = unsafe {
+        fi::fi_getinfo(
+            API,
+            node.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            service.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            flags,
+            hints.map_or(std::ptr::null(), |h| h.0 as *const _),
+            &mut out,
+        )
+    };
+    if ret != 0 {
+        return Err(ret);
+    }
+    Ok(Info(out))
+}
+
+pub fn neg(e: u32) -> i32 {
+    -(e as i32)
+}
+
+/// The rdmx objects of one endpoint, opened in the usual order.
+pub struct Stack {
+    pub info: Info,
+    pub fabric: *mut fi::fid_fabric,
+    pub domain: *mut fi::fid_domain,
+    pub av: *mut fi::fid_av,
+    pub cq: *mut fi::fid_cq,
+    pub ep: *mut fi::fid_ep,
+}
+
+impl Stack {
+    /// Opens fabric, domain, AV (`av_type`), one CQ (tagged format) for both
+    /// directions, and an enabled endpoint.
+    pub fn open(domain_name: Option<&str>, av_type: fi::fi_av_type) -> Stack {
+        let mut h = Hints::rdm();
+        if let Some(d) = domain_name {
+            h.set_domain_name(d);
+        }
+        h.get().caps |= fi::FI_DIRECTED_RECV;
+        let info = getinfo(None, None, 0, Some(&h)).expect("fi_getinfo");
+        Stack::open_with(info, av_type, 0)
+    }
+
+    pub fn open_with(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64) -> Stack {
+        unsafe {
+            let mut fabric = null_mut();
+            assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
+            let mut domain = null_mut();
+            assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
+            let mut av_attr = fi::fi_av_attr { type_: av_type, ..Default::default() };
+            let mut av = null_mut();
+            assert_eq!(fi::fi_av_open(domain, &mut av_attr, &mut av, null_mut()), 0);
+            let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 128, ..Default::default() };
+            let mut cq = null_mut();
+            assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
+            let mut ep = null_mut();
+            assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
+            assert_eq!(fi::fi_ep_bind(ep, &mut (*av).fid, 0), 0);
+            assert_eq!(fi::fi_ep_bind(ep, &mut (*cq).fid, (fi::FI_TRANSMIT | fi::FI_RECV) as u64 | cq_bind_flags), 0);
+            assert_eq!(fi::fi_enable(ep), 0);
+            Stack { info, fabric, domain, av, cq, ep }
+        }
+    }
+
+    pub fn name(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; 64];
+        let mut len = buf.len();
+        let ret = unsafe { fi::fi_getname(&mut (*self.ep).fid, buf.as_mut_ptr() as *mut _, &mut len) };
+        assert_eq!(ret, 0);
+        buf.truncate(len);
+        buf
+    }
+
+    pub fn insert(&self, addr: &[u8]) -> u64 {
+        let mut fa = 0u64;
+        let n = unsafe { fi::fi_av_insert(self.av, addr.as_ptr() as *const _, 1, &mut fa, 0, null_mut()) };
+        assert_eq!(n, 1, "fi_av_insert");
+        fa
+    }
+
+    /// Reads one completion, driving progress of `others` too (so two endpoints
+    /// in one process both move). Err(FI_EAVAIL) returns the error entry.
+    pub fn wait_cq(&self, others: &[&Stack]) -> Result<fi::fi_cq_tagged_entry, fi::fi_cq_err_entry> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut e = fi::fi_cq_tagged_entry::default();
+            let n = unsafe { fi::fi_cq_read(self.cq, &mut e as *mut _ as *mut _, 1) };
+            if n == 1 {
+                return Ok(e);
+            }
+            if n == -(fi::FI_EAVAIL as isize) {
+                let mut err = fi::fi_cq_err_entry::default();
+                let r = unsafe { fi::fi_cq_readerr(self.cq, &mut err, 0) };
+                assert_eq!(r, 1);
+                return Err(err);
+            }
+            assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read");
+            for o in others {
+                unsafe { fi::fi_cq_read(o.cq, null_mut(), 0) };
+            }
+            assert!(std::time::Instant::now() < deadline, "no completion within 20 s");
+        }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        unsafe {
+            assert_eq!(fi::fi_close(&mut (*self.ep).fid), 0);
+            assert_eq!(fi::fi_close(&mut (*self.av).fid), 0);
+            assert_eq!(fi::fi_close(&mut (*self.cq).fid), 0);
+            assert_eq!(fi::fi_close(&mut (*self.domain).fid), 0);
+            assert_eq!(fi::fi_close(&mut (*self.fabric).fid), 0);
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Running libfabric's own tools (fi_info, fi_pingpong) against rdmx in child
+//! processes.
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A command with rdmx selected, plus extra environment.
+pub fn command(prog: &str, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(prog);
+    for (k, v) in crate::child_env() {
+        c.env(k, v);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+/// True once a TCP socket listens on `port` (reads /proc/net/tcp{,6}, so the
+/// check does not consume the server's single accept).
+pub fn tcp_listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|s| {
+            s.lines().skip(1).any(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Waits for a child with a deadline; kills it on timeout.
+pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            return child.wait_with_output().expect("collect output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "child timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs `fi_pingpong` server and client (to `server_ip`) with the same arguments
+/// and environment; returns (server output, client output). `wrap` prefixes each
+/// side's command (e.g. `ip netns exec ns1`).
+pub fn pingpong(
+    args: &[&str],
+    env: &[(&str, &str)],
+    port: u16,
+    server_ip: &str,
+    wrap_server: &[&str],
+    wrap_client: &[&str],
+) -> (Output, Output) {
+    let port_s = port.to_string();
+    let mk = |wrap: &[&str], extra: &[&str]| {
+        let (prog, pre): (&str, Vec<&str>) = match wrap.split_first() {
+            Some((p, rest)) => (p, rest.iter().copied().chain(std::iter::once("fi_pingpong")).collect()),
+            None => ("fi_pingpong", vec![]),
+        };
+        let mut c = command(prog, env);
+        c.args(pre).args(["-p", "rdmx", "-e", "rdm"]).args(args).args(extra);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    let server = mk(wrap_server, &["-B", &port_s]).spawn().expect("spawn fi_pingpong server");
+    let t0 = Instant::now();
+    while !tcp_listening(port) && wrap_server.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "server never listened on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !wrap_server.is_empty() {
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    let client = mk(wrap_client, &["-P", &port_s, server_ip]).spawn().expect("spawn fi_pingpong client");
+    let c = wait_output(client, Duration::from_secs(240));
+    let s = wait_output(server, Duration::from_secs(60));
+    (s, c)
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}

@@ -1,0 +1,186 @@
+//! Data exchange between two endpoints in one process, through the public API:
+//! send/recv, tagged with wildcards, remote CQ data, truncation, cancel, send to
+//! self, zero-byte and multi-datagram messages, on every device.
+use fi_tests::*;
+use std::ptr::null_mut;
+
+fn pair(domain: &str) -> (Stack, Stack, u64, u64) {
+    let a = Stack::open(Some(domain), fi::FI_AV_MAP);
+    let b = Stack::open(Some(domain), fi::FI_AV_MAP);
+    let b_at_a = a.insert(&b.name());
+    let a_at_b = b.insert(&a.name());
+    (a, b, b_at_a, a_at_b)
+}
+
+fn ctx(v: &mut u64) -> *mut libc::c_void {
+    v as *mut u64 as *mut libc::c_void
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn msg_roundtrip(domain: &str) {
+    let (a, b, b_at_a, a_at_b) = pair(domain);
+    for (i, len) in [0usize, 1, 100, 1400, 1500, 4000, 9000, 65536, 300_000].into_iter().enumerate() {
+        let data = pattern(len, i as u8);
+        let mut rbuf = vec![0u8; len + 16];
+        let (mut rctx, mut sctx) = (1u64, 2u64);
+        unsafe {
+            assert_eq!(fi::fi_recv(b.ep, rbuf.as_mut_ptr() as *mut _, rbuf.len(), null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)), 0);
+            assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, len, null_mut(), b_at_a, ctx(&mut sctx)), 0);
+        }
+        let rc = b.wait_cq(&[&a]).expect("recv completion");
+        assert_eq!(rc.op_context, ctx(&mut rctx));
+        assert_eq!(rc.len, len);
+        assert_ne!(rc.flags & (fi::FI_RECV | fi::FI_MSG) as u64, 0);
+        assert_eq!(&rbuf[..len], &data[..], "len {len}");
+        let sc = a.wait_cq(&[&b]).expect("send completion");
+        assert_eq!(sc.op_context, ctx(&mut sctx));
+        assert_ne!(sc.flags & fi::FI_SEND as u64, 0);
+    }
+    // And back the other way, with remote CQ data.
+    let mut rbuf = [0u8; 8];
+    let mut rctx = 3u64;
+    unsafe {
+        assert_eq!(fi::fi_recv(a.ep, rbuf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)), 0);
+        assert_eq!(fi::fi_senddata(b.ep, b"12345678".as_ptr() as *const _, 8, null_mut(), 0xfeed_beef, a_at_b, null_mut()), 0);
+    }
+    let rc = a.wait_cq(&[&b]).unwrap();
+    assert_ne!(rc.flags & fi::FI_REMOTE_CQ_DATA as u64, 0);
+    assert_eq!(rc.data, 0xfeed_beef);
+    assert_eq!(&rbuf, b"12345678");
+    b.wait_cq(&[&a]).unwrap();
+}
+
+#[test]
+fn msg_roundtrip_udp() {
+    msg_roundtrip("udp");
+}
+
+#[test]
+fn msg_roundtrip_shm() {
+    msg_roundtrip("shm");
+}
+
+#[test]
+fn msg_roundtrip_auto() {
+    msg_roundtrip("auto");
+}
+
+#[test]
+fn tagged_matching_with_ignore_mask_and_unexpected_messages() {
+    let (a, b, b_at_a, _) = pair("udp");
+    // Three messages arrive before any receive is posted (unexpected).
+    for tag in [0x10u64, 0x21, 0x32] {
+        let v = tag.to_le_bytes();
+        unsafe {
+            assert_eq!(fi::fi_tsend(a.ep, v.as_ptr() as *const _, 8, null_mut(), b_at_a, tag, null_mut()), 0);
+        }
+        a.wait_cq(&[&b]).unwrap();
+    }
+    for _ in 0..20 {
+        unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+    }
+    // Exact match takes 0x21 even though 0x10 is older.
+    let mut buf = [0u8; 8];
+    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x21, 0, null_mut()), 0) };
+    let c = b.wait_cq(&[&a]).unwrap();
+    assert_eq!((c.tag, u64::from_le_bytes(buf)), (0x21, 0x21));
+    assert_ne!(c.flags & fi::FI_TAGGED as u64, 0);
+    // Wildcard on the low nibble takes the oldest remaining one (0x10).
+    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x30, 0x3f, null_mut()), 0) };
+    assert_eq!(b.wait_cq(&[&a]).unwrap().tag, 0x10);
+    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()), 0) };
+    assert_eq!(b.wait_cq(&[&a]).unwrap().tag, 0x32);
+    // An untagged receive never matches a tagged send.
+    let mut rctx = 9u64;
+    unsafe {
+        assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)), 0);
+        assert_eq!(fi::fi_tsend(a.ep, buf.as_ptr() as *const _, 8, null_mut(), b_at_a, 5, null_mut()), 0);
+    }
+    a.wait_cq(&[&b]).unwrap();
+    let mut e = fi::fi_cq_tagged_entry::default();
+    for _ in 0..50 {
+        assert_eq!(unsafe { fi::fi_cq_read(b.cq, &mut e as *mut _ as *mut _, 1) }, -(fi::FI_EAGAIN as isize));
+    }
+    // Cancel that untagged receive.
+    unsafe { assert_eq!(fi::fi_cancel(&mut (*b.ep).fid, ctx(&mut rctx)), 0) };
+    let err = b.wait_cq(&[&a]).unwrap_err();
+    assert_eq!(err.err, fi::FI_ECANCELED as i32);
+    assert_eq!(err.op_context, ctx(&mut rctx));
+    assert_ne!(err.flags & fi::FI_RECV as u64, 0);
+}
+
+#[test]
+fn truncation_reports_etrunc_with_olen() {
+    let (a, b, b_at_a, _) = pair("udp");
+    let data = pattern(1000, 7);
+    let mut small = [0u8; 100];
+    let mut rctx = 5u64;
+    unsafe {
+        assert_eq!(fi::fi_trecv(b.ep, small.as_mut_ptr() as *mut _, 100, null_mut(), FI_ADDR_UNSPEC, 1, 0, ctx(&mut rctx)), 0);
+        assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, 1, null_mut()), 0);
+    }
+    let err = b.wait_cq(&[&a]).unwrap_err();
+    assert_eq!(err.err, fi::FI_ETRUNC as i32);
+    assert_eq!(err.olen, 900);
+    assert_eq!(err.len, 100);
+    assert_eq!(err.op_context, ctx(&mut rctx));
+    assert_eq!(&small[..], &data[..100]);
+}
+
+#[test]
+fn send_to_self_and_inject_and_fi_source() {
+    let s = Stack::open(Some("udp"), fi::FI_AV_MAP);
+    let me = s.insert(&s.name());
+    let mut buf = [0u8; 5];
+    unsafe {
+        assert_eq!(fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, 5, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_inject(s.ep, b"hello".as_ptr() as *const _, 5, me), 0);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut e = fi::fi_cq_tagged_entry::default();
+        let mut src = 0u64;
+        let n = unsafe { fi::fi_cq_readfrom(s.cq, &mut e as *mut _ as *mut _, 1, &mut src) };
+        if n == 1 {
+            assert_ne!(e.flags & fi::FI_RECV as u64, 0, "inject generates no send completion");
+            assert_eq!(src, me, "FI_SOURCE names the sender's fi_addr");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert_eq!(&buf, b"hello");
+    // Inject larger than inject_size is refused.
+    let big = vec![0u8; 1 << 20];
+    unsafe { assert_eq!(fi::fi_inject(s.ep, big.as_ptr() as *const _, big.len(), me), -(fi::FI_EINVAL as isize)) };
+}
+
+#[test]
+fn selective_completion_only_reports_flagged_operations() {
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    let info_a = getinfo(None, None, 0, Some(&h)).unwrap();
+    let info_b = getinfo(None, None, 0, Some(&h)).unwrap();
+    let a = Stack::open_with(info_a, fi::FI_AV_MAP, fi::FI_SELECTIVE_COMPLETION);
+    let b = Stack::open(Some("udp"), fi::FI_AV_MAP);
+    let _ = info_b;
+    let b_at_a = a.insert(&b.name());
+    let mut rbuf = [0u8; 4];
+    let mut c1 = 1u64;
+    let mut c2 = 2u64;
+    unsafe {
+        assert_eq!(fi::fi_recv(b.ep, rbuf.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_recv(b.ep, rbuf.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        // fi_send uses the EP's default op_flags (no FI_COMPLETION): silent.
+        assert_eq!(fi::fi_send(a.ep, b"abcd".as_ptr() as *const _, 4, null_mut(), b_at_a, ctx(&mut c1)), 0);
+        let iov = fi::iovec { iov_base: b"efgh".as_ptr() as *mut _, iov_len: 4 };
+        let msg = fi::fi_msg { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: b_at_a, context: ctx(&mut c2), data: 0 };
+        assert_eq!(fi::fi_sendmsg(a.ep, &msg, fi::FI_COMPLETION as u64), 0);
+    }
+    b.wait_cq(&[&a]).unwrap();
+    b.wait_cq(&[&a]).unwrap();
+    let c = a.wait_cq(&[&b]).unwrap();
+    assert_eq!(c.op_context, ctx(&mut c2), "only the FI_COMPLETION send is reported");
+}

@@ -1,0 +1,152 @@
+//! fi_getinfo hint matching, through the public API.
+use fi_tests::*;
+
+#[test]
+fn no_hints_lists_rdm_entries_with_msg_and_tagged_and_a_src_addr() {
+    let info = getinfo(None, None, 0, None).expect("rdmx answers NULL hints");
+    let mut n = 0;
+    for i in info.iter() {
+        n += 1;
+        assert_eq!(unsafe { (*i.ep_attr).type_ }, fi::FI_EP_RDM);
+        assert_ne!(i.caps & fi::FI_MSG as u64, 0);
+        assert_ne!(i.caps & fi::FI_TAGGED as u64, 0);
+        assert_eq!(i.mode, 0, "rdmx requires no mode bits");
+        assert!(!i.src_addr.is_null() && i.src_addrlen == 48, "every entry carries a src_addr");
+        let fab = unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) };
+        assert_eq!(fab.to_str().unwrap(), "rdmx");
+        let prov = unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).prov_name) };
+        assert_eq!(prov.to_str().unwrap(), "rdmx");
+        assert!(unsafe { (*i.domain_attr).cq_data_size } >= 4);
+        assert_ne!(unsafe { (*i.ep_attr).mem_tag_format } & (1 << 63), 0);
+        assert_eq!(unsafe { (*i.domain_attr).mr_mode }, 0);
+        assert_eq!(unsafe { (*i.domain_attr).resource_mgmt }, fi::FI_RM_ENABLED);
+    }
+    assert!(n >= 1);
+    let names: Vec<String> = info.iter().map(Info::domain_name).collect();
+    assert_eq!(names[0], "auto", "auto is the default device: {names:?}");
+}
+
+#[test]
+fn msg_and_dgram_endpoints_are_refused_so_no_utility_provider_layers_on_rdmx() {
+    for t in [fi::FI_EP_MSG, fi::FI_EP_DGRAM] {
+        let mut h = Hints::new();
+        h.ep().type_ = t;
+        assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)), "ep type {t}");
+    }
+}
+
+#[test]
+fn unsupported_caps_are_refused() {
+    for caps in [fi::FI_RMA as u64, fi::FI_ATOMIC as u64, fi::FI_HMEM, fi::FI_TRIGGER as u64, fi::FI_MULTICAST as u64] {
+        let mut h = Hints::rdm();
+        h.get().caps |= caps;
+        assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)), "caps {caps:#x}");
+    }
+}
+
+#[test]
+fn requested_primary_caps_are_what_comes_back() {
+    let mut h = Hints::new();
+    h.get().caps = fi::FI_TAGGED as u64;
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    let i = info.first();
+    assert_ne!(i.caps & fi::FI_TAGGED as u64, 0);
+    assert_eq!(i.caps & fi::FI_MSG as u64, 0, "only requested primary caps");
+    assert_ne!(i.caps & (fi::FI_SEND | fi::FI_RECV) as u64, 0, "direction bits added");
+}
+
+#[test]
+fn names_must_match() {
+    let mut h = Hints::rdm();
+    h.set_domain_name("no-such-domain");
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+    let mut h = Hints::rdm();
+    h.set_fabric_name("not-rdmx");
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    assert!(info.iter().all(|i| Info::domain_name(i) == "udp"));
+}
+
+#[test]
+fn threading_progress_av_type_and_mr_mode_are_echoed() {
+    let mut h = Hints::rdm();
+    h.dom().threading = fi::FI_THREAD_DOMAIN;
+    h.dom().control_progress = fi::FI_PROGRESS_MANUAL;
+    h.dom().data_progress = fi::FI_PROGRESS_MANUAL;
+    h.dom().av_type = fi::FI_AV_TABLE;
+    h.dom().mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    let d = unsafe { &*info.first().domain_attr };
+    assert_eq!(d.threading, fi::FI_THREAD_DOMAIN);
+    assert_eq!(d.data_progress, fi::FI_PROGRESS_MANUAL);
+    assert_eq!(d.av_type, fi::FI_AV_TABLE);
+    assert_eq!(d.mr_mode & !(h.dom().mr_mode), 0, "output mr_mode is a subset of the request");
+    for legacy in [fi::FI_MR_BASIC as i32, fi::FI_MR_SCALABLE as i32] {
+        let mut h = Hints::rdm();
+        h.dom().mr_mode = legacy;
+        let info = getinfo(None, None, 0, Some(&h)).unwrap();
+        assert_eq!(unsafe { (*info.first().domain_attr).mr_mode }, legacy);
+    }
+}
+
+#[test]
+fn auto_progress_is_refused_while_rdmx_has_no_progress_thread() {
+    let mut h = Hints::rdm();
+    h.dom().data_progress = fi::FI_PROGRESS_AUTO;
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+}
+
+#[test]
+fn sizes_and_order_beyond_ours_are_refused_and_smaller_ones_echoed() {
+    let mut h = Hints::rdm();
+    h.tx().inject_size = 1 << 20;
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+    let mut h = Hints::rdm();
+    h.tx().msg_order = fi::FI_ORDER_SAS as u64;
+    h.rx().msg_order = fi::FI_ORDER_SAS as u64;
+    h.tx().op_flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64;
+    h.tx().inject_size = 64;
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    let tx = unsafe { &*info.first().tx_attr };
+    assert_ne!(tx.msg_order & fi::FI_ORDER_SAS as u64, 0);
+    assert_eq!(tx.op_flags, (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64);
+    assert_eq!(tx.inject_size, 64);
+    let mut h = Hints::rdm();
+    h.ep().tx_ctx_cnt = usize::MAX; // FI_SHARED_CONTEXT
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+}
+
+#[test]
+fn fi_source_needs_node_or_service_and_sets_src_addr() {
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    assert_eq!(getinfo(None, None, fi::FI_SOURCE, Some(&h)).err(), Some(neg(fi::FI_EINVAL)));
+    let info = getinfo(Some("127.0.0.1"), Some("45111"), fi::FI_SOURCE, Some(&h)).unwrap();
+    let i = info.first();
+    let a = unsafe { std::slice::from_raw_parts(i.src_addr as *const u8, i.src_addrlen) };
+    assert_eq!(&a[4..6], &45111u16.to_be_bytes(), "port in the address");
+    assert_eq!(&a[8..12], &[127, 0, 0, 1]);
+    // Without FI_SOURCE, node/service name the destination.
+    let info = getinfo(Some("127.0.0.1"), Some("45112"), 0, Some(&h)).unwrap();
+    assert!(!info.first().dest_addr.is_null());
+}
+
+#[test]
+fn unresolvable_node_is_enodata() {
+    assert_eq!(getinfo(Some("g00n13s.invalid"), Some("1"), 0, None).err(), Some(neg(fi::FI_ENODATA)));
+}
+
+#[test]
+fn returned_info_works_as_hints_again() {
+    let info = getinfo(None, None, 0, None).unwrap();
+    let again = unsafe { fi::fi_dupinfo(info.0) };
+    unsafe {
+        (*again).mode = fi::FI_CONTEXT;
+        (*(*again).domain_attr).mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
+        (*again).next = std::ptr::null_mut();
+    }
+    let h = Hints(again);
+    assert!(getinfo(None, None, 0, Some(&h)).is_ok());
+}

@@ -1,0 +1,299 @@
+//! Address vectors. `fi_addr_t` values are slot indices for both `FI_AV_MAP` and
+//! `FI_AV_TABLE` (a MAP value is opaque, so an index is a valid choice); removed
+//! slots are reused lowest first, which keeps TABLE indices dense after
+//! remove + re-insert.
+use crate::addr::{RdmxAddr, ADDR_LEN};
+use crate::domain::{self, Domain};
+use crate::entry::{entry, entry_unsupported, non_null};
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject, Refs};
+use libfabric_sys as fi;
+use parking_lot::RwLock;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
+pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
+
+/// The table itself, shared with the endpoints bound to the AV.
+#[derive(Default)]
+pub struct AvTable {
+    slots: Vec<Option<RdmxAddr>>,
+    free: BTreeSet<u64>,
+    /// Reverse map for `FI_SOURCE`: (host id, incarnation-less UDP address or shm
+    /// pid) → fi_addr. Keyed by the encoded address without the incarnation so a
+    /// peer that restarts is still found.
+    reverse: HashMap<RdmxAddr, u64>,
+}
+
+impl AvTable {
+    pub fn get(&self, fi_addr: u64) -> Option<&RdmxAddr> {
+        self.slots.get(usize::try_from(fi_addr).ok()?)?.as_ref()
+    }
+
+    pub fn insert(&mut self, a: RdmxAddr) -> u64 {
+        let idx = match self.free.pop_first() {
+            Some(i) => {
+                self.slots[i as usize] = Some(a);
+                i
+            }
+            None => {
+                self.slots.push(Some(a));
+                (self.slots.len() - 1) as u64
+            }
+        };
+        self.reverse.entry(a).or_insert(idx);
+        idx
+    }
+
+    pub fn remove(&mut self, fi_addr: u64) -> Result<()> {
+        let slot = usize::try_from(fi_addr)
+            .ok()
+            .and_then(|i| self.slots.get_mut(i))
+            .ok_or(Error::Inval("fi_addr not in AV"))?;
+        let a = slot.take().ok_or(Error::Inval("fi_addr not in AV"))?;
+        if self.reverse.get(&a) == Some(&fi_addr) {
+            self.reverse.remove(&a);
+            // Another slot may hold the same address.
+            if let Some(other) = self.slots.iter().position(|s| s.as_ref() == Some(&a)) {
+                self.reverse.insert(a, other as u64);
+            }
+        }
+        self.free.insert(fi_addr);
+        Ok(())
+    }
+
+    /// The fi_addr of a sender, by the address it announced.
+    pub fn lookup_addr(&self, a: &RdmxAddr) -> Option<u64> {
+        self.reverse.get(a).copied()
+    }
+
+    /// Finds an entry by predicate (used to map device addresses back).
+    pub fn find(&self, pred: impl Fn(&RdmxAddr) -> bool) -> Option<u64> {
+        self.slots.iter().position(|s| s.as_ref().is_some_and(&pred)).map(|i| i as u64)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+pub type SharedAv = Arc<RwLock<AvTable>>;
+
+#[repr(C)]
+pub struct Av {
+    pub fid: fi::fid_av,
+    domain: *const Domain,
+    pub bound: Refs,
+    pub av_type: fi::fi_av_type,
+    pub table: SharedAv,
+}
+
+// SAFETY: #[repr(C)] with fid_av first.
+unsafe impl FidObject for Av {
+    const CLASS: u32 = fi::FI_CLASS_AV;
+}
+
+static AV_FI_OPS: fi::fi_ops = fid::fi_ops(av_close, None, None);
+static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
+    size: std::mem::size_of::<fi::fi_ops_av>(),
+    insert: Some(av_insert),
+    insertsvc: Some(av_insertsvc),
+    insertsym: Some(no_insertsym),
+    remove: Some(av_remove),
+    lookup: Some(av_lookup),
+    straddr: Some(av_straddr),
+    av_set: Some(no_av_set),
+};
+
+entry_unsupported! {
+    fn no_insertsym(av: *mut fi::fid_av, node: *const libc::c_char, nodecnt: usize, service: *const libc::c_char, svccnt: usize, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_av_set(av: *mut fi::fid_av, attr: *mut fi::fi_av_set_attr, av_set: *mut *mut fi::fid_av_set, context: *mut libc::c_void) -> i32 = Error::NoSys;
+}
+
+entry! {
+    fn rdmx_av_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_av_attr, out: *mut *mut fi::fid_av, context: *mut libc::c_void) -> i32 {
+        non_null!(attr, out);
+        // SAFETY: our domain.
+        let d = unsafe { domain::domain_ref(domain) }?;
+        // SAFETY: checked non-null.
+        let attr = unsafe { &*attr };
+        if !attr.name.is_null() {
+            // Named (shared) AVs are not supported; MPICH falls back to a local AV.
+            return Err(Error::NoSys);
+        }
+        if attr.flags & (fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC as u64) != 0 {
+            return Err(Error::NoSys);
+        }
+        if attr.rx_ctx_bits != 0 {
+            return Err(Error::NoSys);
+        }
+        let av_type = match attr.type_ {
+            fi::FI_AV_UNSPEC => fi::FI_AV_MAP,
+            t @ (fi::FI_AV_MAP | fi::FI_AV_TABLE) => t,
+            _ => return Err(Error::Inval("av type")),
+        };
+        d.children.get();
+        let av = fid::leak(Av {
+            fid: fi::fid_av { fid: fid::new_fid(fi::FI_CLASS_AV, context, &AV_FI_OPS), ops: &AV_OPS as *const _ as *mut _ },
+            domain: d,
+            bound: Refs::default(),
+            av_type,
+            table: Arc::new(RwLock::new(AvTable::default())),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = av as *mut fi::fid_av };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn av_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let av = unsafe { Av::from_fid(f) }?;
+        av.bound.busy()?;
+        // SAFETY: the domain outlives its children.
+        unsafe { (*av.domain).children.put() };
+        // SAFETY: created by fid::leak in rdmx_av_open.
+        drop(unsafe { fid::reclaim(av as *const Av) });
+        Ok(0)
+    }
+}
+
+/// # Safety
+/// `av` is null or an AV fid from rdmx.
+pub unsafe fn av_ref<'a>(av: *mut fi::fid_av) -> Result<&'a Av> {
+    // SAFETY: per contract.
+    unsafe { Av::from_fid(av as *const fi::fid) }
+}
+
+entry! {
+    fn av_insert(av: *mut fi::fid_av, addr: *const libc::c_void, count: usize, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 {
+        let _ = context;
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        if flags & !(fi::FI_SYNC_ERR as u64 | fi::FI_MORE as u64) != 0 {
+            return Err(Error::BadFlags);
+        }
+        if count == 0 {
+            return Ok(0);
+        }
+        non_null!(addr);
+        // SAFETY: the application passes `count` packed addresses of our fixed size.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, count * ADDR_LEN) };
+        let mut t = av.table.write();
+        let mut inserted = 0;
+        for (i, chunk) in bytes.chunks_exact(ADDR_LEN).enumerate() {
+            let out = match RdmxAddr::decode(chunk) {
+                Some(a) => {
+                    inserted += 1;
+                    t.insert(a)
+                }
+                None => FI_ADDR_NOTAVAIL,
+            };
+            if !fi_addr.is_null() {
+                // SAFETY: the application's output array has `count` entries.
+                unsafe { *fi_addr.add(i) = out };
+            }
+        }
+        Ok(inserted)
+    }
+}
+
+entry! {
+    fn av_insertsvc(av: *mut fi::fid_av, node: *const libc::c_char, service: *const libc::c_char, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 {
+        let _ = (flags, context);
+        non_null!(node, service);
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        // SAFETY: non-null C strings.
+        let (node, service) = unsafe { (std::ffi::CStr::from_ptr(node).to_string_lossy(), std::ffi::CStr::from_ptr(service).to_string_lossy()) };
+        let port: u16 = service.parse().map_err(|_| Error::Inval("service must be a UDP port"))?;
+        use std::net::ToSocketAddrs;
+        let sa = (node.as_ref(), port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or(Error::Inval("node does not resolve"))?;
+        let a = RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false };
+        let idx = av.table.write().insert(a);
+        if !fi_addr.is_null() {
+            // SAFETY: the application's output slot.
+            unsafe { *fi_addr = idx };
+        }
+        Ok(1)
+    }
+}
+
+entry! {
+    fn av_remove(av: *mut fi::fid_av, fi_addr: *mut fi::fi_addr_t, count: usize, flags: u64) -> i32 {
+        let _ = flags;
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        if count == 0 {
+            return Ok(0);
+        }
+        non_null!(fi_addr);
+        // SAFETY: the application's array of `count` fi_addr values.
+        let addrs = unsafe { std::slice::from_raw_parts(fi_addr, count) };
+        let mut t = av.table.write();
+        let mut result = Ok(0);
+        for a in addrs {
+            if let Err(e) = t.remove(*a) {
+                result = Err(e);
+            }
+        }
+        result
+    }
+}
+
+entry! {
+    fn av_lookup(av: *mut fi::fid_av, fi_addr: fi::fi_addr_t, addr: *mut libc::c_void, addrlen: *mut usize) -> i32 {
+        non_null!(addrlen);
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        let a = *av.table.read().get(fi_addr).ok_or(Error::Inval("fi_addr not in AV"))?;
+        let bytes = a.encode();
+        // SAFETY: checked non-null.
+        let have = unsafe { *addrlen };
+        // SAFETY: checked non-null.
+        unsafe { *addrlen = ADDR_LEN };
+        let n = have.min(ADDR_LEN);
+        if n > 0 {
+            non_null!(addr);
+            // SAFETY: the application's buffer holds `have` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, n) };
+        }
+        if have < ADDR_LEN {
+            return Err(Error::TooSmall);
+        }
+        Ok(0)
+    }
+}
+
+entry! {
+    fn av_straddr(av: *mut fi::fid_av, addr: *const libc::c_void, buf: *mut libc::c_char, len: *mut usize) -> *const libc::c_char {
+        let _ = av;
+        non_null!(addr, len);
+        // SAFETY: the application passes one address of our size.
+        let bytes = unsafe { std::slice::from_raw_parts(addr as *const u8, ADDR_LEN) };
+        let s = RdmxAddr::decode(bytes).map(|a| a.to_uri()).unwrap_or_else(|| "rdmx://invalid".into());
+        // SAFETY: checked non-null.
+        let cap = unsafe { *len };
+        // SAFETY: as above.
+        unsafe { *len = s.len() + 1 };
+        if !buf.is_null() && cap > 0 {
+            let n = s.len().min(cap - 1);
+            // SAFETY: the application's buffer holds `cap` bytes; we write n + 1.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+        }
+        Ok(buf as *const libc::c_char)
+    }
+}

@@ -1,0 +1,214 @@
+//! Counters: success and error counts of operations bound with FI_SEND, FI_RECV,
+//! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
+//! progress of the bound endpoints.
+use crate::core::{self, EpShared};
+use crate::domain::{self, Domain};
+use crate::entry::{entry, non_null};
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject, Refs};
+use libfabric_sys as fi;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+pub struct CntrShared {
+    value: AtomicU64,
+    errors: AtomicU64,
+    eps: Mutex<Vec<Weak<EpShared>>>,
+}
+
+impl CntrShared {
+    pub fn inc(&self) {
+        self.value.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn inc_err(&self) {
+        self.errors.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn attach(&self, ep: &Arc<EpShared>) {
+        let mut eps = self.eps.lock();
+        eps.retain(|w| w.strong_count() > 0);
+        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
+            eps.push(Arc::downgrade(ep));
+        }
+    }
+
+    pub fn detach(&self, ep: &EpShared) {
+        self.eps.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+    }
+
+    fn endpoints(&self) -> Vec<Arc<EpShared>> {
+        self.eps.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn progress(&self) {
+        for ep in self.endpoints() {
+            ep.progress();
+        }
+    }
+}
+
+#[repr(C)]
+pub struct Cntr {
+    pub fid: fi::fid_cntr,
+    domain: *const Domain,
+    pub bound: Refs,
+    pub shared: Arc<CntrShared>,
+}
+
+// SAFETY: #[repr(C)] with fid_cntr first.
+unsafe impl FidObject for Cntr {
+    const CLASS: u32 = fi::FI_CLASS_CNTR;
+}
+
+static CNTR_FI_OPS: fi::fi_ops = fid::fi_ops(cntr_close, None, Some(cntr_control));
+static CNTR_OPS: fi::fi_ops_cntr = fi::fi_ops_cntr {
+    size: std::mem::size_of::<fi::fi_ops_cntr>(),
+    read: Some(cntr_read),
+    readerr: Some(cntr_readerr),
+    add: Some(cntr_add),
+    set: Some(cntr_set),
+    wait: Some(cntr_wait),
+    adderr: Some(cntr_adderr),
+    seterr: Some(cntr_seterr),
+};
+
+entry! {
+    fn rdmx_cntr_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cntr_attr, out: *mut *mut fi::fid_cntr, context: *mut libc::c_void) -> i32 {
+        non_null!(out);
+        // SAFETY: our domain.
+        let d = unsafe { domain::domain_ref(domain) }?;
+        // SAFETY: null or the application's attr.
+        if let Some(attr) = unsafe { attr.as_ref() } {
+            if attr.events != fi::FI_CNTR_EVENTS_COMP {
+                return Err(Error::NoSys);
+            }
+            match attr.wait_obj {
+                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+                _ => return Err(Error::NoSys),
+            }
+            if attr.flags != 0 {
+                return Err(Error::BadFlags);
+            }
+        }
+        d.children.get();
+        let c = fid::leak(Cntr {
+            fid: fi::fid_cntr { fid: fid::new_fid(fi::FI_CLASS_CNTR, context, &CNTR_FI_OPS), ops: &CNTR_OPS as *const _ as *mut _ },
+            domain: d,
+            bound: Refs::default(),
+            shared: Arc::new(CntrShared::default()),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = c as *mut fi::fid_cntr };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { Cntr::from_fid(f) }?;
+        c.bound.busy()?;
+        // SAFETY: the domain outlives its children.
+        unsafe { (*c.domain).children.put() };
+        // SAFETY: created by fid::leak in rdmx_cntr_open.
+        drop(unsafe { fid::reclaim(c as *const Cntr) });
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
+        let _ = (f, command, arg);
+        Err(Error::NoSys)
+    }
+}
+
+/// # Safety
+/// `c` is null or a counter fid from rdmx.
+pub unsafe fn cntr_ref<'a>(c: *mut fi::fid_cntr) -> Result<&'a Cntr> {
+    // SAFETY: per contract.
+    unsafe { Cntr::from_fid(c as *const fi::fid) }
+}
+
+entry! {
+    fn cntr_read(c: *mut fi::fid_cntr) -> u64 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.progress();
+        Ok(c.shared.value.load(Ordering::Acquire))
+    }
+}
+
+entry! {
+    fn cntr_readerr(c: *mut fi::fid_cntr) -> u64 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.progress();
+        Ok(c.shared.errors.load(Ordering::Acquire))
+    }
+}
+
+entry! {
+    fn cntr_add(c: *mut fi::fid_cntr, value: u64) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.value.fetch_add(value, Ordering::AcqRel);
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_set(c: *mut fi::fid_cntr, value: u64) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.value.store(value, Ordering::Release);
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_adderr(c: *mut fi::fid_cntr, value: u64) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.errors.fetch_add(value, Ordering::AcqRel);
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_seterr(c: *mut fi::fid_cntr, value: u64) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        c.shared.errors.store(value, Ordering::Release);
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cntr_wait(c: *mut fi::fid_cntr, threshold: u64, timeout: i32) -> i32 {
+        // SAFETY: our fid.
+        let c = unsafe { cntr_ref(c) }?;
+        let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        let errors_before = c.shared.errors.load(Ordering::Acquire);
+        loop {
+            c.shared.progress();
+            if c.shared.value.load(Ordering::Acquire) >= threshold {
+                return Ok(0);
+            }
+            if c.shared.errors.load(Ordering::Acquire) != errors_before {
+                return Ok(-(fi::FI_EAVAIL as i32));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(-(fi::FI_ETIMEDOUT as i32));
+            }
+            let wait = deadline.map(|d| d - now).unwrap_or(Duration::from_millis(100)).min(Duration::from_millis(100));
+            core::wait_any(&c.shared.endpoints(), wait);
+        }
+    }
+}
+

@@ -1,0 +1,602 @@
+//! An endpoint's data path: the device, the `rdm` engine and the `rndv` matcher,
+//! driven by the application's calls (manual progress).
+//!
+//! Every posting call and every CQ/counter read runs [`EpShared::progress`]:
+//! receive a batch from the device into the engine, fire due timers, turn engine
+//! events into completions, and flush what the engine wants to transmit.
+use crate::addr::RdmxAddr;
+use crate::av::{SharedAv, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use crate::cntr::CntrShared;
+use crate::cq::{Completion, CompletionError, CqShared};
+use crate::error::{Error, Result};
+use crate::info::Profile;
+use crate::log::{fi_warn, Subsys};
+use crate::params::{params, DeviceChoice};
+use libfabric_sys as fi;
+use parking_lot::Mutex;
+use rdm::device::TxDatagram;
+use rdm::engine::{Engine, EngineConfig, Event, PeerId};
+use rdm::{DevAddr, Device};
+use rndv::{Arrived, Matcher, MsgHeader, MsgKind, RecvPost, Src, HEADER_LEN};
+use slab::Slab;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Monotonic time for the engine, from one process-wide epoch.
+pub fn now() -> rdm::Instant {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
+    rdm::Instant::from_nanos(epoch.elapsed().as_nanos() as u64)
+}
+
+fn random_u64() -> u64 {
+    let mut v = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom(v.as_mut_ptr() as *mut libc::c_void, 8, 0) };
+    if n == 8 {
+        u64::from_le_bytes(v)
+    } else {
+        // No entropy syscall: time and pid still make a restart distinguishable.
+        now().as_nanos() ^ ((std::process::id() as u64) << 32)
+    }
+}
+
+/// A piece of application memory the provider writes received data into. The
+/// application owns it and guarantees it stays valid until the receive completes
+/// (libfabric's contract for posted buffers).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserBuf {
+    pub ptr: usize,
+    pub len: usize,
+}
+
+const MAX_IOV: usize = crate::info::IOV_LIMIT;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserIov {
+    pub bufs: [UserBuf; MAX_IOV],
+    pub count: usize,
+}
+
+impl UserIov {
+    pub fn total(&self) -> usize {
+        self.bufs[..self.count].iter().map(|b| b.len).sum()
+    }
+
+    /// Copies `data` into the buffers; returns the bytes written.
+    fn scatter(&self, data: &[u8]) -> usize {
+        let mut off = 0;
+        for b in &self.bufs[..self.count] {
+            if off >= data.len() {
+                break;
+            }
+            let n = b.len.min(data.len() - off);
+            if n > 0 {
+                // SAFETY: the application posted this buffer of `b.len` bytes and
+                // keeps it valid until its receive completes, which is now.
+                unsafe { std::ptr::copy_nonoverlapping(data[off..].as_ptr(), b.ptr as *mut u8, n) };
+            }
+            off += n;
+        }
+        off
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TxOp {
+    context: usize,
+    flags: u64,
+    len: usize,
+    completion: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct RxOp {
+    iov: UserIov,
+    context: usize,
+    flags: u64,
+    completion: bool,
+}
+
+/// What a send carries.
+pub struct SendArgs<'a> {
+    pub kind: MsgKind,
+    pub dest: u64,
+    pub payload: &'a [&'a [u8]],
+    pub tag: u64,
+    pub data: Option<u64>,
+    pub context: usize,
+    pub flags: u64,
+    /// An `fi_inject*` call: never generates a completion.
+    pub inject: bool,
+}
+
+/// What a receive accepts.
+pub struct RecvArgs {
+    pub kind: MsgKind,
+    pub src: u64,
+    pub iov: UserIov,
+    pub tag: u64,
+    pub ignore: u64,
+    pub context: usize,
+    pub flags: u64,
+}
+
+#[derive(Clone)]
+pub struct CqBinding {
+    pub cq: Arc<CqShared>,
+    pub selective: bool,
+}
+
+const TX_BATCH: usize = 32;
+
+/// Everything an enabled endpoint needs to move data.
+pub struct Running {
+    device: Box<dyn Device>,
+    engine: Engine,
+    matcher: Matcher,
+    local: RdmxAddr,
+    tx_ops: Slab<TxOp>,
+    rx_ops: Slab<RxOp>,
+    /// Datagrams pulled from the engine but not yet taken by the device.
+    stage: Vec<Vec<u8>>,
+    stage_dst: [DevAddr; TX_BATCH],
+    stage_len: [usize; TX_BATCH],
+    staged: usize,
+    /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
+    src_cache: HashMap<PeerId, u64>,
+    pub dropped_headers: u64,
+}
+
+/// The endpoint state every libfabric object that drives progress can reach.
+pub struct EpShared {
+    state: Mutex<EpState>,
+}
+
+pub struct EpState {
+    pub profile: Profile,
+    pub av: Option<SharedAv>,
+    pub tx_cq: Option<CqBinding>,
+    pub rx_cq: Option<CqBinding>,
+    pub send_cntr: Option<Arc<CntrShared>>,
+    pub recv_cntr: Option<Arc<CntrShared>>,
+    pub min_multi_recv: usize,
+    pub device: Option<Box<dyn Device>>,
+    pub local: RdmxAddr,
+    pub running: Option<Running>,
+}
+
+/// Opens the devices an endpoint uses and returns them with the local address.
+fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
+    let src = profile.src.unwrap_or(RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false });
+    let host_id = rdm::device::shm::host_id();
+    let incarnation = random_u64();
+    let pid = std::process::id();
+    let p = params();
+    let udp_bind = || -> SocketAddr { src.udp.unwrap_or_else(|| SocketAddr::new(crate::info::default_ip(), 0)) };
+    let choice = profile.device;
+    let (dev, udp, has_shm): (Box<dyn Device>, Option<SocketAddr>, bool) = match choice {
+        DeviceChoice::Udp => {
+            let d = crate::devices::open_udp(udp_bind(), p.udp_mtu)?;
+            let a = d.1;
+            (d.0, Some(a), false)
+        }
+        DeviceChoice::Shm => (crate::devices::open_shm(host_id, pid, incarnation)?, None, true),
+        DeviceChoice::Auto => {
+            let (d, a) = crate::devices::open_auto(udp_bind(), p.udp_mtu, host_id, pid, incarnation)?;
+            (d, Some(a), true)
+        }
+    };
+    let dev = crate::devices::maybe_fault(dev, p);
+    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid, has_shm }))
+}
+
+impl EpShared {
+    pub fn new(profile: Profile) -> Result<Arc<EpShared>> {
+        let (device, local) = open_device(&profile)?;
+        Ok(Arc::new(EpShared {
+            state: Mutex::new(EpState {
+                profile,
+                av: None,
+                tx_cq: None,
+                rx_cq: None,
+                send_cntr: None,
+                recv_cntr: None,
+                min_multi_recv: 0,
+                device: Some(device),
+                local,
+                running: None,
+            }),
+        }))
+    }
+
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
+        self.state.lock()
+    }
+
+    /// Builds the engine and starts moving data (`fi_enable`).
+    pub fn enable(&self) -> Result<()> {
+        let mut st = self.state.lock();
+        if st.running.is_some() {
+            return Ok(());
+        }
+        if st.av.is_none() {
+            return Err(Error::Inval("endpoint has no AV bound"));
+        }
+        if st.tx_cq.is_none() && st.rx_cq.is_none() && st.send_cntr.is_none() && st.recv_cntr.is_none() {
+            return Err(Error::Inval("endpoint has no CQ or counter bound"));
+        }
+        let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
+        let caps = device.caps();
+        let p = params();
+        let cfg = EngineConfig {
+            mtu: caps.mtu,
+            reliable: caps.reliable,
+            ordered: caps.ordered,
+            job_key: p.job_key,
+            incarnation: st.local.incarnation,
+            peer_timeout: p.peer_timeout,
+            seed: st.local.incarnation,
+            ..EngineConfig::default()
+        };
+        let local = st.local;
+        st.running = Some(Running {
+            device,
+            engine: Engine::new(cfg),
+            matcher: Matcher::new(),
+            local,
+            tx_ops: Slab::with_capacity(st.profile.tx_size),
+            rx_ops: Slab::with_capacity(st.profile.rx_size),
+            stage: (0..TX_BATCH).map(|_| vec![0u8; caps.mtu.max(64)]).collect(),
+            stage_dst: [DevAddr::Sim(0); TX_BATCH],
+            stage_len: [0; TX_BATCH],
+            staged: 0,
+            src_cache: HashMap::new(),
+            dropped_headers: 0,
+        });
+        Ok(())
+    }
+
+    pub fn progress(&self) {
+        let mut st = self.state.lock();
+        st.progress();
+    }
+
+    /// The device's wait fd and the engine's next deadline, for blocking reads.
+    fn wait_info(&self) -> (Option<RawFd>, Option<rdm::Instant>) {
+        let st = self.state.lock();
+        match &st.running {
+            Some(r) => (r.device.wait_fd(), r.engine.poll_timeout()),
+            None => (None, None),
+        }
+    }
+}
+
+impl EpState {
+    fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
+        let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
+        let a = *av.read().get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        let dev = a
+            .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
+            .ok_or(Error::AddrNotAvail)?;
+        Ok(r.engine.peer(dev))
+    }
+
+    pub fn send(&mut self, args: SendArgs<'_>) -> Result<()> {
+        let total: usize = args.payload.iter().map(|s| s.len()).sum();
+        if total > crate::info::MAX_MSG_SIZE {
+            return Err(Error::Inval("message larger than max_msg_size"));
+        }
+        if (args.inject || args.flags & fi::FI_INJECT as u64 != 0) && total > self.profile.inject_size {
+            return Err(Error::Inval("inject larger than inject_size"));
+        }
+        let peer = self.peer_for(args.dest)?;
+        let completion = !args.inject
+            && match &self.tx_cq {
+                Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
+                None => false,
+            };
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        if r.tx_ops.len() >= self.profile.tx_size.max(1) * 4 {
+            self.progress();
+            return Err(Error::Again);
+        }
+        let op_flags = fi::FI_SEND as u64
+            | match args.kind {
+                MsgKind::Msg => fi::FI_MSG as u64,
+                MsgKind::Tagged => fi::FI_TAGGED as u64,
+            };
+        let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion });
+        let hdr = MsgHeader { kind: args.kind, tag: args.tag, data: args.data }.encode();
+        let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+        parts[0] = &hdr;
+        let n = args.payload.len().min(MAX_IOV);
+        parts[1..=n].copy_from_slice(&args.payload[..n]);
+        if let Err(e) = r.engine.send(now(), peer, &parts[..=n], token as u64) {
+            r.tx_ops.remove(token);
+            self.progress();
+            return Err(match e {
+                rdm::engine::SendError::WouldBlock => Error::Again,
+                #[allow(unreachable_patterns)]
+                other => Error::Io(other.to_string()),
+            });
+        }
+        self.progress();
+        Ok(())
+    }
+
+    pub fn post_recv(&mut self, args: RecvArgs) -> Result<()> {
+        let directed = self.profile.caps & fi::FI_DIRECTED_RECV != 0;
+        let src = if directed && args.src != FI_ADDR_UNSPEC { Src::Peer(self.peer_for(args.src)?) } else { Src::Any };
+        let completion = match &self.rx_cq {
+            Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
+            None => false,
+        };
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        let token = r.rx_ops.insert(RxOp { iov: args.iov, context: args.context, flags: args.flags, completion });
+        let post = RecvPost { token: token as u64, kind: args.kind, src, tag: args.tag, ignore: args.ignore };
+        if let Some(arrived) = r.matcher.post(post) {
+            self.complete_recv(token, arrived);
+        }
+        self.progress();
+        Ok(())
+    }
+
+    /// fi_cancel of a posted receive: completes it with FI_ECANCELED.
+    pub fn cancel(&mut self, context: usize) -> Result<()> {
+        let r = self.running.as_mut().ok_or(Error::NoEnt)?;
+        let token = r
+            .rx_ops
+            .iter()
+            .find(|(_, op)| op.context == context)
+            .map(|(t, _)| t)
+            .ok_or(Error::NoEnt)?;
+        let post = r.matcher.cancel(token as u64).ok_or(Error::NoEnt)?;
+        let op = r.rx_ops.remove(token);
+        let kind_flag = match post.kind {
+            MsgKind::Msg => fi::FI_MSG as u64,
+            MsgKind::Tagged => fi::FI_TAGGED as u64,
+        };
+        if let Some(b) = &self.rx_cq {
+            b.cq.push(Completion {
+                op_context: op.context,
+                flags: fi::FI_RECV as u64 | kind_flag,
+                tag: post.tag,
+                err: Some(CompletionError { err: fi::FI_ECANCELED as i32, olen: 0, prov_errno: fi::FI_ECANCELED as i32 }),
+                ..Completion::default()
+            });
+        }
+        Ok(())
+    }
+
+    fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
+        let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
+        if let Some(a) = r.src_cache.get(&peer) {
+            return *a;
+        }
+        let dev = r.engine.peer_addr(peer);
+        let (host, shm, udp) = (r.local.host_id, r.local.has_shm, r.local.udp.is_some());
+        let found = self
+            .av
+            .as_ref()
+            .and_then(|av| av.read().find(|a| a.route(host, shm, udp) == Some(dev)))
+            .unwrap_or(FI_ADDR_NOTAVAIL);
+        if found != FI_ADDR_NOTAVAIL {
+            r.src_cache.insert(peer, found);
+        }
+        found
+    }
+
+    fn complete_recv(&mut self, token: usize, arrived: Arrived) {
+        let src = self.src_fi_addr(arrived.peer);
+        let Some(r) = self.running.as_mut() else { return };
+        let Some(op) = r.rx_ops.try_remove(token) else { return };
+        let payload = arrived.payload();
+        let written = op.iov.scatter(payload);
+        let mut flags = fi::FI_RECV as u64
+            | match arrived.kind {
+                MsgKind::Msg => fi::FI_MSG as u64,
+                MsgKind::Tagged => fi::FI_TAGGED as u64,
+            };
+        if arrived.data.is_some() {
+            flags |= fi::FI_REMOTE_CQ_DATA as u64;
+        }
+        let truncated = payload.len() > written;
+        let c = Completion {
+            op_context: op.context,
+            flags,
+            len: written,
+            buf: 0,
+            data: arrived.data.unwrap_or(0),
+            tag: arrived.tag,
+            src,
+            err: truncated.then_some(CompletionError {
+                err: fi::FI_ETRUNC as i32,
+                olen: payload.len() - written,
+                prov_errno: fi::FI_ETRUNC as i32,
+            }),
+        };
+        r.engine.recycle(arrived.msg);
+        if truncated || op.completion {
+            if let Some(b) = &self.rx_cq {
+                b.cq.push(c);
+            }
+        }
+        if let Some(c) = &self.recv_cntr {
+            if truncated {
+                c.inc_err();
+            } else {
+                c.inc();
+            }
+        }
+        let _ = op.flags;
+    }
+
+    fn handle_event(&mut self, ev: Event) {
+        match ev {
+            Event::Delivered { peer, msg } => {
+                let Some(r) = self.running.as_mut() else { return };
+                let parsed = MsgHeader::decode(&msg).map(|(h, _)| h);
+                match parsed {
+                    Ok(h) => {
+                        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN };
+                        if let Some((post, arrived)) = r.matcher.arrive(arrived) {
+                            self.complete_recv(post.token as usize, arrived);
+                        }
+                    }
+                    Err(e) => {
+                        r.dropped_headers += 1;
+                        fi_warn!(Subsys::EpData, "dropping message with a bad header from {:?}: {e}", r.engine.peer_addr(peer));
+                        r.engine.recycle(msg);
+                    }
+                }
+            }
+            Event::SendComplete { token } => self.complete_send(token, None),
+            Event::SendFailed { token, peer, reason } => {
+                if let Some(r) = self.running.as_ref() {
+                    fi_warn!(Subsys::EpData, "send to {:?} failed: {reason:?}", r.engine.peer_addr(peer));
+                }
+                self.complete_send(token, Some(fi::FI_EIO as i32));
+            }
+            Event::PeerUnreachable { peer } => {
+                if let Some(r) = self.running.as_ref() {
+                    fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.peer_addr(peer));
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
+
+    fn complete_send(&mut self, token: u64, err: Option<i32>) {
+        let Some(r) = self.running.as_mut() else { return };
+        let Some(op) = r.tx_ops.try_remove(token as usize) else { return };
+        if op.completion || err.is_some() {
+            if let Some(b) = &self.tx_cq {
+                b.cq.push(Completion {
+                    op_context: op.context,
+                    flags: op.flags,
+                    len: op.len,
+                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e }),
+                    ..Completion::default()
+                });
+            }
+        }
+        if let Some(c) = &self.send_cntr {
+            if err.is_some() {
+                c.inc_err();
+            } else {
+                c.inc();
+            }
+        }
+    }
+
+    /// One round of progress: receive, timers, events, transmit.
+    pub fn progress(&mut self) {
+        let Some(r) = self.running.as_mut() else { return };
+        let t = now();
+        {
+            let Running { device, engine, .. } = r;
+            for _ in 0..4 {
+                match device.recv_batch(64, &mut |from, bytes| engine.handle_datagram(t, from, bytes)) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        fi_warn!(Subsys::EpData, "device receive failed: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        if r.engine.poll_timeout().is_some_and(|d| d <= t) {
+            r.engine.handle_timeout(t);
+        }
+        while let Some(ev) = self.running.as_mut().and_then(|r| r.engine.poll_event()) {
+            self.handle_event(ev);
+        }
+        if let Some(r) = self.running.as_mut() {
+            r.flush(t);
+        }
+    }
+}
+
+impl Running {
+    /// Moves datagrams from the engine to the device until either runs dry.
+    fn flush(&mut self, t: rdm::Instant) {
+        loop {
+            while self.staged < TX_BATCH {
+                let i = self.staged;
+                match self.engine.poll_transmit(t, &mut self.stage[i]) {
+                    Some(tx) => {
+                        self.stage_dst[i] = tx.dst;
+                        self.stage_len[i] = tx.len;
+                        self.staged += 1;
+                    }
+                    None => break,
+                }
+            }
+            if self.staged == 0 {
+                return;
+            }
+            let mut batch = [TxDatagram { dst: DevAddr::Sim(0), data: &[] }; TX_BATCH];
+            for i in 0..self.staged {
+                batch[i] = TxDatagram { dst: self.stage_dst[i], data: &self.stage[i][..self.stage_len[i]] };
+            }
+            let taken = match self.device.send_batch(&batch[..self.staged]) {
+                Ok(n) => n,
+                Err(e) => {
+                    // The first datagram cannot go out (peer gone, unroutable): drop
+                    // it; reliability retransmits or times the peer out.
+                    fi_warn!(Subsys::EpData, "device send to {:?} failed: {e}", self.stage_dst[0]);
+                    1
+                }
+            };
+            let taken = taken.min(self.staged);
+            if taken == 0 {
+                return;
+            }
+            // Keep the untaken tail at the front, in order.
+            for i in taken..self.staged {
+                self.stage.swap(i - taken, i);
+                self.stage_dst[i - taken] = self.stage_dst[i];
+                self.stage_len[i - taken] = self.stage_len[i];
+            }
+            self.staged -= taken;
+            if self.staged > 0 {
+                return;
+            }
+        }
+    }
+}
+
+/// Sleeps until one of the endpoints' devices has input, an engine timer is due,
+/// or `max` has passed.
+pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len());
+    let mut wait = max;
+    let t = now();
+    for ep in eps {
+        let (fd, deadline) = ep.wait_info();
+        if let Some(fd) = fd {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(t));
+        }
+    }
+    if fds.is_empty() {
+        // Nothing to sleep on: yield briefly so a polling-only device still moves.
+        std::thread::sleep(wait.min(Duration::from_micros(50)));
+        return;
+    }
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+}
+
+/// Provider cleanup: nothing global to stop yet (no provider threads).
+pub fn shutdown_all() {}

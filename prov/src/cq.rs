@@ -1,0 +1,358 @@
+//! Completion queues. Endpoints push [`Completion`]s; `fi_cq_read*` drives the
+//! progress of every endpoint bound to the CQ (manual progress) and then copies
+//! entries out in the CQ's format. The queue grows as needed: with
+//! `FI_RM_ENABLED` a completion is never dropped.
+use crate::core::{self, EpShared};
+use crate::domain::{self, Domain};
+use crate::entry::{entry, non_null};
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject, Refs};
+use libfabric_sys as fi;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+/// One completion, successful or not. Pointers are the application's opaque
+/// values, carried as integers.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    pub op_context: usize,
+    pub flags: u64,
+    pub len: usize,
+    pub buf: usize,
+    pub data: u64,
+    pub tag: u64,
+    pub src: u64,
+    pub err: Option<CompletionError>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct CompletionError {
+    /// Positive `FI_E*`.
+    pub err: i32,
+    pub olen: usize,
+    pub prov_errno: i32,
+}
+
+pub struct CqShared {
+    pub format: fi::fi_cq_format,
+    queue: Mutex<VecDeque<Completion>>,
+    eps: Mutex<Vec<Weak<EpShared>>>,
+    signaled: AtomicBool,
+}
+
+impl CqShared {
+    pub fn push(&self, c: Completion) {
+        self.queue.lock().push_back(c);
+    }
+
+    pub fn attach(&self, ep: &Arc<EpShared>) {
+        let mut eps = self.eps.lock();
+        eps.retain(|w| w.strong_count() > 0);
+        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
+            eps.push(Arc::downgrade(ep));
+        }
+    }
+
+    pub fn detach(&self, ep: &EpShared) {
+        self.eps.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+    }
+
+    fn endpoints(&self) -> Vec<Arc<EpShared>> {
+        self.eps.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn progress(&self) {
+        for ep in self.endpoints() {
+            ep.progress();
+        }
+    }
+
+    fn entry_size(&self) -> usize {
+        match self.format {
+            fi::FI_CQ_FORMAT_CONTEXT => std::mem::size_of::<fi::fi_cq_entry>(),
+            fi::FI_CQ_FORMAT_MSG => std::mem::size_of::<fi::fi_cq_msg_entry>(),
+            fi::FI_CQ_FORMAT_DATA => std::mem::size_of::<fi::fi_cq_data_entry>(),
+            _ => std::mem::size_of::<fi::fi_cq_tagged_entry>(),
+        }
+    }
+
+    /// Copies up to `count` good entries to `buf` (and sources to `src`).
+    /// `Ok(0)` means empty; `Err(Avail)` style is returned as -FI_EAVAIL by caller.
+    fn read(&self, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
+        let mut q = self.queue.lock();
+        let mut n = 0;
+        while n < count {
+            match q.front() {
+                Some(c) if c.err.is_none() => {
+                    let c = *c;
+                    q.pop_front();
+                    // SAFETY: the application's buffer holds `count` entries of the
+                    // CQ's format, and `src` (if given) `count` fi_addr_t.
+                    unsafe {
+                        let slot = (buf as *mut u8).add(n * self.entry_size());
+                        write_entry(self.format, slot, &c);
+                        if !src.is_null() {
+                            *src.add(n) = c.src;
+                        }
+                    }
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        if n > 0 {
+            return Ok(n as isize);
+        }
+        match q.front() {
+            Some(_) => Ok(-(fi::FI_EAVAIL as isize)),
+            None => Err(Error::Again),
+        }
+    }
+}
+
+/// # Safety
+/// `slot` is valid for one entry of `format`.
+unsafe fn write_entry(format: fi::fi_cq_format, slot: *mut u8, c: &Completion) {
+    let ctx = c.op_context as *mut libc::c_void;
+    // SAFETY: per contract; entries are written unaligned-safe via write_unaligned.
+    unsafe {
+        match format {
+            fi::FI_CQ_FORMAT_CONTEXT => std::ptr::write_unaligned(slot as *mut fi::fi_cq_entry, fi::fi_cq_entry { op_context: ctx }),
+            fi::FI_CQ_FORMAT_MSG => std::ptr::write_unaligned(
+                slot as *mut fi::fi_cq_msg_entry,
+                fi::fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len },
+            ),
+            fi::FI_CQ_FORMAT_DATA => std::ptr::write_unaligned(
+                slot as *mut fi::fi_cq_data_entry,
+                fi::fi_cq_data_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data },
+            ),
+            _ => std::ptr::write_unaligned(
+                slot as *mut fi::fi_cq_tagged_entry,
+                fi::fi_cq_tagged_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data, tag: c.tag },
+            ),
+        }
+    }
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub fid: fi::fid_cq,
+    domain: *const Domain,
+    pub bound: Refs,
+    pub shared: Arc<CqShared>,
+}
+
+// SAFETY: #[repr(C)] with fid_cq first.
+unsafe impl FidObject for Cq {
+    const CLASS: u32 = fi::FI_CLASS_CQ;
+}
+
+static CQ_FI_OPS: fi::fi_ops = fid::fi_ops(cq_close, None, Some(cq_control));
+static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
+    size: std::mem::size_of::<fi::fi_ops_cq>(),
+    read: Some(cq_read),
+    readfrom: Some(cq_readfrom),
+    readerr: Some(cq_readerr),
+    sread: Some(cq_sread),
+    sreadfrom: Some(cq_sreadfrom),
+    signal: Some(cq_signal),
+    strerror: Some(cq_strerror),
+};
+
+entry! {
+    fn rdmx_cq_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cq_attr, out: *mut *mut fi::fid_cq, context: *mut libc::c_void) -> i32 {
+        non_null!(attr, out);
+        // SAFETY: our domain.
+        let d = unsafe { domain::domain_ref(domain) }?;
+        // SAFETY: checked non-null.
+        let attr = unsafe { &mut *attr };
+        if attr.flags & !(fi::FI_AFFINITY as u64) != 0 {
+            return Err(Error::BadFlags);
+        }
+        let format = match attr.format {
+            fi::FI_CQ_FORMAT_UNSPEC => fi::FI_CQ_FORMAT_CONTEXT,
+            f @ (fi::FI_CQ_FORMAT_CONTEXT | fi::FI_CQ_FORMAT_MSG | fi::FI_CQ_FORMAT_DATA | fi::FI_CQ_FORMAT_TAGGED) => f,
+            _ => return Err(Error::Inval("cq format")),
+        };
+        match attr.wait_obj {
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+            _ => return Err(Error::NoSys),
+        }
+        if attr.wait_cond != fi::FI_CQ_COND_NONE && attr.wait_cond != fi::FI_CQ_COND_THRESHOLD {
+            return Err(Error::Inval("wait_cond"));
+        }
+        d.children.get();
+        let cq = fid::leak(Cq {
+            fid: fi::fid_cq { fid: fid::new_fid(fi::FI_CLASS_CQ, context, &CQ_FI_OPS), ops: &CQ_OPS as *const _ as *mut _ },
+            domain: d,
+            bound: Refs::default(),
+            shared: Arc::new(CqShared {
+                format,
+                queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+                eps: Mutex::new(Vec::new()),
+                signaled: AtomicBool::new(false),
+            }),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = cq as *mut fi::fid_cq };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cq_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let cq = unsafe { Cq::from_fid(f) }?;
+        cq.bound.busy()?;
+        // SAFETY: the domain outlives its children.
+        unsafe { (*cq.domain).children.put() };
+        // SAFETY: created by fid::leak in rdmx_cq_open.
+        drop(unsafe { fid::reclaim(cq as *const Cq) });
+        Ok(0)
+    }
+}
+
+entry! {
+    fn cq_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
+        let _ = (f, command, arg);
+        // FI_GETWAIT: rdmx's blocking reads are progress loops (manual progress), so
+        // it hands out no wait object.
+        Err(Error::NoSys)
+    }
+}
+
+/// # Safety
+/// `cq` is null or a CQ fid from rdmx.
+pub unsafe fn cq_ref<'a>(cq: *mut fi::fid_cq) -> Result<&'a Cq> {
+    // SAFETY: per contract.
+    unsafe { Cq::from_fid(cq as *const fi::fid) }
+}
+
+fn read_with_progress(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
+    cq.shared.progress();
+    if count == 0 {
+        return Err(Error::Again);
+    }
+    non_null!(buf);
+    cq.shared.read(buf, count, src)
+}
+
+entry! {
+    fn cq_read(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize) -> isize {
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        read_with_progress(cq, buf, count, std::ptr::null_mut())
+    }
+}
+
+entry! {
+    fn cq_readfrom(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        read_with_progress(cq, buf, count, src)
+    }
+}
+
+fn sread_impl(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u64, timeout: i32) -> Result<isize> {
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    loop {
+        match read_with_progress(cq, buf, count, src) {
+            Err(Error::Again) => {}
+            other => return other,
+        }
+        if cq.shared.signaled.swap(false, Ordering::AcqRel) {
+            return Err(Error::Again);
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(Error::Again);
+        }
+        let eps = cq.shared.endpoints();
+        let wait = deadline.map(|d| d - now).unwrap_or(Duration::from_millis(100)).min(Duration::from_millis(100));
+        core::wait_any(&eps, wait);
+    }
+}
+
+entry! {
+    fn cq_sread(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize, cond: *const libc::c_void, timeout: i32) -> isize {
+        let _ = cond;
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        sread_impl(cq, buf, count, std::ptr::null_mut(), timeout)
+    }
+}
+
+entry! {
+    fn cq_sreadfrom(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize, src: *mut fi::fi_addr_t, cond: *const libc::c_void, timeout: i32) -> isize {
+        let _ = cond;
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        sread_impl(cq, buf, count, src, timeout)
+    }
+}
+
+entry! {
+    fn cq_readerr(cq: *mut fi::fid_cq, buf: *mut fi::fi_cq_err_entry, flags: u64) -> isize {
+        let _ = flags;
+        non_null!(buf);
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        let mut q = cq.shared.queue.lock();
+        let i = q.iter().position(|c| c.err.is_some()).ok_or(Error::Again)?;
+        let c = q.remove(i).ok_or(Error::Again)?;
+        let e = c.err.ok_or(Error::Again)?;
+        // SAFETY: checked non-null; the application's entry. err_data is left as the
+        // caller set it (rdmx provides none).
+        unsafe {
+            let out = &mut *buf;
+            out.op_context = c.op_context as *mut _;
+            out.flags = c.flags;
+            out.len = c.len;
+            out.buf = c.buf as *mut _;
+            out.data = c.data;
+            out.tag = c.tag;
+            out.olen = e.olen;
+            out.err = e.err;
+            out.prov_errno = e.prov_errno;
+            out.err_data_size = 0;
+        }
+        Ok(1)
+    }
+}
+
+entry! {
+    fn cq_signal(cq: *mut fi::fid_cq) -> i32 {
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        cq.shared.signaled.store(true, Ordering::Release);
+        Ok(0)
+    }
+}
+
+/// Writes the text for `prov_errno` into `buf` (if given) and returns it.
+pub fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
+    // SAFETY: fi_strerror returns a static string for any value.
+    let s = unsafe { fi::fi_strerror(prov_errno.abs()) };
+    if !buf.is_null() && len > 0 && !s.is_null() {
+        // SAFETY: `s` is a valid C string; `buf` holds `len` bytes; we write at most
+        // len - 1 bytes plus NUL.
+        unsafe {
+            let src = std::ffi::CStr::from_ptr(s).to_bytes();
+            let n = src.len().min(len - 1);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+        return buf;
+    }
+    s
+}
+
+entry! {
+    fn cq_strerror(cq: *mut fi::fid_cq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
+        let _ = (cq, err_data);
+        Ok(strerror_into(prov_errno, buf, len))
+    }
+}

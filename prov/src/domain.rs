@@ -1,0 +1,112 @@
+//! The domain: one per device choice (`auto`, `udp`, `shm`); parent of AVs, CQs,
+//! counters, endpoints and memory registrations.
+use crate::entry::{entry, entry_unsupported, non_null};
+use crate::error::{Error, Result};
+use crate::fabric::{self, Fabric};
+use crate::fid::{self, FidObject, Refs};
+use crate::info::{self, Profile};
+use crate::{av, cntr, cq, ep, mr};
+use libfabric_sys as fi;
+use mr_cache::KeyTable;
+use parking_lot::Mutex;
+
+#[repr(C)]
+pub struct Domain {
+    pub fid: fi::fid_domain,
+    fabric: *const Fabric,
+    pub children: Refs,
+    pub profile: Profile,
+    pub mr_keys: Mutex<KeyTable>,
+}
+
+// SAFETY: #[repr(C)] with fid_domain first.
+unsafe impl FidObject for Domain {
+    const CLASS: u32 = fi::FI_CLASS_DOMAIN;
+}
+
+// SAFETY: `fabric` is only used to decrement its child count at close; the fabric
+// outlives the domain (its close fails with -FI_EBUSY while children exist), and
+// `profile.handle` is an opaque pointer we never dereference.
+unsafe impl Send for Domain {}
+// SAFETY: as above; all mutable state is behind locks or atomics.
+unsafe impl Sync for Domain {}
+
+static DOMAIN_FI_OPS: fi::fi_ops = fid::fi_ops(domain_close, None, None);
+
+static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
+    size: std::mem::size_of::<fi::fi_ops_domain>(),
+    av_open: Some(av::rdmx_av_open),
+    cq_open: Some(cq::rdmx_cq_open),
+    endpoint: Some(ep::rdmx_endpoint),
+    scalable_ep: Some(no_scalable_ep),
+    cntr_open: Some(cntr::rdmx_cntr_open),
+    poll_open: Some(no_poll_open),
+    stx_ctx: Some(no_stx_ctx),
+    srx_ctx: Some(no_srx_ctx),
+    query_atomic: Some(no_query_atomic),
+    query_collective: Some(no_query_collective),
+    endpoint2: Some(no_endpoint2),
+};
+
+static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
+    size: std::mem::size_of::<fi::fi_ops_mr>(),
+    reg: Some(mr::rdmx_mr_reg),
+    regv: Some(mr::rdmx_mr_regv),
+    regattr: Some(mr::rdmx_mr_regattr),
+};
+
+entry_unsupported! {
+    fn no_scalable_ep(domain: *mut fi::fid_domain, info: *mut fi::fi_info, sep: *mut *mut fi::fid_ep, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_poll_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_poll_attr, pollset: *mut *mut fi::fid_poll) -> i32 = Error::NoSys;
+    fn no_stx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_tx_attr, stx: *mut *mut fi::fid_stx, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_srx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_rx_attr, rx_ep: *mut *mut fi::fid_ep, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_query_atomic(domain: *mut fi::fid_domain, datatype: fi::fi_datatype, op: fi::fi_op, attr: *mut fi::fi_atomic_attr, flags: u64) -> i32 = Error::NoSys;
+    fn no_query_collective(domain: *mut fi::fid_domain, coll: fi::fi_collective_op, attr: *mut fi::fi_collective_attr, flags: u64) -> i32 = Error::NoSys;
+    fn no_endpoint2(domain: *mut fi::fid_domain, info: *mut fi::fi_info, ep: *mut *mut fi::fid_ep, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
+}
+
+entry! {
+    /// `fi_domain`.
+    fn rdmx_domain(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, out: *mut *mut fi::fid_domain, context: *mut libc::c_void) -> i32 {
+        non_null!(info, out);
+        // SAFETY: libfabric passes our fabric.
+        let fab = unsafe { fabric::fabric_ref(fabric) }?;
+        // SAFETY: the application passes an fi_info (normally one we returned).
+        let profile = unsafe { info::profile_from_info(info) }?;
+        fab.children.get();
+        let d = fid::leak(Domain {
+            fid: fi::fid_domain {
+                fid: fid::new_fid(fi::FI_CLASS_DOMAIN, context, &DOMAIN_FI_OPS),
+                ops: &DOMAIN_OPS as *const _ as *mut _,
+                mr: &MR_OPS as *const _ as *mut _,
+            },
+            fabric: fab,
+            children: Refs::default(),
+            profile,
+            mr_keys: Mutex::new(KeyTable::new()),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = d as *mut fi::fid_domain };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn domain_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let d = unsafe { Domain::from_fid(f) }?;
+        d.children.busy()?;
+        // SAFETY: the fabric outlives its children.
+        unsafe { (*d.fabric).children.put() };
+        // SAFETY: created by fid::leak in rdmx_domain.
+        drop(unsafe { fid::reclaim(d as *const Domain) });
+        Ok(0)
+    }
+}
+
+/// # Safety
+/// `d` must be null or a domain fid from rdmx.
+pub unsafe fn domain_ref<'a>(d: *mut fi::fid_domain) -> Result<&'a Domain> {
+    // SAFETY: per contract.
+    unsafe { Domain::from_fid(d as *const fi::fid) }
+}

@@ -1,0 +1,100 @@
+//! The C boundary. Every function libfabric calls is defined with [`entry!`]: it
+//! becomes `unsafe extern "C"`, runs its body inside a panic barrier, and turns the
+//! body's `Result` into the C return convention (`0`/count or `-FI_E*`). No panic and
+//! no Rust error ever crosses into C.
+use crate::error::Error;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Return types an entry point may have, and how an error is spelled in each.
+pub trait CReturn: Copy {
+    fn from_error(e: &Error) -> Self;
+}
+
+impl CReturn for i32 {
+    fn from_error(e: &Error) -> Self {
+        -e.errno()
+    }
+}
+
+impl CReturn for isize {
+    fn from_error(e: &Error) -> Self {
+        -(e.errno() as isize)
+    }
+}
+
+impl CReturn for u64 {
+    // fi_cntr_read/readerr return a plain count; on failure 0 is the only safe value.
+    fn from_error(_: &Error) -> Self {
+        0
+    }
+}
+
+impl CReturn for *const libc::c_char {
+    fn from_error(_: &Error) -> Self {
+        c"rdmx: internal error".as_ptr()
+    }
+}
+
+impl CReturn for () {
+    fn from_error(_: &Error) -> Self {}
+}
+
+/// Runs `body` behind a panic barrier. A panic is logged and reported as
+/// `-FI_EOTHER`; an `Err` is logged at debug level and mapped with [`CReturn`].
+pub fn guard<R: CReturn>(name: &'static str, body: impl FnOnce() -> Result<R, Error>) -> R {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            if !matches!(e, Error::Again | Error::NoData) {
+                crate::log::debug(crate::log::Subsys::Core, name, &e.to_string());
+            }
+            R::from_error(&e)
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            crate::log::warn(crate::log::Subsys::Core, name, &format!("internal panic caught at the C boundary: {what}"));
+            R::from_error(&Error::Other(what))
+        }
+    }
+}
+
+/// Defines a C entry point: `entry! { fn name(args) -> ret { body returning Result<ret> } }`.
+macro_rules! entry {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        $(#[$m])*
+        #[allow(clippy::missing_safety_doc)]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            $crate::entry::guard::<$ret>(stringify!($name), move || -> $crate::error::Result<$ret> { $body })
+        }
+    };
+}
+pub(crate) use entry;
+
+/// Defines the ops-table slots rdmx does not support: each returns `-FI_ENOSYS`
+/// (or the given error) through the same barrier.
+macro_rules! entry_unsupported {
+    ($(fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty = $err:expr;)*) => {
+        $(
+            #[allow(clippy::missing_safety_doc)]
+            pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+                $(let _ = $arg;)*
+                <$ret as $crate::entry::CReturn>::from_error(&$err)
+            }
+        )*
+    };
+}
+pub(crate) use entry_unsupported;
+
+/// Returns `Err(Error::Inval)` from the enclosing entry when a pointer is null.
+macro_rules! non_null {
+    ($($p:expr),+) => {
+        $(if $p.is_null() {
+            return Err($crate::error::Error::Inval(concat!(stringify!($p), " is NULL")));
+        })+
+    };
+}
+pub(crate) use non_null;

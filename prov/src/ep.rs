@@ -1,0 +1,687 @@
+//! Endpoints (`FI_EP_RDM`): binding, enabling, addressing, and the message and
+//! tagged operation tables. Each operation validates its arguments here and hands
+//! a typed request to [`crate::core`].
+use crate::addr::ADDR_LEN;
+use crate::av::Av;
+use crate::cntr::Cntr;
+use crate::core::{CqBinding, EpShared, RecvArgs, SendArgs, UserBuf, UserIov};
+use crate::cq::Cq;
+use crate::domain::{self, Domain};
+use crate::entry::{entry, entry_unsupported, non_null};
+use crate::eq::Eq;
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject};
+use crate::info;
+use libfabric_sys as fi;
+use parking_lot::Mutex;
+use rndv::MsgKind;
+use std::sync::Arc;
+
+/// What the endpoint is bound to, so close can release the references.
+#[derive(Default)]
+struct Bound {
+    av: Option<*const Av>,
+    cqs: Vec<*const Cq>,
+    cntrs: Vec<*const Cntr>,
+    eq: Option<*const Eq>,
+}
+
+#[repr(C)]
+pub struct Ep {
+    pub fid: fi::fid_ep,
+    domain: *const Domain,
+    pub shared: Arc<EpShared>,
+    bound: Mutex<Bound>,
+}
+
+// SAFETY: #[repr(C)] with fid_ep first.
+unsafe impl FidObject for Ep {
+    const CLASS: u32 = fi::FI_CLASS_EP;
+}
+
+static EP_FI_OPS: fi::fi_ops = fid::fi_ops(ep_close, Some(ep_bind), Some(ep_control));
+
+static EP_OPS: fi::fi_ops_ep = fi::fi_ops_ep {
+    size: std::mem::size_of::<fi::fi_ops_ep>(),
+    cancel: Some(ep_cancel),
+    getopt: Some(ep_getopt),
+    setopt: Some(ep_setopt),
+    tx_ctx: Some(no_tx_ctx),
+    rx_ctx: Some(no_rx_ctx),
+    rx_size_left: Some(no_size_left),
+    tx_size_left: Some(no_size_left),
+};
+
+static CM_OPS: fi::fi_ops_cm = fi::fi_ops_cm {
+    size: std::mem::size_of::<fi::fi_ops_cm>(),
+    setname: Some(no_setname),
+    getname: Some(ep_getname),
+    getpeer: Some(no_getpeer),
+    connect: Some(no_connect),
+    listen: Some(no_listen),
+    accept: Some(no_accept),
+    reject: Some(no_reject),
+    shutdown: Some(no_shutdown),
+    join: Some(no_join),
+};
+
+static MSG_OPS: fi::fi_ops_msg = fi::fi_ops_msg {
+    size: std::mem::size_of::<fi::fi_ops_msg>(),
+    recv: Some(msg_recv),
+    recvv: Some(msg_recvv),
+    recvmsg: Some(msg_recvmsg),
+    send: Some(msg_send),
+    sendv: Some(msg_sendv),
+    sendmsg: Some(msg_sendmsg),
+    inject: Some(msg_inject),
+    senddata: Some(msg_senddata),
+    injectdata: Some(msg_injectdata),
+};
+
+static TAGGED_OPS: fi::fi_ops_tagged = fi::fi_ops_tagged {
+    size: std::mem::size_of::<fi::fi_ops_tagged>(),
+    recv: Some(tagged_recv),
+    recvv: Some(tagged_recvv),
+    recvmsg: Some(tagged_recvmsg),
+    send: Some(tagged_send),
+    sendv: Some(tagged_sendv),
+    sendmsg: Some(tagged_sendmsg),
+    inject: Some(tagged_inject),
+    senddata: Some(tagged_senddata),
+    injectdata: Some(tagged_injectdata),
+};
+
+static RMA_OPS: fi::fi_ops_rma = fi::fi_ops_rma {
+    size: std::mem::size_of::<fi::fi_ops_rma>(),
+    read: Some(no_rma_read),
+    readv: Some(no_rma_readv),
+    readmsg: Some(no_rma_readmsg),
+    write: Some(no_rma_write),
+    writev: Some(no_rma_writev),
+    writemsg: Some(no_rma_writemsg),
+    inject: Some(no_rma_inject),
+    writedata: Some(no_rma_writedata),
+    injectdata: Some(no_rma_injectdata),
+};
+
+static ATOMIC_OPS: fi::fi_ops_atomic = fi::fi_ops_atomic {
+    size: std::mem::size_of::<fi::fi_ops_atomic>(),
+    write: Some(no_atomic_write),
+    writev: Some(no_atomic_writev),
+    writemsg: Some(no_atomic_writemsg),
+    inject: Some(no_atomic_inject),
+    readwrite: Some(no_atomic_readwrite),
+    readwritev: Some(no_atomic_readwritev),
+    readwritemsg: Some(no_atomic_readwritemsg),
+    compwrite: Some(no_atomic_compwrite),
+    compwritev: Some(no_atomic_compwritev),
+    compwritemsg: Some(no_atomic_compwritemsg),
+    writevalid: Some(no_atomic_valid),
+    readwritevalid: Some(no_atomic_valid),
+    compwritevalid: Some(no_atomic_valid),
+};
+
+static COLLECTIVE_OPS: fi::fi_ops_collective = fi::fi_ops_collective {
+    size: std::mem::size_of::<fi::fi_ops_collective>(),
+    barrier: Some(no_barrier),
+    broadcast: Some(no_broadcast),
+    alltoall: Some(no_alltoall),
+    allreduce: Some(no_allreduce),
+    allgather: Some(no_allgather),
+    reduce_scatter: Some(no_reduce_scatter),
+    reduce: Some(no_reduce),
+    scatter: Some(no_scatter),
+    gather: Some(no_gather),
+    msg: Some(no_coll_msg),
+    barrier2: Some(no_barrier2),
+};
+
+type Ctx = *mut libc::c_void;
+type Desc = *mut libc::c_void;
+type DescV = *mut *mut libc::c_void;
+
+entry_unsupported! {
+    fn no_tx_ctx(sep: *mut fi::fid_ep, index: i32, attr: *mut fi::fi_tx_attr, tx_ep: *mut *mut fi::fid_ep, context: Ctx) -> i32 = Error::NoSys;
+    fn no_rx_ctx(sep: *mut fi::fid_ep, index: i32, attr: *mut fi::fi_rx_attr, rx_ep: *mut *mut fi::fid_ep, context: Ctx) -> i32 = Error::NoSys;
+    fn no_size_left(ep: *mut fi::fid_ep) -> isize = Error::NoSys;
+    fn no_setname(fid: fi::fid_t, addr: *mut libc::c_void, addrlen: usize) -> i32 = Error::NoSys;
+    fn no_getpeer(ep: *mut fi::fid_ep, addr: *mut libc::c_void, addrlen: *mut usize) -> i32 = Error::NoSys;
+    fn no_connect(ep: *mut fi::fid_ep, addr: *const libc::c_void, param: *const libc::c_void, paramlen: usize) -> i32 = Error::NoSys;
+    fn no_listen(pep: *mut fi::fid_pep) -> i32 = Error::NoSys;
+    fn no_accept(ep: *mut fi::fid_ep, param: *const libc::c_void, paramlen: usize) -> i32 = Error::NoSys;
+    fn no_reject(pep: *mut fi::fid_pep, handle: fi::fid_t, param: *const libc::c_void, paramlen: usize) -> i32 = Error::NoSys;
+    fn no_shutdown(ep: *mut fi::fid_ep, flags: u64) -> i32 = Error::NoSys;
+    fn no_join(ep: *mut fi::fid_ep, addr: *const libc::c_void, flags: u64, mc: *mut *mut fi::fid_mc, context: Ctx) -> i32 = Error::NoSys;
+    fn no_rma_read(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_rma_readv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_rma_readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize = Error::NoSys;
+    fn no_rma_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_rma_writev(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_rma_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize = Error::NoSys;
+    fn no_rma_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest_addr: u64, addr: u64, key: u64) -> isize = Error::NoSys;
+    fn no_rma_writedata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_rma_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest_addr: u64, addr: u64, key: u64) -> isize = Error::NoSys;
+    fn no_atomic_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_writev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, flags: u64) -> isize = Error::NoSys;
+    fn no_atomic_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize = Error::NoSys;
+    fn no_atomic_readwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_readwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_readwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize = Error::NoSys;
+    fn no_atomic_compwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, compare: *const libc::c_void, compare_desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_compwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
+    fn no_atomic_compwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize = Error::NoSys;
+    fn no_atomic_valid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 = Error::NoSys;
+    fn no_barrier(ep: *mut fi::fid_ep, coll_addr: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_broadcast(ep: *mut fi::fid_ep, buf: *mut libc::c_void, count: usize, desc: Desc, coll_addr: u64, root_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_alltoall(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_allreduce(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, datatype: fi::fi_datatype, op: fi::fi_op, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_allgather(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_reduce_scatter(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, datatype: fi::fi_datatype, op: fi::fi_op, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_reduce(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, root_addr: u64, datatype: fi::fi_datatype, op: fi::fi_op, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_scatter(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, root_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_gather(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, root_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
+    fn no_coll_msg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_collective, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize = Error::NoSys;
+    fn no_barrier2(ep: *mut fi::fid_ep, coll_addr: u64, flags: u64, context: Ctx) -> isize = Error::NoSys;
+}
+
+entry! {
+    /// `fi_endpoint`.
+    fn rdmx_endpoint(domain: *mut fi::fid_domain, info: *mut fi::fi_info, out: *mut *mut fi::fid_ep, context: Ctx) -> i32 {
+        non_null!(info, out);
+        // SAFETY: our domain.
+        let d = unsafe { domain::domain_ref(domain) }?;
+        // SAFETY: the application's info (normally from fi_getinfo).
+        let mut profile = unsafe { info::profile_from_info(info) }?;
+        // SAFETY: checked non-null.
+        let ep_type = unsafe { (*info).ep_attr.as_ref().map(|a| a.type_) }.unwrap_or(fi::FI_EP_RDM);
+        if ep_type != fi::FI_EP_RDM {
+            return Err(Error::Inval("rdmx endpoints are FI_EP_RDM"));
+        }
+        // The endpoint lives in its domain's device family.
+        profile.device = d.profile.device;
+        let shared = EpShared::new(profile)?;
+        d.children.get();
+        let ep = fid::leak(Ep {
+            fid: fi::fid_ep {
+                fid: fid::new_fid(fi::FI_CLASS_EP, context, &EP_FI_OPS),
+                ops: &EP_OPS as *const _ as *mut _,
+                cm: &CM_OPS as *const _ as *mut _,
+                msg: &MSG_OPS as *const _ as *mut _,
+                rma: &RMA_OPS as *const _ as *mut _,
+                tagged: &TAGGED_OPS as *const _ as *mut _,
+                atomic: &ATOMIC_OPS as *const _ as *mut _,
+                collective: &COLLECTIVE_OPS as *const _ as *mut _,
+            },
+            domain: d,
+            shared,
+            bound: Mutex::new(Bound::default()),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = ep as *mut fi::fid_ep };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn ep_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        {
+            let mut st = ep.shared.lock();
+            // Flush what the engine still holds (acks, last sends) once more.
+            st.progress();
+            if let Some(b) = &st.tx_cq {
+                b.cq.detach(&ep.shared);
+            }
+            if let Some(b) = &st.rx_cq {
+                b.cq.detach(&ep.shared);
+            }
+            for c in [&st.send_cntr, &st.recv_cntr].into_iter().flatten() {
+                c.detach(&ep.shared);
+            }
+            st.running = None;
+            st.tx_cq = None;
+            st.rx_cq = None;
+            st.send_cntr = None;
+            st.recv_cntr = None;
+            st.av = None;
+        }
+        let b = std::mem::take(&mut *ep.bound.lock());
+        // SAFETY: bound objects cannot close while bound (their Refs are non-zero),
+        // so these pointers are alive.
+        unsafe {
+            if let Some(av) = b.av {
+                (*av).bound.put();
+            }
+            for cq in b.cqs {
+                (*cq).bound.put();
+            }
+            for c in b.cntrs {
+                (*c).bound.put();
+            }
+            if let Some(eq) = b.eq {
+                (*eq).bound.put();
+            }
+            (*ep.domain).children.put();
+        }
+        // SAFETY: created by fid::leak in rdmx_endpoint.
+        drop(unsafe { fid::reclaim(ep as *const Ep) });
+        Ok(0)
+    }
+}
+
+entry! {
+    fn ep_bind(f: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> i32 {
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        non_null!(bfid);
+        // SAFETY: checked non-null; every fid starts with its class.
+        let class = unsafe { (*bfid).fclass } as u32;
+        let mut st = ep.shared.lock();
+        if st.running.is_some() {
+            return Err(Error::OpNotSupp);
+        }
+        let mut bound = ep.bound.lock();
+        match class {
+            fi::FI_CLASS_AV => {
+                // SAFETY: class checked.
+                let av = unsafe { Av::from_fid(bfid) }?;
+                if bound.av.is_some() {
+                    return Err(Error::Inval("an AV is already bound"));
+                }
+                av.bound.get();
+                bound.av = Some(av);
+                st.av = Some(av.table.clone());
+            }
+            fi::FI_CLASS_CQ => {
+                // SAFETY: class checked.
+                let cq = unsafe { Cq::from_fid(bfid) }?;
+                let known = (fi::FI_TRANSMIT | fi::FI_RECV) as u64 | fi::FI_SELECTIVE_COMPLETION;
+                if flags & !known != 0 {
+                    return Err(Error::BadFlags);
+                }
+                if flags & (fi::FI_TRANSMIT | fi::FI_RECV) as u64 == 0 {
+                    return Err(Error::Inval("bind a CQ with FI_TRANSMIT and/or FI_RECV"));
+                }
+                let selective = flags & fi::FI_SELECTIVE_COMPLETION != 0;
+                let b = CqBinding { cq: cq.shared.clone(), selective };
+                if flags & fi::FI_TRANSMIT as u64 != 0 {
+                    if st.tx_cq.is_some() {
+                        return Err(Error::Inval("a transmit CQ is already bound"));
+                    }
+                    st.tx_cq = Some(b.clone());
+                }
+                if flags & fi::FI_RECV as u64 != 0 {
+                    if st.rx_cq.is_some() {
+                        return Err(Error::Inval("a receive CQ is already bound"));
+                    }
+                    st.rx_cq = Some(b);
+                }
+                cq.shared.attach(&ep.shared);
+                cq.bound.get();
+                bound.cqs.push(cq);
+            }
+            fi::FI_CLASS_CNTR => {
+                // SAFETY: class checked.
+                let c = unsafe { Cntr::from_fid(bfid) }?;
+                let known = (fi::FI_SEND | fi::FI_RECV | fi::FI_READ | fi::FI_WRITE | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+                if flags & !known != 0 || flags == 0 {
+                    return Err(Error::BadFlags);
+                }
+                if flags & fi::FI_SEND as u64 != 0 {
+                    st.send_cntr = Some(c.shared.clone());
+                }
+                if flags & fi::FI_RECV as u64 != 0 {
+                    st.recv_cntr = Some(c.shared.clone());
+                }
+                // RMA counters (READ/WRITE/REMOTE_*) count nothing until RMA exists.
+                c.shared.attach(&ep.shared);
+                c.bound.get();
+                bound.cntrs.push(c);
+            }
+            fi::FI_CLASS_EQ => {
+                // SAFETY: class checked.
+                let eq = unsafe { Eq::from_fid(bfid) }?;
+                if bound.eq.is_none() {
+                    eq.bound.get();
+                    bound.eq = Some(eq);
+                }
+            }
+            _ => return Err(Error::Inval("cannot bind this object to an endpoint")),
+        }
+        Ok(0)
+    }
+}
+
+entry! {
+    fn ep_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
+        let _ = arg;
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        match command as u32 {
+            fi::FI_ENABLE => {
+                ep.shared.enable()?;
+                Ok(0)
+            }
+            _ => Err(Error::NoSys),
+        }
+    }
+}
+
+/// # Safety
+/// `ep` is null or an endpoint from rdmx.
+unsafe fn ep_ref<'a>(ep: *const fi::fid_ep) -> Result<&'a Ep> {
+    // SAFETY: per contract.
+    unsafe { Ep::from_fid(ep as *const fi::fid) }
+}
+
+entry! {
+    fn ep_getname(f: fi::fid_t, addr: *mut libc::c_void, addrlen: *mut usize) -> i32 {
+        non_null!(addrlen);
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        let bytes = ep.shared.lock().local.encode();
+        // SAFETY: checked non-null.
+        let have = unsafe { *addrlen };
+        // SAFETY: checked non-null.
+        unsafe { *addrlen = ADDR_LEN };
+        if have < ADDR_LEN {
+            return Err(Error::TooSmall);
+        }
+        non_null!(addr);
+        // SAFETY: the application's buffer holds `have >= ADDR_LEN` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, ADDR_LEN) };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn ep_cancel(f: fi::fid_t, context: *mut libc::c_void) -> isize {
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        ep.shared.lock().cancel(context as usize)?;
+        Ok(0)
+    }
+}
+
+entry! {
+    fn ep_getopt(f: fi::fid_t, level: i32, optname: i32, optval: *mut libc::c_void, optlen: *mut usize) -> i32 {
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        if level != fi::FI_OPT_ENDPOINT as i32 {
+            return Err(Error::NoProtoOpt);
+        }
+        match optname as u32 {
+            fi::FI_OPT_MIN_MULTI_RECV => {
+                non_null!(optval, optlen);
+                let v = ep.shared.lock().min_multi_recv;
+                // SAFETY: checked non-null; the option is a size_t.
+                unsafe {
+                    *(optval as *mut usize) = v;
+                    *optlen = std::mem::size_of::<usize>();
+                }
+                Ok(0)
+            }
+            _ => Err(Error::NoProtoOpt),
+        }
+    }
+}
+
+entry! {
+    fn ep_setopt(f: fi::fid_t, level: i32, optname: i32, optval: *const libc::c_void, optlen: usize) -> i32 {
+        // SAFETY: our fid.
+        let ep = unsafe { Ep::from_fid(f) }?;
+        if level != fi::FI_OPT_ENDPOINT as i32 {
+            return Err(Error::NoProtoOpt);
+        }
+        match optname as u32 {
+            fi::FI_OPT_MIN_MULTI_RECV => {
+                non_null!(optval);
+                if optlen != std::mem::size_of::<usize>() {
+                    return Err(Error::Inval("FI_OPT_MIN_MULTI_RECV is a size_t"));
+                }
+                // SAFETY: checked non-null and size.
+                let v = unsafe { std::ptr::read_unaligned(optval as *const usize) };
+                ep.shared.lock().min_multi_recv = v;
+                Ok(0)
+            }
+            _ => Err(Error::NoProtoOpt),
+        }
+    }
+}
+
+// ---- message and tagged operations ----
+
+/// # Safety
+/// `iov` is null or valid for `count` entries.
+unsafe fn user_iov(iov: *const fi::iovec, count: usize) -> Result<UserIov> {
+    if count > info::IOV_LIMIT {
+        return Err(Error::Inval("iov count above iov_limit"));
+    }
+    let mut out = UserIov { count, ..UserIov::default() };
+    if count == 0 {
+        return Ok(out);
+    }
+    non_null!(iov);
+    // SAFETY: per contract.
+    let s = unsafe { std::slice::from_raw_parts(iov, count) };
+    for (o, v) in out.bufs.iter_mut().zip(s) {
+        if v.iov_base.is_null() && v.iov_len != 0 {
+            return Err(Error::Inval("NULL iov_base with non-zero length"));
+        }
+        *o = UserBuf { ptr: v.iov_base as usize, len: v.iov_len };
+    }
+    Ok(out)
+}
+
+fn single(buf: *const libc::c_void, len: usize) -> Result<UserIov> {
+    if buf.is_null() && len != 0 {
+        return Err(Error::Inval("NULL buffer with non-zero length"));
+    }
+    let mut out = UserIov { count: 1, ..UserIov::default() };
+    out.bufs[0] = UserBuf { ptr: buf as usize, len };
+    Ok(out)
+}
+
+fn do_send(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
+    // SAFETY: libfabric passes our endpoint.
+    let ep = unsafe { ep_ref(ep) }?;
+    let mut st = ep.shared.lock();
+    let flags = flags.unwrap_or(st.profile.tx_op_flags);
+    let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
+    for (s, b) in slices.iter_mut().zip(&iov.bufs[..iov.count]) {
+        if b.len > 0 {
+            // SAFETY: the application's buffer of `b.len` bytes, valid for the call
+            // (the engine copies it before we return).
+            *s = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, b.len) };
+        }
+    }
+    st.send(SendArgs {
+        kind,
+        dest,
+        payload: &slices[..iov.count],
+        tag,
+        data,
+        context: context as usize,
+        flags,
+        inject,
+    })?;
+    Ok(0)
+}
+
+fn do_recv(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64, ignore: u64, context: Ctx, flags: Option<u64>) -> Result<isize> {
+    // SAFETY: libfabric passes our endpoint.
+    let ep = unsafe { ep_ref(ep) }?;
+    let mut st = ep.shared.lock();
+    let flags = flags.unwrap_or(st.profile.rx_op_flags);
+    let supported = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
+    if flags & !supported != 0 {
+        return Err(Error::BadFlags);
+    }
+    st.post_recv(RecvArgs { kind, src, iov, tag, ignore, context: context as usize, flags })?;
+    Ok(0)
+}
+
+const SEND_MSG_FLAGS: u64 = (fi::FI_COMPLETION
+    | fi::FI_INJECT
+    | fi::FI_INJECT_COMPLETE
+    | fi::FI_TRANSMIT_COMPLETE
+    | fi::FI_DELIVERY_COMPLETE
+    | fi::FI_REMOTE_CQ_DATA
+    | fi::FI_MORE
+    | fi::FI_FENCE) as u64;
+
+entry! {
+    fn msg_recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_recv(ep, MsgKind::Msg, single(buf, len)?, src, 0, 0, context, None)
+    }
+}
+
+entry! {
+    fn msg_recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_recv(ep, MsgKind::Msg, iov, src, 0, 0, context, None)
+    }
+}
+
+entry! {
+    fn msg_recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
+        non_null!(msg);
+        // SAFETY: checked non-null.
+        let m = unsafe { &*msg };
+        // SAFETY: the message's iov array.
+        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
+        do_recv(ep, MsgKind::Msg, iov, m.addr, 0, 0, m.context, Some(flags))
+    }
+}
+
+entry! {
+    fn msg_send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, None, context, None, false)
+    }
+}
+
+entry! {
+    fn msg_sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_send(ep, MsgKind::Msg, iov, dest, 0, None, context, None, false)
+    }
+}
+
+entry! {
+    fn msg_sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
+        non_null!(msg);
+        if flags & !SEND_MSG_FLAGS != 0 {
+            return Err(Error::BadFlags);
+        }
+        // SAFETY: checked non-null.
+        let m = unsafe { &*msg };
+        // SAFETY: the message's iov array.
+        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
+        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+        do_send(ep, MsgKind::Msg, iov, m.addr, 0, data, m.context, Some(flags), false)
+    }
+}
+
+entry! {
+    fn msg_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64) -> isize {
+        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, None, std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+entry! {
+    fn msg_senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, Some(data), context, None, false)
+    }
+}
+
+entry! {
+    fn msg_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64) -> isize {
+        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, Some(data), std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+entry! {
+    fn tagged_recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, tag: u64, ignore: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_recv(ep, MsgKind::Tagged, single(buf, len)?, src, tag, ignore, context, None)
+    }
+}
+
+entry! {
+    fn tagged_recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, tag: u64, ignore: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_recv(ep, MsgKind::Tagged, iov, src, tag, ignore, context, None)
+    }
+}
+
+entry! {
+    fn tagged_recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
+        non_null!(msg);
+        // SAFETY: checked non-null.
+        let m = unsafe { &*msg };
+        // SAFETY: the message's iov array.
+        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
+        do_recv(ep, MsgKind::Tagged, iov, m.addr, m.tag, m.ignore, m.context, Some(flags))
+    }
+}
+
+entry! {
+    fn tagged_send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, tag: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, None, context, None, false)
+    }
+}
+
+entry! {
+    fn tagged_sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, tag: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_send(ep, MsgKind::Tagged, iov, dest, tag, None, context, None, false)
+    }
+}
+
+entry! {
+    fn tagged_sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
+        non_null!(msg);
+        if flags & !SEND_MSG_FLAGS != 0 {
+            return Err(Error::BadFlags);
+        }
+        // SAFETY: checked non-null.
+        let m = unsafe { &*msg };
+        // SAFETY: the message's iov array.
+        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
+        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
+        do_send(ep, MsgKind::Tagged, iov, m.addr, m.tag, data, m.context, Some(flags), false)
+    }
+}
+
+entry! {
+    fn tagged_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, tag: u64) -> isize {
+        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, None, std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+entry! {
+    fn tagged_senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, tag: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, Some(data), context, None, false)
+    }
+}
+
+entry! {
+    fn tagged_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, tag: u64) -> isize {
+        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, Some(data), std::ptr::null_mut(), Some(0), true)
+    }
+}

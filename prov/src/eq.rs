@@ -1,0 +1,210 @@
+//! Event queues. rdmx's RDM endpoints never need connection events, but
+//! applications (fabtests, MPICH) open an EQ anyway and `fi_eq_write`/`read`/
+//! `sread`/`readerr` must behave.
+use crate::entry::{entry, non_null};
+use crate::error::{Error, Result};
+use crate::fabric;
+use crate::fid::{self, FidObject, Refs};
+use libfabric_sys as fi;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+struct Event {
+    kind: u32,
+    data: Vec<u8>,
+    err: Option<fi::fi_eq_err_entry>,
+}
+
+// SAFETY: the raw pointers inside fi_eq_err_entry are opaque values the application
+// wrote; rdmx never dereferences them.
+unsafe impl Send for Event {}
+
+#[repr(C)]
+pub struct Eq {
+    pub fid: fi::fid_eq,
+    fabric: *const fabric::Fabric,
+    pub bound: Refs,
+    queue: Mutex<VecDeque<Event>>,
+    cond: Condvar,
+}
+
+// SAFETY: #[repr(C)] with fid_eq first.
+unsafe impl FidObject for Eq {
+    const CLASS: u32 = fi::FI_CLASS_EQ;
+}
+
+static EQ_FI_OPS: fi::fi_ops = fid::fi_ops(eq_close, None, Some(eq_control));
+static EQ_OPS: fi::fi_ops_eq = fi::fi_ops_eq {
+    size: std::mem::size_of::<fi::fi_ops_eq>(),
+    read: Some(eq_read),
+    readerr: Some(eq_readerr),
+    write: Some(eq_write),
+    sread: Some(eq_sread),
+    strerror: Some(eq_strerror),
+};
+
+entry! {
+    fn rdmx_eq_open(fabric: *mut fi::fid_fabric, attr: *mut fi::fi_eq_attr, out: *mut *mut fi::fid_eq, context: *mut libc::c_void) -> i32 {
+        non_null!(attr, out);
+        // SAFETY: libfabric passes our fabric.
+        let fab = unsafe { fabric::fabric_ref(fabric) }?;
+        // SAFETY: checked non-null.
+        let attr = unsafe { &*attr };
+        match attr.wait_obj {
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
+            _ => return Err(Error::NoSys),
+        }
+        if attr.flags != 0 {
+            return Err(Error::BadFlags);
+        }
+        fab.children.get();
+        let eq = fid::leak(Eq {
+            fid: fi::fid_eq { fid: fid::new_fid(fi::FI_CLASS_EQ, context, &EQ_FI_OPS), ops: &EQ_OPS as *const _ as *mut _ },
+            fabric: fab,
+            bound: Refs::default(),
+            queue: Mutex::new(VecDeque::new()),
+            cond: Condvar::new(),
+        });
+        // SAFETY: checked non-null.
+        unsafe { *out = eq as *mut fi::fid_eq };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn eq_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let eq = unsafe { Eq::from_fid(f) }?;
+        eq.bound.busy()?;
+        // SAFETY: the fabric outlives its children (its close checks the count).
+        unsafe { (*eq.fabric).children.put() };
+        // SAFETY: created by fid::leak in rdmx_eq_open.
+        drop(unsafe { fid::reclaim(eq as *const Eq) });
+        Ok(0)
+    }
+}
+
+entry! {
+    fn eq_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
+        let _ = (f, command, arg);
+        Err(Error::NoSys)
+    }
+}
+
+/// # Safety
+/// `eq` is an EQ fid from rdmx.
+unsafe fn eq_ref<'a>(eq: *mut fi::fid_eq) -> Result<&'a Eq> {
+    // SAFETY: per contract.
+    unsafe { Eq::from_fid(eq as *const fi::fid) }
+}
+
+fn pop(eq: &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> Result<isize> {
+    let mut q = eq.queue.lock();
+    match q.front() {
+        None => Err(Error::Again),
+        Some(e) if e.err.is_some() => Ok(-(fi::FI_EAVAIL as isize)),
+        Some(e) => {
+            if e.data.len() > len {
+                return Err(Error::TooSmall);
+            }
+            let n = e.data.len();
+            if !event.is_null() {
+                // SAFETY: non-null out-pointer from the application.
+                unsafe { *event = e.kind };
+            }
+            if n > 0 {
+                non_null!(buf);
+                // SAFETY: the application's buffer holds `len >= n` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(e.data.as_ptr(), buf as *mut u8, n) };
+            }
+            if flags & fi::FI_PEEK as u64 == 0 {
+                q.pop_front();
+            }
+            Ok(n as isize)
+        }
+    }
+}
+
+entry! {
+    fn eq_read(eq: *mut fi::fid_eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> isize {
+        // SAFETY: our fid.
+        let eq = unsafe { eq_ref(eq) }?;
+        pop(eq, event, buf, len, flags)
+    }
+}
+
+entry! {
+    fn eq_sread(eq: *mut fi::fid_eq, event: *mut u32, buf: *mut libc::c_void, len: usize, timeout: i32, flags: u64) -> isize {
+        // SAFETY: our fid.
+        let eq = unsafe { eq_ref(eq) }?;
+        let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+        loop {
+            match pop(eq, event, buf, len, flags) {
+                Err(Error::Again) => {}
+                other => return other,
+            }
+            let mut q = eq.queue.lock();
+            if !q.is_empty() {
+                continue;
+            }
+            match deadline {
+                Some(d) => {
+                    if eq.cond.wait_until(&mut q, d).timed_out() && q.is_empty() {
+                        return Err(Error::Again);
+                    }
+                }
+                None => eq.cond.wait(&mut q),
+            }
+        }
+    }
+}
+
+entry! {
+    fn eq_readerr(eq: *mut fi::fid_eq, buf: *mut fi::fi_eq_err_entry, flags: u64) -> isize {
+        non_null!(buf);
+        // SAFETY: our fid.
+        let eq = unsafe { eq_ref(eq) }?;
+        let mut q = eq.queue.lock();
+        match q.front() {
+            Some(e) if e.err.is_some() => {
+                let err = e.err.unwrap_or_default();
+                // SAFETY: checked non-null; the application's entry.
+                unsafe { *buf = err };
+                if flags & fi::FI_PEEK as u64 == 0 {
+                    q.pop_front();
+                }
+                Ok(1)
+            }
+            _ => Err(Error::Again),
+        }
+    }
+}
+
+entry! {
+    fn eq_write(eq: *mut fi::fid_eq, event: u32, buf: *const libc::c_void, len: usize, flags: u64) -> isize {
+        // SAFETY: our fid.
+        let eq = unsafe { eq_ref(eq) }?;
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            non_null!(buf);
+            // SAFETY: the application's buffer of `len` bytes.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, len) }.to_vec()
+        };
+        // libfabric 1.17 has no flag to write error events; they come only from
+        // the provider (none today).
+        let _ = flags;
+        let err = None;
+        eq.queue.lock().push_back(Event { kind: event, data, err });
+        eq.cond.notify_all();
+        Ok(len as isize)
+    }
+}
+
+entry! {
+    fn eq_strerror(eq: *mut fi::fid_eq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
+        let _ = (eq, err_data);
+        Ok(crate::cq::strerror_into(prov_errno, buf, len))
+    }
+}

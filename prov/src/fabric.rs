@@ -1,0 +1,92 @@
+//! The fabric object: the root every domain and EQ hangs from.
+use crate::domain;
+use crate::entry::{entry, entry_unsupported, non_null};
+use crate::eq;
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject, Refs};
+use crate::info::FABRIC_NAME;
+use libfabric_sys as fi;
+use std::ffi::CStr;
+
+#[repr(C)]
+pub struct Fabric {
+    pub fid: fi::fid_fabric,
+    pub children: Refs,
+}
+
+// SAFETY: #[repr(C)] with fid_fabric (which starts with fid) first.
+unsafe impl FidObject for Fabric {
+    const CLASS: u32 = fi::FI_CLASS_FABRIC;
+}
+
+static FABRIC_FI_OPS: fi::fi_ops = fid::fi_ops(fabric_close, None, None);
+
+static FABRIC_OPS: fi::fi_ops_fabric = fi::fi_ops_fabric {
+    size: std::mem::size_of::<fi::fi_ops_fabric>(),
+    domain: Some(domain::rdmx_domain),
+    passive_ep: Some(no_passive_ep),
+    eq_open: Some(eq::rdmx_eq_open),
+    wait_open: Some(no_wait_open),
+    trywait: Some(fabric_trywait),
+    domain2: Some(no_domain2),
+};
+
+entry_unsupported! {
+    fn no_passive_ep(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, pep: *mut *mut fi::fid_pep, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_wait_open(fabric: *mut fi::fid_fabric, attr: *mut fi::fi_wait_attr, waitset: *mut *mut fi::fid_wait) -> i32 = Error::NoSys;
+    fn no_domain2(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, dom: *mut *mut fi::fid_domain, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
+}
+
+entry! {
+    /// `fi_trywait`: rdmx's waits are progress loops, so it is always safe to wait.
+    fn fabric_trywait(fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: i32) -> i32 {
+        let _ = (fabric, fids, count);
+        Ok(0)
+    }
+}
+
+entry! {
+    /// The provider's `fabric` callback (`fi_fabric`).
+    fn rdmx_fabric(attr: *mut fi::fi_fabric_attr, out: *mut *mut fi::fid_fabric, context: *mut libc::c_void) -> i32 {
+        non_null!(attr, out);
+        // SAFETY: libfabric passes a valid attr.
+        let attr = unsafe { &*attr };
+        if attr.name.is_null() {
+            return Err(Error::Inval("fabric name"));
+        }
+        // SAFETY: non-null C string from the application.
+        let name = unsafe { CStr::from_ptr(attr.name) };
+        if name.to_bytes() != FABRIC_NAME.as_bytes() {
+            return Err(Error::Inval("not an rdmx fabric"));
+        }
+        let f = fid::leak(Fabric {
+            fid: fi::fid_fabric {
+                fid: fid::new_fid(fi::FI_CLASS_FABRIC, context, &FABRIC_FI_OPS),
+                ops: &FABRIC_OPS as *const _ as *mut _,
+                api_version: crate::info::API_VERSION,
+            },
+            children: Refs::default(),
+        });
+        // SAFETY: `out` checked non-null.
+        unsafe { *out = f as *mut fi::fid_fabric };
+        Ok(0)
+    }
+}
+
+entry! {
+    fn fabric_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: libfabric hands back the fid we created.
+        let fab = unsafe { Fabric::from_fid(f) }?;
+        fab.children.busy()?;
+        // SAFETY: created by fid::leak in rdmx_fabric; libfabric drops its pointer.
+        drop(unsafe { fid::reclaim(fab as *const Fabric) });
+        Ok(0)
+    }
+}
+
+/// # Safety
+/// `f` must be null or a fabric fid from rdmx.
+pub unsafe fn fabric_ref<'a>(f: *mut fi::fid_fabric) -> Result<&'a Fabric> {
+    // SAFETY: per contract.
+    unsafe { Fabric::from_fid(f as *const fi::fid) }
+}

@@ -1,0 +1,119 @@
+//! Helpers shared by the fid objects: casting libfabric's pointers back to ours,
+//! parent/child reference counts, and the `-FI_ENOSYS` slots.
+use crate::entry::entry_unsupported;
+use crate::error::{Error, Result};
+use libfabric_sys as fi;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Types whose first field is a libfabric `fid` (through `fid_ep`, `fid_cq`, ...).
+///
+/// # Safety
+/// Implementors must be `#[repr(C)]` with the fid-bearing struct as the first
+/// field, so a pointer to the object is also a pointer to its `struct fid`.
+pub unsafe trait FidObject: Sized {
+    const CLASS: u32;
+
+    /// Casts a `struct fid *` libfabric gave us back to the object.
+    ///
+    /// # Safety
+    /// `fid` must be null or point to a live fid that libfabric got from rdmx.
+    unsafe fn from_fid<'a>(fid: *const fi::fid) -> Result<&'a Self> {
+        // SAFETY: per contract `fid` is null or valid; we check the class before
+        // reinterpreting, and `Self` starts with the fid (trait contract).
+        unsafe {
+            let f = fid.as_ref().ok_or(Error::Inval("NULL fid"))?;
+            if f.fclass != Self::CLASS as usize {
+                return Err(Error::Inval("fid of the wrong class"));
+            }
+            Ok(&*(fid as *const Self))
+        }
+    }
+
+    fn as_fid(&self) -> *mut fi::fid {
+        self as *const Self as *mut fi::fid
+    }
+}
+
+/// Counts live children / bindings of an object; closing with a non-zero count
+/// returns -FI_EBUSY.
+#[derive(Debug, Default)]
+pub struct Refs(AtomicUsize);
+
+impl Refs {
+    pub fn get(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+    pub fn put(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+    pub fn busy(&self) -> Result<()> {
+        if self.0.load(Ordering::Acquire) != 0 {
+            Err(Error::Busy)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// A fresh `struct fid` for an object of `class`.
+pub fn new_fid(class: u32, context: *mut libc::c_void, ops: &'static fi::fi_ops) -> fi::fid {
+    fi::fid { fclass: class as usize, context, ops: ops as *const fi::fi_ops as *mut fi::fi_ops }
+}
+
+entry_unsupported! {
+    fn no_bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> i32 = Error::NoSys;
+    fn no_control(fid: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_ops_open(fid: *mut fi::fid, name: *const libc::c_char, flags: u64, ops: *mut *mut libc::c_void, context: *mut libc::c_void) -> i32 = Error::NoSys;
+    fn no_tostr(fid: *const fi::fid, buf: *mut libc::c_char, len: usize) -> i32 = Error::NoSys;
+    fn no_ops_set(fid: *mut fi::fid, name: *const libc::c_char, flags: u64, ops: *mut libc::c_void, context: *mut libc::c_void) -> i32 = Error::NoSys;
+}
+
+/// An `fi_ops` table with the given close / bind / control and ENOSYS elsewhere.
+pub const fn fi_ops(
+    close: unsafe extern "C" fn(*mut fi::fid) -> i32,
+    bind: Option<unsafe extern "C" fn(*mut fi::fid, *mut fi::fid, u64) -> i32>,
+    control: Option<unsafe extern "C" fn(*mut fi::fid, i32, *mut libc::c_void) -> i32>,
+) -> fi::fi_ops {
+    fi::fi_ops {
+        size: std::mem::size_of::<fi::fi_ops>(),
+        close: Some(close),
+        bind: match bind {
+            Some(b) => Some(b),
+            None => Some(no_bind),
+        },
+        control: match control {
+            Some(c) => Some(c),
+            None => Some(no_control),
+        },
+        ops_open: Some(no_ops_open),
+        tostr: Some(no_tostr),
+        ops_set: Some(no_ops_set),
+    }
+}
+
+/// Moves `obj` to the heap and returns the raw pointer libfabric will hold.
+pub fn leak<T>(obj: T) -> *mut T {
+    Box::into_raw(Box::new(obj))
+}
+
+/// Takes back an object created by [`leak`].
+///
+/// # Safety
+/// `p` must come from `leak::<T>` and not be used afterwards.
+pub unsafe fn reclaim<T>(p: *const T) -> Box<T> {
+    // SAFETY: per contract.
+    unsafe { Box::from_raw(p as *mut T) }
+}
+
+/// Writes `v` to an out-pointer after checking it.
+///
+/// # Safety
+/// `out` must be null or valid for writes.
+pub unsafe fn write_out<T>(out: *mut T, v: T) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::Inval("NULL output pointer"));
+    }
+    // SAFETY: checked non-null; valid per contract.
+    unsafe { out.write(v) };
+    Ok(())
+}

@@ -1,0 +1,655 @@
+//! `fi_getinfo`: rdmx's attribute profile and the hint matching that libfabric's
+//! util code (`ofi_check_info` / `ofi_alter_info`, not exported to DL providers)
+//! would do. See ../shared reference PROVIDER_ABI.md §2.10 for the rules.
+//!
+//! The profile is built as a Rust [`Profile`] first, matched and altered in Rust,
+//! and only at the end copied into `fi_info` structs allocated by libfabric's own
+//! allocator (`fi_dupinfo(NULL)`, libc `malloc`/`strdup`), so `fi_freeinfo` can free
+//! them.
+use crate::addr::{RdmxAddr, ADDR_LEN};
+use crate::error::{Error, Result};
+use crate::params::{params, DeviceChoice};
+use libfabric_sys as fi;
+use std::ffi::{CStr, CString};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+
+pub const FABRIC_NAME: &str = "rdmx";
+pub const API_VERSION: u32 = fi::fi_version_num(1, 17);
+
+// Capability bits (all u64).
+const MSG: u64 = fi::FI_MSG as u64;
+const TAGGED: u64 = fi::FI_TAGGED as u64;
+const SEND: u64 = fi::FI_SEND as u64;
+const RECV: u64 = fi::FI_RECV as u64;
+const DIRECTED_RECV: u64 = fi::FI_DIRECTED_RECV;
+const SOURCE: u64 = fi::FI_SOURCE;
+const LOCAL_COMM: u64 = fi::FI_LOCAL_COMM;
+const REMOTE_COMM: u64 = fi::FI_REMOTE_COMM;
+
+/// Primary capabilities rdmx implements.
+const PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV;
+/// Secondary capabilities rdmx implements (reported even when not requested).
+const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM;
+const DIRECTION_CAPS: u64 = SEND | RECV;
+pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
+const TX_CAPS: u64 = MSG | TAGGED | SEND;
+const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE;
+const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
+
+const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
+    | fi::FI_INJECT
+    | fi::FI_INJECT_COMPLETE
+    | fi::FI_TRANSMIT_COMPLETE
+    | fi::FI_DELIVERY_COMPLETE
+    | fi::FI_MORE) as u64
+    | fi::FI_COMMIT_COMPLETE as u64;
+const RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
+const MSG_ORDER: u64 = fi::FI_ORDER_STRICT as u64;
+/// mr_mode bits rdmx honours when an application offers them (it requires none):
+/// `FI_MR_LOCAL` registrations are accepted and ignored, `FI_MR_PROV_KEY` makes
+/// rdmx choose keys. `FI_MR_ENDPOINT` is not offered (MRs do not bind to
+/// endpoints).
+const MR_MODE_ACCEPTED: i32 = (fi::FI_MR_LOCAL
+    | fi::FI_MR_ALLOCATED
+    | fi::FI_MR_PROV_KEY
+    | fi::FI_MR_VIRT_ADDR) as i32;
+
+pub const MAX_MSG_SIZE: usize = 1 << 30;
+pub const TX_SIZE: usize = 1024;
+pub const RX_SIZE: usize = 1024;
+pub const IOV_LIMIT: usize = 4;
+pub const CQ_DATA_SIZE: usize = 8;
+
+/// One fi_info entry's worth of attributes, before it is written into C structs.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    pub device: DeviceChoice,
+    pub caps: u64,
+    pub tx_caps: u64,
+    pub rx_caps: u64,
+    pub tx_op_flags: u64,
+    pub rx_op_flags: u64,
+    pub msg_order: u64,
+    pub inject_size: usize,
+    pub tx_size: usize,
+    pub rx_size: usize,
+    pub tx_iov_limit: usize,
+    pub rx_iov_limit: usize,
+    pub threading: fi::fi_threading,
+    pub progress: fi::fi_progress,
+    pub av_type: fi::fi_av_type,
+    pub mr_mode: i32,
+    pub domain_caps: u64,
+    pub mem_tag_format: u64,
+    pub src: Option<RdmxAddr>,
+    pub dest: Option<Vec<u8>>,
+    pub handle: fi::fid_t,
+}
+
+pub fn domain_name(d: DeviceChoice) -> &'static str {
+    match d {
+        DeviceChoice::Auto => "auto",
+        DeviceChoice::Udp => "udp",
+        DeviceChoice::Shm => "shm",
+    }
+}
+
+pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
+    match name {
+        "auto" => Some(DeviceChoice::Auto),
+        "udp" => Some(DeviceChoice::Udp),
+        "shm" => Some(DeviceChoice::Shm),
+        _ => None,
+    }
+}
+
+fn base_profile(device: DeviceChoice) -> Profile {
+    Profile {
+        device,
+        caps: ALL_CAPS,
+        tx_caps: TX_CAPS,
+        rx_caps: RX_CAPS,
+        tx_op_flags: 0,
+        rx_op_flags: 0,
+        msg_order: MSG_ORDER,
+        inject_size: params().inject_size,
+        tx_size: TX_SIZE,
+        rx_size: RX_SIZE,
+        tx_iov_limit: IOV_LIMIT,
+        rx_iov_limit: IOV_LIMIT,
+        threading: fi::FI_THREAD_SAFE,
+        progress: fi::FI_PROGRESS_MANUAL,
+        av_type: fi::FI_AV_UNSPEC,
+        mr_mode: 0,
+        domain_caps: DOMAIN_CAPS,
+        mem_tag_format: u64::MAX,
+        src: None,
+        dest: None,
+        handle: std::ptr::null_mut(),
+    }
+}
+
+/// The devices this host can offer, the configured one first.
+fn usable_devices() -> Vec<DeviceChoice> {
+    let shm_ok = std::path::Path::new("/dev/shm").is_dir();
+    let forced = std::env::var_os("FI_RDMX_DEVICE").is_some();
+    let first = params().device;
+    if forced {
+        return vec![first];
+    }
+    let mut v = vec![DeviceChoice::Auto, DeviceChoice::Udp];
+    if shm_ok {
+        v.push(DeviceChoice::Shm);
+    }
+    v
+}
+
+/// Threading rank used by libfabric's util code: a provider at rank p satisfies a
+/// hint of rank h when h >= p.
+fn threading_rank(t: fi::fi_threading) -> u32 {
+    match t {
+        fi::FI_THREAD_SAFE => 1,
+        fi::FI_THREAD_FID => 2,
+        fi::FI_THREAD_ENDPOINT => 3,
+        fi::FI_THREAD_COMPLETION => 4,
+        fi::FI_THREAD_DOMAIN => 5,
+        _ => 6,
+    }
+}
+
+fn progress_ok(hint: fi::fi_progress, ours: fi::fi_progress) -> bool {
+    hint == fi::FI_PROGRESS_UNSPEC || hint == ours || (hint == fi::FI_PROGRESS_MANUAL && ours == fi::FI_PROGRESS_AUTO)
+}
+
+/// Borrowed view of an application's hints (all pointers checked for null).
+struct Hints<'a> {
+    info: &'a fi::fi_info,
+    tx: Option<&'a fi::fi_tx_attr>,
+    rx: Option<&'a fi::fi_rx_attr>,
+    ep: Option<&'a fi::fi_ep_attr>,
+    dom: Option<&'a fi::fi_domain_attr>,
+    fab: Option<&'a fi::fi_fabric_attr>,
+}
+
+impl<'a> Hints<'a> {
+    /// # Safety
+    /// `info` must point to a valid `fi_info` whose attr pointers are null or valid.
+    unsafe fn new(info: &'a fi::fi_info) -> Self {
+        // SAFETY: per this function's contract, each pointer is null or valid for 'a.
+        unsafe {
+            Hints {
+                info,
+                tx: info.tx_attr.as_ref(),
+                rx: info.rx_attr.as_ref(),
+                ep: info.ep_attr.as_ref(),
+                dom: info.domain_attr.as_ref(),
+                fab: info.fabric_attr.as_ref(),
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `p` is null or a valid C string.
+unsafe fn opt_cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: non-null and valid per contract.
+        unsafe { CStr::from_ptr(p) }.to_str().ok()
+    }
+}
+
+/// Applies one hint set to a profile: `Err(NoData)` if it cannot be satisfied,
+/// otherwise the altered profile (ofi_check_info + ofi_alter_info).
+fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
+    let hi = h.info;
+    // Capabilities.
+    if hi.caps & !ALL_CAPS != 0 {
+        return Err(Error::NoData);
+    }
+    // Modes: rdmx requires none, so any hinted mode set is fine.
+    // Address format.
+    if hi.addr_format != fi::FI_FORMAT_UNSPEC {
+        return Err(Error::NoData);
+    }
+    if let Some(ep) = h.ep {
+        if ep.type_ != fi::FI_EP_UNSPEC && ep.type_ != fi::FI_EP_RDM {
+            return Err(Error::NoData);
+        }
+        if ep.protocol != fi::FI_PROTO_UNSPEC {
+            return Err(Error::NoData);
+        }
+        if ep.max_msg_size > MAX_MSG_SIZE {
+            return Err(Error::NoData);
+        }
+        if ep.tx_ctx_cnt > 1 || ep.rx_ctx_cnt > 1 {
+            // Includes FI_SHARED_CONTEXT (usize::MAX): no shared or scalable contexts.
+            return Err(Error::NoData);
+        }
+        if ep.auth_key_size > 8 {
+            return Err(Error::NoData);
+        }
+        if ep.mem_tag_format != 0 {
+            p.mem_tag_format = ep.mem_tag_format;
+        }
+    }
+    if let Some(fab) = h.fab {
+        // SAFETY: hints come from the application; names are C strings or null.
+        if let Some(name) = unsafe { opt_cstr(fab.name) } {
+            if name != FABRIC_NAME {
+                return Err(Error::NoData);
+            }
+        }
+        if fab.api_version != 0 && fab.api_version > API_VERSION {
+            return Err(Error::NoData);
+        }
+    }
+    if let Some(dom) = h.dom {
+        // SAFETY: as above.
+        if let Some(name) = unsafe { opt_cstr(dom.name) } {
+            if name != domain_name(p.device) {
+                return Err(Error::NoData);
+            }
+        }
+        if threading_rank(dom.threading) < threading_rank(fi::FI_THREAD_SAFE) {
+            return Err(Error::NoData);
+        }
+        if !progress_ok(dom.control_progress, p.progress) || !progress_ok(dom.data_progress, p.progress) {
+            return Err(Error::NoData);
+        }
+        if dom.caps & !DOMAIN_CAPS != 0 {
+            return Err(Error::NoData);
+        }
+        if dom.cq_data_size > CQ_DATA_SIZE
+            || dom.mr_key_size > 8
+            || dom.max_ep_tx_ctx > 1
+            || dom.max_ep_rx_ctx > 1
+            || dom.max_ep_stx_ctx > 0
+            || dom.max_ep_srx_ctx > 0
+            || dom.auth_key_size > 8
+            || dom.max_err_data > 0
+        {
+            return Err(Error::NoData);
+        }
+        if dom.av_type != fi::FI_AV_UNSPEC {
+            if dom.av_type != fi::FI_AV_MAP && dom.av_type != fi::FI_AV_TABLE {
+                return Err(Error::NoData);
+            }
+            p.av_type = dom.av_type;
+        }
+        if dom.threading != fi::FI_THREAD_UNSPEC {
+            p.threading = dom.threading;
+        }
+        let mr = dom.mr_mode;
+        p.mr_mode = if mr == fi::FI_MR_BASIC as i32 || mr == fi::FI_MR_SCALABLE as i32 {
+            // Legacy values are echoed exactly (rdmx needs no registration).
+            mr
+        } else if mr == fi::FI_MR_UNSPEC as i32 && version < fi::fi_version_num(1, 5) {
+            fi::FI_MR_SCALABLE as i32
+        } else {
+            mr & MR_MODE_ACCEPTED
+        };
+        if dom.data_progress != fi::FI_PROGRESS_UNSPEC {
+            p.progress = dom.data_progress;
+        }
+        p.domain_caps = if dom.caps != 0 { dom.caps & DOMAIN_CAPS } else { DOMAIN_CAPS };
+    }
+    // Direction-specific attributes.
+    if let Some(tx) = h.tx {
+        if tx.caps & !(TX_CAPS | RX_CAPS | SECONDARY_CAPS) != 0
+            || tx.op_flags & !TX_OP_FLAGS != 0
+            || tx.msg_order & !MSG_ORDER != 0
+            || tx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
+            || tx.inject_size > p.inject_size
+            || tx.size > TX_SIZE
+            || tx.iov_limit > IOV_LIMIT
+            || tx.rma_iov_limit > 1
+        {
+            return Err(Error::NoData);
+        }
+        p.tx_op_flags = tx.op_flags;
+        if tx.inject_size != 0 {
+            p.inject_size = tx.inject_size;
+        }
+        if tx.size != 0 {
+            p.tx_size = tx.size;
+        }
+        if tx.iov_limit != 0 {
+            p.tx_iov_limit = tx.iov_limit;
+        }
+    }
+    if let Some(rx) = h.rx {
+        if rx.caps & !(TX_CAPS | RX_CAPS | SECONDARY_CAPS) != 0
+            || rx.op_flags & !RX_OP_FLAGS != 0
+            || rx.msg_order & !MSG_ORDER != 0
+            || rx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
+            || rx.size > RX_SIZE
+            || rx.iov_limit > IOV_LIMIT
+        {
+            return Err(Error::NoData);
+        }
+        p.rx_op_flags = rx.op_flags;
+        if rx.size != 0 {
+            p.rx_size = rx.size;
+        }
+        if rx.iov_limit != 0 {
+            p.rx_iov_limit = rx.iov_limit;
+        }
+    }
+    // Output capabilities: what was asked (or everything), plus secondary caps.
+    let primary_req = hi.caps & (PRIMARY_CAPS | DIRECTION_CAPS);
+    let mut caps = if hi.caps & PRIMARY_CAPS != 0 { primary_req } else { PRIMARY_CAPS | (hi.caps & DIRECTION_CAPS) };
+    if caps & DIRECTION_CAPS == 0 {
+        caps |= DIRECTION_CAPS;
+    }
+    caps |= SECONDARY_CAPS & (if hi.caps & SECONDARY_CAPS != 0 { hi.caps | LOCAL_COMM | REMOTE_COMM } else { SECONDARY_CAPS });
+    p.caps = caps;
+    p.tx_caps = caps & TX_CAPS;
+    p.rx_caps = caps & RX_CAPS;
+    p.handle = hi.handle;
+    Ok(p)
+}
+
+/// Resolves `node`/`service` to a socket address (service = UDP port).
+fn resolve(node: Option<&str>, service: Option<&str>, passive: bool) -> Result<SocketAddr> {
+    let port: u16 = match service {
+        Some(s) => s.parse().map_err(|_| Error::NoData)?,
+        None => 0,
+    };
+    match node {
+        Some(n) => {
+            let found = (n, port).to_socket_addrs().map_err(|_| Error::NoData)?;
+            let v: Vec<SocketAddr> = found.collect();
+            v.iter().find(|a| a.is_ipv4()).or(v.first()).copied().ok_or(Error::NoData)
+        }
+        None if passive => Ok(SocketAddr::new(default_ip(), port)),
+        None => Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)),
+    }
+}
+
+/// The IP the UDP device binds to when the application names none: `FI_RDMX_IFACE`
+/// (an IP, or an interface name), else the address the hostname resolves to, else
+/// 127.0.0.1.
+pub fn default_ip() -> IpAddr {
+    if let Some(iface) = &params().iface {
+        if let Ok(ip) = iface.parse::<IpAddr>() {
+            return ip;
+        }
+        if let Some(ip) = iface_ip(iface) {
+            return ip;
+        }
+    }
+    hostname_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+fn hostname_ip() -> Option<IpAddr> {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let host = host.trim();
+    let addrs = (host, 0u16).to_socket_addrs().ok()?;
+    let v: Vec<_> = addrs.map(|a| a.ip()).filter(|ip| ip.is_ipv4()).collect();
+    // Debian maps the hostname to 127.0.1.1; that is still a fine local address.
+    v.first().copied()
+}
+
+/// The first IPv4 address of the named interface.
+pub fn iface_ip(name: &str) -> Option<IpAddr> {
+    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `ifap` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = ifap;
+    while !cur.is_null() {
+        // SAFETY: `cur` walks the list getifaddrs returned; each node is valid.
+        let ifa = unsafe { &*cur };
+        // SAFETY: ifa_name is a valid C string; ifa_addr is null or a sockaddr.
+        let n = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
+        if n == name && !ifa.ifa_addr.is_null() {
+            // SAFETY: checked non-null above.
+            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
+            if fam == libc::AF_INET {
+                // SAFETY: family AF_INET means the storage is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                break;
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `ifap` came from getifaddrs.
+    unsafe { libc::freeifaddrs(ifap) };
+    found
+}
+
+/// # Safety
+/// `ptr` is null or valid for `len` bytes.
+unsafe fn addr_from_raw(ptr: *const libc::c_void, len: usize) -> Option<Vec<u8>> {
+    if ptr.is_null() || len == 0 {
+        return None;
+    }
+    // SAFETY: per contract.
+    Some(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec())
+}
+
+/// The whole getinfo: returns the matching profiles, best first.
+///
+/// # Safety
+/// `node`, `service` are null or C strings; `hints` is null or a valid fi_info.
+pub unsafe fn getinfo(
+    version: u32,
+    node: *const libc::c_char,
+    service: *const libc::c_char,
+    flags: u64,
+    hints: *const fi::fi_info,
+) -> Result<Vec<Profile>> {
+    if version > API_VERSION {
+        return Err(Error::NoData);
+    }
+    // SAFETY: per contract.
+    let (node, service) = unsafe { (opt_cstr(node), opt_cstr(service)) };
+    // SAFETY: per contract.
+    let hints = unsafe { hints.as_ref().map(|h| Hints::new(h)) };
+    let source = flags & fi::FI_SOURCE != 0;
+    if source && node.is_none() && service.is_none() {
+        return Err(Error::Inval("FI_SOURCE without node or service"));
+    }
+    // Addresses: FI_SOURCE names the local address; otherwise node/service name the
+    // destination.
+    let mut src_sock: Option<SocketAddr> = None;
+    let mut dest: Option<Vec<u8>> = None;
+    if node.is_some() || service.is_some() {
+        let sa = resolve(node, service, source)?;
+        if source {
+            src_sock = Some(sa);
+        } else {
+            dest = Some(RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false }.encode().to_vec());
+        }
+    }
+    if let Some(h) = &hints {
+        // SAFETY: the application's hint addresses are valid for their lengths.
+        unsafe {
+            if let Some(src) = addr_from_raw(h.info.src_addr, h.info.src_addrlen) {
+                let a = RdmxAddr::decode(&src).ok_or(Error::NoData)?;
+                src_sock = src_sock.or(a.udp);
+            }
+            if dest.is_none() {
+                if let Some(d) = addr_from_raw(h.info.dest_addr, h.info.dest_addrlen) {
+                    RdmxAddr::decode(&d).ok_or(Error::NoData)?;
+                    dest = Some(d);
+                }
+            }
+        }
+    }
+    let host_id = rdm::device::shm::host_id();
+    let mut out = Vec::new();
+    for dev in usable_devices() {
+        let mut p = base_profile(dev);
+        if let Some(h) = &hints {
+            match match_hints(p, h, version) {
+                Ok(m) => p = m,
+                Err(_) => continue,
+            }
+        }
+        let udp = match dev {
+            DeviceChoice::Shm => None,
+            _ => Some(src_sock.unwrap_or_else(|| SocketAddr::new(default_ip(), 0))),
+        };
+        p.src = Some(RdmxAddr {
+            udp,
+            host_id,
+            incarnation: 0,
+            pid: std::process::id(),
+            has_shm: dev != DeviceChoice::Udp,
+        });
+        if let Some(d) = &dest {
+            // A shm-only domain cannot reach a peer on another host.
+            if dev == DeviceChoice::Shm {
+                match RdmxAddr::decode(d) {
+                    Some(a) if a.has_shm && a.host_id == host_id => {}
+                    _ => continue,
+                }
+            }
+            p.dest = Some(d.clone());
+        }
+        out.push(p);
+    }
+    if out.is_empty() {
+        Err(Error::NoData)
+    } else {
+        Ok(out)
+    }
+}
+
+fn strdup(s: &str) -> *mut libc::c_char {
+    let c = CString::new(s).unwrap_or_default();
+    // SAFETY: `c` is a valid C string; strdup allocates with libc malloc, which is
+    // what fi_freeinfo uses to free it.
+    unsafe { libc::strdup(c.as_ptr()) }
+}
+
+fn malloc_copy(bytes: &[u8]) -> *mut libc::c_void {
+    // SAFETY: malloc returns null or a block of the requested size; fi_freeinfo
+    // frees it with free().
+    let p = unsafe { libc::malloc(bytes.len().max(1)) };
+    if !p.is_null() {
+        // SAFETY: `p` has room for bytes.len() bytes and does not overlap `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p as *mut u8, bytes.len()) };
+    }
+    p
+}
+
+/// Writes a profile into a freshly allocated `fi_info` (libfabric-owned memory).
+pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
+    // SAFETY: fi_dupinfo(NULL) allocates an fi_info with all attr structs zeroed.
+    let info = unsafe { fi::fi_dupinfo(std::ptr::null()) };
+    if info.is_null() {
+        return Err(Error::NoMem);
+    }
+    // SAFETY: `info` and its attr structs were just allocated by libfabric and are
+    // exclusively ours until returned.
+    unsafe {
+        let i = &mut *info;
+        i.caps = p.caps;
+        i.mode = 0;
+        i.addr_format = fi::FI_FORMAT_UNSPEC;
+        i.handle = p.handle;
+        if let Some(src) = &p.src {
+            i.src_addr = malloc_copy(&src.encode());
+            i.src_addrlen = ADDR_LEN;
+        }
+        if let Some(dest) = &p.dest {
+            i.dest_addr = malloc_copy(dest);
+            i.dest_addrlen = dest.len();
+        }
+        let tx = &mut *i.tx_attr;
+        tx.caps = p.tx_caps;
+        tx.mode = 0;
+        tx.op_flags = p.tx_op_flags;
+        tx.msg_order = p.msg_order;
+        tx.comp_order = fi::FI_ORDER_NONE as u64;
+        tx.inject_size = p.inject_size;
+        tx.size = p.tx_size;
+        tx.iov_limit = p.tx_iov_limit;
+        tx.rma_iov_limit = 1;
+        let rx = &mut *i.rx_attr;
+        rx.caps = p.rx_caps;
+        rx.mode = 0;
+        rx.op_flags = p.rx_op_flags;
+        rx.msg_order = p.msg_order;
+        rx.comp_order = fi::FI_ORDER_NONE as u64;
+        rx.total_buffered_recv = 0;
+        rx.size = p.rx_size;
+        rx.iov_limit = p.rx_iov_limit;
+        let ep = &mut *i.ep_attr;
+        ep.type_ = fi::FI_EP_RDM;
+        ep.protocol = fi::FI_PROTO_UNSPEC;
+        ep.protocol_version = 1;
+        ep.max_msg_size = MAX_MSG_SIZE;
+        ep.msg_prefix_size = 0;
+        ep.mem_tag_format = p.mem_tag_format;
+        ep.tx_ctx_cnt = 1;
+        ep.rx_ctx_cnt = 1;
+        ep.auth_key_size = 0;
+        let d = &mut *i.domain_attr;
+        d.name = strdup(domain_name(p.device));
+        d.threading = p.threading;
+        d.control_progress = p.progress;
+        d.data_progress = p.progress;
+        d.resource_mgmt = fi::FI_RM_ENABLED;
+        d.av_type = p.av_type;
+        d.mr_mode = p.mr_mode;
+        d.mr_key_size = 8;
+        d.cq_data_size = CQ_DATA_SIZE;
+        d.cq_cnt = 1024;
+        d.ep_cnt = 1024;
+        d.tx_ctx_cnt = 1024;
+        d.rx_ctx_cnt = 1024;
+        d.max_ep_tx_ctx = 1;
+        d.max_ep_rx_ctx = 1;
+        d.max_ep_stx_ctx = 0;
+        d.max_ep_srx_ctx = 0;
+        d.cntr_cnt = 1024;
+        d.mr_iov_limit = IOV_LIMIT;
+        d.caps = p.domain_caps;
+        d.mode = 0;
+        d.max_err_data = 0;
+        d.mr_cnt = 1 << 16;
+        let f = &mut *i.fabric_attr;
+        f.name = strdup(FABRIC_NAME);
+        f.prov_name = std::ptr::null_mut();
+        f.prov_version = crate::PROVIDER_VERSION;
+        f.api_version = API_VERSION;
+    }
+    Ok(info)
+}
+
+/// Reads back what the application passed to `fi_domain` / `fi_endpoint` (an info
+/// we returned, possibly edited).
+///
+/// # Safety
+/// `info` is null or a valid fi_info.
+pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
+    // SAFETY: per contract.
+    let Some(i) = (unsafe { info.as_ref() }) else {
+        return Ok(base_profile(params().device));
+    };
+    // SAFETY: per contract, attrs are null or valid.
+    let h = unsafe { Hints::new(i) };
+    let dev = h
+        .dom
+        // SAFETY: as above.
+        .and_then(|d| unsafe { opt_cstr(d.name) })
+        .map(|n| device_from_domain_name(n).ok_or(Error::Inval("unknown rdmx domain name")))
+        .transpose()?
+        .unwrap_or(params().device);
+    let mut p = match_hints(base_profile(dev), &h, API_VERSION).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
+    // SAFETY: as above.
+    unsafe {
+        if let Some(src) = addr_from_raw(i.src_addr, i.src_addrlen) {
+            p.src = RdmxAddr::decode(&src);
+        }
+    }
+    Ok(p)
+}

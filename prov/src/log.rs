@@ -1,0 +1,79 @@
+//! Logging through libfabric's `fi_log`, so rdmx obeys `FI_LOG_LEVEL`,
+//! `FI_LOG_PROV` and `FI_LOG_SUBSYS` like the built-in providers.
+use crate::provider_ptr;
+use libfabric_sys as fi;
+use std::ffi::CString;
+
+#[derive(Clone, Copy, Debug)]
+pub enum Subsys {
+    Core,
+    Fabric,
+    Domain,
+    EpCtrl,
+    EpData,
+    Av,
+    Cq,
+    Eq,
+    Mr,
+    Cntr,
+}
+
+impl Subsys {
+    fn raw(self) -> fi::fi_log_subsys {
+        match self {
+            Subsys::Core => fi::FI_LOG_CORE,
+            Subsys::Fabric => fi::FI_LOG_FABRIC,
+            Subsys::Domain => fi::FI_LOG_DOMAIN,
+            Subsys::EpCtrl => fi::FI_LOG_EP_CTRL,
+            Subsys::EpData => fi::FI_LOG_EP_DATA,
+            Subsys::Av => fi::FI_LOG_AV,
+            Subsys::Cq => fi::FI_LOG_CQ,
+            Subsys::Eq => fi::FI_LOG_EQ,
+            Subsys::Mr => fi::FI_LOG_MR,
+            Subsys::Cntr => fi::FI_LOG_CNTR,
+        }
+    }
+}
+
+fn emit(level: fi::fi_log_level, subsys: Subsys, func: &str, msg: &str) {
+    let prov = provider_ptr();
+    // SAFETY: `prov` is our provider struct, alive for the whole process; libfabric
+    // only reads its context here.
+    if unsafe { fi::fi_log_enabled(prov, level, subsys.raw()) } == 0 {
+        return;
+    }
+    let func = CString::new(func.replace('\0', "")).unwrap_or_default();
+    let msg = CString::new(format!("{}\n", msg.replace('\0', ""))).unwrap_or_default();
+    // SAFETY: all pointers are valid NUL-terminated strings for the duration of the
+    // call, and the format "%s" consumes exactly the one string argument we pass.
+    unsafe {
+        fi::fi_log(prov, level, subsys.raw(), func.as_ptr(), 0, c"%s".as_ptr(), msg.as_ptr());
+    }
+}
+
+pub fn warn(subsys: Subsys, func: &str, msg: &str) {
+    emit(fi::FI_LOG_WARN, subsys, func, msg);
+}
+
+pub fn info(subsys: Subsys, func: &str, msg: &str) {
+    emit(fi::FI_LOG_INFO, subsys, func, msg);
+}
+
+pub fn debug(subsys: Subsys, func: &str, msg: &str) {
+    emit(fi::FI_LOG_DEBUG, subsys, func, msg);
+}
+
+/// `fi_warn!(Subsys::Cq, "format {}", args)`, mirroring libfabric's FI_WARN.
+macro_rules! fi_warn {
+    ($subsys:expr, $($arg:tt)*) => {
+        $crate::log::warn($subsys, module_path!(), &format!($($arg)*))
+    };
+}
+pub(crate) use fi_warn;
+
+macro_rules! fi_info {
+    ($subsys:expr, $($arg:tt)*) => {
+        $crate::log::info($subsys, module_path!(), &format!($($arg)*))
+    };
+}
+pub(crate) use fi_info;

@@ -1,0 +1,128 @@
+//! Memory registration. rdmx requires none for send/receive (`mr_mode = 0`, NULL
+//! descriptors work); registrations exist for applications that make them
+//! (`FI_MR_LOCAL` users, fabtests) and, later, as RMA targets. Keys are
+//! provider-chosen or the user's `requested_key` (unique per domain, else
+//! `-FI_ENOKEY`).
+use crate::domain::Domain;
+use crate::entry::{entry, non_null};
+use crate::error::{Error, Result};
+use crate::fid::{self, FidObject};
+use libfabric_sys as fi;
+use mr_cache::Region;
+
+#[repr(C)]
+pub struct Mr {
+    pub fid: fi::fid_mr,
+    domain: *const Domain,
+}
+
+// SAFETY: #[repr(C)] with fid_mr first.
+unsafe impl FidObject for Mr {
+    const CLASS: u32 = fi::FI_CLASS_MR;
+}
+
+static MR_FI_OPS: fi::fi_ops = fid::fi_ops(mr_close, None, None);
+
+fn register(
+    f: *mut fi::fid,
+    iov: &[(u64, u64)],
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    flags: u64,
+    out: *mut *mut fi::fid_mr,
+    context: *mut libc::c_void,
+) -> Result<i32> {
+    non_null!(out);
+    if flags != 0 {
+        return Err(Error::BadFlags);
+    }
+    // SAFETY: libfabric passes our domain's fid.
+    let d = unsafe { Domain::from_fid(f) }?;
+    let (addr, len) = match iov {
+        [] => (0, 0),
+        [(a, l)] => (*a, *l),
+        _ => {
+            // Several segments register as the span covering them (RMA offsets are
+            // checked against it); the key still names one registration.
+            let lo = iov.iter().map(|(a, _)| *a).min().unwrap_or(0);
+            let hi = iov.iter().map(|(a, l)| a.saturating_add(*l)).max().unwrap_or(0);
+            (lo, hi - lo)
+        }
+    };
+    let prov_key = d.profile.mr_mode & fi::FI_MR_PROV_KEY as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
+    let key = d
+        .mr_keys
+        .lock()
+        .insert(Region { addr, len, access }, if prov_key { None } else { Some(requested_key) })?;
+    let _ = offset;
+    d.children.get();
+    let mr = fid::leak(Mr {
+        fid: fi::fid_mr { fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS), mem_desc: std::ptr::null_mut(), key },
+        domain: d,
+    });
+    // SAFETY: `mr` was just allocated; mem_desc points at the MR itself so
+    // fi_mr_desc() hands back something non-null and unique.
+    unsafe {
+        (*mr).fid.mem_desc = mr as *mut libc::c_void;
+        *out = mr as *mut fi::fid_mr;
+    }
+    Ok(0)
+}
+
+entry! {
+    fn rdmx_mr_reg(f: *mut fi::fid, buf: *const libc::c_void, len: usize, access: u64, offset: u64, requested_key: u64, flags: u64, out: *mut *mut fi::fid_mr, context: *mut libc::c_void) -> i32 {
+        register(f, &[(buf as u64, len as u64)], access, offset, requested_key, flags, out, context)
+    }
+}
+
+/// # Safety
+/// `iov` is null or valid for `count` entries.
+unsafe fn iov_list(iov: *const libc::iovec, count: usize) -> Result<Vec<(u64, u64)>> {
+    if count > crate::info::IOV_LIMIT {
+        return Err(Error::Inval("too many iov entries"));
+    }
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    non_null!(iov);
+    // SAFETY: per contract.
+    let s = unsafe { std::slice::from_raw_parts(iov, count) };
+    Ok(s.iter().map(|v| (v.iov_base as u64, v.iov_len as u64)).collect())
+}
+
+entry! {
+    fn rdmx_mr_regv(f: *mut fi::fid, iov: *const fi::iovec, count: usize, access: u64, offset: u64, requested_key: u64, flags: u64, out: *mut *mut fi::fid_mr, context: *mut libc::c_void) -> i32 {
+        // SAFETY: the application's iov array of `count` entries.
+        let list = unsafe { iov_list(iov as *const libc::iovec, count) }?;
+        register(f, &list, access, offset, requested_key, flags, out, context)
+    }
+}
+
+entry! {
+    fn rdmx_mr_regattr(f: *mut fi::fid, attr: *const fi::fi_mr_attr, flags: u64, out: *mut *mut fi::fid_mr) -> i32 {
+        non_null!(attr);
+        // SAFETY: checked non-null.
+        let a = unsafe { &*attr };
+        if a.iface != fi::FI_HMEM_SYSTEM {
+            return Err(Error::NoSys);
+        }
+        // SAFETY: the application's iov array.
+        let list = unsafe { iov_list(a.mr_iov as *const libc::iovec, a.iov_count) }?;
+        register(f, &list, a.access, a.offset, a.requested_key, flags, out, a.context)
+    }
+}
+
+entry! {
+    fn mr_close(f: *mut fi::fid) -> i32 {
+        // SAFETY: our fid.
+        let mr = unsafe { Mr::from_fid(f) }?;
+        // SAFETY: the domain outlives its MRs (its close checks the count).
+        let d = unsafe { &*mr.domain };
+        let _ = d.mr_keys.lock().remove(mr.fid.key);
+        d.children.put();
+        // SAFETY: created by fid::leak in register().
+        drop(unsafe { fid::reclaim(mr as *const Mr) });
+        Ok(0)
+    }
+}

@@ -1,0 +1,181 @@
+//! rdmx's tunables. Each is registered with `fi_param_define`, so it is read from
+//! the environment as `FI_RDMX_<NAME>` and listed by `fi_info -e`.
+use crate::provider_ptr;
+use libfabric_sys as fi;
+use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Which datagram devices an endpoint opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// Shared memory to peers on this host and UDP to the rest, in one endpoint.
+    Auto,
+    Udp,
+    Shm,
+}
+
+/// The values of every `FI_RDMX_*` parameter, read once.
+#[derive(Clone, Debug)]
+pub struct Params {
+    pub device: DeviceChoice,
+    pub iface: Option<String>,
+    pub udp_mtu: usize,
+    pub peer_timeout: Duration,
+    pub job_key: u64,
+    pub progress_thread: bool,
+    pub inject_size: usize,
+    pub fault_seed: u64,
+    pub fault_drop: f64,
+    pub fault_dup: f64,
+    pub fault_reorder: f64,
+    pub fault_corrupt: f64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            device: DeviceChoice::Auto,
+            iface: None,
+            udp_mtu: 1472,
+            peer_timeout: Duration::from_secs(30),
+            job_key: 0,
+            progress_thread: false,
+            inject_size: 4096,
+            fault_seed: 1,
+            fault_drop: 0.0,
+            fault_dup: 0.0,
+            fault_reorder: 0.0,
+            fault_corrupt: 0.0,
+        }
+    }
+}
+
+enum Kind {
+    Str,
+    Int,
+    Bool,
+    Size,
+}
+
+/// (name, type, help). The README's parameter table is generated from the same
+/// words; keep them in sync.
+const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
+    (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, or shm"),
+    (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the address the hostname resolves to, else 127.0.0.1)"),
+    (c"udp_mtu", Kind::Size, c"Largest UDP datagram rdmx sends, headers included (default 1472)"),
+    (c"peer_timeout", Kind::Int, c"Milliseconds a peer may stay silent while operations to it are pending before it is declared unreachable and they fail (default 30000)"),
+    (c"job_key", Kind::Size, c"Job key carried by every packet when the endpoint has no auth_key; packets with another key are dropped (default 0)"),
+    (c"progress_thread", Kind::Bool, c"Start a progress thread per endpoint so acks and protocol traffic are served while the application does not call in (default false)"),
+    (c"inject_size", Kind::Size, c"Largest message sent with fi_inject / FI_INJECT (default 4096)"),
+    (c"fault_seed", Kind::Size, c"Seed of the fault-injecting device decorator (default 1)"),
+    (c"fault_drop", Kind::Str, c"Percent of outgoing datagrams the fault injector drops (default 0, off)"),
+    (c"fault_dup", Kind::Str, c"Percent of outgoing datagrams the fault injector duplicates (default 0)"),
+    (c"fault_reorder", Kind::Str, c"Percent of outgoing datagrams the fault injector delays behind later ones (default 0)"),
+    (c"fault_corrupt", Kind::Str, c"Percent of outgoing datagrams the fault injector corrupts (default 0)"),
+];
+
+/// Registers every parameter. Called once from `fi_prov_ini`.
+pub fn define_all() {
+    for (name, kind, help) in DEFINITIONS {
+        let ty = match kind {
+            Kind::Str => fi::FI_PARAM_STRING,
+            Kind::Int => fi::FI_PARAM_INT,
+            Kind::Bool => fi::FI_PARAM_BOOL,
+            Kind::Size => fi::FI_PARAM_SIZE_T,
+        };
+        // SAFETY: the provider struct is static; name and help are static C strings;
+        // the help text contains no '%' so the variadic part is empty.
+        unsafe {
+            fi::fi_param_define(provider_ptr(), name.as_ptr(), ty, help.as_ptr());
+        }
+    }
+}
+
+fn get_str(name: &CStr) -> Option<String> {
+    let mut val: *mut libc::c_char = std::ptr::null_mut();
+    // SAFETY: FI_PARAM_STRING writes a `char *` (owned by the environment) to `val`.
+    let ret = unsafe { fi::fi_param_get(provider_ptr(), name.as_ptr(), &mut val as *mut _ as *mut c_void) };
+    if ret != 0 || val.is_null() {
+        return None;
+    }
+    // SAFETY: libfabric returned a getenv() pointer: a valid NUL-terminated string.
+    Some(unsafe { CStr::from_ptr(val) }.to_string_lossy().into_owned())
+}
+
+fn get_int(name: &CStr) -> Option<i64> {
+    let mut val: libc::c_int = 0;
+    // SAFETY: FI_PARAM_INT writes an `int`.
+    let ret = unsafe { fi::fi_param_get(provider_ptr(), name.as_ptr(), &mut val as *mut _ as *mut c_void) };
+    (ret == 0).then_some(val as i64)
+}
+
+fn get_size(name: &CStr) -> Option<u64> {
+    let mut val: usize = 0;
+    // SAFETY: FI_PARAM_SIZE_T writes a `size_t`.
+    let ret = unsafe { fi::fi_param_get(provider_ptr(), name.as_ptr(), &mut val as *mut _ as *mut c_void) };
+    (ret == 0).then_some(val as u64)
+}
+
+fn get_bool(name: &CStr) -> Option<bool> {
+    let mut val: libc::c_int = 0;
+    // SAFETY: FI_PARAM_BOOL writes an `int`.
+    let ret = unsafe { fi::fi_param_get(provider_ptr(), name.as_ptr(), &mut val as *mut _ as *mut c_void) };
+    (ret == 0).then_some(val != 0)
+}
+
+fn get_pct(name: &CStr) -> f64 {
+    get_str(name)
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .map(|v| v.clamp(0.0, 100.0))
+        .unwrap_or(0.0)
+}
+
+fn read() -> Params {
+    let d = Params::default();
+    let device = match get_str(c"device").as_deref().map(str::trim) {
+        Some("udp") => DeviceChoice::Udp,
+        Some("shm") => DeviceChoice::Shm,
+        Some("auto") | Some("") | None => DeviceChoice::Auto,
+        Some(other) => {
+            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm; using auto"));
+            DeviceChoice::Auto
+        }
+    };
+    Params {
+        device,
+        iface: get_str(c"iface").filter(|s| !s.is_empty()),
+        udp_mtu: get_size(c"udp_mtu").map(|v| v.clamp(576, 65507) as usize).unwrap_or(d.udp_mtu),
+        peer_timeout: get_int(c"peer_timeout")
+            .filter(|v| *v > 0)
+            .map(|v| Duration::from_millis(v as u64))
+            .unwrap_or(d.peer_timeout),
+        job_key: get_size(c"job_key").unwrap_or(d.job_key),
+        progress_thread: get_bool(c"progress_thread").unwrap_or(d.progress_thread),
+        inject_size: get_size(c"inject_size").map(|v| v.min(65536) as usize).unwrap_or(d.inject_size),
+        fault_seed: get_size(c"fault_seed").unwrap_or(d.fault_seed),
+        fault_drop: get_pct(c"fault_drop"),
+        fault_dup: get_pct(c"fault_dup"),
+        fault_reorder: get_pct(c"fault_reorder"),
+        fault_corrupt: get_pct(c"fault_corrupt"),
+    }
+}
+
+static PARAMS: OnceLock<Params> = OnceLock::new();
+
+/// The parameters, read at first use (after `define_all`).
+pub fn params() -> &'static Params {
+    PARAMS.get_or_init(read)
+}
+
+/// For the README and tests: the parameter names as `FI_RDMX_*` with their help.
+pub fn documented() -> Vec<(String, String)> {
+    DEFINITIONS
+        .iter()
+        .map(|(n, _, h)| {
+            (format!("FI_RDMX_{}", n.to_string_lossy().to_uppercase()), h.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+

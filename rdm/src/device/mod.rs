@@ -1,0 +1,124 @@
+//! Datagram devices: the seam between the sans-IO engine and the operating system.
+//!
+//! A device moves whole datagrams between endpoints and knows nothing about
+//! reliability. Every device (UDP, shared memory, later verbs UD and EFA SRD, the
+//! fault-injecting decorator and the simulator) implements [`Device`] and passes the
+//! same conformance suite.
+//!
+//! Receive *lends* buffers: `recv_batch` hands each datagram to a callback as a
+//! borrowed slice that is valid only during the call, so a device can receive into
+//! its own ring or registered memory without copying into engine-owned storage.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// Network address of one device endpoint. Small, `Copy`, hashable: the engine keys
+/// peers by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DevAddr {
+    /// A UDP socket (IPv4 or IPv6).
+    Udp(SocketAddr),
+    /// A shared-memory receive ring on this host.
+    Shm(ShmAddr),
+    /// An endpoint of the in-process network simulator (tests).
+    Sim(u32),
+}
+
+/// Identity of a shared-memory endpoint: the host it lives on, the owning process
+/// (for `process_vm_readv` and liveness checks) and the ring's unique id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShmAddr {
+    pub host_id: u64,
+    pub pid: u32,
+    pub ring_id: u64,
+}
+
+/// What a device can do; the engine and protocol selection adapt to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Datagrams are never lost, duplicated or corrupted (shm, SRD): the engine turns
+    /// retransmission off.
+    pub reliable: bool,
+    /// Datagrams between two endpoints arrive in send order (shm, UDP on loopback is
+    /// *not* promised to be).
+    pub ordered: bool,
+    /// Largest datagram payload the device carries.
+    pub mtu: usize,
+    /// Largest datagram sent without an intermediate copy / doorbell cost concern.
+    pub max_inline: usize,
+    /// The receiver can read the sender's memory directly ([`Device::remote_read`]).
+    pub remote_read: bool,
+}
+
+/// One outgoing datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct TxDatagram<'a> {
+    pub dst: DevAddr,
+    pub data: &'a [u8],
+}
+
+/// Errors of a device operation; each names what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{op} failed: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("address {0:?} cannot be reached through this device")]
+    Unreachable(DevAddr),
+    #[error("datagram of {len} bytes exceeds the device MTU {mtu}")]
+    TooLarge { len: usize, mtu: usize },
+    #[error("operation not supported by this device")]
+    Unsupported,
+    #[error("{0}")]
+    Config(String),
+}
+
+impl DeviceError {
+    pub fn io(op: &'static str, source: io::Error) -> Self {
+        DeviceError::Io { op, source }
+    }
+}
+
+/// A datagram device. Implementations must be non-blocking: `send_batch` and
+/// `recv_batch` never sleep; callers sleep on [`Device::wait_fd`].
+pub trait Device: Send {
+    fn caps(&self) -> DeviceCaps;
+
+    /// The address peers use to reach this endpoint.
+    fn local_addr(&self) -> DevAddr;
+
+    /// Sends as many datagrams of `batch` as the device accepts now, in order, and
+    /// returns how many were taken. A short count means "try the rest later"
+    /// (back-pressure), not an error. Datagrams to unreachable destinations may be
+    /// reported as an error for the first datagram only.
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError>;
+
+    /// Receives up to `max` datagrams that are ready now, lending each to `deliver`
+    /// (source address, payload). Returns how many were delivered; 0 when none was
+    /// ready.
+    fn recv_batch(
+        &mut self,
+        max: usize,
+        deliver: &mut dyn FnMut(DevAddr, &[u8]),
+    ) -> Result<usize, DeviceError>;
+
+    /// Copies `dst.len()` bytes from address `remote_addr` in the memory of the peer
+    /// at `peer` into `dst`. Only for devices with `caps().remote_read`.
+    fn remote_read(
+        &mut self,
+        peer: DevAddr,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<usize, DeviceError> {
+        let _ = (peer, remote_addr, dst);
+        Err(DeviceError::Unsupported)
+    }
+
+    /// A file descriptor that becomes readable when `recv_batch` has work; `None` if
+    /// the device can only be polled.
+    fn wait_fd(&self) -> Option<RawFd>;
+}

@@ -1,0 +1,24 @@
+//! # rdm — reliable datagrams for rdmx
+//!
+//! Two halves, kept apart on purpose:
+//!
+//! * the **engine** ([`engine`], [`wire`], [`seq`], …): sans-IO. It owns per-peer
+//!   state (handshake, sequence numbers, SACK, retransmission, credits, congestion
+//!   window, segmentation and reassembly) and is a pure function of its inputs: time
+//!   comes in as an argument ([`time::Instant`]), datagrams come in through
+//!   `handle_datagram`, and everything it wants to send or report is pulled with
+//!   `poll_transmit`, `poll_timeout` and `poll_event`. No sockets, no clock, no
+//!   `unsafe`: this is what makes the simulator tests deterministic.
+//! * the **devices** ([`device`]): the only place with syscalls and `unsafe`. A
+//!   device moves datagrams (UDP socket, shared-memory ring, later verbs UD / EFA SRD)
+//!   and knows nothing about reliability.
+//!
+//! The provider glues the two: it drains `device.recv_batch` into
+//! `engine.handle_datagram`, and `engine.poll_transmit` into `device.send_batch`.
+#![deny(unsafe_code)]
+
+pub mod device;
+pub mod time;
+
+pub use device::{DevAddr, Device, DeviceCaps, DeviceError};
+pub use time::Instant;

@@ -1,0 +1,2 @@
+#include <infiniband/verbs.h>
+#include <infiniband/efadv.h>

@@ -1,0 +1,18 @@
+//! # rndv — the rdmx message layer
+//!
+//! Sits on top of the `rdm` engine ("deliver these bytes to peer P reliably and in
+//! order") and gives them libfabric's message semantics: a small header per message
+//! ([`header`]) carrying the operation, tag and remote CQ data, and tag matching
+//! ([`matching`]) between posted receives and arriving messages, with unexpected
+//! messages buffered until a receive is posted.
+//!
+//! Like the engine it is sans-IO and safe: it never touches application memory.
+//! A match hands the provider the receive's token and the bytes to place; the
+//! provider copies them into the user's buffer.
+#![forbid(unsafe_code)]
+
+pub mod header;
+pub mod matching;
+
+pub use header::{MsgHeader, MsgKind, HEADER_LEN};
+pub use matching::{Arrived, Matcher, RecvPost, Src};

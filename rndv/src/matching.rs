@@ -1,0 +1,209 @@
+//! Tag matching between posted receives and arrived messages.
+//!
+//! Two queues, both in arrival order: receives the application posted and that no
+//! message matched yet, and messages that arrived before a matching receive
+//! ("unexpected"). A new receive first searches the unexpected queue (oldest first);
+//! a new message first searches the posted queue (oldest first). Together with the
+//! engine's per-peer in-order delivery this gives MPI's non-overtaking rule.
+//!
+//! Untagged (`FI_MSG`) and tagged (`FI_TAGGED`) traffic match only within their
+//! own kind.
+use crate::header::MsgKind;
+use rdm::engine::PeerId;
+use std::collections::VecDeque;
+
+/// Which senders a receive accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Src {
+    Any,
+    Peer(PeerId),
+}
+
+/// A receive the application posted. `token` is the provider's handle for the
+/// user buffer and context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvPost {
+    pub token: u64,
+    pub kind: MsgKind,
+    pub src: Src,
+    pub tag: u64,
+    pub ignore: u64,
+}
+
+/// A message that arrived (header parsed, payload owned).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Arrived {
+    pub peer: PeerId,
+    pub kind: MsgKind,
+    pub tag: u64,
+    pub data: Option<u64>,
+    /// The whole rdm message; the payload starts at `offset`.
+    pub msg: Vec<u8>,
+    pub offset: usize,
+}
+
+impl Arrived {
+    pub fn payload(&self) -> &[u8] {
+        self.msg.get(self.offset..).unwrap_or(&[])
+    }
+}
+
+impl RecvPost {
+    fn accepts(&self, peer: PeerId, kind: MsgKind, tag: u64) -> bool {
+        self.kind == kind
+            && match self.src {
+                Src::Any => true,
+                Src::Peer(p) => p == peer,
+            }
+            && (kind == MsgKind::Msg || (self.tag | self.ignore) == (tag | self.ignore))
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Matcher {
+    posted: VecDeque<RecvPost>,
+    unexpected: VecDeque<Arrived>,
+    unexpected_bytes: usize,
+}
+
+impl Matcher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Posts a receive. Returns the oldest unexpected message it matches (the
+    /// receive is then complete), or queues it.
+    pub fn post(&mut self, recv: RecvPost) -> Option<Arrived> {
+        if let Some(i) = self.unexpected.iter().position(|m| recv.accepts(m.peer, m.kind, m.tag)) {
+            let m = self.unexpected.remove(i)?;
+            self.unexpected_bytes -= m.msg.len();
+            return Some(m);
+        }
+        self.posted.push_back(recv);
+        None
+    }
+
+    /// A message arrived: returns the oldest posted receive it matches, or keeps the
+    /// message as unexpected (returning `None`).
+    pub fn arrive(&mut self, msg: Arrived) -> Option<(RecvPost, Arrived)> {
+        if let Some(i) = self.posted.iter().position(|r| r.accepts(msg.peer, msg.kind, msg.tag)) {
+            let r = self.posted.remove(i)?;
+            return Some((r, msg));
+        }
+        self.unexpected_bytes += msg.msg.len();
+        self.unexpected.push_back(msg);
+        None
+    }
+
+    /// Removes a posted receive (fi_cancel). Returns it if it was still posted.
+    pub fn cancel(&mut self, token: u64) -> Option<RecvPost> {
+        let i = self.posted.iter().position(|r| r.token == token)?;
+        self.posted.remove(i)
+    }
+
+    /// Finds a posted receive by token without removing it.
+    pub fn find_posted(&self, pred: impl Fn(&RecvPost) -> bool) -> Option<&RecvPost> {
+        self.posted.iter().find(|r| pred(r))
+    }
+
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Bytes held for unexpected messages (the provider applies back-pressure on it).
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected_bytes
+    }
+
+    /// Drops everything (endpoint close); returns the posted receives.
+    pub fn drain_posted(&mut self) -> Vec<RecvPost> {
+        self.posted.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn msg(peer: u32, kind: MsgKind, tag: u64, id: u8) -> Arrived {
+        Arrived { peer: PeerId::from_index(peer), kind, tag, data: None, msg: vec![id], offset: 0 }
+    }
+
+    #[test]
+    fn posted_first_then_unexpected_in_order() {
+        let mut m = Matcher::new();
+        let any = |token, tag, ignore| RecvPost { token, kind: MsgKind::Tagged, src: Src::Any, tag, ignore };
+        assert!(m.post(any(1, 5, 0)).is_none());
+        let (r, a) = m.arrive(msg(0, MsgKind::Tagged, 5, 10)).unwrap();
+        assert_eq!((r.token, a.msg[0]), (1, 10));
+        // Two unexpected with tags 7 and 8; a wildcard receive takes the oldest.
+        assert!(m.arrive(msg(0, MsgKind::Tagged, 7, 11)).is_none());
+        assert!(m.arrive(msg(1, MsgKind::Tagged, 8, 12)).is_none());
+        assert_eq!(m.post(any(2, 0, u64::MAX)).unwrap().msg[0], 11);
+        // Directed receive skips other peers.
+        let directed = RecvPost { token: 3, kind: MsgKind::Tagged, src: Src::Peer(PeerId::from_index(2)), tag: 8, ignore: 0 };
+        assert!(m.post(directed).is_none());
+        assert_eq!(m.unexpected_len(), 1);
+        // Kinds never cross.
+        assert!(m.arrive(msg(2, MsgKind::Msg, 8, 13)).is_none());
+        assert_eq!(m.cancel(3).map(|r| r.token), Some(3));
+        assert_eq!(m.cancel(3), None);
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Post { src: Option<u32>, tag: u64, ignore: u64 },
+        Arrive { peer: u32, tag: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (proptest::option::of(0u32..3), 0u64..4, prop_oneof![Just(0u64), Just(1), Just(u64::MAX)])
+                .prop_map(|(src, tag, ignore)| Op::Post { src, tag, ignore }),
+            (0u32..3, 0u64..4).prop_map(|(peer, tag)| Op::Arrive { peer, tag }),
+        ]
+    }
+
+    proptest! {
+        /// The matcher agrees with a brute-force model: every message is matched by
+        /// the oldest compatible receive / every receive takes the oldest compatible
+        /// message, and nothing is lost or duplicated.
+        #[test]
+        fn agrees_with_model(ops in proptest::collection::vec(op(), 0..200)) {
+            let mut m = Matcher::new();
+            let mut model_posted: Vec<RecvPost> = Vec::new();
+            let mut model_unexp: Vec<(u32, u64, u64)> = Vec::new();
+            let mut next = 0u64;
+            for o in ops {
+                next += 1;
+                match o {
+                    Op::Post { src, tag, ignore } => {
+                        let r = RecvPost { token: next, kind: MsgKind::Tagged, src: src.map(|p| Src::Peer(PeerId::from_index(p))).unwrap_or(Src::Any), tag, ignore };
+                        let want = model_unexp.iter().position(|(p, t, _)| r.accepts(PeerId::from_index(*p), MsgKind::Tagged, *t));
+                        let got = m.post(r);
+                        match want {
+                            Some(i) => { let (_, _, id) = model_unexp.remove(i); prop_assert_eq!(got.map(|a| a.data), Some(Some(id))); }
+                            None => { prop_assert!(got.is_none()); model_posted.push(r); }
+                        }
+                    }
+                    Op::Arrive { peer, tag } => {
+                        let a = Arrived { peer: PeerId::from_index(peer), kind: MsgKind::Tagged, tag, data: Some(next), msg: vec![], offset: 0 };
+                        let want = model_posted.iter().position(|r| r.accepts(PeerId::from_index(peer), MsgKind::Tagged, tag));
+                        let got = m.arrive(a);
+                        match want {
+                            Some(i) => { let r = model_posted.remove(i); prop_assert_eq!(got.map(|(g, _)| g.token), Some(r.token)); }
+                            None => { prop_assert!(got.is_none()); model_unexp.push((peer, tag, next)); }
+                        }
+                    }
+                }
+            }
+            prop_assert_eq!(m.posted_len(), model_posted.len());
+            prop_assert_eq!(m.unexpected_len(), model_unexp.len());
+        }
+    }
+}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine: installs the Debian packages rdmx
+# needs (only those missing) and checks for a Rust toolchain. Safe to run again.
+set -euo pipefail
+
+PKGS=(
+  libfabric-dev libfabric-bin          # libfabric 1.17 headers, fi_info, fi_pingpong
+  libibverbs-dev ibverbs-providers     # rdma-core headers (verbs.h, efadv.h) for bindgen
+  libclang-dev clang pkg-config        # bindgen needs libclang
+  openmpi-bin libopenmpi-dev           # MPI programs over rdmx
+  iproute2 nftables                    # network-namespace tests with kernel packet drops
+  procps psmisc                        # pgrep/pkill/fuser used by the test scripts
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  [[ "$p" == \#* ]] && continue
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: Debian packages present"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [[ -x "$HOME/.cargo/bin/cargo" ]]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "setup: no Rust toolchain found; installing rustup (stable)"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+echo "setup: $(cargo --version)"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test: unit and model tests of each crate, the simulator scenarios,
+# the device conformance suite, and fi_tests (rdmx driven only through the system
+# libfabric.so, including two-process and network-namespace runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+./scripts/build.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+export RDMX_PROVIDER_DIR="$(pwd)/build-out/lib"
+# fi_tests spawn processes and bind fixed ports: one test thread per binary there.
+cargo test --release --workspace --exclude fi_tests
+cargo test --release -p fi_tests -- --test-threads=1
