@@ -17,10 +17,20 @@ pub fn command(prog: &str, env: &[(&str, &str)]) -> Command {
 
 /// True once a TCP socket listens on `port` (reads /proc/net/tcp{,6}, so the
 /// check does not consume the server's single accept).
-pub fn tcp_listening(port: u16) -> bool {
+pub fn tcp_listening(port: u16, netns: Option<&str>) -> bool {
     let want = format!(":{port:04X}");
+    let read = |f: &str| -> Option<String> {
+        match netns {
+            None => std::fs::read_to_string(f).ok(),
+            Some(ns) => Command::new("ip")
+                .args(["netns", "exec", ns, "cat", f])
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
+        }
+    };
     ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|s| {
+        read(f).is_some_and(|s| {
             s.lines().skip(1).any(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
                 cols.len() > 3 && cols[1].ends_with(&want) && cols[3] == "0A"
@@ -72,13 +82,15 @@ pub fn pingpong(
         c
     };
     let server = mk(wrap_server, &["-B", &port_s]).spawn().expect("spawn fi_pingpong server");
+    // `ip netns exec NS ...` wrappers: look for the listener inside NS.
+    let netns = match wrap_server {
+        ["ip", "netns", "exec", ns, ..] => Some(*ns),
+        _ => None,
+    };
     let t0 = Instant::now();
-    while !tcp_listening(port) && wrap_server.is_empty() {
+    while !tcp_listening(port, netns) {
         assert!(t0.elapsed() < Duration::from_secs(10), "server never listened on {port}");
         std::thread::sleep(Duration::from_millis(20));
-    }
-    if !wrap_server.is_empty() {
-        std::thread::sleep(Duration::from_millis(700));
     }
     let client = mk(wrap_client, &["-P", &port_s, server_ip]).spawn().expect("spawn fi_pingpong client");
     let c = wait_output(client, Duration::from_secs(240));

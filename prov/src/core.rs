@@ -10,7 +10,7 @@ use crate::cntr::CntrShared;
 use crate::cq::{Completion, CompletionError, CqShared};
 use crate::error::{Error, Result};
 use crate::info::Profile;
-use crate::log::{fi_warn, Subsys};
+use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::{params, DeviceChoice};
 use libfabric_sys as fi;
 use parking_lot::Mutex;
@@ -97,8 +97,9 @@ struct TxOp {
 struct RxOp {
     iov: UserIov,
     context: usize,
-    flags: u64,
     completion: bool,
+    /// FI_MULTI_RECV: bytes of the buffer already filled.
+    multi_offset: Option<usize>,
 }
 
 /// What a send carries.
@@ -164,6 +165,9 @@ pub struct EpState {
     pub send_cntr: Option<Arc<CntrShared>>,
     pub recv_cntr: Option<Arc<CntrShared>>,
     pub min_multi_recv: usize,
+    /// Messages reserved by FI_PEEK|FI_CLAIM, keyed by the operation context the
+    /// later FI_CLAIM receive passes again.
+    claimed: HashMap<usize, Arrived>,
     pub device: Option<Box<dyn Device>>,
     pub local: RdmxAddr,
     pub running: Option<Running>,
@@ -206,6 +210,7 @@ impl EpShared {
                 send_cntr: None,
                 recv_cntr: None,
                 min_multi_recv: 0,
+                claimed: HashMap::new(),
                 device: Some(device),
                 local,
                 running: None,
@@ -243,6 +248,7 @@ impl EpShared {
             ..EngineConfig::default()
         };
         let local = st.local;
+        fi_info!(Subsys::EpCtrl, "endpoint enabled at {} (mtu {}, reliable device: {})", local.to_uri(), caps.mtu, caps.reliable);
         st.running = Some(Running {
             device,
             engine: Engine::new(cfg),
@@ -336,14 +342,103 @@ impl EpState {
             Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
             None => false,
         };
+        let peek = args.flags & fi::FI_PEEK as u64 != 0;
+        let claim = args.flags & fi::FI_CLAIM != 0;
+        let discard = args.flags & fi::FI_DISCARD != 0;
+        let multi = args.flags & fi::FI_MULTI_RECV as u64 != 0;
+        if multi && (args.kind != MsgKind::Msg || args.iov.count != 1) {
+            return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
+        }
+        self.progress();
+        let probe = RecvPost { token: 0, kind: args.kind, src, tag: args.tag, ignore: args.ignore, persistent: multi };
+        if peek {
+            return self.peek(probe, &args, claim, discard);
+        }
+        if claim {
+            let arrived = self.claimed.remove(&args.context).ok_or(Error::Inval("FI_CLAIM without a claimed message"))?;
+            let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+            let token = r.rx_ops.insert(RxOp { iov: args.iov, context: args.context, completion: true, multi_offset: None });
+            if discard {
+                let op = r.rx_ops.remove(token);
+                r.engine.recycle(arrived.msg);
+                self.push_rx(Completion { op_context: op.context, flags: recv_flags(arrived.kind, None), tag: arrived.tag, ..Completion::default() });
+            } else {
+                self.complete_recv(token, arrived);
+            }
+            return Ok(());
+        }
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let token = r.rx_ops.insert(RxOp { iov: args.iov, context: args.context, flags: args.flags, completion });
-        let post = RecvPost { token: token as u64, kind: args.kind, src, tag: args.tag, ignore: args.ignore };
-        if let Some(arrived) = r.matcher.post(post) {
+        let token = r.rx_ops.insert(RxOp {
+            iov: args.iov,
+            context: args.context,
+            completion,
+            multi_offset: multi.then_some(0),
+        });
+        let post = RecvPost { token: token as u64, ..probe };
+        if multi {
+            // Fill the buffer from the unexpected queue first, then leave it posted
+            // (in order) if room remains.
+            loop {
+                let Some(r) = self.running.as_mut() else { return Ok(()) };
+                if !r.rx_ops.contains(token) {
+                    return Ok(());
+                }
+                match r.matcher.take_unexpected(&post) {
+                    Some(arrived) => self.complete_recv(token, arrived),
+                    None => {
+                        r.matcher.post_only(post);
+                        break;
+                    }
+                }
+            }
+        } else if let Some(arrived) = r.matcher.post(post) {
             self.complete_recv(token, arrived);
         }
         self.progress();
         Ok(())
+    }
+
+    /// FI_PEEK (optionally with FI_CLAIM or FI_DISCARD): reports an unexpected
+    /// message without receiving it, or FI_ENOMSG at once.
+    fn peek(&mut self, probe: RecvPost, args: &RecvArgs, claim: bool, discard: bool) -> Result<()> {
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        let found = r.matcher.peek(&probe).map(|m| (m.peer, m.kind, m.tag, m.data, m.payload().len()));
+        let Some((peer, kind, tag, data, len)) = found else {
+            self.push_rx(Completion {
+                op_context: args.context,
+                flags: recv_flags(args.kind, None),
+                tag: args.tag,
+                err: Some(CompletionError { err: fi::FI_ENOMSG as i32, olen: 0, prov_errno: fi::FI_ENOMSG as i32 }),
+                ..Completion::default()
+            });
+            return Ok(());
+        };
+        if claim || discard {
+            if let Some(m) = r.matcher.take_unexpected(&probe) {
+                if discard {
+                    r.engine.recycle(m.msg);
+                } else {
+                    self.claimed.insert(args.context, m);
+                }
+            }
+        }
+        let src = self.src_fi_addr(peer);
+        self.push_rx(Completion {
+            op_context: args.context,
+            flags: recv_flags(kind, data),
+            len,
+            data: data.unwrap_or(0),
+            tag,
+            src,
+            ..Completion::default()
+        });
+        Ok(())
+    }
+
+    fn push_rx(&self, c: Completion) {
+        if let Some(b) = &self.rx_cq {
+            b.cq.push(c);
+        }
     }
 
     /// fi_cancel of a posted receive: completes it with FI_ECANCELED.
@@ -393,24 +488,42 @@ impl EpState {
 
     fn complete_recv(&mut self, token: usize, arrived: Arrived) {
         let src = self.src_fi_addr(arrived.peer);
+        let min_multi = self.min_multi_recv;
         let Some(r) = self.running.as_mut() else { return };
-        let Some(op) = r.rx_ops.try_remove(token) else { return };
+        let Some(op) = r.rx_ops.get(token).copied() else { return };
         let payload = arrived.payload();
-        let written = op.iov.scatter(payload);
-        let mut flags = fi::FI_RECV as u64
-            | match arrived.kind {
-                MsgKind::Msg => fi::FI_MSG as u64,
-                MsgKind::Tagged => fi::FI_TAGGED as u64,
-            };
-        if arrived.data.is_some() {
-            flags |= fi::FI_REMOTE_CQ_DATA as u64;
-        }
+        let mut flags = recv_flags(arrived.kind, arrived.data);
+        let (written, buf) = match op.multi_offset {
+            None => {
+                r.rx_ops.remove(token);
+                (op.iov.scatter(payload), 0)
+            }
+            Some(off) => {
+                // One message lands after the previous one, with no padding.
+                let base = op.iov.bufs[0];
+                let room = UserIov {
+                    bufs: [UserBuf { ptr: base.ptr + off, len: base.len - off }, UserBuf::default(), UserBuf::default(), UserBuf::default()],
+                    count: 1,
+                };
+                let n = room.scatter(payload);
+                let new_off = off + n;
+                let release = base.len - new_off < min_multi.max(1) || n < payload.len();
+                if release {
+                    r.matcher.cancel(token as u64);
+                    r.rx_ops.remove(token);
+                    flags |= fi::FI_MULTI_RECV as u64;
+                } else if let Some(o) = r.rx_ops.get_mut(token) {
+                    o.multi_offset = Some(new_off);
+                }
+                (n, base.ptr + off)
+            }
+        };
         let truncated = payload.len() > written;
         let c = Completion {
             op_context: op.context,
             flags,
             len: written,
-            buf: 0,
+            buf,
             data: arrived.data.unwrap_or(0),
             tag: arrived.tag,
             src,
@@ -421,10 +534,8 @@ impl EpState {
             }),
         };
         r.engine.recycle(arrived.msg);
-        if truncated || op.completion {
-            if let Some(b) = &self.rx_cq {
-                b.cq.push(c);
-            }
+        if truncated || op.completion || flags & fi::FI_MULTI_RECV as u64 != 0 {
+            self.push_rx(c);
         }
         if let Some(c) = &self.recv_cntr {
             if truncated {
@@ -433,7 +544,6 @@ impl EpState {
                 c.inc();
             }
         }
-        let _ = op.flags;
     }
 
     fn handle_event(&mut self, ev: Event) {
@@ -571,6 +681,18 @@ impl Running {
             }
         }
     }
+}
+
+fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {
+    let mut f = fi::FI_RECV as u64
+        | match kind {
+            MsgKind::Msg => fi::FI_MSG as u64,
+            MsgKind::Tagged => fi::FI_TAGGED as u64,
+        };
+    if data.is_some() {
+        f |= fi::FI_REMOTE_CQ_DATA as u64;
+    }
+    f
 }
 
 /// Sleeps until one of the endpoints' devices has input, an engine timer is due,

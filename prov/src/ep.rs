@@ -515,7 +515,7 @@ fn do_recv(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64,
     let ep = unsafe { ep_ref(ep) }?;
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.rx_op_flags);
-    let supported = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
+    let supported = (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV | fi::FI_PEEK) as u64 | fi::FI_CLAIM | fi::FI_DISCARD;
     if flags & !supported != 0 {
         return Err(Error::BadFlags);
     }

@@ -29,11 +29,12 @@ const REMOTE_COMM: u64 = fi::FI_REMOTE_COMM;
 /// Primary capabilities rdmx implements.
 const PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV;
 /// Secondary capabilities rdmx implements (reported even when not requested).
-const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM;
+const MULTI_RECV: u64 = fi::FI_MULTI_RECV as u64;
+const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV;
 const DIRECTION_CAPS: u64 = SEND | RECV;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
 const TX_CAPS: u64 = MSG | TAGGED | SEND;
-const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE;
+const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | MULTI_RECV;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
 const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
@@ -43,7 +44,7 @@ const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
     | fi::FI_DELIVERY_COMPLETE
     | fi::FI_MORE) as u64
     | fi::FI_COMMIT_COMPLETE as u64;
-const RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
+const RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV) as u64;
 const MSG_ORDER: u64 = fi::FI_ORDER_STRICT as u64;
 /// mr_mode bits rdmx honours when an application offers them (it requires none):
 /// `FI_MR_LOCAL` registrations are accepted and ignored, `FI_MR_PROV_KEY` makes

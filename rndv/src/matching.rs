@@ -28,6 +28,9 @@ pub struct RecvPost {
     pub src: Src,
     pub tag: u64,
     pub ignore: u64,
+    /// A multi-receive buffer: stays posted after a match until the provider
+    /// releases it with [`Matcher::cancel`].
+    pub persistent: bool,
 }
 
 /// A message that arrived (header parsed, payload owned).
@@ -83,16 +86,37 @@ impl Matcher {
         None
     }
 
-    /// A message arrived: returns the oldest posted receive it matches, or keeps the
-    /// message as unexpected (returning `None`).
+    /// A message arrived: returns the oldest posted receive it matches (a
+    /// persistent one stays posted), or keeps the message as unexpected
+    /// (returning `None`).
     pub fn arrive(&mut self, msg: Arrived) -> Option<(RecvPost, Arrived)> {
         if let Some(i) = self.posted.iter().position(|r| r.accepts(msg.peer, msg.kind, msg.tag)) {
-            let r = self.posted.remove(i)?;
+            let r = if self.posted[i].persistent { self.posted[i] } else { self.posted.remove(i)? };
             return Some((r, msg));
         }
         self.unexpected_bytes += msg.msg.len();
         self.unexpected.push_back(msg);
         None
+    }
+
+    /// The oldest unexpected message `probe` would match, left in place (FI_PEEK).
+    pub fn peek(&self, probe: &RecvPost) -> Option<&Arrived> {
+        self.unexpected.iter().find(|m| probe.accepts(m.peer, m.kind, m.tag))
+    }
+
+    /// Removes and returns the oldest unexpected message `probe` matches, without
+    /// posting anything (FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, multi-receive).
+    pub fn take_unexpected(&mut self, probe: &RecvPost) -> Option<Arrived> {
+        let i = self.unexpected.iter().position(|m| probe.accepts(m.peer, m.kind, m.tag))?;
+        let m = self.unexpected.remove(i)?;
+        self.unexpected_bytes -= m.msg.len();
+        Some(m)
+    }
+
+    /// Queues a receive without searching the unexpected queue (the caller
+    /// already did, e.g. for a multi-receive buffer).
+    pub fn post_only(&mut self, recv: RecvPost) {
+        self.posted.push_back(recv);
     }
 
     /// Removes a posted receive (fi_cancel). Returns it if it was still posted.
@@ -137,7 +161,7 @@ mod tests {
     #[test]
     fn posted_first_then_unexpected_in_order() {
         let mut m = Matcher::new();
-        let any = |token, tag, ignore| RecvPost { token, kind: MsgKind::Tagged, src: Src::Any, tag, ignore };
+        let any = |token, tag, ignore| RecvPost { token, kind: MsgKind::Tagged, src: Src::Any, tag, ignore, persistent: false };
         assert!(m.post(any(1, 5, 0)).is_none());
         let (r, a) = m.arrive(msg(0, MsgKind::Tagged, 5, 10)).unwrap();
         assert_eq!((r.token, a.msg[0]), (1, 10));
@@ -146,13 +170,34 @@ mod tests {
         assert!(m.arrive(msg(1, MsgKind::Tagged, 8, 12)).is_none());
         assert_eq!(m.post(any(2, 0, u64::MAX)).unwrap().msg[0], 11);
         // Directed receive skips other peers.
-        let directed = RecvPost { token: 3, kind: MsgKind::Tagged, src: Src::Peer(PeerId::from_index(2)), tag: 8, ignore: 0 };
+        let directed = RecvPost { token: 3, kind: MsgKind::Tagged, src: Src::Peer(PeerId::from_index(2)), tag: 8, ignore: 0, persistent: false };
         assert!(m.post(directed).is_none());
         assert_eq!(m.unexpected_len(), 1);
         // Kinds never cross.
         assert!(m.arrive(msg(2, MsgKind::Msg, 8, 13)).is_none());
         assert_eq!(m.cancel(3).map(|r| r.token), Some(3));
         assert_eq!(m.cancel(3), None);
+    }
+
+    #[test]
+    fn peek_take_and_persistent_posts() {
+        let mut m = Matcher::new();
+        let probe = RecvPost { token: 0, kind: MsgKind::Tagged, src: Src::Any, tag: 0, ignore: u64::MAX, persistent: false };
+        assert!(m.peek(&probe).is_none());
+        assert!(m.arrive(msg(0, MsgKind::Tagged, 4, 1)).is_none());
+        assert!(m.arrive(msg(0, MsgKind::Tagged, 5, 2)).is_none());
+        assert_eq!(m.peek(&probe).map(|a| a.msg[0]), Some(1));
+        assert_eq!(m.unexpected_len(), 2, "peek leaves the message");
+        assert_eq!(m.take_unexpected(&probe).map(|a| a.msg[0]), Some(1));
+        assert_eq!(m.unexpected_bytes(), 1);
+        // A persistent (multi-receive) post matches several messages.
+        let multi = RecvPost { token: 9, kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, persistent: true };
+        m.post_only(multi);
+        assert_eq!(m.arrive(msg(1, MsgKind::Msg, 0, 3)).map(|(r, _)| r.token), Some(9));
+        assert_eq!(m.arrive(msg(1, MsgKind::Msg, 0, 4)).map(|(r, _)| r.token), Some(9));
+        assert_eq!(m.posted_len(), 1);
+        assert_eq!(m.cancel(9).map(|r| r.token), Some(9));
+        assert!(m.arrive(msg(1, MsgKind::Msg, 0, 5)).is_none());
     }
 
     #[derive(Clone, Debug)]
@@ -183,7 +228,7 @@ mod tests {
                 next += 1;
                 match o {
                     Op::Post { src, tag, ignore } => {
-                        let r = RecvPost { token: next, kind: MsgKind::Tagged, src: src.map(|p| Src::Peer(PeerId::from_index(p))).unwrap_or(Src::Any), tag, ignore };
+                        let r = RecvPost { token: next, kind: MsgKind::Tagged, src: src.map(|p| Src::Peer(PeerId::from_index(p))).unwrap_or(Src::Any), tag, ignore, persistent: false };
                         let want = model_unexp.iter().position(|(p, t, _)| r.accepts(PeerId::from_index(*p), MsgKind::Tagged, *t));
                         let got = m.post(r);
                         match want {
