@@ -92,10 +92,12 @@ fn threading_progress_av_type_and_mr_mode_are_echoed() {
 }
 
 #[test]
-fn auto_progress_is_refused_while_rdmx_has_no_progress_thread() {
+fn auto_progress_is_offered_and_echoed() {
     let mut h = Hints::rdm();
     h.dom().data_progress = fi::FI_PROGRESS_AUTO;
-    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+    h.dom().control_progress = fi::FI_PROGRESS_AUTO;
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    assert_eq!(unsafe { (*info.first().domain_attr).data_progress }, fi::FI_PROGRESS_AUTO);
 }
 
 #[test]

@@ -22,7 +22,8 @@ use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 /// Monotonic time for the engine, from one process-wide epoch.
@@ -155,7 +156,15 @@ pub struct Running {
 /// The endpoint state every libfabric object that drives progress can reach.
 pub struct EpShared {
     state: Mutex<EpState>,
+    /// Set to stop this endpoint's progress thread.
+    stop: Arc<AtomicBool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+/// Stops every progress thread at provider cleanup (endpoints the application
+/// never closed); threads must be gone before libfabric dlcloses us.
+static STOP_ALL: AtomicBool = AtomicBool::new(false);
+static THREADED: Mutex<Vec<Weak<EpShared>>> = Mutex::new(Vec::new());
 
 pub struct EpState {
     pub profile: Profile,
@@ -215,6 +224,8 @@ impl EpShared {
                 local,
                 running: None,
             }),
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: Mutex::new(None),
         }))
     }
 
@@ -223,10 +234,55 @@ impl EpShared {
     }
 
     /// Builds the engine and starts moving data (`fi_enable`).
-    pub fn enable(&self) -> Result<()> {
+    pub fn enable(self: &Arc<Self>) -> Result<()> {
+        let auto = self.enable_engine()?;
+        if auto && self.thread.lock().is_none() {
+            self.start_progress_thread();
+        }
+        Ok(())
+    }
+
+    /// A thread that sleeps on the device and the engine's next timer and runs
+    /// progress, so acks, retransmissions and incoming data are served while the
+    /// application does not call into rdmx (FI_PROGRESS_AUTO,
+    /// FI_RDMX_PROGRESS_THREAD=1).
+    fn start_progress_thread(self: &Arc<Self>) {
+        let weak: Weak<EpShared> = Arc::downgrade(self);
+        let stop = self.stop.clone();
+        let spawned = std::thread::Builder::new().name("rdmx-progress".into()).spawn(move || {
+            while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
+                let Some(ep) = weak.upgrade() else { break };
+                wait_any(std::slice::from_ref(&ep), Duration::from_millis(20));
+                ep.progress();
+            }
+        });
+        match spawned {
+            Ok(h) => {
+                *self.thread.lock() = Some(h);
+                let mut all = THREADED.lock();
+                all.retain(|w| w.strong_count() > 0);
+                all.push(Arc::downgrade(self));
+            }
+            Err(e) => fi_warn!(Subsys::EpCtrl, "cannot start the progress thread: {e}"),
+        }
+    }
+
+    /// Stops and joins this endpoint's progress thread (endpoint close).
+    pub fn stop_progress_thread(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.thread.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+
+    /// Returns whether a progress thread is wanted.
+    fn enable_engine(&self) -> Result<bool> {
         let mut st = self.state.lock();
+        let auto = params().progress_thread || st.profile.progress == fi::FI_PROGRESS_AUTO;
         if st.running.is_some() {
-            return Ok(());
+            return Ok(auto);
         }
         if st.av.is_none() {
             return Err(Error::Inval("endpoint has no AV bound"));
@@ -263,7 +319,7 @@ impl EpShared {
             src_cache: HashMap::new(),
             dropped_headers: 0,
         });
-        Ok(())
+        Ok(auto)
     }
 
     pub fn progress(&self) {
@@ -720,5 +776,11 @@ pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
-/// Provider cleanup: nothing global to stop yet (no provider threads).
-pub fn shutdown_all() {}
+/// Provider cleanup: stops and joins every progress thread still running.
+pub fn shutdown_all() {
+    STOP_ALL.store(true, Ordering::Release);
+    let eps = std::mem::take(&mut *THREADED.lock());
+    for ep in eps.iter().filter_map(Weak::upgrade) {
+        ep.stop_progress_thread();
+    }
+}

@@ -24,13 +24,6 @@ unsafe impl FidObject for Domain {
     const CLASS: u32 = fi::FI_CLASS_DOMAIN;
 }
 
-// SAFETY: `fabric` is only used to decrement its child count at close; the fabric
-// outlives the domain (its close fails with -FI_EBUSY while children exist), and
-// `profile.handle` is an opaque pointer we never dereference.
-unsafe impl Send for Domain {}
-// SAFETY: as above; all mutable state is behind locks or atomics.
-unsafe impl Sync for Domain {}
-
 static DOMAIN_FI_OPS: fi::fi_ops = fid::fi_ops(domain_close, None, None);
 
 static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {

@@ -227,6 +227,7 @@ entry! {
     fn ep_close(f: *mut fi::fid) -> i32 {
         // SAFETY: our fid.
         let ep = unsafe { Ep::from_fid(f) }?;
+        ep.shared.stop_progress_thread();
         {
             let mut st = ep.shared.lock();
             // Flush what the engine still holds (acks, last sends) once more.

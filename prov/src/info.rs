@@ -84,7 +84,8 @@ pub struct Profile {
     pub mem_tag_format: u64,
     pub src: Option<RdmxAddr>,
     pub dest: Option<Vec<u8>>,
-    pub handle: fi::fid_t,
+    /// The application's `handle` (an opaque pointer value, echoed back).
+    pub handle: usize,
 }
 
 pub fn domain_name(d: DeviceChoice) -> &'static str {
@@ -119,14 +120,14 @@ fn base_profile(device: DeviceChoice) -> Profile {
         tx_iov_limit: IOV_LIMIT,
         rx_iov_limit: IOV_LIMIT,
         threading: fi::FI_THREAD_SAFE,
-        progress: fi::FI_PROGRESS_MANUAL,
+        progress: if params().progress_thread { fi::FI_PROGRESS_AUTO } else { fi::FI_PROGRESS_MANUAL },
         av_type: fi::FI_AV_UNSPEC,
         mr_mode: 0,
         domain_caps: DOMAIN_CAPS,
         mem_tag_format: u64::MAX,
         src: None,
         dest: None,
-        handle: std::ptr::null_mut(),
+        handle: 0,
     }
 }
 
@@ -158,8 +159,10 @@ fn threading_rank(t: fi::fi_threading) -> u32 {
     }
 }
 
-fn progress_ok(hint: fi::fi_progress, ours: fi::fi_progress) -> bool {
-    hint == fi::FI_PROGRESS_UNSPEC || hint == ours || (hint == fi::FI_PROGRESS_MANUAL && ours == fi::FI_PROGRESS_AUTO)
+/// rdmx offers both: manual progress by default, and automatic progress (a
+/// progress thread per endpoint) when the application asks for it.
+fn progress_ok(hint: fi::fi_progress) -> bool {
+    matches!(hint, fi::FI_PROGRESS_UNSPEC | fi::FI_PROGRESS_MANUAL | fi::FI_PROGRESS_AUTO)
 }
 
 /// Borrowed view of an application's hints (all pointers checked for null).
@@ -256,7 +259,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if threading_rank(dom.threading) < threading_rank(fi::FI_THREAD_SAFE) {
             return Err(Error::NoData);
         }
-        if !progress_ok(dom.control_progress, p.progress) || !progress_ok(dom.data_progress, p.progress) {
+        if !progress_ok(dom.control_progress) || !progress_ok(dom.data_progress) {
             return Err(Error::NoData);
         }
         if dom.caps & !DOMAIN_CAPS != 0 {
@@ -293,6 +296,9 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         };
         if dom.data_progress != fi::FI_PROGRESS_UNSPEC {
             p.progress = dom.data_progress;
+        }
+        if dom.control_progress == fi::FI_PROGRESS_AUTO {
+            p.progress = fi::FI_PROGRESS_AUTO;
         }
         p.domain_caps = if dom.caps != 0 { dom.caps & DOMAIN_CAPS } else { DOMAIN_CAPS };
     }
@@ -348,7 +354,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     p.caps = caps;
     p.tx_caps = caps & TX_CAPS;
     p.rx_caps = caps & RX_CAPS;
-    p.handle = hi.handle;
+    p.handle = hi.handle as usize;
     Ok(p)
 }
 
@@ -555,7 +561,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         i.caps = p.caps;
         i.mode = 0;
         i.addr_format = fi::FI_FORMAT_UNSPEC;
-        i.handle = p.handle;
+        i.handle = p.handle as fi::fid_t;
         if let Some(src) = &p.src {
             i.src_addr = malloc_copy(&src.encode());
             i.src_addrlen = ADDR_LEN;

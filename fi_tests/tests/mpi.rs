@@ -1,0 +1,80 @@
+//! Real MPI programs (C, built with mpicc) over rdmx with OpenMPI 4.1:
+//! `--mca pml cm --mca mtl ofi -x FI_PROVIDER=rdmx`, on every device.
+use fi_tests::procs::{self, text};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn build(name: &str) -> Option<PathBuf> {
+    if Command::new("mpicc").arg("--version").output().is_err() {
+        eprintln!("SKIP: mpicc (libopenmpi-dev) is not installed");
+        return None;
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(name);
+    let st = Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
+    assert!(st.success(), "mpicc {name}.c failed");
+    Some(exe)
+}
+
+fn mpirun(exe: &PathBuf, np: u32, device: &str, args: &[&str], extra_mca: &[&str]) -> String {
+    fi_tests::init();
+    let dir = fi_tests::provider_dir();
+    let np_s = np.to_string();
+    let mut c = Command::new("mpirun");
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", &np_s])
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx"])
+        .args(["--mca", "btl", "self"])
+        .args(["--mca", "mtl_ofi_verbose", "1"])
+        .args(extra_mca)
+        .args(["-x", "FI_PROVIDER=rdmx", "-x", &format!("FI_PROVIDER_PATH={}", dir.display())])
+        .args(["-x", &format!("FI_RDMX_DEVICE={device}")])
+        .arg(exe)
+        .args(args)
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = procs::wait_output(c.spawn().expect("mpirun"), Duration::from_secs(300));
+    let t = text(&out);
+    assert!(out.status.success(), "mpirun -np {np} {} on {device} failed:\n{t}", exe.display());
+    t
+}
+
+#[test]
+fn p2p_semantics_on_udp_shm_and_auto() {
+    let Some(exe) = build("p2p") else { return };
+    for dev in ["udp", "shm", "auto"] {
+        let out = mpirun(&exe, 2, dev, &[], &[]);
+        assert!(out.contains("p2p: all checks passed"), "{out}");
+        assert!(out.contains("rdmx"), "the mtl did not report rdmx:\n{out}");
+    }
+}
+
+#[test]
+fn collectives_np_2_4_8() {
+    let Some(exe) = build("coll") else { return };
+    for np in [2, 4, 8] {
+        let out = mpirun(&exe, np, "auto", &[], &[]);
+        assert!(out.contains("coll: all checks passed"), "{out}");
+    }
+    let out = mpirun(&exe, 4, "udp", &[], &[]);
+    assert!(out.contains("coll: all checks passed"), "{out}");
+}
+
+#[test]
+fn thread_multiple_with_four_threads() {
+    let Some(exe) = build("threads") else { return };
+    let out = mpirun(&exe, 2, "auto", &[], &[]);
+    assert!(out.contains("threads: 4 threads"), "{out}");
+}
+
+#[test]
+fn one_sided_put_get_accumulate() {
+    let Some(exe) = build("rma") else { return };
+    // OpenMPI 4.1 runs MPI one-sided over pml cm through osc/pt2pt, i.e. over
+    // rdmx's tagged messages.
+    let out = mpirun(&exe, 2, "auto", &[], &["--mca", "osc", "pt2pt"]);
+    assert!(out.contains("rma: all checks passed"), "{out}");
+}
