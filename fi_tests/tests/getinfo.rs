@@ -37,7 +37,7 @@ fn msg_and_dgram_endpoints_are_refused_so_no_utility_provider_layers_on_rdmx() {
 
 #[test]
 fn unsupported_caps_are_refused() {
-    for caps in [fi::FI_RMA as u64, fi::FI_ATOMIC as u64, fi::FI_HMEM, fi::FI_TRIGGER as u64, fi::FI_MULTICAST as u64] {
+    for caps in [fi::FI_HMEM, fi::FI_TRIGGER as u64, fi::FI_MULTICAST as u64, fi::FI_NAMED_RX_CTX as u64, fi::FI_RMA_EVENT] {
         let mut h = Hints::rdm();
         h.get().caps |= caps;
         assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)), "caps {caps:#x}");

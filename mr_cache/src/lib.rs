@@ -67,6 +67,11 @@ impl KeyTable {
         self.regions.remove(&key).ok_or(MrError::NoKey(key))
     }
 
+    /// The registration behind `key`.
+    pub fn get(&self, key: u64) -> Option<Region> {
+        self.regions.get(&key).copied()
+    }
+
     /// Checks that `[addr, addr+len)` lies inside the region of `key` and that the
     /// region allows `access`; returns the region.
     pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Region, MrError> {

@@ -18,6 +18,7 @@ use rdm::device::TxDatagram;
 use rdm::engine::{Engine, EngineConfig, Event, PeerId};
 use rdm::{DevAddr, Device};
 use rndv::{Arrived, Matcher, MsgHeader, MsgKind, RecvPost, Src, HEADER_LEN};
+use mr_cache::KeyTable;
 use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -68,7 +69,7 @@ impl UserIov {
     }
 
     /// Copies `data` into the buffers; returns the bytes written.
-    fn scatter(&self, data: &[u8]) -> usize {
+    pub(crate) fn scatter(&self, data: &[u8]) -> usize {
         let mut off = 0;
         for b in &self.bufs[..self.count] {
             if off >= data.len() {
@@ -87,7 +88,7 @@ impl UserIov {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct TxOp {
+pub(crate) struct TxOp {
     context: usize,
     flags: u64,
     len: usize,
@@ -95,7 +96,7 @@ struct TxOp {
 }
 
 #[derive(Clone, Copy, Debug)]
-struct RxOp {
+pub(crate) struct RxOp {
     iov: UserIov,
     context: usize,
     completion: bool,
@@ -137,19 +138,21 @@ const TX_BATCH: usize = 32;
 
 /// Everything an enabled endpoint needs to move data.
 pub struct Running {
-    device: Box<dyn Device>,
-    engine: Engine,
-    matcher: Matcher,
-    local: RdmxAddr,
-    tx_ops: Slab<TxOp>,
-    rx_ops: Slab<RxOp>,
+    pub(crate) device: Box<dyn Device>,
+    pub(crate) engine: Engine,
+    pub(crate) matcher: Matcher,
+    pub(crate) local: RdmxAddr,
+    pub(crate) tx_ops: Slab<TxOp>,
+    /// Outstanding RMA / atomic operations, keyed by the request id on the wire.
+    pub(crate) rma_ops: Slab<crate::rma::RmaOp>,
+    pub(crate) rx_ops: Slab<RxOp>,
     /// Datagrams pulled from the engine but not yet taken by the device.
-    stage: Vec<Vec<u8>>,
-    stage_dst: [DevAddr; TX_BATCH],
-    stage_len: [usize; TX_BATCH],
-    staged: usize,
+    pub(crate) stage: Vec<Vec<u8>>,
+    pub(crate) stage_dst: [DevAddr; TX_BATCH],
+    pub(crate) stage_len: [usize; TX_BATCH],
+    pub(crate) staged: usize,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
-    src_cache: HashMap<PeerId, u64>,
+    pub(crate) src_cache: HashMap<PeerId, u64>,
     pub dropped_headers: u64,
 }
 
@@ -173,10 +176,20 @@ pub struct EpState {
     pub rx_cq: Option<CqBinding>,
     pub send_cntr: Option<Arc<CntrShared>>,
     pub recv_cntr: Option<Arc<CntrShared>>,
+    /// RMA counters: initiator reads / writes (atomics count as writes), and
+    /// target-side remote reads / writes.
+    pub read_cntr: Option<Arc<CntrShared>>,
+    pub write_cntr: Option<Arc<CntrShared>>,
+    pub rread_cntr: Option<Arc<CntrShared>>,
+    pub rwrite_cntr: Option<Arc<CntrShared>>,
+    /// The domain's registrations (RMA targets) and whether RMA addresses are
+    /// virtual addresses (FI_MR_VIRT_ADDR) or offsets into the registration.
+    pub mr_keys: Arc<Mutex<KeyTable>>,
+    pub mr_virt_addr: bool,
     pub min_multi_recv: usize,
     /// Messages reserved by FI_PEEK|FI_CLAIM, keyed by the operation context the
     /// later FI_CLAIM receive passes again.
-    claimed: HashMap<usize, Arrived>,
+    pub(crate) claimed: HashMap<usize, Arrived>,
     pub device: Option<Box<dyn Device>>,
     pub local: RdmxAddr,
     pub running: Option<Running>,
@@ -208,7 +221,7 @@ fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
 }
 
 impl EpShared {
-    pub fn new(profile: Profile) -> Result<Arc<EpShared>> {
+    pub fn new(profile: Profile, mr_keys: Arc<Mutex<KeyTable>>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
         let (device, local) = open_device(&profile)?;
         Ok(Arc::new(EpShared {
             state: Mutex::new(EpState {
@@ -218,6 +231,12 @@ impl EpShared {
                 rx_cq: None,
                 send_cntr: None,
                 recv_cntr: None,
+                read_cntr: None,
+                write_cntr: None,
+                rread_cntr: None,
+                rwrite_cntr: None,
+                mr_keys,
+                mr_virt_addr,
                 min_multi_recv: 0,
                 claimed: HashMap::new(),
                 device: Some(device),
@@ -311,6 +330,7 @@ impl EpShared {
             matcher: Matcher::new(),
             local,
             tx_ops: Slab::with_capacity(st.profile.tx_size),
+            rma_ops: Slab::new(),
             rx_ops: Slab::with_capacity(st.profile.rx_size),
             stage: (0..TX_BATCH).map(|_| vec![0u8; caps.mtu.max(64)]).collect(),
             stage_dst: [DevAddr::Sim(0); TX_BATCH],
@@ -338,7 +358,7 @@ impl EpShared {
 }
 
 impl EpState {
-    fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
+    pub(crate) fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
         let a = *av.read().get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
@@ -491,7 +511,7 @@ impl EpState {
         Ok(())
     }
 
-    fn push_rx(&self, c: Completion) {
+    pub(crate) fn push_rx(&self, c: Completion) {
         if let Some(b) = &self.rx_cq {
             b.cq.push(c);
         }
@@ -524,7 +544,7 @@ impl EpState {
         Ok(())
     }
 
-    fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
+    pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
         let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
         if let Some(a) = r.src_cache.get(&peer) {
             return *a;
@@ -605,16 +625,21 @@ impl EpState {
     fn handle_event(&mut self, ev: Event) {
         match ev {
             Event::Delivered { peer, msg } => {
-                let Some(r) = self.running.as_mut() else { return };
-                let parsed = MsgHeader::decode(&msg).map(|(h, _)| h);
-                match parsed {
-                    Ok(h) => {
+                let kind = rndv::Packet::decode(&msg).map(|p| match p {
+                    rndv::Packet::Msg(h, _) => Some(h),
+                    _ => None,
+                });
+                match kind {
+                    Ok(Some(h)) => {
+                        let Some(r) = self.running.as_mut() else { return };
                         let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN };
                         if let Some((post, arrived)) = r.matcher.arrive(arrived) {
                             self.complete_recv(post.token as usize, arrived);
                         }
                     }
+                    Ok(None) => self.handle_rma(peer, msg),
                     Err(e) => {
+                        let Some(r) = self.running.as_mut() else { return };
                         r.dropped_headers += 1;
                         fi_warn!(Subsys::EpData, "dropping message with a bad header from {:?}: {e}", r.engine.peer_addr(peer));
                         r.engine.recycle(msg);
@@ -639,6 +664,14 @@ impl EpState {
     }
 
     fn complete_send(&mut self, token: u64, err: Option<i32>) {
+        if token & crate::rma::RMA_TOKEN != 0 {
+            // RMA requests complete when the target answers; only a failure to
+            // deliver the request (or a response) matters here.
+            if err.is_some() {
+                self.fail_rma(token);
+            }
+            return;
+        }
         let Some(r) = self.running.as_mut() else { return };
         let Some(op) = r.tx_ops.try_remove(token as usize) else { return };
         if op.completion || err.is_some() {

@@ -9,6 +9,7 @@ use crate::{av, cntr, cq, ep, mr};
 use libfabric_sys as fi;
 use mr_cache::KeyTable;
 use parking_lot::Mutex;
+use std::sync::Arc;
 
 #[repr(C)]
 pub struct Domain {
@@ -16,7 +17,7 @@ pub struct Domain {
     fabric: *const Fabric,
     pub children: Refs,
     pub profile: Profile,
-    pub mr_keys: Mutex<KeyTable>,
+    pub mr_keys: Arc<Mutex<KeyTable>>,
 }
 
 // SAFETY: #[repr(C)] with fid_domain first.
@@ -36,7 +37,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     poll_open: Some(no_poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
-    query_atomic: Some(no_query_atomic),
+    query_atomic: Some(domain_query_atomic),
     query_collective: Some(no_query_collective),
     endpoint2: Some(no_endpoint2),
 };
@@ -53,7 +54,6 @@ entry_unsupported! {
     fn no_poll_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_poll_attr, pollset: *mut *mut fi::fid_poll) -> i32 = Error::NoSys;
     fn no_stx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_tx_attr, stx: *mut *mut fi::fid_stx, context: *mut libc::c_void) -> i32 = Error::NoSys;
     fn no_srx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_rx_attr, rx_ep: *mut *mut fi::fid_ep, context: *mut libc::c_void) -> i32 = Error::NoSys;
-    fn no_query_atomic(domain: *mut fi::fid_domain, datatype: fi::fi_datatype, op: fi::fi_op, attr: *mut fi::fi_atomic_attr, flags: u64) -> i32 = Error::NoSys;
     fn no_query_collective(domain: *mut fi::fid_domain, coll: fi::fi_collective_op, attr: *mut fi::fi_collective_attr, flags: u64) -> i32 = Error::NoSys;
     fn no_endpoint2(domain: *mut fi::fid_domain, info: *mut fi::fi_info, ep: *mut *mut fi::fid_ep, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
 }
@@ -76,7 +76,7 @@ entry! {
             fabric: fab,
             children: Refs::default(),
             profile,
-            mr_keys: Mutex::new(KeyTable::new()),
+            mr_keys: Arc::new(Mutex::new(KeyTable::new())),
         });
         // SAFETY: checked non-null.
         unsafe { *out = d as *mut fi::fid_domain };
@@ -102,4 +102,38 @@ entry! {
 pub unsafe fn domain_ref<'a>(d: *mut fi::fid_domain) -> Result<&'a Domain> {
     // SAFETY: per contract.
     unsafe { Domain::from_fid(d as *const fi::fid) }
+}
+
+/// Largest element count one emulated atomic carries (operands travel in one
+/// message; keep them well inside the engine's buffers).
+pub const ATOMIC_MAX_BYTES: usize = 64 * 1024;
+
+/// Answers `fi_query_atomic` and the endpoint's `*valid` calls.
+pub fn atomic_count(datatype: fi::fi_datatype, op: fi::fi_op, flags: u64) -> Result<(usize, usize)> {
+    use rndv::atomic::{valid, Datatype, Family, Op};
+    let dt = Datatype::from_fi(datatype).ok_or(Error::OpNotSupp)?;
+    let o = Op::from_fi(op).ok_or(Error::OpNotSupp)?;
+    let family = if flags & fi::FI_COMPARE_ATOMIC != 0 {
+        Family::Compare
+    } else if flags & fi::FI_FETCH_ATOMIC != 0 {
+        Family::Fetch
+    } else {
+        Family::Write
+    };
+    if !valid(family, dt, o) {
+        return Err(Error::OpNotSupp);
+    }
+    Ok((ATOMIC_MAX_BYTES / dt.size(), dt.size()))
+}
+
+entry! {
+    fn domain_query_atomic(domain: *mut fi::fid_domain, datatype: fi::fi_datatype, op: fi::fi_op, attr: *mut fi::fi_atomic_attr, flags: u64) -> i32 {
+        non_null!(attr);
+        // SAFETY: our domain.
+        let _ = unsafe { domain_ref(domain) }?;
+        let (count, size) = atomic_count(datatype, op, flags)?;
+        // SAFETY: checked non-null.
+        unsafe { *attr = fi::fi_atomic_attr { count, size } };
+        Ok(0)
+    }
 }

@@ -93,32 +93,32 @@ static TAGGED_OPS: fi::fi_ops_tagged = fi::fi_ops_tagged {
 
 static RMA_OPS: fi::fi_ops_rma = fi::fi_ops_rma {
     size: std::mem::size_of::<fi::fi_ops_rma>(),
-    read: Some(no_rma_read),
-    readv: Some(no_rma_readv),
-    readmsg: Some(no_rma_readmsg),
-    write: Some(no_rma_write),
-    writev: Some(no_rma_writev),
-    writemsg: Some(no_rma_writemsg),
-    inject: Some(no_rma_inject),
-    writedata: Some(no_rma_writedata),
-    injectdata: Some(no_rma_injectdata),
+    read: Some(rma_read),
+    readv: Some(rma_readv),
+    readmsg: Some(rma_readmsg),
+    write: Some(rma_write),
+    writev: Some(rma_writev),
+    writemsg: Some(rma_writemsg),
+    inject: Some(rma_inject),
+    writedata: Some(rma_writedata),
+    injectdata: Some(rma_injectdata),
 };
 
 static ATOMIC_OPS: fi::fi_ops_atomic = fi::fi_ops_atomic {
     size: std::mem::size_of::<fi::fi_ops_atomic>(),
-    write: Some(no_atomic_write),
-    writev: Some(no_atomic_writev),
-    writemsg: Some(no_atomic_writemsg),
-    inject: Some(no_atomic_inject),
-    readwrite: Some(no_atomic_readwrite),
-    readwritev: Some(no_atomic_readwritev),
-    readwritemsg: Some(no_atomic_readwritemsg),
-    compwrite: Some(no_atomic_compwrite),
-    compwritev: Some(no_atomic_compwritev),
-    compwritemsg: Some(no_atomic_compwritemsg),
-    writevalid: Some(no_atomic_valid),
-    readwritevalid: Some(no_atomic_valid),
-    compwritevalid: Some(no_atomic_valid),
+    write: Some(atomic_write),
+    writev: Some(atomic_writev),
+    writemsg: Some(atomic_writemsg),
+    inject: Some(atomic_inject),
+    readwrite: Some(atomic_readwrite),
+    readwritev: Some(atomic_readwritev),
+    readwritemsg: Some(atomic_readwritemsg),
+    compwrite: Some(atomic_compwrite),
+    compwritev: Some(atomic_compwritev),
+    compwritemsg: Some(atomic_compwritemsg),
+    writevalid: Some(atomic_writevalid),
+    readwritevalid: Some(atomic_readwritevalid),
+    compwritevalid: Some(atomic_compwritevalid),
 };
 
 static COLLECTIVE_OPS: fi::fi_ops_collective = fi::fi_ops_collective {
@@ -152,26 +152,6 @@ entry_unsupported! {
     fn no_reject(pep: *mut fi::fid_pep, handle: fi::fid_t, param: *const libc::c_void, paramlen: usize) -> i32 = Error::NoSys;
     fn no_shutdown(ep: *mut fi::fid_ep, flags: u64) -> i32 = Error::NoSys;
     fn no_join(ep: *mut fi::fid_ep, addr: *const libc::c_void, flags: u64, mc: *mut *mut fi::fid_mc, context: Ctx) -> i32 = Error::NoSys;
-    fn no_rma_read(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
-    fn no_rma_readv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
-    fn no_rma_readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize = Error::NoSys;
-    fn no_rma_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
-    fn no_rma_writev(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
-    fn no_rma_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize = Error::NoSys;
-    fn no_rma_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest_addr: u64, addr: u64, key: u64) -> isize = Error::NoSys;
-    fn no_rma_writedata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest_addr: u64, addr: u64, key: u64, context: Ctx) -> isize = Error::NoSys;
-    fn no_rma_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest_addr: u64, addr: u64, key: u64) -> isize = Error::NoSys;
-    fn no_atomic_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_writev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, flags: u64) -> isize = Error::NoSys;
-    fn no_atomic_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize = Error::NoSys;
-    fn no_atomic_readwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_readwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_readwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize = Error::NoSys;
-    fn no_atomic_compwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, compare: *const libc::c_void, compare_desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_compwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest_addr: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize = Error::NoSys;
-    fn no_atomic_compwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize = Error::NoSys;
-    fn no_atomic_valid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 = Error::NoSys;
     fn no_barrier(ep: *mut fi::fid_ep, coll_addr: u64, context: Ctx) -> isize = Error::NoSys;
     fn no_broadcast(ep: *mut fi::fid_ep, buf: *mut libc::c_void, count: usize, desc: Desc, coll_addr: u64, root_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
     fn no_alltoall(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, coll_addr: u64, datatype: fi::fi_datatype, flags: u64, context: Ctx) -> isize = Error::NoSys;
@@ -200,7 +180,8 @@ entry! {
         }
         // The endpoint lives in its domain's device family.
         profile.device = d.profile.device;
-        let shared = EpShared::new(profile)?;
+        let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
+        let shared = EpShared::new(profile, d.mr_keys.clone(), virt)?;
         d.children.get();
         let ep = fid::leak(Ep {
             fid: fi::fid_ep {
@@ -238,7 +219,7 @@ entry! {
             if let Some(b) = &st.rx_cq {
                 b.cq.detach(&ep.shared);
             }
-            for c in [&st.send_cntr, &st.recv_cntr].into_iter().flatten() {
+            for c in [&st.send_cntr, &st.recv_cntr, &st.read_cntr, &st.write_cntr, &st.rread_cntr, &st.rwrite_cntr].into_iter().flatten() {
                 c.detach(&ep.shared);
             }
             st.running = None;
@@ -246,6 +227,10 @@ entry! {
             st.rx_cq = None;
             st.send_cntr = None;
             st.recv_cntr = None;
+            st.read_cntr = None;
+            st.write_cntr = None;
+            st.rread_cntr = None;
+            st.rwrite_cntr = None;
             st.av = None;
         }
         let b = std::mem::take(&mut *ep.bound.lock());
@@ -336,7 +321,18 @@ entry! {
                 if flags & fi::FI_RECV as u64 != 0 {
                     st.recv_cntr = Some(c.shared.clone());
                 }
-                // RMA counters (READ/WRITE/REMOTE_*) count nothing until RMA exists.
+                if flags & fi::FI_READ as u64 != 0 {
+                    st.read_cntr = Some(c.shared.clone());
+                }
+                if flags & fi::FI_WRITE as u64 != 0 {
+                    st.write_cntr = Some(c.shared.clone());
+                }
+                if flags & fi::FI_REMOTE_READ as u64 != 0 {
+                    st.rread_cntr = Some(c.shared.clone());
+                }
+                if flags & fi::FI_REMOTE_WRITE as u64 != 0 {
+                    st.rwrite_cntr = Some(c.shared.clone());
+                }
                 c.shared.attach(&ep.shared);
                 c.bound.get();
                 bound.cntrs.push(c);
@@ -684,5 +680,349 @@ entry! {
 entry! {
     fn tagged_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, tag: u64) -> isize {
         do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, Some(data), std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+// ---- RMA and atomics (emulated over messages, see crate::rma) ----
+
+use crate::rma::{one, RmaArgs};
+
+/// # Safety
+/// `iov` is valid for `count` entries of application memory.
+unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
+    let mut out: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
+    for (o, b) in out.iter_mut().zip(&iov.bufs[..iov.count]) {
+        if b.len > 0 {
+            // SAFETY: per contract.
+            *o = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, b.len) };
+        }
+    }
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn do_rma(ep: *mut fi::fid_ep, write: bool, iov: UserIov, peer: u64, addr: u64, key: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
+    // SAFETY: libfabric passes our endpoint.
+    let ep = unsafe { ep_ref(ep) }?;
+    let mut st = ep.shared.lock();
+    if st.profile.caps & fi::FI_RMA as u64 == 0 {
+        return Err(Error::OpNotSupp);
+    }
+    let flags = flags.unwrap_or(st.profile.tx_op_flags);
+    // SAFETY: the application's buffers, valid for the call (writes are copied
+    // before return; read destinations stay valid until completion per API).
+    let slices = unsafe { iov_slices(&iov) };
+    let args = RmaArgs {
+        peer_addr: peer,
+        key,
+        addr,
+        context: context as usize,
+        flags,
+        inject,
+        payload: if write { &slices[..iov.count] } else { &[] },
+        compare: &[],
+        result: if write { UserIov::default() } else { iov },
+    };
+    if write {
+        st.rma_write(args, data)?;
+    } else {
+        st.rma_read(args)?;
+    }
+    Ok(0)
+}
+
+/// # Safety
+/// `msg` is a valid fi_msg_rma.
+unsafe fn rma_msg(msg: *const fi::fi_msg_rma) -> Result<(UserIov, u64, u64, u64, Ctx, u64)> {
+    non_null!(msg);
+    // SAFETY: checked non-null.
+    let m = unsafe { &*msg };
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return Err(Error::Inval("rdmx takes exactly one rma_iov"));
+    }
+    // SAFETY: the message's arrays.
+    let (iov, r) = unsafe { (user_iov(m.msg_iov, m.iov_count)?, &*m.rma_iov) };
+    if r.len != iov.total() {
+        return Err(Error::Inval("rma_iov length differs from the local iov"));
+    }
+    Ok((iov, m.addr, r.addr, r.key, m.context, m.data))
+}
+
+entry! {
+    fn rma_read(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_rma(ep, false, single(buf, len)?, src, addr, key, None, context, None, false)
+    }
+}
+
+entry! {
+    fn rma_readv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_rma(ep, false, iov, src, addr, key, None, context, None, false)
+    }
+}
+
+entry! {
+    fn rma_readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+        // SAFETY: the application's message.
+        let (iov, peer, addr, key, ctx, _) = unsafe { rma_msg(msg) }?;
+        do_rma(ep, false, iov, peer, addr, key, None, ctx, Some(flags), false)
+    }
+}
+
+entry! {
+    fn rma_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_rma(ep, true, single(buf, len)?, dest, addr, key, None, context, None, false)
+    }
+}
+
+entry! {
+    fn rma_writev(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's iov array.
+        let iov = unsafe { user_iov(iov, count) }?;
+        do_rma(ep, true, iov, dest, addr, key, None, context, None, false)
+    }
+}
+
+entry! {
+    fn rma_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+        // SAFETY: the application's message.
+        let (iov, peer, addr, key, ctx, data) = unsafe { rma_msg(msg) }?;
+        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
+        do_rma(ep, true, iov, peer, addr, key, data, ctx, Some(flags), false)
+    }
+}
+
+entry! {
+    fn rma_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, addr: u64, key: u64) -> isize {
+        do_rma(ep, true, single(buf, len)?, dest, addr, key, None, std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+entry! {
+    fn rma_writedata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+        let _ = desc;
+        do_rma(ep, true, single(buf, len)?, dest, addr, key, Some(data), context, None, false)
+    }
+}
+
+entry! {
+    fn rma_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, addr: u64, key: u64) -> isize {
+        do_rma(ep, true, single(buf, len)?, dest, addr, key, Some(data), std::ptr::null_mut(), Some(0), true)
+    }
+}
+
+/// One atomic operation, from any of the fi_atomic entry points.
+struct AtomicCall {
+    operand: UserIov,
+    compare: UserIov,
+    result: Option<UserIov>,
+    peer: u64,
+    addr: u64,
+    key: u64,
+    datatype: fi::fi_datatype,
+    op: fi::fi_op,
+    count: usize,
+    context: Ctx,
+    flags: Option<u64>,
+    inject: bool,
+}
+
+fn do_atomic(ep: *mut fi::fid_ep, c: AtomicCall) -> Result<isize> {
+    // SAFETY: libfabric passes our endpoint.
+    let ep = unsafe { ep_ref(ep) }?;
+    let mut st = ep.shared.lock();
+    if st.profile.caps & fi::FI_ATOMIC as u64 == 0 {
+        return Err(Error::OpNotSupp);
+    }
+    let flags = c.flags.unwrap_or(st.profile.tx_op_flags);
+    // SAFETY: operand / compare buffers are the application's, valid for the call
+    // (copied into the request before return).
+    let (ops, cmp) = unsafe { (iov_slices(&c.operand), iov_slices(&c.compare)) };
+    let fetch = c.result.is_some();
+    let args = RmaArgs {
+        peer_addr: c.peer,
+        key: c.key,
+        addr: c.addr,
+        context: c.context as usize,
+        flags,
+        inject: c.inject,
+        payload: &ops[..c.operand.count],
+        compare: &cmp[..c.compare.count],
+        result: c.result.unwrap_or_default(),
+    };
+    st.atomic(args, c.datatype, c.op, c.count, fetch)?;
+    Ok(0)
+}
+
+fn dt_size(datatype: fi::fi_datatype) -> Result<usize> {
+    rndv::atomic::Datatype::from_fi(datatype).map(|d| d.size()).ok_or(Error::OpNotSupp)
+}
+
+/// # Safety
+/// `ioc` is valid for `count` entries.
+unsafe fn ioc_iov(ioc: *const fi::fi_ioc, count: usize, datatype: fi::fi_datatype) -> Result<(UserIov, usize)> {
+    if count > info::IOV_LIMIT {
+        return Err(Error::Inval("ioc count"));
+    }
+    let size = dt_size(datatype)?;
+    let mut out = UserIov { count, ..UserIov::default() };
+    if count == 0 {
+        return Ok((out, 0));
+    }
+    non_null!(ioc);
+    // SAFETY: per contract.
+    let s = unsafe { std::slice::from_raw_parts(ioc, count) };
+    let mut elems = 0;
+    for (o, v) in out.bufs.iter_mut().zip(s) {
+        *o = UserBuf { ptr: v.addr as usize, len: v.count * size };
+        elems += v.count;
+    }
+    Ok((out, elems))
+}
+
+/// # Safety
+/// `msg` is a valid fi_msg_atomic.
+unsafe fn atomic_msg(msg: *const fi::fi_msg_atomic) -> Result<(UserIov, usize, &'static fi::fi_msg_atomic, u64, u64)> {
+    non_null!(msg);
+    // SAFETY: checked non-null; the reference does not outlive the call in practice.
+    let m: &'static fi::fi_msg_atomic = unsafe { &*msg };
+    if m.rma_iov_count != 1 || m.rma_iov.is_null() {
+        return Err(Error::Inval("rdmx takes exactly one rma_iov"));
+    }
+    // SAFETY: the message's arrays.
+    let (iov, n) = unsafe { ioc_iov(m.msg_iov, m.iov_count, m.datatype)? };
+    // SAFETY: checked non-null.
+    let r = unsafe { &*m.rma_iov };
+    Ok((iov, n, m, r.addr, r.key))
+}
+
+entry! {
+    fn atomic_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = desc;
+        let operand = single(buf, count * dt_size(datatype)?)?;
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_writev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = desc;
+        // SAFETY: the application's ioc array.
+        let (operand, n) = unsafe { ioc_iov(iov, count, datatype) }?;
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count: n, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, flags: u64) -> isize {
+        // SAFETY: the application's message.
+        let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: m.addr, addr, key, datatype: m.datatype, op: m.op, count: n, context: m.context, flags: Some(flags), inject: false })
+    }
+}
+
+entry! {
+    fn atomic_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize {
+        let operand = single(buf, count * dt_size(datatype)?)?;
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count, context: std::ptr::null_mut(), flags: Some(0), inject: true })
+    }
+}
+
+entry! {
+    fn atomic_readwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = (desc, result_desc);
+        let size = count * dt_size(datatype)?;
+        let operand = if op == fi::FI_ATOMIC_READ { UserIov::default() } else { single(buf, size)? };
+        non_null!(result);
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: Some(one(result as usize, size)), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_readwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = (desc, result_desc);
+        // SAFETY: the application's ioc arrays.
+        let (operand, n) = unsafe { ioc_iov(iov, count, datatype) }?;
+        // SAFETY: as above.
+        let (result, rn) = unsafe { ioc_iov(resultv, result_count, datatype) }?;
+        let n = if op == fi::FI_ATOMIC_READ { rn } else { n };
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: Some(result), peer: dest, addr, key, datatype, op, count: n, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_readwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
+        let _ = result_desc;
+        // SAFETY: the application's message and result array.
+        let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
+        // SAFETY: as above.
+        let (result, rn) = unsafe { ioc_iov(resultv, result_count, m.datatype) }?;
+        let n = if m.op == fi::FI_ATOMIC_READ { rn } else { n };
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: Some(result), peer: m.addr, addr, key, datatype: m.datatype, op: m.op, count: n, context: m.context, flags: Some(flags), inject: false })
+    }
+}
+
+entry! {
+    fn atomic_compwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, compare: *const libc::c_void, compare_desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = (desc, compare_desc, result_desc);
+        let size = count * dt_size(datatype)?;
+        non_null!(result);
+        do_atomic(ep, AtomicCall { operand: single(buf, size)?, compare: single(compare, size)?, result: Some(one(result as usize, size)), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_compwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+        let _ = (desc, compare_desc, result_desc);
+        // SAFETY: the application's ioc arrays.
+        let ((operand, n), (compare, _), (result, _)) = unsafe {
+            (ioc_iov(iov, count, datatype)?, ioc_iov(comparev, compare_count, datatype)?, ioc_iov(resultv, result_count, datatype)?)
+        };
+        do_atomic(ep, AtomicCall { operand, compare, result: Some(result), peer: dest, addr, key, datatype, op, count: n, context, flags: None, inject: false })
+    }
+}
+
+entry! {
+    fn atomic_compwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
+        let _ = (compare_desc, result_desc);
+        // SAFETY: the application's message and arrays.
+        let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
+        // SAFETY: as above.
+        let ((compare, _), (result, _)) = unsafe { (ioc_iov(comparev, compare_count, m.datatype)?, ioc_iov(resultv, result_count, m.datatype)?) };
+        do_atomic(ep, AtomicCall { operand, compare, result: Some(result), peer: m.addr, addr, key, datatype: m.datatype, op: m.op, count: n, context: m.context, flags: Some(flags), inject: false })
+    }
+}
+
+fn valid_count(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize, flags: u64) -> Result<i32> {
+    // SAFETY: libfabric passes our endpoint.
+    let _ = unsafe { ep_ref(ep) }?;
+    let (n, _) = crate::domain::atomic_count(datatype, op, flags)?;
+    if !count.is_null() {
+        // SAFETY: checked non-null.
+        unsafe { *count = n };
+    }
+    Ok(0)
+}
+
+entry! {
+    fn atomic_writevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+        valid_count(ep, datatype, op, count, 0)
+    }
+}
+
+entry! {
+    fn atomic_readwritevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+        valid_count(ep, datatype, op, count, fi::FI_FETCH_ATOMIC)
+    }
+}
+
+entry! {
+    fn atomic_compwritevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+        valid_count(ep, datatype, op, count, fi::FI_COMPARE_ATOMIC)
     }
 }

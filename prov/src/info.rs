@@ -26,15 +26,23 @@ const SOURCE: u64 = fi::FI_SOURCE;
 const LOCAL_COMM: u64 = fi::FI_LOCAL_COMM;
 const REMOTE_COMM: u64 = fi::FI_REMOTE_COMM;
 
-/// Primary capabilities rdmx implements.
-const PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV;
+const RMA: u64 = fi::FI_RMA as u64;
+const ATOMIC: u64 = fi::FI_ATOMIC as u64;
+const READ: u64 = fi::FI_READ as u64;
+const WRITE: u64 = fi::FI_WRITE as u64;
+const REMOTE_READ: u64 = fi::FI_REMOTE_READ as u64;
+const REMOTE_WRITE: u64 = fi::FI_REMOTE_WRITE as u64;
+
+/// Primary capabilities rdmx implements (RMA and atomics are emulated over
+/// messages).
+const PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV | RMA | ATOMIC;
 /// Secondary capabilities rdmx implements (reported even when not requested).
 const MULTI_RECV: u64 = fi::FI_MULTI_RECV as u64;
 const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV;
-const DIRECTION_CAPS: u64 = SEND | RECV;
+const DIRECTION_CAPS: u64 = SEND | RECV | READ | WRITE | REMOTE_READ | REMOTE_WRITE;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
-const TX_CAPS: u64 = MSG | TAGGED | SEND;
-const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | MULTI_RECV;
+const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE;
+const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | MULTI_RECV | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
 const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
@@ -45,7 +53,17 @@ const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
     | fi::FI_MORE) as u64
     | fi::FI_COMMIT_COMPLETE as u64;
 const RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV) as u64;
-const MSG_ORDER: u64 = fi::FI_ORDER_STRICT as u64;
+/// Everything arrives in order per peer (one ordered stream carries messages,
+/// RMA and atomics), so every ordering bit holds.
+const MSG_ORDER: u64 = fi::FI_ORDER_STRICT as u64
+    | fi::FI_ORDER_RMA_RAR
+    | fi::FI_ORDER_RMA_RAW
+    | fi::FI_ORDER_RMA_WAR
+    | fi::FI_ORDER_RMA_WAW
+    | fi::FI_ORDER_ATOMIC_RAR
+    | fi::FI_ORDER_ATOMIC_RAW
+    | fi::FI_ORDER_ATOMIC_WAR
+    | fi::FI_ORDER_ATOMIC_WAW;
 /// mr_mode bits rdmx honours when an application offers them (it requires none):
 /// `FI_MR_LOCAL` registrations are accepted and ignored, `FI_MR_PROV_KEY` makes
 /// rdmx choose keys. `FI_MR_ENDPOINT` is not offered (MRs do not bind to
@@ -350,7 +368,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     if caps & DIRECTION_CAPS == 0 {
         caps |= DIRECTION_CAPS;
     }
-    caps |= SECONDARY_CAPS & (if hi.caps & SECONDARY_CAPS != 0 { hi.caps | LOCAL_COMM | REMOTE_COMM } else { SECONDARY_CAPS });
+    caps |= SECONDARY_CAPS;
     p.caps = caps;
     p.tx_caps = caps & TX_CAPS;
     p.rx_caps = caps & RX_CAPS;

@@ -32,6 +32,7 @@ pub mod info;
 pub mod log;
 pub mod mr;
 pub mod params;
+pub mod rma;
 
 use entry::entry;
 use libfabric_sys as fi;

@@ -11,8 +11,11 @@
 //! provider copies them into the user's buffer.
 #![forbid(unsafe_code)]
 
+pub mod atomic;
 pub mod header;
 pub mod matching;
+pub mod rma;
 
 pub use header::{MsgHeader, MsgKind, HEADER_LEN};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
+pub use rma::{Packet, Status};
