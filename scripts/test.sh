@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
+./scripts/setup-impi.sh || echo "test: Intel MPI could not be installed; its tests will say so"
 export PATH="$HOME/.cargo/bin:$PATH"
 export RDMX_PROVIDER_DIR="$(pwd)/build-out/lib"
 # fi_tests spawn processes and bind fixed ports: one test thread per binary there.

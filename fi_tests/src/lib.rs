@@ -182,11 +182,17 @@ impl Stack {
     /// Opens fabric, domain, AV (`av_type`), one CQ (tagged format) for both
     /// directions, and an enabled endpoint.
     pub fn open(domain_name: Option<&str>, av_type: fi::fi_av_type) -> Stack {
+        Stack::open_caps(domain_name, av_type, fi::FI_DIRECTED_RECV, 0)
+    }
+
+    /// Like [`Stack::open`] with extra capabilities and a hinted mr_mode.
+    pub fn open_caps(domain_name: Option<&str>, av_type: fi::fi_av_type, caps: u64, mr_mode: i32) -> Stack {
         let mut h = Hints::rdm();
         if let Some(d) = domain_name {
             h.set_domain_name(d);
         }
-        h.get().caps |= fi::FI_DIRECTED_RECV;
+        h.get().caps |= caps;
+        h.dom().mr_mode = mr_mode;
         let info = getinfo(None, None, 0, Some(&h)).expect("fi_getinfo");
         Stack::open_with(info, av_type, 0)
     }

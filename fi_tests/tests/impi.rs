@@ -1,0 +1,72 @@
+//! The MPICH family: Intel MPI (ch4:ofi, from PyPI, installed by
+//! scripts/setup-impi.sh into build-out/impi) over the system libfabric with
+//! `I_MPI_FABRICS=ofi FI_PROVIDER=rdmx`; `I_MPI_DEBUG=5` shows the chosen provider.
+use fi_tests::procs::{self, text};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn impi_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("RDMX_IMPI_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build-out/impi"));
+    if dir.join("bin/mpiexec").exists() {
+        Some(dir.canonicalize().unwrap_or(dir))
+    } else {
+        eprintln!("SKIP: Intel MPI is not installed in {} (scripts/setup-impi.sh)", dir.display());
+        None
+    }
+}
+
+fn impi_cmd(dir: &PathBuf, prog: &str) -> Command {
+    let mut c = Command::new(dir.join("bin").join(prog));
+    c.env("I_MPI_ROOT", dir)
+        .env("PATH", format!("{}:{}", dir.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
+        .env("LD_LIBRARY_PATH", dir.join("lib"));
+    c
+}
+
+fn build(dir: &PathBuf, name: &str) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("impi");
+    std::fs::create_dir_all(&out).unwrap();
+    let exe = out.join(name);
+    let st = impi_cmd(dir, "mpicc").args(["-O2", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
+    assert!(st.success(), "Intel MPI mpicc {name}.c failed");
+    exe
+}
+
+fn run(dir: &PathBuf, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> String {
+    fi_tests::init();
+    let mut c = impi_cmd(dir, "mpiexec");
+    c.args(["-n", &np.to_string()])
+        .arg(exe)
+        .args(args)
+        .env("I_MPI_FABRICS", "ofi")
+        .env("I_MPI_DEBUG", "5")
+        .env("FI_PROVIDER", "rdmx")
+        .env("FI_PROVIDER_PATH", fi_tests::provider_dir())
+        .env("FI_RDMX_DEVICE", device)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = procs::wait_output(c.spawn().expect("mpiexec"), Duration::from_secs(300));
+    let t = text(&out);
+    assert!(out.status.success(), "Intel MPI -n {np} {} on {device} failed:\n{t}", exe.display());
+    assert!(t.contains("libfabric provider: rdmx"), "Intel MPI did not choose rdmx:\n{t}");
+    t
+}
+
+#[test]
+fn intel_mpi_p2p_and_collectives_choose_rdmx() {
+    let Some(dir) = impi_dir() else { return };
+    let p2p = build(&dir, "p2p");
+    let coll = build(&dir, "coll");
+    for dev in ["auto", "udp"] {
+        let out = run(&dir, &p2p, 2, dev, &["4194304"]);
+        assert!(out.contains("p2p: all checks passed"), "{out}");
+    }
+    for np in [2, 4] {
+        let out = run(&dir, &coll, np, "auto", &[]);
+        assert!(out.contains("coll: all checks passed"), "{out}");
+    }
+}

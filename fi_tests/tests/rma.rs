@@ -1,0 +1,118 @@
+//! RMA and atomics (emulated over messages) through the public API: write, read,
+//! writedata with remote CQ data, atomics (sum, fetch, compare-swap), and the
+//! error paths: a wrong key or an out-of-range access fails at the initiator and
+//! leaves the target untouched.
+use fi_tests::*;
+use std::ptr::null_mut;
+
+const RMA_CAPS: u64 = fi::FI_RMA as u64 | fi::FI_ATOMIC as u64;
+
+struct Target {
+    mr: *mut fi::fid_mr,
+}
+
+fn register(s: &Stack, buf: &mut [u8], key: u64) -> Target {
+    let mut mr = null_mut();
+    let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    let ret = unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, key, 0, &mut mr, null_mut()) };
+    assert_eq!(ret, 0);
+    Target { mr }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        unsafe { assert_eq!(fi::fi_close(&mut (*self.mr).fid), 0) };
+    }
+}
+
+fn run(domain: &str, mr_mode: i32) {
+    let a = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
+    let b = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
+    let b_at_a = a.insert(&b.name());
+    let virt = unsafe { (*a.info.first().domain_attr).mr_mode } & fi::FI_MR_VIRT_ADDR as i32 != 0;
+    let mut window = vec![0u8; 4096];
+    let base = if virt { window.as_ptr() as u64 } else { 0 };
+    let t = register(&b, &mut window, 0x77);
+    let key = unsafe { fi::fi_mr_key(t.mr) };
+    let (ca, cb) = (&a, &b);
+    let wait_ok = || ca.wait_cq(&[cb]).expect("RMA completion");
+
+    // Write, then read back.
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
+    let c = wait_ok();
+    assert_ne!(c.flags & (fi::FI_RMA | fi::FI_WRITE) as u64, 0);
+    assert_eq!(&window[100..1100], &data[..]);
+    let mut back = vec![0u8; 1000];
+    unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
+    let c = wait_ok();
+    assert_ne!(c.flags & fi::FI_READ as u64, 0);
+    assert_eq!(back, data);
+
+    // writedata: the target sees the CQ data.
+    unsafe { assert_eq!(fi::fi_writedata(a.ep, data.as_ptr() as *const _, 8, null_mut(), 0xabc, b_at_a, base, key, null_mut()), 0) };
+    wait_ok();
+    let rc = b.wait_cq(&[&a]).expect("remote write completion");
+    assert_ne!(rc.flags & fi::FI_REMOTE_CQ_DATA as u64, 0);
+    assert_eq!(rc.data, 0xabc);
+
+    // Atomics on a u64 at offset 2048.
+    let off = base + 2048;
+    window[2048..2056].copy_from_slice(&40u64.to_le_bytes());
+    let two = 2u64;
+    unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
+    wait_ok();
+    assert_eq!(u64::from_le_bytes(window[2048..2056].try_into().unwrap()), 42);
+    let mut old = 0u64;
+    unsafe {
+        assert_eq!(
+            fi::fi_fetch_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()),
+            0
+        )
+    };
+    wait_ok();
+    assert_eq!(old, 42);
+    let (cmp, swap) = (44u64, 7u64);
+    unsafe {
+        assert_eq!(
+            fi::fi_compare_atomic(a.ep, &swap as *const _ as *const _, 1, null_mut(), &cmp as *const _ as *const _, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_CSWAP, null_mut()),
+            0
+        )
+    };
+    wait_ok();
+    assert_eq!(old, 44);
+    assert_eq!(u64::from_le_bytes(window[2048..2056].try_into().unwrap()), 7);
+    let mut count = 0usize;
+    unsafe {
+        assert_eq!(fi::fi_atomicvalid(a.ep, fi::FI_UINT64, fi::FI_SUM, &mut count), 0);
+        assert!(count >= 1);
+        assert_eq!(fi::fi_compare_atomicvalid(a.ep, fi::FI_UINT64, fi::FI_SUM, &mut count), neg(fi::FI_EOPNOTSUPP));
+    }
+
+    // Wrong key, and out of range: error at the initiator, target untouched.
+    let snapshot = window.clone();
+    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base, key + 1, null_mut()), 0) };
+    let e = a.wait_cq(&[&b]).unwrap_err();
+    assert_eq!(e.err, fi::FI_EACCES as i32);
+    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base + 4090, key, null_mut()), 0) };
+    let e = a.wait_cq(&[&b]).unwrap_err();
+    assert_eq!(e.err, fi::FI_EACCES as i32);
+    unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, base + 4095, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
+    let e = a.wait_cq(&[&b]).unwrap_err();
+    assert_eq!(e.err, fi::FI_EACCES as i32);
+    for _ in 0..20 {
+        unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+    }
+    assert!(window == snapshot, "a refused access changed target memory");
+    drop(t);
+}
+
+#[test]
+fn rma_and_atomics_with_offsets_and_user_keys_udp() {
+    run("udp", 0);
+}
+
+#[test]
+fn rma_and_atomics_with_virtual_addresses_and_provider_keys_shm() {
+    run("shm", (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY | fi::FI_MR_ALLOCATED) as i32);
+}
