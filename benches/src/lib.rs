@@ -1,1 +1,1 @@
-//! Benchmarks live in benches/ (see README).
+//! Benchmarks live in `benches/benches/` (criterion); run `cargo bench -p rdmx-benches`.
