@@ -198,7 +198,7 @@ pub struct EpState {
 /// Opens the devices an endpoint uses and returns them with the local address.
 fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
     let src = profile.src.unwrap_or(RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false });
-    let host_id = rdm::device::shm::host_id();
+    let host_id = rdm::device::host::host_id();
     let incarnation = random_u64();
     let pid = std::process::id();
     let p = params();
@@ -212,8 +212,8 @@ fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
         }
         DeviceChoice::Shm => (crate::devices::open_shm(host_id, pid, incarnation)?, None, true),
         DeviceChoice::Auto => {
-            let (d, a) = crate::devices::open_auto(udp_bind(), p.udp_mtu, host_id, pid, incarnation)?;
-            (d, Some(a), true)
+            let (d, a, shm) = crate::devices::open_auto(udp_bind(), p.udp_mtu, host_id, pid, incarnation)?;
+            (d, Some(a), shm)
         }
     };
     let dev = crate::devices::maybe_fault(dev, p);
@@ -393,6 +393,7 @@ impl EpState {
                 MsgKind::Tagged => fi::FI_TAGGED as u64,
             };
         let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion });
+        crate::log::debug(Subsys::EpData, "send", &format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
         let hdr = MsgHeader { kind: args.kind, tag: args.tag, data: args.data }.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         parts[0] = &hdr;
@@ -625,6 +626,7 @@ impl EpState {
     fn handle_event(&mut self, ev: Event) {
         match ev {
             Event::Delivered { peer, msg } => {
+                crate::log::debug(Subsys::EpData, "delivered", &format!("{} bytes from {peer:?}", msg.len()));
                 let kind = rndv::Packet::decode(&msg).map(|p| match p {
                     rndv::Packet::Msg(h, _) => Some(h),
                     _ => None,
@@ -691,6 +693,16 @@ impl EpState {
             } else {
                 c.inc();
             }
+        }
+    }
+
+    /// Endpoint close: acknowledge everything received so far, so no peer waits
+    /// on an ack that would have been delayed, and push it out.
+    pub fn flush_on_close(&mut self) {
+        self.progress();
+        if let Some(r) = self.running.as_mut() {
+            r.engine.flush_acks();
+            r.flush(now());
         }
     }
 

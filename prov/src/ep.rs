@@ -212,7 +212,7 @@ entry! {
         {
             let mut st = ep.shared.lock();
             // Flush what the engine still holds (acks, last sends) once more.
-            st.progress();
+            st.flush_on_close();
             if let Some(b) = &st.tx_cq {
                 b.cq.detach(&ep.shared);
             }

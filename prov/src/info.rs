@@ -507,7 +507,7 @@ pub unsafe fn getinfo(
             }
         }
     }
-    let host_id = rdm::device::shm::host_id();
+    let host_id = rdm::device::host::host_id();
     let mut out = Vec::new();
     for dev in usable_devices() {
         let mut p = base_profile(dev);

@@ -21,6 +21,7 @@ pub mod av;
 pub mod cntr;
 pub mod core;
 pub mod cq;
+pub mod devices;
 pub mod domain;
 pub mod entry;
 pub mod ep;

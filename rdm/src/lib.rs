@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod device;
+pub mod engine;
 pub mod time;
 
 pub use device::{DevAddr, Device, DeviceCaps, DeviceError};

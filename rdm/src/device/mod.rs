@@ -9,6 +9,9 @@
 //! borrowed slice that is valid only during the call, so a device can receive into
 //! its own ring or registered memory without copying into engine-owned storage.
 
+pub mod host;
+pub mod udp;
+
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;

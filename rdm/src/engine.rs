@@ -1,0 +1,1049 @@
+//! The reliable-datagram engine (sans-IO).
+//!
+//! One `Engine` per endpoint talks to every peer over one datagram device. It
+//! gives each message exactly-once, in-order (per peer) delivery on unreliable
+//! devices (UDP, verbs UD) and keeps the same protocol, minus retransmission,
+//! on reliable ones (shared memory, EFA SRD).
+//!
+//! Inputs: [`Engine::send`], [`Engine::handle_datagram`], [`Engine::handle_timeout`].
+//! Outputs, pulled: [`Engine::poll_transmit`], [`Engine::poll_timeout`],
+//! [`Engine::poll_event`]. Time is always an argument; nothing here reads a clock,
+//! touches a socket, or uses `unsafe`. The wire format is specified in
+//! `rdm/PROTOCOL.md`.
+//!
+//! Per peer, state is split: a *cold* entry (address and an optional index of
+//! hot state) exists for every address the engine was asked about; *hot* state
+//! (sequence numbers, windows, timers, queues) is created on first traffic.
+#![forbid(unsafe_code)]
+
+use crate::device::DevAddr;
+use crate::time::Instant;
+use slab::Slab;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------
+// Sequence numbers
+
+/// A packet sequence number. Wraps at 2^32; ordering is defined only within
+/// half the space (RFC 1982 serial-number arithmetic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Psn(pub u32);
+
+impl Psn {
+    pub fn next(self) -> Psn {
+        Psn(self.0.wrapping_add(1))
+    }
+    pub fn add(self, n: u32) -> Psn {
+        Psn(self.0.wrapping_add(n))
+    }
+    /// Signed distance `self - other`.
+    pub fn diff(self, other: Psn) -> i32 {
+        self.0.wrapping_sub(other.0) as i32
+    }
+    pub fn lt(self, other: Psn) -> bool {
+        self.diff(other) < 0
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Wire format (see PROTOCOL.md)
+
+pub const MAGIC: u8 = 0xD7;
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 48;
+const T_DATA: u8 = 1;
+const T_ACK: u8 = 2;
+const F_FIRST: u8 = 1;
+const F_LAST: u8 = 2;
+
+/// A parsed packet header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub ptype: PacketType,
+    pub first: bool,
+    pub last: bool,
+    pub job_key: u64,
+    pub src_inc: u64,
+    pub dst_inc: u64,
+    /// DATA: this packet's sequence number. ACK: the advertised window.
+    pub psn_or_window: u32,
+    /// Cumulative ack: the next PSN the sender of this packet expects from us.
+    pub ack: Psn,
+    /// Bit i set: PSN `ack + 1 + i` was received.
+    pub sack: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PacketType {
+    Data,
+    Ack,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("datagram shorter than the header")]
+    Short,
+    #[error("not an rdmx datagram")]
+    Magic,
+    #[error("unsupported protocol version {0}")]
+    Version(u8),
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("unknown packet type {0}")]
+    Type(u8),
+    #[error("unknown flags {0:#x}")]
+    Flags(u8),
+}
+
+/// FNV-1a over the datagram with the checksum field taken as zero.
+fn checksum(b: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for (i, &x) in b.iter().enumerate() {
+        let x = if (4..8).contains(&i) { 0 } else { x };
+        h ^= x as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+impl Header {
+    /// Parses and verifies an untrusted datagram; returns the header and payload.
+    pub fn decode(b: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
+        if b.len() < HEADER_LEN {
+            return Err(DecodeError::Short);
+        }
+        if b[0] != MAGIC {
+            return Err(DecodeError::Magic);
+        }
+        if b[1] != VERSION {
+            return Err(DecodeError::Version(b[1]));
+        }
+        if le32(b, 4) != checksum(b) {
+            return Err(DecodeError::Checksum);
+        }
+        let ptype = match b[2] {
+            T_DATA => PacketType::Data,
+            T_ACK => PacketType::Ack,
+            t => return Err(DecodeError::Type(t)),
+        };
+        if b[3] & !(F_FIRST | F_LAST) != 0 || (ptype == PacketType::Ack && b[3] != 0) {
+            return Err(DecodeError::Flags(b[3]));
+        }
+        let h = Header {
+            ptype,
+            first: b[3] & F_FIRST != 0,
+            last: b[3] & F_LAST != 0,
+            job_key: le64(b, 8),
+            src_inc: le64(b, 16),
+            dst_inc: le64(b, 24),
+            psn_or_window: le32(b, 32),
+            ack: Psn(le32(b, 36)),
+            sack: le64(b, 40),
+        };
+        Ok((h, &b[HEADER_LEN..]))
+    }
+
+    /// Writes the header and `payload` into `buf`; returns the datagram length.
+    pub fn encode(&self, payload: &[u8], buf: &mut [u8]) -> usize {
+        let n = HEADER_LEN + payload.len();
+        let b = &mut buf[..n];
+        b[0] = MAGIC;
+        b[1] = VERSION;
+        b[2] = match self.ptype {
+            PacketType::Data => T_DATA,
+            PacketType::Ack => T_ACK,
+        };
+        b[3] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
+        b[4..8].fill(0);
+        b[8..16].copy_from_slice(&self.job_key.to_le_bytes());
+        b[16..24].copy_from_slice(&self.src_inc.to_le_bytes());
+        b[24..32].copy_from_slice(&self.dst_inc.to_le_bytes());
+        b[32..36].copy_from_slice(&self.psn_or_window.to_le_bytes());
+        b[36..40].copy_from_slice(&self.ack.0.to_le_bytes());
+        b[40..48].copy_from_slice(&self.sack.to_le_bytes());
+        b[HEADER_LEN..].copy_from_slice(payload);
+        let c = checksum(b);
+        b[4..8].copy_from_slice(&c.to_le_bytes());
+        n
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Public types
+
+/// Dense index of a peer in this engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(u32);
+
+impl PeerId {
+    pub fn from_index(i: u32) -> PeerId {
+        PeerId(i)
+    }
+    pub fn index(self) -> u32 {
+        self.0
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Largest datagram, header included.
+    pub mtu: usize,
+    /// The device never loses, duplicates or corrupts: no retransmission.
+    pub reliable: bool,
+    /// The device delivers in order (informational; ordering is restored anyway).
+    pub ordered: bool,
+    pub job_key: u64,
+    pub incarnation: u64,
+    /// A peer silent this long while data to it is unacknowledged is unreachable.
+    pub peer_timeout: Duration,
+    pub seed: u64,
+    /// Packets in flight per peer, at most.
+    pub max_window: u32,
+    /// Bytes queued per peer before `send` answers `WouldBlock` (a single
+    /// message is always accepted when the queue is empty).
+    pub max_queued_bytes: usize,
+    /// Delayed-ack timer.
+    pub ack_delay: Duration,
+    pub initial_rto: Duration,
+    pub min_rto: Duration,
+    pub max_rto: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            mtu: 1472,
+            reliable: false,
+            ordered: false,
+            job_key: 0,
+            incarnation: 1,
+            peer_timeout: Duration::from_secs(30),
+            seed: 1,
+            max_window: 1024,
+            max_queued_bytes: 64 << 20,
+            ack_delay: Duration::from_micros(200),
+            initial_rto: Duration::from_millis(20),
+            min_rto: Duration::from_millis(2),
+            max_rto: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailReason {
+    /// No acknowledgement within the peer timeout.
+    Timeout,
+    /// The peer restarted (new incarnation) before acknowledging.
+    PeerRestarted,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A whole message, exactly once, in per-peer send order.
+    Delivered { peer: PeerId, msg: Vec<u8> },
+    /// The peer acknowledged every byte of the message sent with `token`.
+    SendComplete { token: u64 },
+    SendFailed { token: u64, peer: PeerId, reason: FailReason },
+    PeerUnreachable { peer: PeerId },
+    PeerRestarted { peer: PeerId },
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    #[error("send queue to this peer is full; progress and retry")]
+    WouldBlock,
+}
+
+/// A datagram `poll_transmit` wrote into the caller's buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: DevAddr,
+    pub len: usize,
+}
+
+/// Counters (monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub sent_data: u64,
+    pub sent_acks: u64,
+    pub retransmits: u64,
+    pub fast_retransmits: u64,
+    pub timeouts: u64,
+    pub received: u64,
+    pub delivered_msgs: u64,
+    pub duplicates: u64,
+    pub out_of_order: u64,
+    pub dropped_malformed: u64,
+    pub dropped_checksum: u64,
+    pub dropped_job_key: u64,
+    pub dropped_stale: u64,
+    pub dropped_window: u64,
+    pub peers_failed: u64,
+    pub peer_restarts: u64,
+}
+
+// ---------------------------------------------------------------------------
+// Peer state
+
+struct Cold {
+    addr: DevAddr,
+    hot: Option<u32>,
+}
+
+struct TxSeg {
+    psn: Psn,
+    data: Arc<Vec<u8>>,
+    off: u32,
+    len: u32,
+    first: bool,
+    last: bool,
+    token: u64,
+    sent_at: Option<Instant>,
+    retransmitted: bool,
+    sacked: bool,
+    queued: bool,
+}
+
+struct PendingMsg {
+    data: Arc<Vec<u8>>,
+    token: u64,
+    next_off: usize,
+}
+
+struct RxSeg {
+    first: bool,
+    last: bool,
+    payload: Vec<u8>,
+}
+
+struct Hot {
+    peer: PeerId,
+    peer_inc: u64,
+    retired: [u64; 2],
+    // Send side.
+    next_psn: Psn,
+    unacked: VecDeque<TxSeg>,
+    pending: VecDeque<PendingMsg>,
+    queued_bytes: usize,
+    to_send: VecDeque<Psn>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    rto: Duration,
+    backoff: u32,
+    rto_deadline: Option<Instant>,
+    cwnd: f64,
+    ssthresh: f64,
+    peer_window: u32,
+    last_heard: Instant,
+    // Receive side.
+    rx_next: Psn,
+    ooo: BTreeMap<u32, RxSeg>,
+    assembling: Option<Vec<u8>>,
+    rx_since_ack: u32,
+    ack_now: bool,
+    ack_deadline: Option<Instant>,
+    scheduled: bool,
+}
+
+const RX_WINDOW: u32 = 4096;
+
+impl Hot {
+    fn new(peer: PeerId, cfg: &EngineConfig, now: Instant) -> Hot {
+        Hot {
+            peer,
+            peer_inc: 0,
+            retired: [0; 2],
+            next_psn: Psn(0),
+            unacked: VecDeque::new(),
+            pending: VecDeque::new(),
+            queued_bytes: 0,
+            to_send: VecDeque::new(),
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: cfg.initial_rto,
+            backoff: 1,
+            rto_deadline: None,
+            cwnd: if cfg.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
+            ssthresh: cfg.max_window as f64,
+            peer_window: RX_WINDOW,
+            last_heard: now,
+            rx_next: Psn(0),
+            ooo: BTreeMap::new(),
+            assembling: None,
+            rx_since_ack: 0,
+            ack_now: false,
+            ack_deadline: None,
+            scheduled: false,
+        }
+    }
+
+    fn busy(&self) -> bool {
+        !self.unacked.is_empty() || !self.pending.is_empty()
+    }
+
+    fn sack_bits(&self) -> u64 {
+        let mut bits = 0u64;
+        for (&psn, _) in self.ooo.range(..) {
+            let d = Psn(psn).diff(self.rx_next);
+            if (1..=64).contains(&d) {
+                bits |= 1 << (d - 1);
+            }
+        }
+        bits
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The engine
+
+pub struct Engine {
+    cfg: EngineConfig,
+    payload_max: usize,
+    cold: Vec<Cold>,
+    by_addr: HashMap<DevAddr, PeerId>,
+    hot: Slab<Hot>,
+    ready: VecDeque<u32>,
+    events: VecDeque<Event>,
+    pool: Vec<Vec<u8>>,
+    stats: Stats,
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Engine {
+        let payload_max = cfg.mtu.saturating_sub(HEADER_LEN).max(1);
+        Engine {
+            cfg,
+            payload_max,
+            cold: Vec::new(),
+            by_addr: HashMap::new(),
+            hot: Slab::new(),
+            ready: VecDeque::new(),
+            events: VecDeque::new(),
+            pool: Vec::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Finds or creates the (cold) entry for `addr`. Costs no traffic.
+    pub fn peer(&mut self, addr: DevAddr) -> PeerId {
+        if let Some(p) = self.by_addr.get(&addr) {
+            return *p;
+        }
+        let id = PeerId(self.cold.len() as u32);
+        self.cold.push(Cold { addr, hot: None });
+        self.by_addr.insert(addr, id);
+        id
+    }
+
+    pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
+        self.cold.get(peer.0 as usize).map(|c| c.addr).unwrap_or(DevAddr::Sim(u32::MAX))
+    }
+
+    /// Number of peers with hot state.
+    pub fn hot_peers(&self) -> usize {
+        self.hot.len()
+    }
+
+    /// Bytes of engine memory attributable to peers: (cold entries, hot entries).
+    pub fn peer_memory_bytes(&self) -> (usize, usize) {
+        let cold = self.cold.capacity() * std::mem::size_of::<Cold>()
+            + self.by_addr.capacity() * (std::mem::size_of::<DevAddr>() + std::mem::size_of::<PeerId>() + 8);
+        let hot = self.hot.capacity() * std::mem::size_of::<slab::Slab<Hot>>().max(std::mem::size_of::<Hot>());
+        (cold, hot)
+    }
+
+    fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {
+        let cold = &mut self.cold[peer.0 as usize];
+        if let Some(h) = cold.hot {
+            return h;
+        }
+        let h = self.hot.insert(Hot::new(peer, &self.cfg, now)) as u32;
+        cold.hot = Some(h);
+        h
+    }
+
+    fn schedule(&mut self, h: u32) {
+        let hot = &mut self.hot[h as usize];
+        if !hot.scheduled {
+            hot.scheduled = true;
+            self.ready.push_back(h);
+        }
+    }
+
+    /// Queues a message (the gather list, concatenated) for reliable, in-order
+    /// delivery to `peer`. `token` comes back in `SendComplete` / `SendFailed`.
+    pub fn send(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
+        if peer.0 as usize >= self.cold.len() {
+            // Unknown peer ids cannot come from `peer()`; treat as a full queue
+            // rather than panicking.
+            return Err(SendError::WouldBlock);
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let h = self.hot_index(peer, now);
+        let hot = &self.hot[h as usize];
+        if !hot.pending.is_empty() && hot.queued_bytes + len > self.cfg.max_queued_bytes {
+            return Err(SendError::WouldBlock);
+        }
+        let mut buf = self.pool.pop().unwrap_or_default();
+        buf.clear();
+        buf.reserve(len);
+        for p in parts {
+            buf.extend_from_slice(p);
+        }
+        let hot = &mut self.hot[h as usize];
+        if !hot.busy() {
+            hot.last_heard = now;
+        }
+        hot.queued_bytes += len;
+        hot.pending.push_back(PendingMsg { data: Arc::new(buf), token, next_off: 0 });
+        self.fill_window(h);
+        self.schedule(h);
+        Ok(())
+    }
+
+    /// Moves pending messages into segments while the window allows.
+    fn fill_window(&mut self, h: u32) {
+        let payload_max = self.payload_max;
+        let hot = &mut self.hot[h as usize];
+        let window = (hot.cwnd as u32).min(hot.peer_window).min(self.cfg.max_window).max(1);
+        while (hot.unacked.len() as u32) < window {
+            let Some(m) = hot.pending.front_mut() else { break };
+            let total = m.data.len();
+            let off = m.next_off;
+            let len = (total - off).min(payload_max);
+            let first = off == 0;
+            let last = off + len == total;
+            let psn = hot.next_psn;
+            hot.next_psn = psn.next();
+            hot.unacked.push_back(TxSeg {
+                psn,
+                data: m.data.clone(),
+                off: off as u32,
+                len: len as u32,
+                first,
+                last,
+                token: m.token,
+                sent_at: None,
+                retransmitted: false,
+                sacked: false,
+                queued: true,
+            });
+            hot.to_send.push_back(psn);
+            m.next_off = off + len;
+            if last {
+                hot.queued_bytes = hot.queued_bytes.saturating_sub(total);
+                hot.pending.pop_front();
+            }
+        }
+    }
+
+    /// Writes the next datagram to send into `buf` (at least `mtu` bytes).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(&h) = self.ready.front() {
+            if !self.hot.contains(h as usize) {
+                self.ready.pop_front();
+                continue;
+            }
+            self.fill_window(h);
+            let my_inc = self.cfg.incarnation;
+            let job_key = self.cfg.job_key;
+            let reliable = self.cfg.reliable;
+            let hot = &mut self.hot[h as usize];
+            let dst = self.cold[hot.peer.0 as usize].addr;
+            while let Some(psn) = hot.to_send.pop_front() {
+                let Some(front) = hot.unacked.front() else { break };
+                let idx = psn.diff(front.psn);
+                if idx < 0 || idx as usize >= hot.unacked.len() {
+                    continue; // acknowledged meanwhile
+                }
+                let sack = hot.sack_bits();
+                let (rx_next, peer_inc) = (hot.rx_next, hot.peer_inc);
+                let seg = &mut hot.unacked[idx as usize];
+                seg.queued = false;
+                if seg.sacked {
+                    continue;
+                }
+                let header = Header {
+                    ptype: PacketType::Data,
+                    first: seg.first,
+                    last: seg.last,
+                    job_key,
+                    src_inc: my_inc,
+                    dst_inc: peer_inc,
+                    psn_or_window: seg.psn.0,
+                    ack: rx_next,
+                    sack,
+                };
+                let payload = &seg.data[seg.off as usize..(seg.off + seg.len) as usize];
+                if buf.len() < HEADER_LEN + payload.len() {
+                    return None;
+                }
+                let len = header.encode(payload, buf);
+                if seg.sent_at.is_some() {
+                    seg.retransmitted = true;
+                    self.stats.retransmits += 1;
+                }
+                seg.sent_at = Some(now);
+                if hot.rto_deadline.is_none() && !reliable {
+                    hot.rto_deadline = Some(now + hot.rto * hot.backoff);
+                }
+                // Every data packet carries the cumulative ack.
+                hot.ack_now = false;
+                hot.ack_deadline = None;
+                hot.rx_since_ack = 0;
+                self.stats.sent_data += 1;
+                return Some(Transmit { dst, len });
+            }
+            if hot.ack_now {
+                hot.ack_now = false;
+                hot.ack_deadline = None;
+                hot.rx_since_ack = 0;
+                let header = Header {
+                    ptype: PacketType::Ack,
+                    first: false,
+                    last: false,
+                    job_key,
+                    src_inc: my_inc,
+                    dst_inc: hot.peer_inc,
+                    psn_or_window: RX_WINDOW.saturating_sub(hot.ooo.len() as u32),
+                    ack: hot.rx_next,
+                    sack: hot.sack_bits(),
+                };
+                if buf.len() < HEADER_LEN {
+                    return None;
+                }
+                let len = header.encode(&[], buf);
+                self.stats.sent_acks += 1;
+                return Some(Transmit { dst, len });
+            }
+            hot.scheduled = false;
+            self.ready.pop_front();
+        }
+        None
+    }
+
+    /// When `handle_timeout` must next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut consider = |d: Option<Instant>| {
+            if let Some(d) = d {
+                t = Some(t.map_or(d, |t| t.min(d)));
+            }
+        };
+        for (_, hot) in self.hot.iter() {
+            consider(hot.ack_deadline);
+            consider(hot.rto_deadline);
+            if hot.busy() {
+                consider(Some(hot.last_heard + self.cfg.peer_timeout));
+            }
+        }
+        t
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let ids: Vec<u32> = self.hot.iter().map(|(i, _)| i as u32).collect();
+        for h in ids {
+            let Some(hot) = self.hot.get_mut(h as usize) else { continue };
+            let mut wake = false;
+            if hot.ack_deadline.is_some_and(|d| d <= now) {
+                hot.ack_deadline = None;
+                hot.ack_now = true;
+                wake = true;
+            }
+            if hot.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
+                self.fail_peer(h, FailReason::Timeout);
+                self.events.push_back(Event::PeerUnreachable { peer: self.hot[h as usize].peer });
+                self.stats.peers_failed += 1;
+                continue;
+            }
+            let hot = &mut self.hot[h as usize];
+            if hot.rto_deadline.is_some_and(|d| d <= now) {
+                hot.rto_deadline = None;
+                if let Some(seg) = hot.unacked.iter_mut().find(|s| !s.sacked) {
+                    if !seg.queued {
+                        seg.queued = true;
+                        hot.to_send.push_front(seg.psn);
+                    }
+                    hot.backoff = (hot.backoff * 2).min(64);
+                    hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
+                    hot.cwnd = 4.0;
+                    self.stats.timeouts += 1;
+                    wake = true;
+                }
+            }
+            if wake {
+                self.schedule(h);
+            }
+        }
+    }
+
+    /// Fails every message queued to or in flight to the peer and resets the
+    /// send side (a new send starts a fresh stream after a restart).
+    fn fail_peer(&mut self, h: u32, reason: FailReason) {
+        let hot = &mut self.hot[h as usize];
+        let peer = hot.peer;
+        let mut tokens: Vec<u64> = Vec::new();
+        for seg in hot.unacked.drain(..) {
+            if seg.last {
+                tokens.push(seg.token);
+            }
+        }
+        for m in hot.pending.drain(..) {
+            if m.next_off == 0 || !tokens.contains(&m.token) {
+                tokens.push(m.token);
+            }
+        }
+        tokens.dedup();
+        hot.to_send.clear();
+        hot.queued_bytes = 0;
+        hot.rto_deadline = None;
+        hot.backoff = 1;
+        for token in tokens {
+            self.events.push_back(Event::SendFailed { token, peer, reason });
+        }
+    }
+
+    fn reset_for_restart(&mut self, h: u32, new_inc: u64) {
+        self.fail_peer(h, FailReason::PeerRestarted);
+        let hot = &mut self.hot[h as usize];
+        let old = hot.peer_inc;
+        hot.retired = [old, hot.retired[0]];
+        hot.peer_inc = new_inc;
+        hot.next_psn = Psn(0);
+        hot.rx_next = Psn(0);
+        hot.ooo.clear();
+        if let Some(b) = hot.assembling.take() {
+            self.pool.push(b);
+        }
+        hot.cwnd = if self.cfg.reliable { self.cfg.max_window as f64 } else { 64f64.min(self.cfg.max_window as f64) };
+        hot.srtt = None;
+        hot.rto = self.cfg.initial_rto;
+        self.stats.peer_restarts += 1;
+        self.events.push_back(Event::PeerRestarted { peer: hot.peer });
+    }
+
+    /// Processes one datagram from the device. Never panics on bad input:
+    /// malformed, corrupted, foreign-job and stale packets are counted and dropped.
+    pub fn handle_datagram(&mut self, now: Instant, from: DevAddr, bytes: &[u8]) {
+        let (hdr, payload) = match Header::decode(bytes) {
+            Ok(x) => x,
+            Err(DecodeError::Checksum) => {
+                self.stats.dropped_checksum += 1;
+                return;
+            }
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                return;
+            }
+        };
+        if hdr.job_key != self.cfg.job_key {
+            self.stats.dropped_job_key += 1;
+            return;
+        }
+        self.stats.received += 1;
+        let peer = self.peer(from);
+        let h = self.hot_index(peer, now);
+        let my_inc = self.cfg.incarnation;
+        {
+            let hot = &mut self.hot[h as usize];
+            if hot.retired.contains(&hdr.src_inc) && hdr.src_inc != 0 {
+                self.stats.dropped_stale += 1;
+                return;
+            }
+        }
+        if self.hot[h as usize].peer_inc == 0 {
+            self.hot[h as usize].peer_inc = hdr.src_inc;
+        } else if self.hot[h as usize].peer_inc != hdr.src_inc {
+            self.reset_for_restart(h, hdr.src_inc);
+        }
+        if hdr.dst_inc != 0 && hdr.dst_inc != my_inc {
+            // Addressed to an earlier incarnation of this endpoint: drop it, and
+            // answer so the peer learns our new incarnation.
+            self.stats.dropped_stale += 1;
+            self.hot[h as usize].ack_now = true;
+            self.schedule(h);
+            return;
+        }
+        self.hot[h as usize].last_heard = now;
+        self.process_ack(h, now, &hdr);
+        if hdr.ptype == PacketType::Ack {
+            self.hot[h as usize].peer_window = hdr.psn_or_window.max(1);
+        } else {
+            self.process_data(h, now, &hdr, payload);
+        }
+        let hot = &self.hot[h as usize];
+        if hot.ack_now || !hot.to_send.is_empty() || !hot.pending.is_empty() {
+            self.schedule(h);
+        }
+    }
+
+    fn process_ack(&mut self, h: u32, now: Instant, hdr: &Header) {
+        let hot = &mut self.hot[h as usize];
+        let mut advanced = false;
+        let mut rtt_sample: Option<Duration> = None;
+        // The ack cannot be ahead of what we sent.
+        if hdr.ack.diff(hot.next_psn) > 0 {
+            return;
+        }
+        while let Some(front) = hot.unacked.front() {
+            if !front.psn.lt(hdr.ack) {
+                break;
+            }
+            let Some(seg) = hot.unacked.pop_front() else { break };
+            advanced = true;
+            if !seg.retransmitted {
+                if let Some(t) = seg.sent_at {
+                    rtt_sample = Some(now.saturating_duration_since(t));
+                }
+            }
+            if hot.cwnd < hot.ssthresh {
+                hot.cwnd += 1.0;
+            } else {
+                hot.cwnd += 1.0 / hot.cwnd.max(1.0);
+            }
+            hot.cwnd = hot.cwnd.min(self.cfg.max_window as f64);
+            if seg.last {
+                self.events.push_back(Event::SendComplete { token: seg.token });
+                if let Ok(mut v) = Arc::try_unwrap(seg.data) {
+                    if self.pool.len() < 64 {
+                        v.clear();
+                        self.pool.push(v);
+                    }
+                }
+            }
+        }
+        // Selective acks: mark, and fast-retransmit holes below the highest one.
+        if hdr.sack != 0 && !self.cfg.reliable {
+            let highest = 64 - hdr.sack.leading_zeros();
+            let base = hdr.ack;
+            let mut fast = 0;
+            for seg in hot.unacked.iter_mut() {
+                let d = seg.psn.diff(base);
+                if d < 1 {
+                    // d == 0 is the hole at the cumulative point.
+                    if d == 0 && !seg.retransmitted && !seg.queued && seg.sent_at.is_some() {
+                        seg.queued = true;
+                        hot.to_send.push_front(seg.psn);
+                        fast += 1;
+                    }
+                    continue;
+                }
+                if d > 64 {
+                    break;
+                }
+                if hdr.sack & (1 << (d - 1)) != 0 {
+                    seg.sacked = true;
+                } else if (d as u32) < highest && !seg.retransmitted && !seg.queued && seg.sent_at.is_some() {
+                    seg.queued = true;
+                    hot.to_send.push_back(seg.psn);
+                    fast += 1;
+                }
+            }
+            if fast > 0 {
+                self.stats.fast_retransmits += fast;
+                hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
+                hot.cwnd = hot.ssthresh;
+            }
+        }
+        if let Some(r) = rtt_sample {
+            // RFC 6298.
+            match hot.srtt {
+                None => {
+                    hot.srtt = Some(r);
+                    hot.rttvar = r / 2;
+                }
+                Some(s) => {
+                    let diff = if s > r { s - r } else { r - s };
+                    hot.rttvar = (hot.rttvar * 3 + diff) / 4;
+                    hot.srtt = Some((s * 7 + r) / 8);
+                }
+            }
+            let s = hot.srtt.unwrap_or(r);
+            hot.rto = (s + (hot.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
+        }
+        if advanced {
+            hot.backoff = 1;
+            hot.rto_deadline = if hot.unacked.is_empty() || self.cfg.reliable { None } else { Some(now + hot.rto) };
+        }
+    }
+
+    fn process_data(&mut self, h: u32, now: Instant, hdr: &Header, payload: &[u8]) {
+        let ack_delay = self.cfg.ack_delay;
+        let hot = &mut self.hot[h as usize];
+        let psn = Psn(hdr.psn_or_window);
+        let d = psn.diff(hot.rx_next);
+        if d < 0 {
+            self.stats.duplicates += 1;
+            hot.ack_now = true;
+            return;
+        }
+        if d as u32 >= RX_WINDOW {
+            self.stats.dropped_window += 1;
+            return;
+        }
+        if d > 0 {
+            if hot.ooo.contains_key(&psn.0) {
+                self.stats.duplicates += 1;
+            } else {
+                self.stats.out_of_order += 1;
+                let mut v = self.pool.pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(payload);
+                hot.ooo.insert(psn.0, RxSeg { first: hdr.first, last: hdr.last, payload: v });
+            }
+            // Out of order: tell the sender now so it can fill the hole.
+            hot.ack_now = true;
+            return;
+        }
+        // In order: accept it and whatever it unblocks.
+        let mut completed_msg = false;
+        let mut seg = RxSeg { first: hdr.first, last: hdr.last, payload: Vec::new() };
+        let mut borrowed = Some(payload);
+        loop {
+            let data: &[u8] = match borrowed.take() {
+                Some(p) => p,
+                None => &seg.payload,
+            };
+            let hot = &mut self.hot[h as usize];
+            if seg.first {
+                if let Some(old) = hot.assembling.take() {
+                    // A new message began before the previous one ended: the
+                    // sender violated the protocol; drop the partial message.
+                    self.stats.dropped_malformed += 1;
+                    self.pool.push(old);
+                }
+                let mut b = self.pool.pop().unwrap_or_default();
+                b.clear();
+                hot.assembling = Some(b);
+            }
+            match hot.assembling.as_mut() {
+                Some(b) => b.extend_from_slice(data),
+                None => self.stats.dropped_malformed += 1,
+            }
+            if seg.last {
+                if let Some(msg) = hot.assembling.take() {
+                    completed_msg = true;
+                    self.stats.delivered_msgs += 1;
+                    self.events.push_back(Event::Delivered { peer: hot.peer, msg });
+                }
+            }
+            if !seg.payload.is_empty() || seg.payload.capacity() > 0 {
+                let v = std::mem::take(&mut seg.payload);
+                if self.pool.len() < 64 {
+                    self.pool.push(v);
+                }
+            }
+            let hot = &mut self.hot[h as usize];
+            hot.rx_next = hot.rx_next.next();
+            hot.rx_since_ack += 1;
+            match hot.ooo.remove(&hot.rx_next.0) {
+                Some(next) => seg = next,
+                None => break,
+            }
+        }
+        let hot = &mut self.hot[h as usize];
+        // A completed message is acknowledged at once: the sender's completion
+        // must not depend on this side calling in again (manual progress).
+        if completed_msg || hot.rx_since_ack >= 16 || !hot.ooo.is_empty() {
+            hot.ack_now = true;
+        } else if hot.ack_deadline.is_none() {
+            hot.ack_deadline = Some(now + ack_delay);
+        }
+    }
+
+    /// Makes every delayed acknowledgement due now (endpoint close: the peer must
+    /// not wait for an ack we would never send).
+    pub fn flush_acks(&mut self) {
+        let due: Vec<u32> = self
+            .hot
+            .iter()
+            .filter(|(_, h)| h.ack_deadline.is_some() || h.rx_since_ack > 0)
+            .map(|(i, _)| i as u32)
+            .collect();
+        for h in due {
+            let hot = &mut self.hot[h as usize];
+            hot.ack_deadline = None;
+            hot.ack_now = true;
+            self.schedule(h);
+        }
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Gives a delivered message's buffer back for reuse.
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.pool.len() < 64 {
+            buf.clear();
+            self.pool.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn header_roundtrip_and_corruption_is_detected() {
+        let h = Header {
+            ptype: PacketType::Data,
+            first: true,
+            last: false,
+            job_key: 7,
+            src_inc: 8,
+            dst_inc: 9,
+            psn_or_window: 10,
+            ack: Psn(11),
+            sack: 0b101,
+        };
+        let mut buf = [0u8; 100];
+        let n = h.encode(b"hello", &mut buf);
+        let (back, p) = Header::decode(&buf[..n]).unwrap();
+        assert_eq!((back, p), (h, &b"hello"[..]));
+        for i in 0..n {
+            let mut c = buf;
+            c[i] ^= 0x40;
+            assert!(Header::decode(&c[..n]).is_err(), "flip at {i} undetected");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes: Vec<u8>) {
+            let _ = Header::decode(&bytes);
+        }
+
+        /// Psn ordering agrees with i64 arithmetic within half the space.
+        #[test]
+        fn psn_order_matches_model(a: u32, d in -(1i64 << 30)..(1i64 << 30)) {
+            let b = Psn(a).add(d as i32 as u32);
+            prop_assert_eq!(b.diff(Psn(a)) as i64, d);
+            prop_assert_eq!(Psn(a).lt(b), d > 0);
+        }
+    }
+}
