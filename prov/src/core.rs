@@ -23,7 +23,7 @@ use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -162,6 +162,9 @@ pub struct EpShared {
     /// Set to stop this endpoint's progress thread.
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// When the application last drove progress (engine time, ns); the
+    /// background thread steps in only when the application has gone quiet.
+    last_app: AtomicU64,
 }
 
 /// Stops every progress thread at provider cleanup (endpoints the application
@@ -245,10 +248,14 @@ impl EpShared {
             }),
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
+            last_app: AtomicU64::new(0),
         }))
     }
 
+    /// The endpoint state, for an application call (which counts as the
+    /// application driving progress).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
+        self.last_app.store(now().as_nanos(), Ordering::Relaxed);
         self.state.lock()
     }
 
@@ -261,18 +268,30 @@ impl EpShared {
         Ok(())
     }
 
-    /// A thread that sleeps on the device and the engine's next timer and runs
-    /// progress, so acks, retransmissions and incoming data are served while the
-    /// application does not call into rdmx (FI_PROGRESS_AUTO,
-    /// FI_RDMX_PROGRESS_THREAD=1).
+    /// A thread that serves acks, retransmissions and incoming data while the
+    /// application does not call into rdmx (it sleeps on the device and the
+    /// engine's next timer). While the application is calling in, the thread
+    /// stays out of its way. Without it, a manual-progress application that
+    /// stops calling in after its last send would never retransmit a lost
+    /// datagram, and its peer would wait forever.
     fn start_progress_thread(self: &Arc<Self>) {
         let weak: Weak<EpShared> = Arc::downgrade(self);
         let stop = self.stop.clone();
         let spawned = std::thread::Builder::new().name("rdmx-progress".into()).spawn(move || {
+            const APP_ACTIVE: u64 = 2_000_000; // ns
             while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
                 let Some(ep) = weak.upgrade() else { break };
-                wait_any(std::slice::from_ref(&ep), Duration::from_millis(20));
-                ep.progress();
+                let idle = now().as_nanos().saturating_sub(ep.last_app.load(Ordering::Relaxed));
+                if idle < APP_ACTIVE {
+                    drop(ep);
+                    std::thread::sleep(Duration::from_nanos(APP_ACTIVE - idle));
+                    continue;
+                }
+                wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                ep.progress_background();
             }
         });
         match spawned {
@@ -299,7 +318,7 @@ impl EpShared {
     /// Returns whether a progress thread is wanted.
     fn enable_engine(&self) -> Result<bool> {
         let mut st = self.state.lock();
-        let auto = params().progress_thread || st.profile.progress == fi::FI_PROGRESS_AUTO;
+        let auto = params().progress_thread;
         if st.running.is_some() {
             return Ok(auto);
         }
@@ -343,6 +362,12 @@ impl EpShared {
     }
 
     pub fn progress(&self) {
+        let mut st = self.lock();
+        st.progress();
+    }
+
+    /// Progress on behalf of an application that is not calling in.
+    fn progress_background(&self) {
         let mut st = self.state.lock();
         st.progress();
     }

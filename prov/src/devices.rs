@@ -2,6 +2,7 @@
 //! them in the fault injector when `FI_RDMX_FAULT_*` asks for it.
 use crate::error::{Error, Result};
 use crate::params::Params;
+use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
 use rdm::Device;
 use std::net::SocketAddr;
@@ -28,6 +29,22 @@ pub fn open_auto(bind: SocketAddr, mtu: usize, _host_id: u64, _pid: u32, _incarn
 }
 
 /// Wraps `dev` in the fault-injecting decorator when any FI_RDMX_FAULT_* rate is set.
-pub fn maybe_fault(dev: Box<dyn Device>, _p: &Params) -> Box<dyn Device> {
-    dev
+pub fn maybe_fault(dev: Box<dyn Device>, p: &Params) -> Box<dyn Device> {
+    let cfg = FaultConfig {
+        seed: p.fault_seed,
+        drop_pct: p.fault_drop,
+        dup_pct: p.fault_dup,
+        reorder_pct: p.fault_reorder,
+        corrupt_pct: p.fault_corrupt,
+    };
+    if cfg.is_active() {
+        crate::log::info(
+            crate::log::Subsys::EpCtrl,
+            "maybe_fault",
+            &format!("fault injection on: drop {}% dup {}% reorder {}% corrupt {}% (seed {})", cfg.drop_pct, cfg.dup_pct, cfg.reorder_pct, cfg.corrupt_pct, cfg.seed),
+        );
+        Box::new(FaultDevice::new(dev, cfg))
+    } else {
+        dev
+    }
 }

@@ -138,7 +138,7 @@ fn base_profile(device: DeviceChoice) -> Profile {
         tx_iov_limit: IOV_LIMIT,
         rx_iov_limit: IOV_LIMIT,
         threading: fi::FI_THREAD_SAFE,
-        progress: if params().progress_thread { fi::FI_PROGRESS_AUTO } else { fi::FI_PROGRESS_MANUAL },
+        progress: fi::FI_PROGRESS_MANUAL,
         av_type: fi::FI_AV_UNSPEC,
         mr_mode: 0,
         domain_caps: DOMAIN_CAPS,
@@ -180,7 +180,11 @@ fn threading_rank(t: fi::fi_threading) -> u32 {
 /// rdmx offers both: manual progress by default, and automatic progress (a
 /// progress thread per endpoint) when the application asks for it.
 fn progress_ok(hint: fi::fi_progress) -> bool {
-    matches!(hint, fi::FI_PROGRESS_UNSPEC | fi::FI_PROGRESS_MANUAL | fi::FI_PROGRESS_AUTO)
+    match hint {
+        fi::FI_PROGRESS_UNSPEC | fi::FI_PROGRESS_MANUAL => true,
+        fi::FI_PROGRESS_AUTO => params().progress_thread,
+        _ => false,
+    }
 }
 
 /// Borrowed view of an application's hints (all pointers checked for null).

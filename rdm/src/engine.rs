@@ -349,6 +349,9 @@ struct Hot {
     ssthresh: f64,
     peer_window: u32,
     last_heard: Instant,
+    /// Declared unreachable: sends fail at once until the peer shows up with a
+    /// new incarnation (a restart), since the stream to the old one is broken.
+    failed: bool,
     // Receive side.
     rx_next: Psn,
     ooo: BTreeMap<u32, RxSeg>,
@@ -381,6 +384,7 @@ impl Hot {
             ssthresh: cfg.max_window as f64,
             peer_window: RX_WINDOW,
             last_heard: now,
+            failed: false,
             rx_next: Psn(0),
             ooo: BTreeMap::new(),
             assembling: None,
@@ -461,6 +465,30 @@ impl Engine {
         self.cold.get(peer.0 as usize).map(|c| c.addr).unwrap_or(DevAddr::Sim(u32::MAX))
     }
 
+    /// A one-line description of a peer's protocol state (diagnostics).
+    pub fn describe_peer(&self, peer: PeerId) -> String {
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return "cold".into() };
+        let hot = &self.hot[h as usize];
+        format!(
+            "next_psn {} unacked {} (first {:?}, sacked {}, queued {}) pending {} to_send {} cwnd {:.1} rto {:?} backoff {} rto_deadline {:?} rx_next {} ooo {} ack_now {} ack_deadline {:?}",
+            hot.next_psn.0,
+            hot.unacked.len(),
+            hot.unacked.front().map(|s| (s.psn.0, s.sacked, s.queued, s.retransmitted, s.sent_at)),
+            hot.unacked.iter().filter(|s| s.sacked).count(),
+            hot.unacked.iter().filter(|s| s.queued).count(),
+            hot.pending.len(),
+            hot.to_send.len(),
+            hot.cwnd,
+            hot.rto,
+            hot.backoff,
+            hot.rto_deadline,
+            hot.rx_next.0,
+            hot.ooo.len(),
+            hot.ack_now,
+            hot.ack_deadline
+        )
+    }
+
     /// Number of peers with hot state.
     pub fn hot_peers(&self) -> usize {
         self.hot.len()
@@ -503,6 +531,10 @@ impl Engine {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let h = self.hot_index(peer, now);
         let hot = &self.hot[h as usize];
+        if hot.failed {
+            self.events.push_back(Event::SendFailed { token, peer, reason: FailReason::Timeout });
+            return Ok(());
+        }
         if !hot.pending.is_empty() && hot.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
@@ -570,6 +602,7 @@ impl Engine {
             let my_inc = self.cfg.incarnation;
             let job_key = self.cfg.job_key;
             let reliable = self.cfg.reliable;
+            let max_rto = self.cfg.max_rto;
             let hot = &mut self.hot[h as usize];
             let dst = self.cold[hot.peer.0 as usize].addr;
             while let Some(psn) = hot.to_send.pop_front() {
@@ -607,7 +640,7 @@ impl Engine {
                 }
                 seg.sent_at = Some(now);
                 if hot.rto_deadline.is_none() && !reliable {
-                    hot.rto_deadline = Some(now + hot.rto * hot.backoff);
+                    hot.rto_deadline = Some(now + (hot.rto * hot.backoff).min(max_rto));
                 }
                 // Every data packet carries the cumulative ack.
                 hot.ack_now = false;
@@ -674,6 +707,7 @@ impl Engine {
             }
             if hot.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
                 self.fail_peer(h, FailReason::Timeout);
+                self.hot[h as usize].failed = true;
                 self.events.push_back(Event::PeerUnreachable { peer: self.hot[h as usize].peer });
                 self.stats.peers_failed += 1;
                 continue;
@@ -731,6 +765,7 @@ impl Engine {
         let old = hot.peer_inc;
         hot.retired = [old, hot.retired[0]];
         hot.peer_inc = new_inc;
+        hot.failed = false;
         hot.next_psn = Psn(0);
         hot.rx_next = Psn(0);
         hot.ooo.clear();
@@ -813,7 +848,9 @@ impl Engine {
             }
             let Some(seg) = hot.unacked.pop_front() else { break };
             advanced = true;
-            if !seg.retransmitted {
+            // Karn: no sample from retransmitted segments, nor from segments that
+            // waited for a hole to be filled (their delay is recovery, not RTT).
+            if !seg.retransmitted && !seg.sacked {
                 if let Some(t) = seg.sent_at {
                     rtt_sample = Some(now.saturating_duration_since(t));
                 }

@@ -19,6 +19,7 @@
 
 pub mod device;
 pub mod engine;
+pub mod sim;
 pub mod time;
 
 pub use device::{DevAddr, Device, DeviceCaps, DeviceError};

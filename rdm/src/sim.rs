@@ -1,0 +1,223 @@
+//! A deterministic network simulator for the engine: N endpoints on a virtual
+//! clock, links with seeded loss, duplication, reordering (extra delay), jitter,
+//! corruption and a bandwidth limit. Every run replays exactly from its seed.
+#![forbid(unsafe_code)]
+
+use crate::device::fault::Rng;
+use crate::device::DevAddr;
+use crate::engine::{Engine, EngineConfig, Event, PeerId};
+use crate::time::Instant;
+use std::collections::BinaryHeap;
+use std::cmp::Reverse;
+use std::time::Duration;
+
+/// Link behaviour, applied to every datagram.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub loss_pct: f64,
+    pub dup_pct: f64,
+    pub reorder_pct: f64,
+    pub corrupt_pct: f64,
+    pub delay: Duration,
+    pub jitter: Duration,
+    /// Bytes per second; 0 = unlimited.
+    pub bandwidth: u64,
+}
+
+impl Default for Link {
+    fn default() -> Self {
+        Link {
+            loss_pct: 0.0,
+            dup_pct: 0.0,
+            reorder_pct: 0.0,
+            corrupt_pct: 0.0,
+            delay: Duration::from_micros(20),
+            jitter: Duration::ZERO,
+            bandwidth: 0,
+        }
+    }
+}
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: u32,
+    from: u32,
+    data: Vec<u8>,
+}
+
+/// The simulated network.
+pub struct Sim {
+    pub now: Instant,
+    pub nodes: Vec<Node>,
+    pub link: Link,
+    rng: Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    /// When each destination's link is next free (bandwidth model).
+    busy_until: Vec<Instant>,
+    pub datagrams: u64,
+}
+
+pub struct Node {
+    pub engine: Engine,
+    pub alive: bool,
+    /// Events the node produced, in order.
+    pub events: Vec<Event>,
+    /// Receiver pacing: when set, the node handles at most this many datagrams
+    /// per millisecond (a slow receiver); the rest wait in its queue.
+    pub rx_per_ms: Option<u32>,
+    rx_budget: u32,
+    rx_window_start: Instant,
+    backlog: std::collections::VecDeque<(u32, Vec<u8>)>,
+}
+
+impl Sim {
+    pub fn new(n: usize, base: EngineConfig, link: Link, seed: u64) -> Sim {
+        let nodes = (0..n)
+            .map(|i| Node {
+                engine: Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() }),
+                alive: true,
+                events: Vec::new(),
+                rx_per_ms: None,
+                rx_budget: 0,
+                rx_window_start: Instant::ZERO,
+                backlog: Default::default(),
+            })
+            .collect();
+        Sim { now: Instant::ZERO, nodes, link, rng: Rng::new(seed), queue: BinaryHeap::new(), seq: 0, busy_until: vec![Instant::ZERO; n], datagrams: 0 }
+    }
+
+    pub fn peer(&mut self, from: usize, to: usize) -> PeerId {
+        self.nodes[from].engine.peer(DevAddr::Sim(to as u32))
+    }
+
+    /// Replaces node `i` with a fresh engine (a restarted process, new incarnation).
+    pub fn restart(&mut self, i: usize, incarnation: u64) {
+        let cfg = EngineConfig { incarnation, ..self.nodes[i].engine.config().clone() };
+        self.nodes[i].engine = Engine::new(cfg);
+        self.nodes[i].alive = true;
+        self.nodes[i].events.clear();
+    }
+
+    fn transmit_all(&mut self) {
+        let mut buf = vec![0u8; 70000];
+        for i in 0..self.nodes.len() {
+            if !self.nodes[i].alive {
+                continue;
+            }
+            while let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut buf) {
+                let DevAddr::Sim(to) = t.dst else { continue };
+                self.datagrams += 1;
+                let data = buf[..t.len].to_vec();
+                self.put(i as u32, to, data);
+            }
+        }
+    }
+
+    fn put(&mut self, from: u32, to: u32, mut data: Vec<u8>) {
+        let l = self.link;
+        if self.rng.chance(l.loss_pct) {
+            return;
+        }
+        if self.rng.chance(l.corrupt_pct) && !data.is_empty() {
+            let at = (self.rng.next_u64() as usize) % data.len();
+            data[at] ^= 1 << (self.rng.next_u64() % 8);
+        }
+        let copies = if self.rng.chance(l.dup_pct) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut at = self.now + l.delay;
+            if !l.jitter.is_zero() {
+                at = at + Duration::from_nanos(self.rng.next_u64() % l.jitter.as_nanos().max(1) as u64);
+            }
+            if self.rng.chance(l.reorder_pct) {
+                at = at + l.delay * 3;
+            }
+            if l.bandwidth > 0 {
+                let tx = Duration::from_nanos(data.len() as u64 * 1_000_000_000 / l.bandwidth);
+                let start = self.busy_until[to as usize].max(self.now);
+                self.busy_until[to as usize] = start + tx;
+                at = at.max(start + tx);
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight { at, seq: self.seq, to, from, data: data.clone() }));
+        }
+    }
+
+    fn drain_events(&mut self) {
+        for n in &mut self.nodes {
+            while let Some(e) = n.engine.poll_event() {
+                n.events.push(e);
+            }
+        }
+    }
+
+    /// Advances the virtual clock to the next event and processes it. Returns
+    /// false when nothing is scheduled any more.
+    pub fn step(&mut self) -> bool {
+        self.transmit_all();
+        let next_packet = self.queue.peek().map(|Reverse(p)| p.at);
+        let next_timer = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .filter_map(|n| n.engine.poll_timeout())
+            .min();
+        let next_backlog = self.nodes.iter().any(|n| !n.backlog.is_empty()).then(|| self.now + Duration::from_micros(100));
+        let Some(t) = [next_packet, next_timer, next_backlog].into_iter().flatten().min() else {
+            return false;
+        };
+        self.now = self.now.max(t);
+        while self.queue.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
+            let Some(Reverse(p)) = self.queue.pop() else { break };
+            let node = &mut self.nodes[p.to as usize];
+            if node.alive {
+                node.backlog.push_back((p.from, p.data));
+            }
+        }
+        let now = self.now;
+        for n in &mut self.nodes {
+            if !n.alive {
+                n.backlog.clear();
+                continue;
+            }
+            if let Some(limit) = n.rx_per_ms {
+                if now.saturating_duration_since(n.rx_window_start) >= Duration::from_millis(1) {
+                    n.rx_window_start = now;
+                    n.rx_budget = limit;
+                }
+            }
+            while let Some((from, data)) = n.backlog.front() {
+                if n.rx_per_ms.is_some() {
+                    if n.rx_budget == 0 {
+                        break;
+                    }
+                    n.rx_budget -= 1;
+                }
+                n.engine.handle_datagram(now, DevAddr::Sim(*from), data);
+                n.backlog.pop_front();
+            }
+            if n.engine.poll_timeout().is_some_and(|d| d <= now) {
+                n.engine.handle_timeout(now);
+            }
+        }
+        self.drain_events();
+        true
+    }
+
+    /// Steps until `done` holds or the virtual deadline passes; returns whether
+    /// `done` held.
+    pub fn run_until(&mut self, deadline: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
+        let end = self.now + deadline;
+        while self.now < end {
+            if done(self) {
+                return true;
+            }
+            if !self.step() {
+                return done(self);
+            }
+        }
+        done(self)
+    }
+}
