@@ -213,9 +213,9 @@ fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
             let a = d.1;
             (d.0, Some(a), false)
         }
-        DeviceChoice::Shm => (crate::devices::open_shm(host_id, pid, incarnation)?, None, true),
+        DeviceChoice::Shm => (crate::devices::open_shm(incarnation)?, None, true),
         DeviceChoice::Auto => {
-            let (d, a, shm) = crate::devices::open_auto(udp_bind(), p.udp_mtu, host_id, pid, incarnation)?;
+            let (d, a, shm) = crate::devices::open_auto(udp_bind(), p.udp_mtu, incarnation)?;
             (d, Some(a), shm)
         }
     };

@@ -3,6 +3,8 @@
 use crate::error::{Error, Result};
 use crate::params::Params;
 use rdm::device::fault::{FaultConfig, FaultDevice};
+use rdm::device::composite::AutoDevice;
+use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
 use rdm::Device;
 use std::net::SocketAddr;
@@ -16,16 +18,30 @@ pub fn open_udp(bind: SocketAddr, mtu: usize) -> Result<(Box<dyn Device>, Socket
     Ok((Box::new(dev), local))
 }
 
+fn shm_config(incarnation: u64) -> ShmConfig {
+    // The ring id is the endpoint incarnation, so peers derive the ring's name
+    // from the address alone (see RdmxAddr::shm).
+    ShmConfig { ring_id: Some(incarnation), ..ShmConfig::default() }
+}
+
 /// The shared-memory device.
-pub fn open_shm(_host_id: u64, _pid: u32, _incarnation: u64) -> Result<Box<dyn Device>> {
-    Err(Error::NoSys)
+pub fn open_shm(incarnation: u64) -> Result<Box<dyn Device>> {
+    Ok(Box::new(ShmDevice::open(&shm_config(incarnation))?))
 }
 
 /// Shared memory to local peers and UDP to the rest; the flag says whether the
-/// shared-memory half could be opened.
-pub fn open_auto(bind: SocketAddr, mtu: usize, _host_id: u64, _pid: u32, _incarnation: u64) -> Result<(Box<dyn Device>, SocketAddr, bool)> {
-    let (d, a) = open_udp(bind, mtu)?;
-    Ok((d, a, false))
+/// shared-memory half could be opened (if not, the endpoint is UDP-only and says
+/// so in its address).
+pub fn open_auto(bind: SocketAddr, mtu: usize, incarnation: u64) -> Result<(Box<dyn Device>, SocketAddr, bool)> {
+    let mut udp = UdpConfig::new(bind);
+    udp.mtu = mtu;
+    let dev = AutoDevice::open(Some(&shm_config(incarnation)), &udp)?;
+    let has_shm = dev.shm().is_some();
+    if !has_shm {
+        crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", "shared memory unavailable; this endpoint uses UDP only");
+    }
+    let local = dev.net().map(|n| n.local_socket_addr()).ok_or_else(|| Error::Other("auto device without UDP".into()))?;
+    Ok((Box::new(dev), local, has_shm))
 }
 
 /// Wraps `dev` in the fault-injecting decorator when any FI_RDMX_FAULT_* rate is set.

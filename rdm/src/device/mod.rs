@@ -9,7 +9,10 @@
 //! borrowed slice that is valid only during the call, so a device can receive into
 //! its own ring or registered memory without copying into engine-owned storage.
 
+pub mod composite;
+pub mod fault;
 pub mod host;
+pub mod shm;
 pub mod udp;
 
 use std::io;
@@ -124,4 +127,41 @@ pub trait Device: Send {
     /// A file descriptor that becomes readable when `recv_batch` has work; `None` if
     /// the device can only be polled.
     fn wait_fd(&self) -> Option<RawFd>;
+}
+
+/// A boxed device is a device (so decorators such as
+/// [`fault::FaultDevice`] can wrap a `Box<dyn Device>`).
+impl<D: Device + ?Sized> Device for Box<D> {
+    fn caps(&self) -> DeviceCaps {
+        (**self).caps()
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        (**self).local_addr()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        (**self).send_batch(batch)
+    }
+
+    fn recv_batch(
+        &mut self,
+        max: usize,
+        deliver: &mut dyn FnMut(DevAddr, &[u8]),
+    ) -> Result<usize, DeviceError> {
+        (**self).recv_batch(max, deliver)
+    }
+
+    fn remote_read(
+        &mut self,
+        peer: DevAddr,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<usize, DeviceError> {
+        (**self).remote_read(peer, remote_addr, dst)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        (**self).wait_fd()
+    }
 }

@@ -1,0 +1,203 @@
+//! The `auto` device (`FI_RDMX_DEVICE=auto`): shared memory to peers on this host,
+//! a network device (UDP by default) to the rest, behind one [`Device`].
+//!
+//! * Each datagram is routed by its address: [`DevAddr::Shm`] to the shm device,
+//!   anything else to the network device. The provider decides which address of a
+//!   peer to use (its shm address when the peer's host id equals ours).
+//! * `recv_batch` drains both, alternating which goes first.
+//! * `caps()` is the conservative combination (reliable / ordered only when there
+//!   is no network half; `remote_read` false); the caps of the device that
+//!   carries a given address are [`AutoDevice::caps_for`].
+//! * `local_addr()` is the network address when there is one (what remote peers
+//!   need); [`AutoDevice::shm_addr`] gives the other.
+//! * `wait_fd()`: with two fds, an epoll fd watching both (level-triggered, so it
+//!   is readable while either is).
+#![allow(unsafe_code)]
+
+use super::shm::ShmDevice;
+use super::udp::UdpDevice;
+use super::{DevAddr, Device, DeviceCaps, DeviceError, ShmAddr, TxDatagram};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+
+/// Shared memory plus a network device `N` (UDP by default).
+pub struct AutoDevice<N: Device = UdpDevice> {
+    shm: Option<ShmDevice>,
+    net: Option<N>,
+    /// Watches both wait fds when both exist (the kernel drops an fd from the set
+    /// when it is closed, so drop order does not matter).
+    epoll: Option<Epoll>,
+    shm_first: bool,
+}
+
+impl<N: Device> AutoDevice<N> {
+    /// Combines the two halves; at least one must be present.
+    ///
+    /// # Errors
+    /// [`DeviceError::Config`] when both are `None`; [`DeviceError::Io`] when the
+    /// epoll fd cannot be created.
+    pub fn new(shm: Option<ShmDevice>, net: Option<N>) -> Result<AutoDevice<N>, DeviceError> {
+        if shm.is_none() && net.is_none() {
+            return Err(DeviceError::Config("auto device needs a shared-memory or a network device".into()));
+        }
+        let fds: Vec<RawFd> = shm.iter().filter_map(|d| d.wait_fd()).chain(net.iter().filter_map(|d| d.wait_fd())).collect();
+        let epoll = if fds.len() == 2 {
+            let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| DeviceError::io("epoll_create", e.into()))?;
+            for (i, fd) in fds.iter().enumerate() {
+                // SAFETY: the fd belongs to a device owned by the value being built,
+                // and is open for this call; epoll keeps no borrow of it.
+                let bfd = unsafe { BorrowedFd::borrow_raw(*fd) };
+                ep.add(bfd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+                    .map_err(|e| DeviceError::io("epoll_ctl", e.into()))?;
+            }
+            Some(ep)
+        } else {
+            None
+        };
+        Ok(AutoDevice { shm, net, epoll, shm_first: false })
+    }
+
+    pub fn shm(&self) -> Option<&ShmDevice> {
+        self.shm.as_ref()
+    }
+
+    pub fn shm_mut(&mut self) -> Option<&mut ShmDevice> {
+        self.shm.as_mut()
+    }
+
+    pub fn net(&self) -> Option<&N> {
+        self.net.as_ref()
+    }
+
+    pub fn net_mut(&mut self) -> Option<&mut N> {
+        self.net.as_mut()
+    }
+
+    /// The shared-memory address, if this device has a shm half.
+    pub fn shm_addr(&self) -> Option<ShmAddr> {
+        self.shm.as_ref().map(|s| s.shm_addr())
+    }
+
+    /// The network address, if this device has a network half.
+    pub fn net_addr(&self) -> Option<DevAddr> {
+        self.net.as_ref().map(|n| n.local_addr())
+    }
+
+    /// Which half carries `addr` (true = shm).
+    fn is_shm(addr: &DevAddr) -> bool {
+        matches!(addr, DevAddr::Shm(_))
+    }
+
+    /// The caps of the device that carries datagrams to `addr`; for an address
+    /// no half can reach, the conservative [`Device::caps`].
+    pub fn caps_for(&self, addr: &DevAddr) -> DeviceCaps {
+        match (Self::is_shm(addr), &self.shm, &self.net) {
+            (true, Some(s), _) => s.caps(),
+            (false, _, Some(n)) => n.caps(),
+            _ => self.caps(),
+        }
+    }
+
+    /// Sends `run` (all to the same half) through that half.
+    fn send_run(&mut self, shm: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        match (shm, &mut self.shm, &mut self.net) {
+            (true, Some(s), _) => s.send_batch(run),
+            (false, _, Some(n)) => n.send_batch(run),
+            _ => Err(DeviceError::Unreachable(run[0].dst)),
+        }
+    }
+}
+
+impl AutoDevice<UdpDevice> {
+    /// Opens the shm half (if `shm` is `Some`; a failure to open it leaves the
+    /// device network-only, see [`AutoDevice::shm`]) and the UDP half.
+    pub fn open(shm: Option<&super::shm::ShmConfig>, udp: &super::udp::UdpConfig) -> Result<AutoDevice<UdpDevice>, DeviceError> {
+        let shm = shm.and_then(|c| ShmDevice::open(c).ok());
+        AutoDevice::new(shm, Some(UdpDevice::open(udp)?))
+    }
+}
+
+impl<N: Device> Device for AutoDevice<N> {
+    fn caps(&self) -> DeviceCaps {
+        match (&self.shm, &self.net) {
+            (Some(s), None) => s.caps(),
+            (None, Some(n)) => n.caps(),
+            (Some(s), Some(n)) => {
+                let (s, n) = (s.caps(), n.caps());
+                DeviceCaps {
+                    reliable: false,
+                    ordered: false,
+                    mtu: s.mtu.min(n.mtu),
+                    max_inline: s.max_inline.min(n.max_inline),
+                    remote_read: false,
+                }
+            }
+            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, max_inline: 0, remote_read: false },
+        }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        match (&self.net, &self.shm) {
+            (Some(n), _) => n.local_addr(),
+            (None, Some(s)) => s.local_addr(),
+            (None, None) => DevAddr::Sim(u32::MAX),
+        }
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        let mut done = 0;
+        while done < batch.len() {
+            let shm = Self::is_shm(&batch[done].dst);
+            let run_len = batch[done..].iter().take_while(|d| Self::is_shm(&d.dst) == shm).count();
+            match self.send_run(shm, &batch[done..done + run_len]) {
+                Ok(k) => {
+                    done += k;
+                    if k < run_len {
+                        break;
+                    }
+                }
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        self.shm_first = !self.shm_first;
+        let mut n = 0;
+        for turn in 0..2 {
+            if n >= max {
+                break;
+            }
+            let shm_turn = (turn == 0) == self.shm_first;
+            n += if shm_turn {
+                match &mut self.shm {
+                    Some(s) => s.recv_batch(max - n, deliver)?,
+                    None => 0,
+                }
+            } else {
+                match &mut self.net {
+                    Some(d) => d.recv_batch(max - n, deliver)?,
+                    None => 0,
+                }
+            };
+        }
+        Ok(n)
+    }
+
+    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
+        match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
+            (true, Some(s), _) => s.remote_read(peer, remote_addr, dst),
+            (false, _, Some(n)) => n.remote_read(peer, remote_addr, dst),
+            _ => Err(DeviceError::Unreachable(peer)),
+        }
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        if let Some(ep) = &self.epoll {
+            return Some(ep.0.as_raw_fd());
+        }
+        self.shm.as_ref().and_then(|s| s.wait_fd()).or_else(|| self.net.as_ref().and_then(|n| n.wait_fd()))
+    }
+}

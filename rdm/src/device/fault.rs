@@ -1,0 +1,459 @@
+//! A fault-injecting decorator for any device: drops, duplicates, reorders and
+//! corrupts outgoing datagrams at seeded random rates (`FI_RDMX_FAULT_*`), so the
+//! reliability layer can be exercised over real sockets, not only in the
+//! simulator (the shape of smoltcp's `FaultInjector`).
+//!
+//! * Faults are applied on the **send side only**; both directions of a
+//!   conversation are covered when both ends run the decorator (the provider wraps
+//!   every endpoint's device). The receive side passes through.
+//! * **Reorder** holds a datagram back and sends it right after the next datagram
+//!   that goes out (or, if nothing else is sent, at the next `recv_batch` call,
+//!   which stands for "time passed"); at most [`MAX_HELD`] are held at once.
+//! * **Corrupt** flips one random bit of a non-empty datagram.
+//! * **Dup** sends a datagram twice, back to back.
+//! * The decisions come from a splitmix64 stream seeded by
+//!   [`FaultConfig::seed`]: the same seed and the same sequence of calls give the
+//!   same faults.
+//! * Back-pressure and errors of the inner device keep their meaning: a short count
+//!   says which datagrams were taken; an error is returned only for the first
+//!   datagram of a batch.
+//!
+//! The decorator promises neither reliability nor order, whatever the inner
+//! device does, but keeps its MTU, `remote_read` and wait fd.
+#![forbid(unsafe_code)]
+
+use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+
+/// Most datagrams held back for reordering at once.
+pub const MAX_HELD: usize = 4;
+
+/// Fault rates in percent (0–100, fractions allowed) and the PRNG seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FaultConfig {
+    pub seed: u64,
+    pub drop_pct: f64,
+    pub dup_pct: f64,
+    pub reorder_pct: f64,
+    pub corrupt_pct: f64,
+}
+
+impl FaultConfig {
+    /// Whether any rate is non-zero.
+    pub fn is_active(&self) -> bool {
+        self.drop_pct > 0.0 || self.dup_pct > 0.0 || self.reorder_pct > 0.0 || self.corrupt_pct > 0.0
+    }
+
+    /// Reads `FI_RDMX_FAULT_SEED` (decimal or `0x` hex, default 1) and
+    /// `FI_RDMX_FAULT_DROP/DUP/REORDER/CORRUPT` (percent; unparsable values count as
+    /// 0, values are clamped to 0–100) from the environment; `None` when every rate
+    /// is zero.
+    pub fn from_env() -> Option<FaultConfig> {
+        FaultConfig::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// [`FaultConfig::from_env`] over any variable lookup (for tests and for the
+    /// provider's parameter table).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Option<FaultConfig> {
+        let pct = |name: &str| -> f64 {
+            get(name)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite())
+                .map(|v| v.clamp(0.0, 100.0))
+                .unwrap_or(0.0)
+        };
+        let seed = get("FI_RDMX_FAULT_SEED")
+            .and_then(|v| {
+                let v = v.trim();
+                match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+                    Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                    None => v.parse().ok(),
+                }
+            })
+            .unwrap_or(1);
+        let cfg = FaultConfig {
+            seed,
+            drop_pct: pct("FI_RDMX_FAULT_DROP"),
+            dup_pct: pct("FI_RDMX_FAULT_DUP"),
+            reorder_pct: pct("FI_RDMX_FAULT_REORDER"),
+            corrupt_pct: pct("FI_RDMX_FAULT_CORRUPT"),
+        };
+        cfg.is_active().then_some(cfg)
+    }
+}
+
+/// splitmix64: tiny, seedable, good enough for fault decisions.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `pct` percent. A zero rate draws nothing, so enabling
+    /// one fault does not change the decisions of another.
+    pub fn chance(&mut self, pct: f64) -> bool {
+        if pct <= 0.0 {
+            return false;
+        }
+        // 53 random bits as a uniform float in [0, 100).
+        ((self.next_u64() >> 11) as f64) * (100.0 / (1u64 << 53) as f64) < pct
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// What the decorator did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultStats {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+}
+
+/// Where a planned outgoing datagram's bytes live.
+#[derive(Clone, Copy)]
+enum Src {
+    /// The caller's datagram `i`.
+    Batch(usize),
+    /// `corrupted[i]`.
+    Corrupted(usize),
+    /// `self.held[i]` (held back by an earlier call).
+    Held(usize),
+    /// `new_held[i]` (held back earlier in this call).
+    NewHeld(usize),
+}
+
+/// The fault-injecting decorator around device `D`.
+pub struct FaultDevice<D: Device = Box<dyn Device>> {
+    inner: D,
+    cfg: FaultConfig,
+    rng: Rng,
+    /// Datagrams held back for reordering, oldest first.
+    held: VecDeque<(DevAddr, Vec<u8>)>,
+    pub stats: FaultStats,
+}
+
+impl<D: Device> FaultDevice<D> {
+    pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
+        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), stats: FaultStats::default() }
+    }
+
+    pub fn config(&self) -> &FaultConfig {
+        &self.cfg
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut D {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+
+    /// Sends the held-back datagrams now (what `recv_batch` does first). Those the
+    /// inner device does not take stay held.
+    pub fn flush_held(&mut self) -> Result<(), DeviceError> {
+        while let Some((dst, data)) = self.held.front() {
+            match self.inner.send_batch(&[TxDatagram { dst: *dst, data }]) {
+                Ok(1) => {
+                    self.held.pop_front();
+                }
+                Ok(_) => break,
+                Err(_) => {
+                    // Unsendable (peer gone): it is lost, as on a real network.
+                    self.held.pop_front();
+                    self.stats.dropped += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<D: Device> Device for FaultDevice<D> {
+    fn caps(&self) -> DeviceCaps {
+        // Whatever the inner device promises, this one may break it.
+        DeviceCaps { reliable: false, ordered: false, ..self.inner.caps() }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        self.inner.local_addr()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        let mtu = self.inner.caps().mtu;
+        // Plan the whole batch, then hand it to the inner device in one call.
+        let mut plan: Vec<(DevAddr, Src)> = Vec::with_capacity(batch.len() + self.held.len());
+        // Per input datagram: how many planned datagrams must be sent for it to
+        // count as taken.
+        let mut ends: Vec<usize> = Vec::with_capacity(batch.len());
+        let mut corrupted: Vec<Vec<u8>> = Vec::new();
+        // (input index, destination, bytes) held back during this call.
+        let mut new_held: Vec<(usize, DevAddr, Vec<u8>)> = Vec::new();
+        let mut old_held_released = false;
+        let mut new_held_released = 0;
+        let mut fate = FaultStats::default();
+        for (i, d) in batch.iter().enumerate() {
+            if d.data.len() > mtu {
+                // Let the inner device report it (error if first, short count
+                // otherwise): a fault must not hide a caller's bug.
+                plan.push((d.dst, Src::Batch(i)));
+                ends.push(plan.len());
+                break;
+            }
+            if self.rng.chance(self.cfg.drop_pct) {
+                fate.dropped += 1;
+                ends.push(plan.len());
+                continue;
+            }
+            let mut src = Src::Batch(i);
+            if !d.data.is_empty() && self.rng.chance(self.cfg.corrupt_pct) {
+                let mut c = d.data.to_vec();
+                let at = self.rng.below(c.len());
+                c[at] ^= 1 << self.rng.below(8);
+                corrupted.push(c);
+                src = Src::Corrupted(corrupted.len() - 1);
+                fate.corrupted += 1;
+            }
+            let held_now = if old_held_released { 0 } else { self.held.len() } + (new_held.len() - new_held_released);
+            if held_now < MAX_HELD && self.rng.chance(self.cfg.reorder_pct) {
+                let bytes = match src {
+                    Src::Corrupted(c) => std::mem::take(&mut corrupted[c]),
+                    _ => d.data.to_vec(),
+                };
+                new_held.push((i, d.dst, bytes));
+                fate.reordered += 1;
+                ends.push(plan.len());
+                continue;
+            }
+            plan.push((d.dst, src));
+            if self.rng.chance(self.cfg.dup_pct) {
+                plan.push((d.dst, src));
+                fate.duplicated += 1;
+            }
+            // Held datagrams go out right after the one that overtook them.
+            if !old_held_released {
+                plan.extend((0..self.held.len()).map(|j| (self.held[j].0, Src::Held(j))));
+                old_held_released = true;
+            }
+            plan.extend((new_held_released..new_held.len()).map(|j| (new_held[j].1, Src::NewHeld(j))));
+            new_held_released = new_held.len();
+            ends.push(plan.len());
+        }
+
+        let sent = if plan.is_empty() {
+            Ok(0)
+        } else {
+            let tx: Vec<TxDatagram<'_>> = plan
+                .iter()
+                .map(|&(dst, src)| TxDatagram {
+                    dst,
+                    data: match src {
+                        Src::Batch(i) => batch[i].data,
+                        Src::Corrupted(c) => &corrupted[c],
+                        Src::Held(j) => &self.held[j].1,
+                        Src::NewHeld(j) => &new_held[j].2,
+                    },
+                })
+                .collect();
+            self.inner.send_batch(&tx)
+        };
+        let k = *sent.as_ref().unwrap_or(&0);
+        let taken = ends.iter().take_while(|&&e| e <= k).count();
+
+        // Old held datagrams that went out leave the queue.
+        let mut keep_old = vec![true; self.held.len()];
+        for &(_, src) in &plan[..k.min(plan.len())] {
+            if let Src::Held(j) = src {
+                keep_old[j] = false;
+            }
+        }
+        let mut j = 0;
+        self.held.retain(|_| {
+            j += 1;
+            keep_old[j - 1]
+        });
+        // Datagrams held back in this call stay held if their input was taken and
+        // they did not go out yet; otherwise the caller sends them again.
+        let mut out_new = vec![false; new_held.len()];
+        for &(_, src) in &plan[..k.min(plan.len())] {
+            if let Src::NewHeld(j) = src {
+                out_new[j] = true;
+            }
+        }
+        for (j, (i, dst, bytes)) in new_held.into_iter().enumerate() {
+            if i < taken && !out_new[j] {
+                self.held.push_back((dst, bytes));
+            }
+        }
+        // The counters are for humans reading logs: under back-pressure they may
+        // count a fault of a datagram the caller sends again.
+        self.stats.dropped += fate.dropped;
+        self.stats.corrupted += fate.corrupted;
+        self.stats.duplicated += fate.duplicated;
+        self.stats.reordered += fate.reordered;
+        match sent {
+            Err(e) if taken == 0 => Err(e),
+            _ => Ok(taken),
+        }
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        // Never hold a datagram across a quiet period.
+        if !self.held.is_empty() {
+            self.flush_held()?;
+        }
+        self.inner.recv_batch(max, deliver)
+    }
+
+    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
+        self.inner.remote_read(peer, remote_addr, dst)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.inner.wait_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device that records what it is asked to send and takes at most `room`.
+    struct Recorder {
+        sent: Vec<(DevAddr, Vec<u8>)>,
+        room: usize,
+    }
+
+    impl Device for Recorder {
+        fn caps(&self) -> DeviceCaps {
+            DeviceCaps { reliable: true, ordered: true, mtu: 100, max_inline: 100, remote_read: false }
+        }
+        fn local_addr(&self) -> DevAddr {
+            DevAddr::Sim(0)
+        }
+        fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+            let mut n = 0;
+            for d in batch {
+                if n == self.room {
+                    break;
+                }
+                if d.data.len() > 100 {
+                    if n == 0 {
+                        return Err(DeviceError::TooLarge { len: d.data.len(), mtu: 100 });
+                    }
+                    break;
+                }
+                self.sent.push((d.dst, d.data.to_vec()));
+                n += 1;
+            }
+            self.room -= n;
+            Ok(n)
+        }
+        fn recv_batch(&mut self, _: usize, _: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+            Ok(0)
+        }
+        fn wait_fd(&self) -> Option<RawFd> {
+            None
+        }
+    }
+
+    fn data(n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| vec![i as u8; 8]).collect()
+    }
+
+    fn run(cfg: FaultConfig, n: usize) -> (FaultDevice<Recorder>, usize) {
+        let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
+        let msgs = data(n);
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst: DevAddr::Sim(1), data: m }).collect();
+        let taken = d.send_batch(&tx).unwrap();
+        d.recv_batch(1, &mut |_, _| {}).unwrap();
+        (d, taken)
+    }
+
+    #[test]
+    fn zero_rates_pass_through() {
+        let (d, taken) = run(FaultConfig::default(), 50);
+        assert_eq!(taken, 50);
+        let got: Vec<Vec<u8>> = d.inner.sent.iter().map(|(_, b)| b.clone()).collect();
+        assert_eq!(got, data(50));
+    }
+
+    #[test]
+    fn rates_are_roughly_honoured_and_seeded() {
+        let cfg = FaultConfig { seed: 7, drop_pct: 10.0, dup_pct: 10.0, reorder_pct: 10.0, corrupt_pct: 10.0 };
+        let (d, taken) = run(cfg, 10_000);
+        assert_eq!(taken, 10_000);
+        for v in [d.stats.dropped, d.stats.duplicated, d.stats.corrupted] {
+            assert!((700..1300).contains(&v), "{:?}", d.stats);
+        }
+        assert!(d.stats.reordered > 500, "{:?}", d.stats);
+        assert!(d.held.is_empty());
+        // Everything not dropped went out (dups twice).
+        let expected = 10_000 - d.stats.dropped + d.stats.duplicated;
+        assert_eq!(d.inner.sent.len() as u64, expected);
+        // Same seed, same faults.
+        let (d2, _) = run(cfg, 10_000);
+        assert_eq!(d.inner.sent, d2.inner.sent);
+        assert_eq!(d.stats, d2.stats);
+    }
+
+    #[test]
+    fn reorder_sends_after_the_next() {
+        let cfg = FaultConfig { seed: 3, reorder_pct: 100.0, ..Default::default() };
+        let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
+        let msgs = data(3);
+        for m in &msgs {
+            assert_eq!(d.send_batch(&[TxDatagram { dst: DevAddr::Sim(1), data: m }]).unwrap(), 1);
+        }
+        // Everything is held (up to MAX_HELD) until the receive side runs.
+        assert!(d.inner.sent.is_empty());
+        d.recv_batch(1, &mut |_, _| {}).unwrap();
+        assert_eq!(d.inner.sent.len(), 3);
+    }
+
+    #[test]
+    fn back_pressure_and_errors_keep_their_meaning() {
+        let mut d = FaultDevice::new(Recorder { sent: vec![], room: 3 }, FaultConfig::default());
+        let msgs = data(5);
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst: DevAddr::Sim(1), data: m }).collect();
+        assert_eq!(d.send_batch(&tx).unwrap(), 3);
+        let big = vec![0u8; 101];
+        d.inner.room = 10;
+        assert!(matches!(d.send_batch(&[TxDatagram { dst: DevAddr::Sim(1), data: &big }]), Err(DeviceError::TooLarge { .. })));
+        assert_eq!(d.send_batch(&[tx[0], TxDatagram { dst: DevAddr::Sim(1), data: &big }]).unwrap(), 1);
+    }
+
+    #[test]
+    fn from_lookup_parses() {
+        let env = |k: &str| match k {
+            "FI_RDMX_FAULT_SEED" => Some("0x10".to_string()),
+            "FI_RDMX_FAULT_DROP" => Some("2.5".to_string()),
+            "FI_RDMX_FAULT_DUP" => Some("250".to_string()),
+            "FI_RDMX_FAULT_REORDER" => Some("junk".to_string()),
+            _ => None,
+        };
+        let c = FaultConfig::from_lookup(env).unwrap();
+        assert_eq!(c, FaultConfig { seed: 16, drop_pct: 2.5, dup_pct: 100.0, reorder_pct: 0.0, corrupt_pct: 0.0 });
+        assert_eq!(FaultConfig::from_lookup(|_| None), None);
+    }
+}

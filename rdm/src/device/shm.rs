@@ -1,0 +1,901 @@
+//! The shared-memory device: one receive ring per endpoint in a `/dev/shm` file,
+//! written by any number of local senders without locks, read by its owner.
+//!
+//! * **Naming.** The ring of endpoint `ShmAddr { host_id, pid, ring_id }` lives in
+//!   `/dev/shm/rdmx-<host_id:016x>-<pid>-<ring_id:016x>`, so a sender derives the
+//!   file from the address alone. Beside it, `<name>.fifo` is a named pipe used as
+//!   the wake-up fd ([`Device::wait_fd`]).
+//! * **The ring** is a bounded multi-producer single-consumer queue after Dmitry
+//!   Vyukov's bounded MPMC queue: a `tail` counter that producers advance with a
+//!   CAS, and per slot a sequence word that says whether the slot is free for
+//!   position `p` (`seq == p`), holds the datagram of position `p`
+//!   (`seq == p + 1`), or is still in use from the previous lap. A slot carries the
+//!   sender's pid and ring id (the source address), the length and up to `mtu`
+//!   payload bytes. The receiver lends the payload straight out of shared memory
+//!   and frees the slot after the callback: no copy on receive.
+//! * **Senders** map a peer's ring lazily on the first datagram to it and keep the
+//!   mapping until the device is dropped. A full ring is back-pressure (short
+//!   count); the device is `reliable` and `ordered` (per sender, one ring).
+//! * **Liveness.** A ring whose owner closed it, whose file is gone, or whose owner
+//!   pid no longer exists is [`DeviceError::Unreachable`]. The owner unlinks its
+//!   files on drop; files of dead processes of this host are removed by the next
+//!   [`ShmDevice::open`].
+//! * **Wake-ups.** When `recv_batch` finds the ring empty it sets an `armed` flag in
+//!   the ring header; the next sender clears it and writes one byte into the
+//!   FIFO, which makes the fd readable. (Cost: one `write` per message for a
+//!   receiver that polls in a loop and so re-arms each time; set
+//!   [`ShmConfig::wait_fd`] to `false` for busy-polling receivers.)
+//! * **Remote read** uses `process_vm_readv` (Linux CMA): one copy from the peer
+//!   process straight into the destination. It needs ptrace access to the peer
+//!   (same user, and Yama `ptrace_scope` 0, or a parent); [`ShmDevice::probe_remote_read`]
+//!   checks a given peer, and a refused read reports [`DeviceError::Unsupported`].
+//!
+//! Limits: a sender that dies between claiming a slot and publishing it wedges the
+//! ring at that slot (its receiver then sees no more data: the engine's peer
+//! timeout reports it). Ring geometry is chosen by the receiver; a sender sending
+//! more than the receiver's MTU gets [`DeviceError::TooLarge`].
+#![allow(unsafe_code)]
+
+pub use super::host::host_id;
+use super::{DevAddr, Device, DeviceCaps, DeviceError, ShmAddr, TxDatagram};
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+/// Default largest datagram.
+pub const DEFAULT_MTU: usize = 8192;
+/// Default slots per ring (a power of two).
+pub const DEFAULT_SLOTS: usize = 256;
+/// Where rings live by default.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+
+const MAGIC: u64 = u64::from_le_bytes(*b"RDMXSHM1");
+const VERSION: u32 = 1;
+const HEADER_SIZE: usize = 256;
+const SLOT_HDR: usize = 32;
+
+/// The ring header at offset 0 of the segment. Every field is atomic: the memory
+/// is shared with other processes.
+#[repr(C)]
+struct Header {
+    /// [`MAGIC`] once the owner finished initialising (release store).
+    magic: AtomicU64,
+    version: AtomicU32,
+    slot_count: AtomicU32,
+    slot_size: AtomicU32,
+    mtu: AtomicU32,
+    owner_pid: AtomicU32,
+    /// Set by the owner before it unlinks the ring.
+    closed: AtomicU32,
+    ring_id: AtomicU64,
+    /// Where the owner mapped this header (for the remote-read probe).
+    owner_hdr_addr: AtomicU64,
+    _pad0: [u8; 16],
+    /// 1 when the consumer wants a byte in the FIFO on the next arrival.
+    armed: AtomicU32,
+    _pad1: [u8; 60],
+    /// Next position producers claim.
+    tail: AtomicU64,
+    _pad2: [u8; 56],
+    /// Next position the consumer reads.
+    head: AtomicU64,
+    _pad3: [u8; 56],
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() == HEADER_SIZE);
+
+/// The header of each slot; the payload follows.
+#[repr(C)]
+struct SlotHdr {
+    seq: AtomicU64,
+    len: AtomicU32,
+    src_pid: AtomicU32,
+    src_ring: AtomicU64,
+    _pad: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<SlotHdr>() == SLOT_HDR);
+
+/// Bytes per slot for `mtu`: header + payload, rounded to a cache line.
+fn slot_size(mtu: usize) -> usize {
+    (SLOT_HDR + mtu + 63) & !63
+}
+
+/// Bytes of a segment with `slots` slots of `mtu`.
+pub fn segment_size(slots: usize, mtu: usize) -> usize {
+    HEADER_SIZE + slots * slot_size(mtu)
+}
+
+/// A view of a ring in memory someone else owns (a mapping or, in tests, a heap
+/// buffer).
+struct Ring {
+    base: *mut u8,
+    slots: u64,
+    slot_size: usize,
+    mtu: usize,
+}
+
+// SAFETY: a Ring is a pair of pointers into memory shared between processes and
+// accessed only through atomics or slots owned through the sequence protocol; it
+// has no thread affinity. The memory outlives the Ring (see `init` / `attach`).
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Initialises a ring in `len` bytes at `base` and publishes it.
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned, valid for reads and writes of `len` bytes for the
+    /// life of the returned `Ring`, and nobody else writes it during the call.
+    unsafe fn init(base: *mut u8, len: usize, slots: usize, mtu: usize, pid: u32, ring_id: u64) -> Ring {
+        debug_assert!(slots.is_power_of_two() && len >= segment_size(slots, mtu));
+        let ring = Ring { base, slots: slots as u64, slot_size: slot_size(mtu), mtu };
+        let h = ring.header();
+        h.version.store(VERSION, Ordering::Relaxed);
+        h.slot_count.store(slots as u32, Ordering::Relaxed);
+        h.slot_size.store(ring.slot_size as u32, Ordering::Relaxed);
+        h.mtu.store(mtu as u32, Ordering::Relaxed);
+        h.owner_pid.store(pid, Ordering::Relaxed);
+        h.closed.store(0, Ordering::Relaxed);
+        h.ring_id.store(ring_id, Ordering::Relaxed);
+        h.owner_hdr_addr.store(base as u64, Ordering::Relaxed);
+        h.armed.store(0, Ordering::Relaxed);
+        h.tail.store(0, Ordering::Relaxed);
+        h.head.store(0, Ordering::Relaxed);
+        for i in 0..ring.slots {
+            ring.slot(i).seq.store(i, Ordering::Relaxed);
+        }
+        h.magic.store(MAGIC, Ordering::Release);
+        ring
+    }
+
+    /// Attaches to a ring someone initialised in `len` bytes at `base`.
+    ///
+    /// # Safety
+    /// `base` is 8-byte aligned and valid for reads and writes of `len` bytes for
+    /// the life of the returned `Ring`.
+    unsafe fn attach(base: *mut u8, len: usize) -> Result<Ring, String> {
+        if len < HEADER_SIZE {
+            return Err(format!("segment of {len} bytes is too small"));
+        }
+        // SAFETY: `len >= HEADER_SIZE`, alignment and validity are the caller's
+        // promise; Header is all atomics, so any bit pattern is valid.
+        let h = unsafe { &*(base as *const Header) };
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err("not an initialised rdmx ring".into());
+        }
+        if h.version.load(Ordering::Relaxed) != VERSION {
+            return Err(format!("ring version {} (want {VERSION})", h.version.load(Ordering::Relaxed)));
+        }
+        let slots = h.slot_count.load(Ordering::Relaxed) as usize;
+        let size = h.slot_size.load(Ordering::Relaxed) as usize;
+        let mtu = h.mtu.load(Ordering::Relaxed) as usize;
+        if !slots.is_power_of_two() || size != slot_size(mtu) || len < segment_size(slots, mtu) {
+            return Err(format!("inconsistent ring geometry: {slots} slots of {size} bytes, mtu {mtu}, segment {len}"));
+        }
+        Ok(Ring { base, slots: slots as u64, slot_size: size, mtu })
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: `base` points at a live, aligned segment of at least HEADER_SIZE
+        // bytes (init/attach contract); Header is all atomics.
+        unsafe { &*(self.base as *const Header) }
+    }
+
+    fn slot_ptr(&self, pos: u64) -> *mut u8 {
+        let i = (pos & (self.slots - 1)) as usize;
+        // SAFETY: i < slots, so the slot lies inside the segment (geometry checked
+        // in init/attach).
+        unsafe { self.base.add(HEADER_SIZE + i * self.slot_size) }
+    }
+
+    fn slot(&self, pos: u64) -> &SlotHdr {
+        // SAFETY: slot_ptr is inside the segment and 8-aligned (HEADER_SIZE and
+        // slot_size are multiples of 64); SlotHdr is all atomics.
+        unsafe { &*(self.slot_ptr(pos) as *const SlotHdr) }
+    }
+
+    /// Appends a datagram; false if the ring is full. `data.len() <= self.mtu`.
+    fn try_push(&self, src_pid: u32, src_ring: u64, data: &[u8]) -> bool {
+        debug_assert!(data.len() <= self.mtu);
+        let h = self.header();
+        let mut pos = h.tail.load(Ordering::Relaxed);
+        loop {
+            let seq = self.slot(pos).seq.load(Ordering::Acquire);
+            let diff = seq.wrapping_sub(pos) as i64;
+            if diff == 0 {
+                match h.tail.compare_exchange_weak(pos, pos.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => break,
+                    Err(now) => pos = now,
+                }
+            } else if diff < 0 {
+                return false;
+            } else {
+                pos = h.tail.load(Ordering::Relaxed);
+            }
+        }
+        // Position `pos` is ours until we publish it.
+        let slot = self.slot(pos);
+        slot.len.store(data.len() as u32, Ordering::Relaxed);
+        slot.src_pid.store(src_pid, Ordering::Relaxed);
+        slot.src_ring.store(src_ring, Ordering::Relaxed);
+        // SAFETY: the payload area (mtu bytes after the slot header) is inside the
+        // slot; the sequence protocol gives this producer exclusive use of the slot
+        // until the release store below; `data` does not overlap shared memory we
+        // write (it is the caller's buffer).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.slot_ptr(pos).add(SLOT_HDR), data.len()) };
+        slot.seq.store(pos.wrapping_add(1), Ordering::Release);
+        true
+    }
+
+    /// Whether the next position holds a datagram (consumer side).
+    fn ready(&self) -> bool {
+        let pos = self.header().head.load(Ordering::Relaxed);
+        self.slot(pos).seq.load(Ordering::Acquire) == pos.wrapping_add(1)
+    }
+
+    /// Lends the next datagram to `f` and frees its slot; false if the ring is
+    /// empty. Only the ring's single consumer may call this.
+    fn pop(&self, f: &mut dyn FnMut(u32, u64, &[u8])) -> bool {
+        let h = self.header();
+        let pos = h.head.load(Ordering::Relaxed);
+        let slot = self.slot(pos);
+        if slot.seq.load(Ordering::Acquire) != pos.wrapping_add(1) {
+            return false;
+        }
+        // The length comes from another process: never trust it past the slot.
+        let len = (slot.len.load(Ordering::Relaxed) as usize).min(self.mtu);
+        let pid = slot.src_pid.load(Ordering::Relaxed);
+        let ring = slot.src_ring.load(Ordering::Relaxed);
+        // SAFETY: the payload lies inside the slot (len <= mtu); the acquire load
+        // above saw the producer's release, so its bytes are visible, and no
+        // well-behaved producer writes this slot again before the release store
+        // below hands it back (a misbehaving process sharing the segment can only
+        // garble bytes, which the engine treats as a corrupt datagram).
+        let data = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos).add(SLOT_HDR), len) };
+        f(pid, ring, data);
+        slot.seq.store(pos.wrapping_add(self.slots), Ordering::Release);
+        h.head.store(pos.wrapping_add(1), Ordering::Relaxed);
+        true
+    }
+}
+
+/// An owned shared mapping of a whole file.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value (unmapped once, in Drop) and has no
+// thread affinity.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    fn map(file: &File, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping of an open file; no existing memory is
+        // affected. The result is checked against MAP_FAILED.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: ptr as *mut u8, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr/len` is exactly the mapping created in `map`, unmapped only
+        // here; Rings pointing into it are dropped first (field order / owners).
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A ring together with the mapping it lives in (ring first: dropped first).
+struct Segment {
+    ring: Ring,
+    _map: Mapping,
+}
+
+/// How to open a [`ShmDevice`].
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// The ring id (the provider passes the endpoint incarnation); `None` = random.
+    pub ring_id: Option<u64>,
+    /// Largest datagram (the receive slot size).
+    pub mtu: usize,
+    /// Slots in the receive ring (rounded up to a power of two).
+    pub slots: usize,
+    /// Directory of the ring files (all endpoints of a job must agree).
+    pub dir: PathBuf,
+    /// Provide a wake-up fd (a FIFO beside the ring).
+    pub wait_fd: bool,
+}
+
+impl Default for ShmConfig {
+    fn default() -> Self {
+        ShmConfig { ring_id: None, mtu: DEFAULT_MTU, slots: DEFAULT_SLOTS, dir: PathBuf::from(DEFAULT_DIR), wait_fd: true }
+    }
+}
+
+/// Counters of one [`ShmDevice`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShmStats {
+    pub sent: u64,
+    pub received: u64,
+    /// `send_batch` calls cut short by a full peer ring.
+    pub ring_full: u64,
+    /// Bytes written into peers' FIFOs to wake them.
+    pub wakeups_sent: u64,
+    pub remote_reads: u64,
+}
+
+/// A peer's ring as this device sees it.
+struct Peer {
+    seg: Segment,
+    /// Write end of the peer's FIFO (None: the peer has no wake-up fd).
+    fifo: Option<File>,
+    /// Cached result of [`ShmDevice::probe_remote_read`].
+    can_read: Option<bool>,
+}
+
+/// A shared-memory endpoint.
+pub struct ShmDevice {
+    addr: ShmAddr,
+    mtu: usize,
+    seg: Segment,
+    dir: PathBuf,
+    path: PathBuf,
+    fifo_path: Option<PathBuf>,
+    /// Read end of our FIFO (the wait fd).
+    fifo_rx: Option<File>,
+    /// Our own write end: keeps the FIFO from reporting hang-up when no sender has
+    /// it open, and lets us re-signal ourselves.
+    fifo_self: Option<File>,
+    /// True when we wrote a byte into our own FIFO that is not drained yet.
+    self_signalled: bool,
+    /// `process_vm_readv` works in this process at all.
+    cma_ok: bool,
+    peers: HashMap<ShmAddr, Peer>,
+    touched: Vec<ShmAddr>,
+    pub stats: ShmStats,
+}
+
+/// The file name of the ring of `addr`.
+pub fn segment_name(addr: &ShmAddr) -> String {
+    format!("rdmx-{:016x}-{}-{:016x}", addr.host_id, addr.pid, addr.ring_id)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    pid != 0 && Path::new("/proc").join(pid.to_string()).exists()
+}
+
+fn random_u64() -> u64 {
+    use std::sync::atomic::AtomicU64 as A;
+    static COUNTER: A = A::new(0);
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let mut z = t ^ ((std::process::id() as u64) << 32) ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Removes ring files (and FIFOs) of this host whose owner process is gone.
+/// Returns how many rings were removed.
+pub fn cleanup_stale(dir: &Path) -> usize {
+    let prefix = format!("rdmx-{:016x}-", host_id());
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name.strip_prefix(&prefix) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !pid_alive(pid) && std::fs::remove_file(e.path()).is_ok() && !name.ends_with(".fifo") {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// A FIFO's path, read end and our own write end.
+type FifoFiles = (PathBuf, File, File);
+
+fn create_fifo(path: &Path) -> io::Result<(File, File)> {
+    let _ = std::fs::remove_file(path);
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).map_err(io::Error::from)?;
+    let rx = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    let tx = OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    Ok((rx, tx))
+}
+
+fn fifo_path(ring: &Path) -> PathBuf {
+    let mut p = ring.as_os_str().to_owned();
+    p.push(".fifo");
+    PathBuf::from(p)
+}
+
+impl ShmDevice {
+    /// Opens an endpoint with the default configuration and a random ring id.
+    pub fn new() -> Result<ShmDevice, DeviceError> {
+        ShmDevice::open(&ShmConfig::default())
+    }
+
+    /// Creates this endpoint's ring (and FIFO), after removing stale rings of dead
+    /// processes of this host.
+    ///
+    /// # Errors
+    /// [`DeviceError::Config`] for a bad MTU or slot count; [`DeviceError::Io`] when
+    /// the segment cannot be created (e.g. `/dev/shm` full: the space is reserved
+    /// up front, so a full tmpfs fails here rather than with SIGBUS later).
+    pub fn open(cfg: &ShmConfig) -> Result<ShmDevice, DeviceError> {
+        if cfg.mtu == 0 || cfg.mtu > (1 << 24) {
+            return Err(DeviceError::Config(format!("shm MTU {} out of range 1..=16 MiB", cfg.mtu)));
+        }
+        if cfg.slots < 2 || cfg.slots > (1 << 20) {
+            return Err(DeviceError::Config(format!("shm ring of {} slots out of range 2..=1Mi", cfg.slots)));
+        }
+        let slots = cfg.slots.next_power_of_two();
+        cleanup_stale(&cfg.dir);
+        let addr = ShmAddr { host_id: host_id(), pid: std::process::id(), ring_id: cfg.ring_id.unwrap_or_else(random_u64) };
+        let path = cfg.dir.join(segment_name(&addr));
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+        };
+        let file = match open() {
+            // Our pid, so a leftover of an earlier process with this pid (or of
+            // ourselves with a reused ring id): replace it.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let _ = std::fs::remove_file(&path);
+                open()
+            }
+            r => r,
+        }
+        .map_err(|e| DeviceError::io("create shm ring", e))?;
+        let size = segment_size(slots, cfg.mtu);
+        let setup = || -> Result<(Mapping, Option<FifoFiles>), DeviceError> {
+            // SAFETY: plain syscall on an open fd; returns an errno value.
+            let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, size as libc::off_t) };
+            if r != 0 {
+                if r == libc::EOPNOTSUPP || r == libc::EINVAL {
+                    file.set_len(size as u64).map_err(|e| DeviceError::io("ftruncate shm ring", e))?;
+                } else {
+                    return Err(DeviceError::io("posix_fallocate shm ring", io::Error::from_raw_os_error(r)));
+                }
+            }
+            let map = Mapping::map(&file, size).map_err(|e| DeviceError::io("mmap shm ring", e))?;
+            let fifo = if cfg.wait_fd {
+                let fp = fifo_path(&path);
+                let (rx, tx) = create_fifo(&fp).map_err(|e| DeviceError::io("mkfifo shm wake-up", e))?;
+                Some((fp, rx, tx))
+            } else {
+                None
+            };
+            Ok((map, fifo))
+        };
+        let (map, fifo) = match setup() {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
+        };
+        // SAFETY: `map` is a fresh page-aligned mapping of `size` bytes that lives in
+        // the Segment next to the Ring; nobody else can know the address before
+        // `open` returns.
+        let ring = unsafe { Ring::init(map.ptr, size, slots, cfg.mtu, addr.pid, addr.ring_id) };
+        let (fifo_path, fifo_rx, fifo_self) = match fifo {
+            Some((p, rx, tx)) => (Some(p), Some(rx), Some(tx)),
+            None => (None, None, None),
+        };
+        let mut dev = ShmDevice {
+            addr,
+            mtu: cfg.mtu,
+            seg: Segment { ring, _map: map },
+            dir: cfg.dir.clone(),
+            path,
+            fifo_path,
+            fifo_rx,
+            fifo_self,
+            self_signalled: false,
+            cma_ok: false,
+            peers: HashMap::new(),
+            touched: Vec::new(),
+            stats: ShmStats::default(),
+        };
+        // Can this process use CMA at all (seccomp, kernel config)? Read our own
+        // ring header through it.
+        let mut probe = [0u8; 8];
+        let own = DevAddr::Shm(addr);
+        let hdr = dev.seg.ring.base as u64;
+        dev.cma_ok = true;
+        dev.cma_ok = matches!(dev.remote_read(own, hdr, &mut probe), Ok(8)) && u64::from_le_bytes(probe) == MAGIC;
+        Ok(dev)
+    }
+
+    /// This endpoint's address.
+    pub fn shm_addr(&self) -> ShmAddr {
+        self.addr
+    }
+
+    /// The ring file of this endpoint.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether [`Device::remote_read`] from `peer` works (same user, ptrace
+    /// allowed): reads the magic of the peer's ring header out of its memory.
+    pub fn probe_remote_read(&mut self, peer: &ShmAddr) -> bool {
+        if !self.cma_ok {
+            return false;
+        }
+        if let Some(p) = self.peers.get(peer) {
+            if let Some(ok) = p.can_read {
+                return ok;
+            }
+        }
+        let Ok(p) = self.peer(peer) else { return false };
+        let hdr = p.seg.ring.header().owner_hdr_addr.load(Ordering::Relaxed);
+        let mut buf = [0u8; 8];
+        let ok = matches!(self.remote_read(DevAddr::Shm(*peer), hdr, &mut buf), Ok(8)) && u64::from_le_bytes(buf) == MAGIC;
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.can_read = Some(ok);
+        }
+        ok
+    }
+
+    /// Forgets the mapping of `peer` (it is mapped again on the next send).
+    pub fn forget_peer(&mut self, peer: &ShmAddr) {
+        self.peers.remove(peer);
+    }
+
+    /// The mapping of `peer`'s ring, created on first use.
+    fn peer(&mut self, a: &ShmAddr) -> Result<&mut Peer, DeviceError> {
+        let unreachable = || DeviceError::Unreachable(DevAddr::Shm(*a));
+        if self.peers.contains_key(a) {
+            let closed = self.peers[a].seg.ring.header().closed.load(Ordering::Acquire) != 0;
+            if closed {
+                self.peers.remove(a);
+                return Err(unreachable());
+            }
+        } else {
+            if a.host_id != self.addr.host_id || !pid_alive(a.pid) {
+                return Err(unreachable());
+            }
+            let path = self.dir.join(segment_name(a));
+            let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(unreachable()),
+                Err(e) => return Err(DeviceError::io("open peer shm ring", e)),
+            };
+            let len = file.metadata().map_err(|e| DeviceError::io("fstat peer shm ring", e))?.len() as usize;
+            if len < HEADER_SIZE {
+                return Err(unreachable());
+            }
+            let map = Mapping::map(&file, len).map_err(|e| DeviceError::io("mmap peer shm ring", e))?;
+            // SAFETY: `map` covers `len` bytes, page-aligned, and is kept beside the
+            // Ring in the Segment for as long as the Ring lives.
+            let ring = unsafe { Ring::attach(map.ptr, len) }.map_err(|_| unreachable())?;
+            let h = ring.header();
+            if h.owner_pid.load(Ordering::Relaxed) != a.pid
+                || h.ring_id.load(Ordering::Relaxed) != a.ring_id
+                || h.closed.load(Ordering::Acquire) != 0
+            {
+                return Err(unreachable());
+            }
+            let fifo = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(fifo_path(&path))
+                .ok();
+            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None });
+        }
+        self.peers.get_mut(a).ok_or_else(unreachable)
+    }
+
+    /// Empties our FIFO.
+    fn drain_fifo(&mut self) {
+        if let Some(rx) = &mut self.fifo_rx {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = rx.read(&mut buf) {
+                if n < buf.len() {
+                    break;
+                }
+            }
+        }
+        self.self_signalled = false;
+    }
+
+    /// Makes our wait fd readable (data is left that `recv_batch` did not take).
+    fn signal_self(&mut self) {
+        if self.self_signalled {
+            return;
+        }
+        if let Some(tx) = &mut self.fifo_self {
+            let _ = tx.write(&[1]);
+            self.self_signalled = true;
+        }
+    }
+
+    fn pop_into(&mut self, n: &mut usize, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) {
+        let host_id = self.addr.host_id;
+        while *n < max {
+            let ok = self.seg.ring.pop(&mut |pid, ring_id, data| deliver(DevAddr::Shm(ShmAddr { host_id, pid, ring_id }), data));
+            if !ok {
+                break;
+            }
+            *n += 1;
+        }
+    }
+}
+
+impl Device for ShmDevice {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, max_inline: self.mtu, remote_read: self.cma_ok }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        DevAddr::Shm(self.addr)
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        let me = self.addr;
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        let mut result = Ok(batch.len());
+        for (i, d) in batch.iter().enumerate() {
+            let fail = |e: DeviceError| if i == 0 { Err(e) } else { Ok(i) };
+            let DevAddr::Shm(a) = d.dst else {
+                result = fail(DeviceError::Unreachable(d.dst));
+                break;
+            };
+            if d.data.len() > self.mtu {
+                result = fail(DeviceError::TooLarge { len: d.data.len(), mtu: self.mtu });
+                break;
+            }
+            let peer = match self.peer(&a) {
+                Ok(p) => p,
+                Err(e) => {
+                    result = fail(e);
+                    break;
+                }
+            };
+            let ring = &peer.seg.ring;
+            if d.data.len() > ring.mtu {
+                result = fail(DeviceError::TooLarge { len: d.data.len(), mtu: ring.mtu });
+                break;
+            }
+            if !ring.try_push(me.pid, me.ring_id, d.data) {
+                // Full. A ring nobody drains any more belongs to a dead process.
+                if !pid_alive(a.pid) {
+                    self.peers.remove(&a);
+                    result = fail(DeviceError::Unreachable(d.dst));
+                } else {
+                    self.stats.ring_full += 1;
+                    result = Ok(i);
+                }
+                break;
+            }
+            self.stats.sent += 1;
+            if !touched.contains(&a) {
+                touched.push(a);
+            }
+        }
+        // Wake the receivers that asked for it (Dekker with the consumer's
+        // arm-then-recheck in recv_batch: one of the two sees the other).
+        fence(Ordering::SeqCst);
+        for a in &touched {
+            if let Some(p) = self.peers.get_mut(a) {
+                let h = p.seg.ring.header();
+                if h.armed.load(Ordering::Relaxed) != 0 && h.armed.swap(0, Ordering::AcqRel) != 0 {
+                    if let Some(f) = &mut p.fifo {
+                        let _ = f.write(&[1]);
+                        self.stats.wakeups_sent += 1;
+                    }
+                }
+            }
+        }
+        self.touched = touched;
+        result
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        let mut n = 0;
+        self.pop_into(&mut n, max, deliver);
+        if n < max {
+            // Empty: drain the FIFO, arm, and look again so that a datagram that
+            // arrived meanwhile is not left behind a quiet fd.
+            if self.fifo_rx.is_some() {
+                self.drain_fifo();
+                self.seg.ring.header().armed.store(1, Ordering::SeqCst);
+                fence(Ordering::SeqCst);
+                self.pop_into(&mut n, max, deliver);
+            }
+        }
+        if n == max && max > 0 && self.seg.ring.ready() {
+            self.signal_self();
+        }
+        self.stats.received += n as u64;
+        Ok(n)
+    }
+
+    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
+        let DevAddr::Shm(a) = peer else { return Err(DeviceError::Unreachable(peer)) };
+        if !self.cma_ok {
+            return Err(DeviceError::Unsupported);
+        }
+        if a.host_id != self.addr.host_id {
+            return Err(DeviceError::Unreachable(peer));
+        }
+        use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+        let pid = nix::unistd::Pid::from_raw(a.pid as i32);
+        let mut done = 0;
+        while done < dst.len() {
+            let remote = [RemoteIoVec { base: remote_addr as usize + done, len: dst.len() - done }];
+            let mut local = [io::IoSliceMut::new(&mut dst[done..])];
+            match process_vm_readv(pid, &mut local, &remote) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS) => return Err(DeviceError::Unsupported),
+                Err(nix::errno::Errno::ESRCH) => return Err(DeviceError::Unreachable(peer)),
+                Err(e) if done > 0 => {
+                    let _ = e;
+                    break;
+                }
+                Err(e) => return Err(DeviceError::io("process_vm_readv", e.into())),
+            }
+        }
+        self.stats.remote_reads += 1;
+        Ok(done)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.fifo_rx.as_ref().map(|f| f.as_raw_fd())
+    }
+}
+
+impl Drop for ShmDevice {
+    fn drop(&mut self) {
+        // Tell cached senders first, then remove the names; the mapping goes with
+        // the Segment.
+        self.seg.ring.header().closed.store(1, Ordering::Release);
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(p) = &self.fifo_path {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    /// A ring in a heap buffer (8-byte aligned).
+    struct HeapRing {
+        _buf: Vec<u64>,
+        ring: Ring,
+    }
+
+    fn heap_ring(slots: usize, mtu: usize) -> HeapRing {
+        let len = segment_size(slots, mtu);
+        let mut buf = vec![0u64; len / 8 + 1];
+        // SAFETY: the buffer is 8-aligned, `len` bytes long, and lives in HeapRing
+        // beside the Ring.
+        let ring = unsafe { Ring::init(buf.as_mut_ptr() as *mut u8, len, slots, mtu, 1, 2) };
+        HeapRing { _buf: buf, ring }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(Vec<u8>),
+        Pop,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => proptest::collection::vec(any::<u8>(), 0..40).prop_map(Op::Push),
+            2 => Just(Op::Pop),
+        ]
+    }
+
+    proptest! {
+        /// The ring behaves like a bounded VecDeque.
+        #[test]
+        fn ring_matches_vecdeque(ops in proptest::collection::vec(op(), 0..300), slots_log in 1u32..5) {
+            let slots = 1usize << slots_log;
+            let r = heap_ring(slots, 32);
+            let mut model: VecDeque<Vec<u8>> = VecDeque::new();
+            for op in ops {
+                match op {
+                    Op::Push(mut d) => {
+                        d.truncate(32);
+                        let ok = r.ring.try_push(7, 9, &d);
+                        prop_assert_eq!(ok, model.len() < slots);
+                        if ok { model.push_back(d); }
+                    }
+                    Op::Pop => {
+                        let mut got = None;
+                        let ok = r.ring.pop(&mut |pid, ring, data| {
+                            assert_eq!((pid, ring), (7, 9));
+                            got = Some(data.to_vec());
+                        });
+                        prop_assert_eq!(ok, !model.is_empty());
+                        prop_assert_eq!(got, model.pop_front());
+                    }
+                }
+                prop_assert_eq!(r.ring.ready(), !model.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_producers_keep_per_sender_order() {
+        let r = heap_ring(64, 16);
+        const PER: u32 = 20_000;
+        const PRODUCERS: u32 = 3;
+        let ring = &r.ring;
+        struct Shared<'a>(&'a Ring);
+        // SAFETY: test-only: Ring's operations are thread-safe by construction
+        // (atomics; one consumer, the main thread).
+        unsafe impl Sync for Shared<'_> {}
+        let shared = Shared(ring);
+        let shared = &shared;
+        std::thread::scope(|s| {
+            for p in 0..PRODUCERS {
+                s.spawn(move || {
+                    for i in 0..PER {
+                        let mut b = [0u8; 8];
+                        b[..4].copy_from_slice(&p.to_le_bytes());
+                        b[4..].copy_from_slice(&i.to_le_bytes());
+                        while !shared.0.try_push(p, 0, &b) {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            }
+            let mut next = [0u32; PRODUCERS as usize];
+            let mut total = 0;
+            while total < PER * PRODUCERS {
+                let ok = shared.0.pop(&mut |pid, _, d| {
+                    let p = u32::from_le_bytes(d[..4].try_into().unwrap());
+                    let i = u32::from_le_bytes(d[4..].try_into().unwrap());
+                    assert_eq!(p, pid);
+                    assert_eq!(i, next[p as usize], "per-producer FIFO order");
+                    next[p as usize] += 1;
+                });
+                if ok {
+                    total += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn attach_rejects_garbage() {
+        let mut buf = vec![0u64; 1024];
+        // SAFETY: an 8 KiB aligned heap buffer that outlives the call.
+        assert!(unsafe { Ring::attach(buf.as_mut_ptr() as *mut u8, 8192) }.is_err());
+        let r = heap_ring(4, 64);
+        let len = segment_size(4, 64);
+        // SAFETY: as above; the ring's buffer outlives the attached view.
+        let view = unsafe { Ring::attach(r.ring.base, len) }.unwrap();
+        assert_eq!((view.slots, view.mtu), (4, 64));
+        // SAFETY: as above, but claims fewer bytes than the geometry needs.
+        assert!(unsafe { Ring::attach(r.ring.base, len - 1) }.is_err());
+    }
+}

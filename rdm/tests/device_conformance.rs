@@ -1,0 +1,606 @@
+//! The device conformance suite: every device runs the same tests through the
+//! [`Device`] trait. A device is added by one `conformance!` line naming a function
+//! that opens two connected instances of it.
+use rdm::device::composite::AutoDevice;
+use rdm::device::fault::{FaultConfig, FaultDevice};
+use rdm::device::shm::{ShmConfig, ShmDevice};
+use rdm::device::udp::{UdpConfig, UdpDevice};
+use rdm::device::TxDatagram;
+use rdm::device::ShmAddr;
+use rdm::{DevAddr, Device, DeviceError};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+type Pair = (Box<dyn Device>, Box<dyn Device>);
+
+/// How long a test waits for datagrams that must arrive.
+const PATIENCE: Duration = Duration::from_secs(5);
+
+/// `poll(2)` on `fd` for readability.
+fn readable(fd: RawFd, timeout_ms: i32) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::BorrowedFd;
+    // SAFETY: the device owning `fd` outlives this call.
+    let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
+    let mut fds = [PollFd::new(bfd, PollFlags::POLLIN)];
+    let t = PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX);
+    matches!(poll(&mut fds, t), Ok(n) if n > 0)
+}
+
+/// Receives until `n` datagrams arrived or `PATIENCE` passed.
+fn recv_n(dev: &mut dyn Device, n: usize) -> Vec<(DevAddr, Vec<u8>)> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + PATIENCE;
+    while out.len() < n && Instant::now() < deadline {
+        let got = dev
+            .recv_batch(n - out.len(), &mut |src, data| out.push((src, data.to_vec())))
+            .expect("recv_batch");
+        if got == 0 {
+            match dev.wait_fd() {
+                Some(fd) => {
+                    readable(fd, 10);
+                }
+                None => std::thread::sleep(Duration::from_micros(100)),
+            }
+        }
+    }
+    out
+}
+
+/// Drains whatever is there now (a short grace period for in-flight datagrams).
+fn drain(dev: &mut dyn Device) -> usize {
+    let mut n = 0;
+    let until = Instant::now() + Duration::from_millis(20);
+    while Instant::now() < until {
+        n += dev.recv_batch(64, &mut |_, _| {}).expect("recv_batch");
+    }
+    n
+}
+
+/// Sends the whole batch, retrying on back-pressure.
+fn send_all(dev: &mut dyn Device, batch: &[TxDatagram<'_>]) {
+    let mut done = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while done < batch.len() {
+        done += dev.send_batch(&batch[done..]).expect("send_batch");
+        assert!(Instant::now() < deadline, "device never took the batch");
+    }
+}
+
+fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+fn send_and_receive_batch((mut a, mut b): Pair) {
+    let dst = b.local_addr();
+    let msgs: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 1 + i * 13 % 1000)).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    send_all(a.as_mut(), &batch);
+    let got = recv_n(b.as_mut(), msgs.len());
+    assert_eq!(got.len(), msgs.len(), "all datagrams arrive on an idle local path");
+    for (src, _) in &got {
+        assert_eq!(*src, a.local_addr(), "source address is the sender's local address");
+    }
+    let mut got_data: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+    if b.caps().ordered && a.caps().ordered {
+        assert_eq!(got_data, msgs);
+    } else {
+        let mut want = msgs.clone();
+        want.sort();
+        got_data.sort();
+        assert_eq!(got_data, want);
+    }
+    // The receiver answers to the address it saw.
+    let src = a.local_addr();
+    send_all(b.as_mut(), &[TxDatagram { dst: src, data: b"pong" }]);
+    let back = recv_n(a.as_mut(), 1);
+    assert_eq!(back, vec![(b.local_addr(), b"pong".to_vec())]);
+}
+
+fn mtu_edges((mut a, mut b): Pair) {
+    let mtu = a.caps().mtu;
+    assert!(a.caps().max_inline <= mtu);
+    let dst = b.local_addr();
+    let big = payload(1, mtu);
+    send_all(a.as_mut(), &[TxDatagram { dst, data: &big }]);
+    let got = recv_n(b.as_mut(), 1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].1, big);
+    let too_big = payload(2, mtu + 1);
+    match a.send_batch(&[TxDatagram { dst, data: &too_big }]) {
+        Err(DeviceError::TooLarge { len, mtu: m }) => assert_eq!((len, m), (mtu + 1, mtu)),
+        other => panic!("mtu + 1 must be rejected with TooLarge, got {other:?}"),
+    }
+    // An oversized datagram in the middle stops the batch there.
+    let ok = payload(3, 10);
+    let n = a
+        .send_batch(&[TxDatagram { dst, data: &ok }, TxDatagram { dst, data: &too_big }, TxDatagram { dst, data: &ok }])
+        .expect("a valid head is sent");
+    assert_eq!(n, 1);
+    assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
+}
+
+fn zero_length((mut a, mut b): Pair) {
+    let dst = b.local_addr();
+    send_all(a.as_mut(), &[TxDatagram { dst, data: &[] }, TxDatagram { dst, data: b"x" }]);
+    let mut got: Vec<Vec<u8>> = recv_n(b.as_mut(), 2).into_iter().map(|(_, d)| d).collect();
+    got.sort();
+    assert_eq!(got, vec![Vec::new(), b"x".to_vec()]);
+}
+
+fn lending_and_max((mut a, mut b): Pair) {
+    let dst = b.local_addr();
+    let msgs: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 100 + i)).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    send_all(a.as_mut(), &batch);
+    // recv_batch honours `max`, and each lent slice is intact inside the callback.
+    let deadline = Instant::now() + PATIENCE;
+    let mut seen = 0;
+    while seen < msgs.len() && Instant::now() < deadline {
+        let mut calls = 0;
+        let n = b
+            .recv_batch(3, &mut |_, data| {
+                calls += 1;
+                let i = data.len() - 100;
+                assert_eq!(data, &msgs[i][..], "lent buffer valid in the callback");
+            })
+            .unwrap();
+        assert!(n <= 3);
+        assert_eq!(n, calls);
+        seen += n;
+    }
+    assert_eq!(seen, msgs.len());
+    assert_eq!(b.recv_batch(0, &mut |_, _| panic!("max = 0")).unwrap(), 0);
+}
+
+fn wait_fd_wakes((mut a, mut b): Pair) {
+    let Some(fd) = b.wait_fd() else { return };
+    drain(b.as_mut());
+    assert!(!readable(fd, 0), "idle device is not readable");
+    let dst = b.local_addr();
+    send_all(a.as_mut(), &[TxDatagram { dst, data: b"wake" }]);
+    assert!(readable(fd, 2000), "wait_fd becomes readable after a send");
+    assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
+}
+
+fn no_spurious_data((mut a, mut b): Pair) {
+    assert_eq!(drain(a.as_mut()), 0);
+    assert_eq!(drain(b.as_mut()), 0);
+    assert_ne!(a.local_addr(), b.local_addr());
+}
+
+fn flood_never_errors((mut a, b): Pair) {
+    // Back-pressure is a short count, never an error; what is not taken may be
+    // retried later.
+    let dst = b.local_addr();
+    let data = payload(0, 1000.min(a.caps().mtu));
+    let batch: Vec<TxDatagram> = (0..4096).map(|_| TxDatagram { dst, data: &data }).collect();
+    let mut total = 0;
+    for _ in 0..4 {
+        let n = a.send_batch(&batch).expect("flooding is not an error");
+        assert!(n <= batch.len());
+        total += n;
+    }
+    assert!(total > 0);
+    drop(b);
+}
+
+macro_rules! conformance {
+    ($name:ident, $open:expr) => {
+        mod $name {
+            use super::*;
+            fn pair() -> Option<Pair> {
+                $open
+            }
+            #[test]
+            fn send_and_receive_batch() {
+                if let Some(p) = pair() {
+                    super::send_and_receive_batch(p)
+                }
+            }
+            #[test]
+            fn mtu_edges() {
+                if let Some(p) = pair() {
+                    super::mtu_edges(p)
+                }
+            }
+            #[test]
+            fn zero_length() {
+                if let Some(p) = pair() {
+                    super::zero_length(p)
+                }
+            }
+            #[test]
+            fn lending_and_max() {
+                if let Some(p) = pair() {
+                    super::lending_and_max(p)
+                }
+            }
+            #[test]
+            fn wait_fd_wakes() {
+                if let Some(p) = pair() {
+                    super::wait_fd_wakes(p)
+                }
+            }
+            #[test]
+            fn no_spurious_data() {
+                if let Some(p) = pair() {
+                    super::no_spurious_data(p)
+                }
+            }
+            #[test]
+            fn flood_never_errors() {
+                if let Some(p) = pair() {
+                    super::flood_never_errors(p)
+                }
+            }
+        }
+    };
+}
+
+fn udp(addr: &str) -> Option<Box<dyn Device>> {
+    let a: SocketAddr = addr.parse().unwrap();
+    match UdpDevice::bind(a) {
+        Ok(d) => Some(Box::new(d)),
+        // No IPv6 on this host: the v6 instance is skipped.
+        Err(e) if a.is_ipv6() => {
+            eprintln!("skipping IPv6: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn udp_pair(addr: &str) -> Option<Pair> {
+    Some((udp(addr)?, udp(addr)?))
+}
+
+conformance!(udp_v4, udp_pair("127.0.0.1:0"));
+conformance!(udp_v6, udp_pair("[::1]:0"));
+conformance!(fault_udp_zero_rates, {
+    let (a, b) = udp_pair("127.0.0.1:0")?;
+    let cfg = FaultConfig { seed: 1, ..FaultConfig::default() };
+    Some((Box::new(FaultDevice::new(a, cfg)) as Box<dyn Device>, Box::new(FaultDevice::new(b, cfg)) as Box<dyn Device>))
+});
+
+fn shm() -> Box<dyn Device> {
+    Box::new(ShmDevice::new().expect("shm device"))
+}
+
+conformance!(shm, Some((shm(), shm())));
+
+fn auto() -> AutoDevice {
+    let udp = UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(udp)).unwrap()
+}
+
+conformance!(auto_udp_route, Some((Box::new(auto()) as Box<dyn Device>, Box::new(auto()) as Box<dyn Device>)));
+
+// ---- device-specific tests ----
+
+#[test]
+fn udp_bad_iface_is_a_config_error() {
+    let cfg = UdpConfig { iface: Some("rdmx-no-such0".into()), ..UdpConfig::default() };
+    assert!(matches!(UdpDevice::open(&cfg), Err(DeviceError::Config(_))));
+    let cfg = UdpConfig { node: Some("127.0.0.1".into()), service: Some("not-a-port".into()), ..UdpConfig::default() };
+    assert!(matches!(UdpDevice::open(&cfg), Err(DeviceError::Config(_))));
+}
+
+#[test]
+fn udp_iface_by_name_and_defaults() {
+    let cfg = UdpConfig { iface: Some("lo".into()), ..UdpConfig::default() };
+    let d = UdpDevice::open(&cfg).unwrap();
+    assert!(d.local_socket_addr().ip().is_loopback());
+    assert_ne!(d.local_socket_addr().port(), 0);
+    assert_eq!(d.caps().mtu, 1472);
+    assert!(!d.caps().reliable);
+    // Default: the host name's address (or loopback), never a wildcard.
+    let d = UdpDevice::open(&UdpConfig::default()).unwrap();
+    assert!(!d.local_socket_addr().ip().is_unspecified());
+    // A configured MTU is honoured, an impossible one refused.
+    let mut cfg = UdpConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.mtu = 65000;
+    assert_eq!(UdpDevice::open(&cfg).unwrap().caps().mtu, 65000);
+    cfg.mtu = 70000;
+    assert!(matches!(UdpDevice::open(&cfg), Err(DeviceError::Config(_))));
+}
+
+#[test]
+fn udp_wrong_address_kind_is_unreachable() {
+    let mut a = udp("127.0.0.1:0").unwrap();
+    let b = udp("127.0.0.1:0").unwrap();
+    let sim = DevAddr::Sim(3);
+    assert!(matches!(a.send_batch(&[TxDatagram { dst: sim, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    // A bad address after a good one shortens the batch instead.
+    let n = a
+        .send_batch(&[TxDatagram { dst: b.local_addr(), data: b"x" }, TxDatagram { dst: sim, data: b"x" }])
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn udp_dead_peer_does_not_poison_the_socket() {
+    let mut a = udp("127.0.0.1:0").unwrap();
+    let mut b = udp("127.0.0.1:0").unwrap();
+    let dead = {
+        let d = udp("127.0.0.1:0").unwrap();
+        d.local_addr()
+    };
+    for _ in 0..5 {
+        let _ = a.send_batch(&[TxDatagram { dst: dead, data: b"to nobody" }]);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    drain(a.as_mut());
+    send_all(a.as_mut(), &[TxDatagram { dst: b.local_addr(), data: b"alive" }]);
+    assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
+}
+
+#[test]
+fn shm_caps_and_names() {
+    let d = ShmDevice::new().unwrap();
+    let c = d.caps();
+    assert!(c.reliable && c.ordered);
+    assert_eq!(c.mtu, rdm::device::shm::DEFAULT_MTU);
+    let DevAddr::Shm(a) = d.local_addr() else { panic!() };
+    assert_eq!(a.pid, std::process::id());
+    assert_eq!(a.host_id, rdm::device::shm::host_id());
+    assert!(d.path().exists());
+    let path = d.path().to_owned();
+    drop(d);
+    assert!(!path.exists(), "ring file removed on drop");
+}
+
+#[test]
+fn shm_full_ring_is_back_pressure() {
+    let cfg = ShmConfig { slots: 8, ..ShmConfig::default() };
+    let mut a = ShmDevice::open(&cfg).unwrap();
+    let mut b = ShmDevice::open(&cfg).unwrap();
+    let dst = b.local_addr();
+    let batch: Vec<TxDatagram> = (0..20).map(|_| TxDatagram { dst, data: b"0123456789" }).collect();
+    assert_eq!(a.send_batch(&batch).unwrap(), 8);
+    assert_eq!(a.send_batch(&batch).unwrap(), 0, "full ring: short count, not an error");
+    assert_eq!(recv_n(&mut b, 8).len(), 8);
+    assert_eq!(a.send_batch(&batch).unwrap(), 8);
+}
+
+#[test]
+fn shm_dead_peer_is_unreachable() {
+    let mut a = ShmDevice::new().unwrap();
+    // A peer that closed (cached mapping and fresh lookup both fail).
+    let b = ShmDevice::new().unwrap();
+    let dst = b.local_addr();
+    send_all(&mut a, &[TxDatagram { dst, data: b"hi" }]);
+    drop(b);
+    assert!(matches!(a.send_batch(&[TxDatagram { dst, data: b"hi" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram { dst, data: b"hi" }]), Err(DeviceError::Unreachable(_))));
+    // A peer whose process does not exist.
+    let DevAddr::Shm(mut ghost) = a.local_addr() else { panic!() };
+    ghost.pid = 0x3fff_fff0;
+    let ghost = DevAddr::Shm(ghost);
+    assert!(matches!(a.send_batch(&[TxDatagram { dst: ghost, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    // Another host, or another kind of address.
+    let DevAddr::Shm(mut remote) = a.local_addr() else { panic!() };
+    remote.host_id ^= 0x10;
+    let remote = DevAddr::Shm(remote);
+    assert!(matches!(a.send_batch(&[TxDatagram { dst: remote, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    let udp: DevAddr = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
+    assert!(matches!(a.send_batch(&[TxDatagram { dst: udp, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    // After a good datagram, the bad one shortens the batch.
+    let me = a.local_addr();
+    assert_eq!(a.send_batch(&[TxDatagram { dst: me, data: b"x" }, TxDatagram { dst: ghost, data: b"x" }]).unwrap(), 1);
+}
+
+#[test]
+fn shm_remote_read_own_process() {
+    let a = ShmDevice::new().unwrap();
+    let mut b = ShmDevice::new().unwrap();
+    if !a.caps().remote_read {
+        eprintln!("process_vm_readv unavailable here; skipping");
+        return;
+    }
+    let DevAddr::Shm(pa) = a.local_addr() else { panic!() };
+    assert!(b.probe_remote_read(&pa));
+    let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let mut dst = vec![0u8; src.len()];
+    let n = b.remote_read(a.local_addr(), src.as_ptr() as u64, &mut dst).unwrap();
+    assert_eq!(n, src.len());
+    assert_eq!(dst, src);
+    // An unmapped address is an error, not a crash.
+    let mut small = [0u8; 8];
+    assert!(b.remote_read(a.local_addr(), 8, &mut small).is_err());
+}
+
+#[test]
+fn shm_stale_segments_are_cleaned() {
+    let dir = std::env::temp_dir().join(format!("rdmx-shm-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = rdm::device::shm::host_id();
+    let stale = dir.join(format!("rdmx-{host:016x}-{}-{:016x}", 0x3fff_fff1u32, 5));
+    let other_host = dir.join(format!("rdmx-{:016x}-{}-{:016x}", host ^ 1, 0x3fff_fff1u32, 5));
+    std::fs::write(&stale, b"x").unwrap();
+    std::fs::write(&other_host, b"x").unwrap();
+    let cfg = ShmConfig { dir: dir.clone(), ..ShmConfig::default() };
+    let d = ShmDevice::open(&cfg).unwrap();
+    assert!(!stale.exists(), "ring of a dead process removed");
+    assert!(other_host.exists(), "rings of other hosts untouched");
+    assert!(d.path().exists(), "our own ring kept");
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn shm_config_errors() {
+    assert!(matches!(ShmDevice::open(&ShmConfig { mtu: 0, ..ShmConfig::default() }), Err(DeviceError::Config(_))));
+    assert!(matches!(ShmDevice::open(&ShmConfig { slots: 1, ..ShmConfig::default() }), Err(DeviceError::Config(_))));
+    let cfg = ShmConfig { dir: "/nonexistent-rdmx-dir".into(), ..ShmConfig::default() };
+    assert!(matches!(ShmDevice::open(&cfg), Err(DeviceError::Io { .. })));
+}
+
+#[test]
+fn auto_routes_by_address_kind() {
+    let mut a = auto();
+    let mut b = auto();
+    let b_shm = DevAddr::Shm(b.shm_addr().unwrap());
+    let b_udp = b.local_addr();
+    assert!(matches!(b_udp, DevAddr::Udp(_)));
+    // Per-address caps; the composite is conservative.
+    assert!(a.caps_for(&b_shm).reliable && a.caps_for(&b_shm).ordered);
+    assert!(!a.caps_for(&b_udp).reliable);
+    assert!(!a.caps().reliable && !a.caps().remote_read);
+    assert_eq!(a.caps().mtu, a.caps_for(&b_udp).mtu.min(a.caps_for(&b_shm).mtu));
+    // A mixed batch: each datagram on its route, the source telling which.
+    drain(&mut b);
+    let fd = b.wait_fd().expect("epoll fd");
+    assert!(!readable(fd, 0));
+    let batch = [
+        TxDatagram { dst: b_shm, data: b"s1" },
+        TxDatagram { dst: b_udp, data: b"u1" },
+        TxDatagram { dst: b_shm, data: b"s2" },
+    ];
+    send_all(&mut a, &batch);
+    assert!(readable(fd, 2000));
+    let mut got = recv_n(&mut b, 3);
+    got.sort_by(|x, y| x.1.cmp(&y.1));
+    let a_shm = DevAddr::Shm(a.shm_addr().unwrap());
+    assert_eq!(
+        got,
+        vec![(a_shm, b"s1".to_vec()), (a_shm, b"s2".to_vec()), (a.local_addr(), b"u1".to_vec())]
+    );
+    // The epoll fd also wakes for the shm half alone.
+    drain(&mut b);
+    assert!(!readable(fd, 0));
+    send_all(&mut a, &[TxDatagram { dst: b_shm, data: b"s3" }]);
+    assert!(readable(fd, 2000));
+    assert_eq!(recv_n(&mut b, 1), vec![(a_shm, b"s3".to_vec())]);
+    // Remote read goes through the shm half.
+    if a.shm().unwrap().caps().remote_read {
+        let buf = vec![42u8; 64];
+        let mut dst = vec![0u8; 64];
+        assert_eq!(b.remote_read(a_shm, buf.as_ptr() as u64, &mut dst).unwrap(), 64);
+        assert_eq!(dst, buf);
+    }
+    assert!(matches!(b.remote_read(a.local_addr(), 0, &mut [0u8; 1]), Err(DeviceError::Unsupported)));
+}
+
+#[test]
+fn auto_dead_shm_peer_stops_the_batch() {
+    let mut a = auto();
+    let b = auto();
+    let dead = DevAddr::Shm(b.shm_addr().unwrap());
+    let b_udp = b.local_addr();
+    drop(b);
+    assert!(matches!(a.send_batch(&[TxDatagram { dst: dead, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert_eq!(
+        a.send_batch(&[TxDatagram { dst: b_udp, data: b"x" }, TxDatagram { dst: dead, data: b"x" }]).unwrap(),
+        1
+    );
+    let only_net: AutoDevice = AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
+    assert!(!only_net.caps().reliable);
+    assert!(AutoDevice::<UdpDevice>::new(None, None).is_err());
+}
+
+// ---- shm across processes: the test binary re-runs itself as the peer ----
+
+const CHILD_ENV: &str = "RDMX_SHM_CHILD";
+
+fn spawn_child(test: &str, mode: &str) -> (std::process::Child, u64, u64) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, mode)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    for line in std::io::BufReader::new(out).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("RDMX-CHILD ") {
+            let mut it = rest.split(' ').map(|v| v.parse::<u64>().unwrap());
+            return (child, it.next().unwrap(), it.next().unwrap());
+        }
+    }
+    panic!("child printed no address");
+}
+
+/// The child side: opens a ring, prints its id and a buffer address, answers
+/// "ping" with "pong", and leaves on "bye" (or never, in mode "hang").
+fn shm_child(mode: &str) {
+    let mut d = ShmDevice::new().unwrap();
+    let DevAddr::Shm(me) = d.local_addr() else { unreachable!() };
+    let buf: Vec<u8> = (0..65536u32).map(|i| (i * 7 % 256) as u8).collect();
+    println!("RDMX-CHILD {} {}", me.ring_id, buf.as_ptr() as u64);
+    if mode == "hang" {
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut done = false;
+    while !done && Instant::now() < deadline {
+        let mut reply = None;
+        d.recv_batch(8, &mut |src, data| match data {
+            b"ping" => reply = Some(src),
+            b"bye" => done = true,
+            _ => {}
+        })
+        .unwrap();
+        if let Some(src) = reply {
+            send_all(&mut d, &[TxDatagram { dst: src, data: b"pong" }]);
+        }
+        if let Some(fd) = d.wait_fd() {
+            readable(fd, 10);
+        }
+    }
+    std::hint::black_box(&buf);
+}
+
+#[test]
+fn shm_cross_process() {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        return shm_child(&mode);
+    }
+    let (mut child, ring_id, buf_addr) = spawn_child("shm_cross_process", "serve");
+    let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
+    let dst = DevAddr::Shm(peer);
+    let mut d = ShmDevice::new().unwrap();
+    send_all(&mut d, &[TxDatagram { dst, data: b"ping" }]);
+    // Sleep on the wait fd: the child's send must wake us.
+    let fd = d.wait_fd().unwrap();
+    assert!(readable(fd, 5000), "woken by the other process");
+    assert_eq!(recv_n(&mut d, 1), vec![(dst, b"pong".to_vec())]);
+    if d.probe_remote_read(&peer) {
+        let mut got = vec![0u8; 65536];
+        assert_eq!(d.remote_read(dst, buf_addr, &mut got).unwrap(), got.len());
+        assert!(got.iter().enumerate().all(|(i, &b)| b == (i * 7 % 256) as u8));
+    } else {
+        eprintln!("cross-process remote read refused (ptrace policy); skipped");
+    }
+    send_all(&mut d, &[TxDatagram { dst, data: b"bye" }]);
+    assert!(child.wait().unwrap().success());
+    assert!(matches!(d.send_batch(&[TxDatagram { dst, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+}
+
+#[test]
+fn shm_crashed_peer() {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        return shm_child(&mode);
+    }
+    let (mut child, ring_id, _) = spawn_child("shm_crashed_peer", "hang");
+    let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
+    let dst = DevAddr::Shm(peer);
+    let mut d = ShmDevice::open(&ShmConfig { slots: 4, ..ShmConfig::default() }).unwrap();
+    send_all(&mut d, &[TxDatagram { dst, data: b"1" }]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let path = std::path::Path::new(rdm::device::shm::DEFAULT_DIR).join(rdm::device::shm::segment_name(&peer));
+    assert!(path.exists(), "a killed process leaves its ring behind");
+    // Cached mapping: the ring fills, then the dead owner is noticed.
+    let batch = [TxDatagram { dst, data: b"2" }; 8];
+    let err = (0..3).find_map(|_| d.send_batch(&batch).err());
+    assert!(matches!(err, Some(DeviceError::Unreachable(_))), "{err:?}");
+    // The next open removes the stale ring.
+    let _e = ShmDevice::new().unwrap();
+    assert!(!path.exists(), "stale ring cleaned at open");
+}
