@@ -461,6 +461,11 @@ impl Engine {
         id
     }
 
+    /// The id of `addr` if the engine knows it (no entry is created).
+    pub fn peer_id_of(&self, addr: DevAddr) -> Option<PeerId> {
+        self.by_addr.get(&addr).copied()
+    }
+
     pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
         self.cold.get(peer.0 as usize).map(|c| c.addr).unwrap_or(DevAddr::Sim(u32::MAX))
     }
@@ -715,16 +720,34 @@ impl Engine {
             let hot = &mut self.hot[h as usize];
             if hot.rto_deadline.is_some_and(|d| d <= now) {
                 hot.rto_deadline = None;
-                if let Some(seg) = hot.unacked.iter_mut().find(|s| !s.sacked) {
-                    if !seg.queued {
-                        seg.queued = true;
-                        hot.to_send.push_front(seg.psn);
+                // Retransmit every hole (not selectively acked) that has been out
+                // for at least an RTO, oldest first, not only the first one: at
+                // high loss several holes are usually open at once.
+                let rto = hot.rto;
+                let mut queued = 0;
+                for seg in hot.unacked.iter_mut() {
+                    if seg.sacked || seg.queued {
+                        continue;
                     }
-                    hot.backoff = (hot.backoff * 2).min(64);
+                    if seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= rto) {
+                        seg.queued = true;
+                        hot.to_send.push_back(seg.psn);
+                        queued += 1;
+                        if queued >= 64 {
+                            break;
+                        }
+                    }
+                }
+                if queued > 0 || hot.unacked.iter().any(|s| !s.sacked) {
+                    hot.backoff = (hot.backoff * 2).min(16);
                     hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
-                    hot.cwnd = 4.0;
+                    hot.cwnd = 4.0f64.max(queued as f64).min(hot.ssthresh.max(4.0));
                     self.stats.timeouts += 1;
                     wake = true;
+                    if queued == 0 {
+                        // Nothing old enough yet: look again after an RTO.
+                        hot.rto_deadline = Some(now + rto);
+                    }
                 }
             }
             if wake {
@@ -872,6 +895,13 @@ impl Engine {
             }
         }
         // Selective acks: mark, and fast-retransmit holes below the highest one.
+        // A hole is resent once per smoothed RTT at most (a lost retransmission
+        // is resent again without waiting for the timer).
+        let srtt = hot.srtt.unwrap_or(self.cfg.initial_rto);
+        let resend_ok = |seg: &TxSeg| match seg.sent_at {
+            None => false,
+            Some(t) => !seg.retransmitted || now.saturating_duration_since(t) > srtt + srtt / 2,
+        };
         if hdr.sack != 0 && !self.cfg.reliable {
             let highest = 64 - hdr.sack.leading_zeros();
             let base = hdr.ack;
@@ -880,7 +910,7 @@ impl Engine {
                 let d = seg.psn.diff(base);
                 if d < 1 {
                     // d == 0 is the hole at the cumulative point.
-                    if d == 0 && !seg.retransmitted && !seg.queued && seg.sent_at.is_some() {
+                    if d == 0 && !seg.queued && resend_ok(seg) {
                         seg.queued = true;
                         hot.to_send.push_front(seg.psn);
                         fast += 1;
@@ -892,7 +922,7 @@ impl Engine {
                 }
                 if hdr.sack & (1 << (d - 1)) != 0 {
                     seg.sacked = true;
-                } else if (d as u32) < highest && !seg.retransmitted && !seg.queued && seg.sent_at.is_some() {
+                } else if (d as u32) < highest && !seg.queued && resend_ok(seg) {
                     seg.queued = true;
                     hot.to_send.push_back(seg.psn);
                     fast += 1;

@@ -68,6 +68,9 @@ pub struct Node {
     /// Receiver pacing: when set, the node handles at most this many datagrams
     /// per millisecond (a slow receiver); the rest wait in its queue.
     pub rx_per_ms: Option<u32>,
+    /// Datagrams waiting beyond this many are dropped (a full socket buffer).
+    pub backlog_cap: usize,
+    pub backlog_drops: u64,
     rx_budget: u32,
     rx_window_start: Instant,
     backlog: std::collections::VecDeque<(u32, Vec<u8>)>,
@@ -81,6 +84,8 @@ impl Sim {
                 alive: true,
                 events: Vec::new(),
                 rx_per_ms: None,
+                backlog_cap: usize::MAX,
+                backlog_drops: 0,
                 rx_budget: 0,
                 rx_window_start: Instant::ZERO,
                 backlog: Default::default(),
@@ -91,6 +96,12 @@ impl Sim {
 
     pub fn peer(&mut self, from: usize, to: usize) -> PeerId {
         self.nodes[from].engine.peer(DevAddr::Sim(to as u32))
+    }
+
+    /// Injects a raw datagram (e.g. a stale packet of an earlier incarnation).
+    pub fn inject(&mut self, from: u32, to: u32, data: Vec<u8>) {
+        self.seq += 1;
+        self.queue.push(Reverse(InFlight { at: self.now, seq: self.seq, to, from, data }));
     }
 
     /// Replaces node `i` with a fresh engine (a restarted process, new incarnation).
@@ -173,7 +184,11 @@ impl Sim {
             let Some(Reverse(p)) = self.queue.pop() else { break };
             let node = &mut self.nodes[p.to as usize];
             if node.alive {
-                node.backlog.push_back((p.from, p.data));
+                if node.backlog.len() >= node.backlog_cap {
+                    node.backlog_drops += 1;
+                } else {
+                    node.backlog.push_back((p.from, p.data));
+                }
             }
         }
         let now = self.now;
