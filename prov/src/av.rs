@@ -9,68 +9,72 @@ use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
 use parking_lot::RwLock;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
 pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
 
 /// The table itself, shared with the endpoints bound to the AV.
+///
+/// Entries are kept in their 48-byte wire encoding (an all-zero entry is a free
+/// slot), so an AV entry that never carries traffic costs 48 bytes: a million
+/// peers in an MPI job cost 48 MB of AV and nothing in the engine.
 #[derive(Default)]
 pub struct AvTable {
-    slots: Vec<Option<RdmxAddr>>,
+    slots: Vec<[u8; ADDR_LEN]>,
     free: BTreeSet<u64>,
-    /// Reverse map for `FI_SOURCE`: (host id, incarnation-less UDP address or shm
-    /// pid) → fi_addr. Keyed by the encoded address without the incarnation so a
-    /// peer that restarts is still found.
-    reverse: HashMap<RdmxAddr, u64>,
+    /// Bumped on every insert and remove, so cached fi_addr lookups (FI_SOURCE)
+    /// know when to start over.
+    generation: u64,
 }
 
+const EMPTY: [u8; ADDR_LEN] = [0; ADDR_LEN];
+
 impl AvTable {
-    pub fn get(&self, fi_addr: u64) -> Option<&RdmxAddr> {
-        self.slots.get(usize::try_from(fi_addr).ok()?)?.as_ref()
+    pub fn get(&self, fi_addr: u64) -> Option<RdmxAddr> {
+        let slot = self.slots.get(usize::try_from(fi_addr).ok()?)?;
+        RdmxAddr::decode(slot)
     }
 
     pub fn insert(&mut self, a: RdmxAddr) -> u64 {
-        let idx = match self.free.pop_first() {
+        self.generation += 1;
+        let bytes = a.encode();
+        match self.free.pop_first() {
             Some(i) => {
-                self.slots[i as usize] = Some(a);
+                self.slots[i as usize] = bytes;
                 i
             }
             None => {
-                self.slots.push(Some(a));
+                self.slots.push(bytes);
                 (self.slots.len() - 1) as u64
             }
-        };
-        self.reverse.entry(a).or_insert(idx);
-        idx
+        }
     }
 
     pub fn remove(&mut self, fi_addr: u64) -> Result<()> {
         let slot = usize::try_from(fi_addr)
             .ok()
             .and_then(|i| self.slots.get_mut(i))
+            .filter(|s| **s != EMPTY)
             .ok_or(Error::Inval("fi_addr not in AV"))?;
-        let a = slot.take().ok_or(Error::Inval("fi_addr not in AV"))?;
-        if self.reverse.get(&a) == Some(&fi_addr) {
-            self.reverse.remove(&a);
-            // Another slot may hold the same address.
-            if let Some(other) = self.slots.iter().position(|s| s.as_ref() == Some(&a)) {
-                self.reverse.insert(a, other as u64);
-            }
-        }
+        *slot = EMPTY;
         self.free.insert(fi_addr);
+        self.generation += 1;
         Ok(())
     }
 
-    /// The fi_addr of a sender, by the address it announced.
-    pub fn lookup_addr(&self, a: &RdmxAddr) -> Option<u64> {
-        self.reverse.get(a).copied()
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
-    /// Finds an entry by predicate (used to map device addresses back).
+    /// Finds an entry by predicate (maps a sender back to its fi_addr; callers
+    /// cache the answer per peer).
     pub fn find(&self, pred: impl Fn(&RdmxAddr) -> bool) -> Option<u64> {
-        self.slots.iter().position(|s| s.as_ref().is_some_and(&pred)).map(|i| i as u64)
+        self.slots
+            .iter()
+            .position(|s| *s != EMPTY && RdmxAddr::decode(s).is_some_and(|a| pred(&a)))
+            .map(|i| i as u64)
     }
 
     pub fn len(&self) -> usize {
@@ -79,6 +83,11 @@ impl AvTable {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Heap bytes held by the table (for the memory-per-entry test).
+    pub fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * ADDR_LEN + self.free.len() * 16
     }
 }
 
@@ -256,7 +265,7 @@ entry! {
         non_null!(addrlen);
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
-        let a = *av.table.read().get(fi_addr).ok_or(Error::Inval("fi_addr not in AV"))?;
+        let a = av.table.read().get(fi_addr).ok_or(Error::Inval("fi_addr not in AV"))?;
         let bytes = a.encode();
         // SAFETY: checked non-null.
         let have = unsafe { *addrlen };

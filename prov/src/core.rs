@@ -153,6 +153,8 @@ pub struct Running {
     pub(crate) staged: usize,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
     pub(crate) src_cache: HashMap<PeerId, u64>,
+    /// The AV generation `src_cache` was built against.
+    pub(crate) src_cache_gen: u64,
     pub dropped_headers: u64,
 }
 
@@ -356,6 +358,7 @@ impl EpShared {
             stage_len: [0; TX_BATCH],
             staged: 0,
             src_cache: HashMap::new(),
+            src_cache_gen: 0,
             dropped_headers: 0,
         });
         Ok(auto)
@@ -385,7 +388,7 @@ impl EpShared {
 impl EpState {
     pub(crate) fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
-        let a = *av.read().get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
+        let a = av.read().get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let dev = a
             .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
@@ -572,6 +575,11 @@ impl EpState {
 
     pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
         let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
+        let generation = self.av.as_ref().map(|av| av.read().generation()).unwrap_or(0);
+        if generation != r.src_cache_gen {
+            r.src_cache.clear();
+            r.src_cache_gen = generation;
+        }
         if let Some(a) = r.src_cache.get(&peer) {
             return *a;
         }
