@@ -184,3 +184,108 @@ fn selective_completion_only_reports_flagged_operations() {
     let c = a.wait_cq(&[&b]).unwrap();
     assert_eq!(c.op_context, ctx(&mut c2), "only the FI_COMPLETION send is reported");
 }
+
+fn keyed(key: u8) -> Stack {
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    unsafe {
+        let k = libc::malloc(1) as *mut u8;
+        *k = key;
+        h.ep().auth_key = k;
+        h.ep().auth_key_size = 1;
+    }
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    Stack::open_with(info, fi::FI_AV_MAP, 0)
+}
+
+#[test]
+fn job_keys_isolate_endpoints() {
+    let a = keyed(1);
+    let b = keyed(2);
+    let c = keyed(1);
+    let b_at_a = a.insert(&b.name());
+    let c_at_a = a.insert(&c.name());
+    let mut rb = [0u8; 4];
+    let mut rc = [0u8; 4];
+    unsafe {
+        assert_eq!(fi::fi_recv(b.ep, rb.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_recv(c.ep, rc.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_send(a.ep, b"key1".as_ptr() as *const _, 4, null_mut(), b_at_a, null_mut()), 0);
+        assert_eq!(fi::fi_send(a.ep, b"key1".as_ptr() as *const _, 4, null_mut(), c_at_a, null_mut()), 0);
+    }
+    // Same key: delivered.
+    c.wait_cq(&[&a]).unwrap();
+    assert_eq!(&rc, b"key1");
+    // Other key: never delivered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
+    while std::time::Instant::now() < deadline {
+        let mut e = fi::fi_cq_tagged_entry::default();
+        assert_eq!(unsafe { fi::fi_cq_read(b.cq, &mut e as *mut _ as *mut _, 1) }, -(fi::FI_EAGAIN as isize));
+        unsafe { fi::fi_cq_read(a.cq, null_mut(), 0) };
+    }
+    assert_eq!(&rb, &[0u8; 4]);
+}
+
+#[test]
+fn peek_claim_discard_and_multi_recv() {
+    let (a, b, b_at_a, _) = pair("udp");
+    // Two unexpected tagged messages.
+    for (tag, body) in [(7u64, b"seven"), (8u64, b"eight")] {
+        unsafe { assert_eq!(fi::fi_tsend(a.ep, body.as_ptr() as *const _, 5, null_mut(), b_at_a, tag, null_mut()), 0) };
+        a.wait_cq(&[&b]).unwrap();
+    }
+    for _ in 0..20 {
+        unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+    }
+    let mut ctx1 = 1u64;
+    let peek = |tag: u64, flags: u64, ctx: *mut libc::c_void, buf: *mut u8| {
+        let iov = fi::iovec { iov_base: buf as *mut _, iov_len: if buf.is_null() { 0 } else { 5 } };
+        let msg = fi::fi_msg_tagged { msg_iov: &iov, desc: null_mut(), iov_count: if buf.is_null() { 0 } else { 1 }, addr: FI_ADDR_UNSPEC, tag, ignore: 0, context: ctx, data: 0 };
+        unsafe { fi::fi_trecvmsg(b.ep, &msg, flags) }
+    };
+    // A miss: FI_ENOMSG at once.
+    assert_eq!(peek(99, fi::FI_PEEK as u64, ctx(&mut ctx1), null_mut()), 0);
+    let e = b.wait_cq(&[&a]).unwrap_err();
+    assert_eq!(e.err, fi::FI_ENOMSG as i32);
+    // A hit reports length and tag without consuming.
+    assert_eq!(peek(7, fi::FI_PEEK as u64, ctx(&mut ctx1), null_mut()), 0);
+    let c = b.wait_cq(&[&a]).unwrap();
+    assert_eq!((c.len, c.tag), (5, 7));
+    // PEEK|CLAIM reserves it; a CLAIM receive with the same context gets it.
+    assert_eq!(peek(7, fi::FI_PEEK as u64 | fi::FI_CLAIM, ctx(&mut ctx1), null_mut()), 0);
+    b.wait_cq(&[&a]).unwrap();
+    let mut buf = [0u8; 5];
+    assert_eq!(peek(7, fi::FI_CLAIM, ctx(&mut ctx1), buf.as_mut_ptr()), 0);
+    let c = b.wait_cq(&[&a]).unwrap();
+    assert_eq!((c.len, &buf), (5, b"seven"));
+    // PEEK|DISCARD drops the other one.
+    assert_eq!(peek(8, fi::FI_PEEK as u64 | fi::FI_DISCARD, ctx(&mut ctx1), null_mut()), 0);
+    b.wait_cq(&[&a]).unwrap();
+    assert_eq!(peek(8, fi::FI_PEEK as u64, ctx(&mut ctx1), null_mut()), 0);
+    assert_eq!(b.wait_cq(&[&a]).unwrap_err().err, fi::FI_ENOMSG as i32);
+
+    // Multi-receive: one 64-byte buffer takes 16-byte messages back to back and
+    // is released when less than FI_OPT_MIN_MULTI_RECV (16) bytes remain.
+    let min: usize = 16;
+    unsafe {
+        assert_eq!(fi::fi_setopt(&mut (*b.ep).fid, fi::FI_OPT_ENDPOINT as i32, fi::FI_OPT_MIN_MULTI_RECV as i32, &min as *const _ as *const _, 8), 0);
+    }
+    let mut big = [0u8; 64];
+    let mut mctx = 5u64;
+    let iov = fi::iovec { iov_base: big.as_mut_ptr() as *mut _, iov_len: 64 };
+    let msg = fi::fi_msg { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: FI_ADDR_UNSPEC, context: ctx(&mut mctx), data: 0 };
+    unsafe { assert_eq!(fi::fi_recvmsg(b.ep, &msg, fi::FI_MULTI_RECV as u64), 0) };
+    for i in 0..4u8 {
+        let body = [i; 16];
+        unsafe { assert_eq!(fi::fi_send(a.ep, body.as_ptr() as *const _, 16, null_mut(), b_at_a, null_mut()), 0) };
+    }
+    let mut released = false;
+    for i in 0..4usize {
+        let c = b.wait_cq(&[&a]).unwrap();
+        assert_eq!(c.len, 16);
+        assert_eq!(c.buf as usize, big.as_ptr() as usize + 16 * i, "message {i} lands right after the previous one");
+        released |= c.flags & fi::FI_MULTI_RECV as u64 != 0;
+    }
+    assert!(released, "the buffer was released with FI_MULTI_RECV");
+    assert_eq!(&big[48..64], &[3u8; 16]);
+}

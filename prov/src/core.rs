@@ -337,7 +337,7 @@ impl EpShared {
             mtu: caps.mtu,
             reliable: caps.reliable,
             ordered: caps.ordered,
-            job_key: p.job_key,
+            job_key: st.profile.auth_key.map(|(k, _)| k).unwrap_or(p.job_key),
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
             seed: st.local.incarnation,

@@ -104,6 +104,9 @@ pub struct Profile {
     pub dest: Option<Vec<u8>>,
     /// The application's `handle` (an opaque pointer value, echoed back).
     pub handle: usize,
+    /// Job key from the endpoint's or domain's `auth_key` (up to 8 bytes), with
+    /// its length so it is echoed back exactly.
+    pub auth_key: Option<(u64, usize)>,
 }
 
 pub fn domain_name(d: DeviceChoice) -> &'static str {
@@ -146,6 +149,7 @@ fn base_profile(device: DeviceChoice) -> Profile {
         src: None,
         dest: None,
         handle: 0,
+        auth_key: None,
     }
 }
 
@@ -226,6 +230,20 @@ unsafe fn opt_cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
     }
 }
 
+/// An `auth_key` of up to 8 bytes as the job key (little-endian, zero-padded).
+///
+/// # Safety
+/// `key` is null or valid for `len` bytes.
+unsafe fn auth_key(key: *const u8, len: usize) -> Option<(u64, usize)> {
+    if key.is_null() || len == 0 || len > 8 {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    // SAFETY: per contract.
+    b[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(key, len) });
+    Some((u64::from_le_bytes(b), len))
+}
+
 /// Applies one hint set to a profile: `Err(NoData)` if it cannot be satisfied,
 /// otherwise the altered profile (ofi_check_info + ofi_alter_info).
 fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
@@ -258,6 +276,10 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
         if ep.mem_tag_format != 0 {
             p.mem_tag_format = ep.mem_tag_format;
+        }
+        // SAFETY: auth_key points at auth_key_size bytes when non-null.
+        if let Some(k) = unsafe { auth_key(ep.auth_key, ep.auth_key_size) } {
+            p.auth_key = Some(k);
         }
     }
     if let Some(fab) = h.fab {
@@ -297,6 +319,10 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
             || dom.max_err_data > 0
         {
             return Err(Error::NoData);
+        }
+        if p.auth_key.is_none() {
+            // SAFETY: as above.
+            p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) };
         }
         if dom.av_type != fi::FI_AV_UNSPEC {
             if dom.av_type != fi::FI_AV_MAP && dom.av_type != fi::FI_AV_TABLE {
@@ -620,7 +646,10 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         ep.mem_tag_format = p.mem_tag_format;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;
-        ep.auth_key_size = 0;
+        if let Some((k, len)) = p.auth_key {
+            ep.auth_key = malloc_copy(&k.to_le_bytes()[..len]) as *mut u8;
+            ep.auth_key_size = if ep.auth_key.is_null() { 0 } else { len };
+        }
         let d = &mut *i.domain_attr;
         d.name = strdup(domain_name(p.device));
         d.threading = p.threading;
