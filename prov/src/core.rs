@@ -729,6 +729,21 @@ impl EpState {
         }
     }
 
+    /// Unexpected messages are buffered without a count limit but with a memory
+    /// limit: above it the engine stops accepting new messages (senders keep
+    /// them and wait); below half of it, it resumes.
+    fn update_backpressure(&mut self) {
+        let limit = params().unexpected_limit;
+        let Some(r) = self.running.as_mut() else { return };
+        let held = r.matcher.unexpected_bytes();
+        if !r.engine.is_paused() && held > limit {
+            fi_warn!(Subsys::EpData, "{held} bytes of unexpected messages buffered (limit {limit}): pausing senders");
+            r.engine.set_paused(true);
+        } else if r.engine.is_paused() && held <= limit / 2 {
+            r.engine.set_paused(false);
+        }
+    }
+
     /// Endpoint close: acknowledge everything received so far, so no peer waits
     /// on an ack that would have been delayed, and push it out.
     pub fn flush_on_close(&mut self) {
@@ -762,6 +777,7 @@ impl EpState {
         while let Some(ev) = self.running.as_mut().and_then(|r| r.engine.poll_event()) {
             self.handle_event(ev);
         }
+        self.update_backpressure();
         if let Some(r) = self.running.as_mut() {
             r.flush(t);
         }

@@ -416,6 +416,9 @@ impl Hot {
 
 pub struct Engine {
     cfg: EngineConfig,
+    /// The layer above is out of buffer space: new messages are not accepted
+    /// (not acknowledged, so senders keep them) and the window is advertised 0.
+    paused: bool,
     payload_max: usize,
     cold: Vec<Cold>,
     by_addr: HashMap<DevAddr, PeerId>,
@@ -431,6 +434,7 @@ impl Engine {
         let payload_max = cfg.mtu.saturating_sub(HEADER_LEN).max(1);
         Engine {
             cfg,
+            paused: false,
             payload_max,
             cold: Vec::new(),
             by_addr: HashMap::new(),
@@ -672,7 +676,7 @@ impl Engine {
                     job_key,
                     src_inc: my_inc,
                     dst_inc: hot.peer_inc,
-                    psn_or_window: RX_WINDOW.saturating_sub(hot.ooo.len() as u32),
+                    psn_or_window: if self.paused { 0 } else { RX_WINDOW.saturating_sub(hot.ooo.len() as u32) },
                     ack: hot.rx_next,
                     sack: hot.sack_bits(),
                 };
@@ -983,6 +987,12 @@ impl Engine {
             self.stats.dropped_window += 1;
             return;
         }
+        if self.paused {
+            // Refuse without acknowledging: the sender keeps the data.
+            self.stats.dropped_window += 1;
+            hot.ack_now = true;
+            return;
+        }
         if d > 0 {
             if hot.ooo.contains_key(&psn.0) {
                 self.stats.duplicates += 1;
@@ -1051,6 +1061,28 @@ impl Engine {
         } else if hot.ack_deadline.is_none() {
             hot.ack_deadline = Some(now + ack_delay);
         }
+    }
+
+    /// Back-pressure from the layer above. While paused, in-order data that would
+    /// start or continue delivery is left unacknowledged (the sender keeps and
+    /// resends it) and ACKs advertise a zero window; nothing is ever dropped for
+    /// good. Resuming acknowledges at once so senders restart promptly.
+    pub fn set_paused(&mut self, paused: bool) {
+        if self.paused == paused {
+            return;
+        }
+        self.paused = paused;
+        if !paused {
+            let ids: Vec<u32> = self.hot.iter().map(|(i, _)| i as u32).collect();
+            for h in ids {
+                self.hot[h as usize].ack_now = true;
+                self.schedule(h);
+            }
+        }
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     /// Makes every delayed acknowledgement due now (endpoint close: the peer must
