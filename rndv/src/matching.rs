@@ -10,7 +10,7 @@
 //! own kind.
 use crate::header::MsgKind;
 use rdm::engine::PeerId;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Which senders a receive accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,11 +62,29 @@ impl RecvPost {
     }
 }
 
+/// Posted receives and unexpected messages, binned by source so that matching
+/// cost does not grow with the number of peers.
+///
+/// Every entry gets a sequence number from one counter. A message from peer P
+/// can only match receives posted for P or for any source: the oldest candidate
+/// of P's bin and of the wildcard list are compared by sequence number, which
+/// preserves posting order between the two. A receive for one source searches
+/// only that source's unexpected messages; a wildcard receive walks the
+/// unexpected messages in arrival order (a global index).
 #[derive(Debug, Default)]
 pub struct Matcher {
-    posted: VecDeque<RecvPost>,
-    unexpected: VecDeque<Arrived>,
+    seq: u64,
+    posted_by_src: HashMap<PeerId, VecDeque<(u64, RecvPost)>>,
+    posted_any: VecDeque<(u64, RecvPost)>,
+    posted_count: usize,
+    unexpected_by_src: HashMap<PeerId, VecDeque<(u64, Arrived)>>,
+    /// Arrival order of unexpected messages: seq -> source.
+    unexpected_order: BTreeMap<u64, PeerId>,
     unexpected_bytes: usize,
+}
+
+fn first_match<T>(q: &VecDeque<(u64, T)>, pred: impl Fn(&T) -> bool) -> Option<(usize, u64)> {
+    q.iter().enumerate().find(|(_, (_, x))| pred(x)).map(|(i, (s, _))| (i, *s))
 }
 
 impl Matcher {
@@ -74,15 +92,48 @@ impl Matcher {
         Self::default()
     }
 
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Finds the oldest unexpected message `recv` accepts: (source, index in
+    /// its bin).
+    fn find_unexpected(&self, recv: &RecvPost) -> Option<(PeerId, usize)> {
+        match recv.src {
+            Src::Peer(p) => {
+                let bin = self.unexpected_by_src.get(&p)?;
+                first_match(bin, |m| recv.accepts(m.peer, m.kind, m.tag)).map(|(i, _)| (p, i))
+            }
+            Src::Any => {
+                for (&seq, &peer) in &self.unexpected_order {
+                    let bin = self.unexpected_by_src.get(&peer)?;
+                    if let Some(i) = bin.iter().position(|(s, m)| *s == seq && recv.accepts(m.peer, m.kind, m.tag)) {
+                        return Some((peer, i));
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn remove_unexpected(&mut self, peer: PeerId, i: usize) -> Option<Arrived> {
+        let bin = self.unexpected_by_src.get_mut(&peer)?;
+        // Empty bins stay: re-creating them per message would allocate on the
+        // hot path.
+        let (seq, m) = bin.remove(i)?;
+        self.unexpected_order.remove(&seq);
+        self.unexpected_bytes -= m.msg.len();
+        Some(m)
+    }
+
     /// Posts a receive. Returns the oldest unexpected message it matches (the
     /// receive is then complete), or queues it.
     pub fn post(&mut self, recv: RecvPost) -> Option<Arrived> {
-        if let Some(i) = self.unexpected.iter().position(|m| recv.accepts(m.peer, m.kind, m.tag)) {
-            let m = self.unexpected.remove(i)?;
-            self.unexpected_bytes -= m.msg.len();
+        if let Some(m) = self.take_unexpected(&recv) {
             return Some(m);
         }
-        self.posted.push_back(recv);
+        self.post_only(recv);
         None
     }
 
@@ -90,52 +141,100 @@ impl Matcher {
     /// persistent one stays posted), or keeps the message as unexpected
     /// (returning `None`).
     pub fn arrive(&mut self, msg: Arrived) -> Option<(RecvPost, Arrived)> {
-        if let Some(i) = self.posted.iter().position(|r| r.accepts(msg.peer, msg.kind, msg.tag)) {
-            let r = if self.posted[i].persistent { self.posted[i] } else { self.posted.remove(i)? };
-            return Some((r, msg));
+        let accepts = |r: &RecvPost| r.accepts(msg.peer, msg.kind, msg.tag);
+        let in_bin = self.posted_by_src.get(&msg.peer).and_then(|q| first_match(q, accepts));
+        let in_any = first_match(&self.posted_any, accepts);
+        let from_bin = match (in_bin, in_any) {
+            (Some((_, a)), Some((_, b))) => Some(a < b),
+            (Some(_), None) => Some(true),
+            (None, Some(_)) => Some(false),
+            (None, None) => None,
+        };
+        match from_bin {
+            Some(true) => {
+                let (i, _) = in_bin?;
+                let q = self.posted_by_src.get_mut(&msg.peer)?;
+                let r = if q[i].1.persistent {
+                    q[i].1
+                } else {
+                    self.posted_count -= 1;
+                    q.remove(i)?.1
+                };
+                Some((r, msg))
+            }
+            Some(false) => {
+                let (i, _) = in_any?;
+                let r = if self.posted_any[i].1.persistent {
+                    self.posted_any[i].1
+                } else {
+                    self.posted_count -= 1;
+                    self.posted_any.remove(i)?.1
+                };
+                Some((r, msg))
+            }
+            None => {
+                let seq = self.next_seq();
+                self.unexpected_bytes += msg.msg.len();
+                self.unexpected_order.insert(seq, msg.peer);
+                self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
+                None
+            }
         }
-        self.unexpected_bytes += msg.msg.len();
-        self.unexpected.push_back(msg);
-        None
     }
 
     /// The oldest unexpected message `probe` would match, left in place (FI_PEEK).
     pub fn peek(&self, probe: &RecvPost) -> Option<&Arrived> {
-        self.unexpected.iter().find(|m| probe.accepts(m.peer, m.kind, m.tag))
+        let (peer, i) = self.find_unexpected(probe)?;
+        self.unexpected_by_src.get(&peer).and_then(|b| b.get(i)).map(|(_, m)| m)
     }
 
     /// Removes and returns the oldest unexpected message `probe` matches, without
     /// posting anything (FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, multi-receive).
     pub fn take_unexpected(&mut self, probe: &RecvPost) -> Option<Arrived> {
-        let i = self.unexpected.iter().position(|m| probe.accepts(m.peer, m.kind, m.tag))?;
-        let m = self.unexpected.remove(i)?;
-        self.unexpected_bytes -= m.msg.len();
-        Some(m)
+        let (peer, i) = self.find_unexpected(probe)?;
+        self.remove_unexpected(peer, i)
     }
 
     /// Queues a receive without searching the unexpected queue (the caller
     /// already did, e.g. for a multi-receive buffer).
     pub fn post_only(&mut self, recv: RecvPost) {
-        self.posted.push_back(recv);
+        let seq = self.next_seq();
+        self.posted_count += 1;
+        match recv.src {
+            Src::Peer(p) => self.posted_by_src.entry(p).or_default().push_back((seq, recv)),
+            Src::Any => self.posted_any.push_back((seq, recv)),
+        }
     }
 
     /// Removes a posted receive (fi_cancel). Returns it if it was still posted.
     pub fn cancel(&mut self, token: u64) -> Option<RecvPost> {
-        let i = self.posted.iter().position(|r| r.token == token)?;
-        self.posted.remove(i)
+        if let Some(i) = self.posted_any.iter().position(|(_, r)| r.token == token) {
+            self.posted_count -= 1;
+            return self.posted_any.remove(i).map(|(_, r)| r);
+        }
+        let peer = self.posted_by_src.iter().find(|(_, q)| q.iter().any(|(_, r)| r.token == token)).map(|(p, _)| *p)?;
+        let q = self.posted_by_src.get_mut(&peer)?;
+        let i = q.iter().position(|(_, r)| r.token == token)?;
+        let r = q.remove(i).map(|(_, r)| r);
+        self.posted_count -= 1;
+        r
     }
 
-    /// Finds a posted receive by token without removing it.
+    /// Finds a posted receive without removing it.
     pub fn find_posted(&self, pred: impl Fn(&RecvPost) -> bool) -> Option<&RecvPost> {
-        self.posted.iter().find(|r| pred(r))
+        self.posted_any
+            .iter()
+            .map(|(_, r)| r)
+            .find(|r| pred(r))
+            .or_else(|| self.posted_by_src.values().flat_map(|q| q.iter().map(|(_, r)| r)).find(|r| pred(r)))
     }
 
     pub fn posted_len(&self) -> usize {
-        self.posted.len()
+        self.posted_count
     }
 
     pub fn unexpected_len(&self) -> usize {
-        self.unexpected.len()
+        self.unexpected_order.len()
     }
 
     /// Bytes held for unexpected messages (the provider applies back-pressure on it).
@@ -145,7 +244,13 @@ impl Matcher {
 
     /// Drops everything (endpoint close); returns the posted receives.
     pub fn drain_posted(&mut self) -> Vec<RecvPost> {
-        self.posted.drain(..).collect()
+        self.posted_count = 0;
+        let mut v: Vec<(u64, RecvPost)> = self.posted_any.drain(..).collect();
+        for (_, q) in self.posted_by_src.drain() {
+            v.extend(q);
+        }
+        v.sort_by_key(|(s, _)| *s);
+        v.into_iter().map(|(_, r)| r).collect()
     }
 }
 
