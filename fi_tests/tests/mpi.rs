@@ -24,11 +24,13 @@ fn mpirun(exe: &PathBuf, np: u32, device: &str, args: &[&str], extra_mca: &[&str
     let dir = fi_tests::provider_dir();
     let np_s = np.to_string();
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", &np_s])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx"])
-        .args(["--mca", "btl", "self"])
-        .args(["--mca", "mtl_ofi_verbose", "1"])
-        .args(extra_mca)
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", &np_s]);
+    if extra_mca.is_empty() || !extra_mca.contains(&"pml") {
+        c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx"])
+            .args(["--mca", "btl", "self"])
+            .args(["--mca", "mtl_ofi_verbose", "1"]);
+    }
+    c.args(extra_mca)
         .args(["-x", "FI_PROVIDER=rdmx", "-x", &format!("FI_PROVIDER_PATH={}", dir.display())])
         .args(["-x", &format!("FI_RDMX_DEVICE={device}")])
         .arg(exe)
@@ -73,8 +75,37 @@ fn thread_multiple_with_four_threads() {
 #[test]
 fn one_sided_put_get_accumulate() {
     let Some(exe) = build("rma") else { return };
-    // OpenMPI 4.1 runs MPI one-sided over pml cm through osc/pt2pt, i.e. over
+    // With pml cm, OpenMPI 4.1 runs MPI one-sided through osc/pt2pt, i.e. over
     // rdmx's tagged messages.
     let out = mpirun(&exe, 2, "auto", &[], &["--mca", "osc", "pt2pt"]);
     assert!(out.contains("rma: all checks passed"), "{out}");
+}
+
+/// osc/rdma over btl/ofi: OpenMPI's one-sided path drives rdmx's emulated RMA and
+/// atomics. rdmx logs each endpoint's RMA counts at close (FI_LOG_LEVEL=info);
+/// with pml ob1 nothing but btl/ofi opens rdmx endpoints, so non-zero counts
+/// prove btl/ofi selected rdmx rather than falling back.
+#[test]
+fn btl_ofi_selects_rdmx_for_one_sided() {
+    let Some(exe) = build("rma") else { return };
+    for dev in ["auto", "udp"] {
+        let out = mpirun(
+            &exe,
+            2,
+            dev,
+            &[],
+            &[
+                "--mca", "pml", "ob1", "--mca", "btl", "self,vader,ofi", "--mca", "btl_ofi_provider_include", "rdmx",
+                "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi", "-x", "FI_LOG_LEVEL=info", "-x", "FI_LOG_PROV=rdmx",
+            ],
+        );
+        assert!(out.contains("rma: all checks passed"), "{out}");
+        let started: u64 = out
+            .lines()
+            .filter_map(|l| l.split(" RMA/atomic operations started").next().and_then(|h| h.rsplit(' ').next()))
+            .filter_map(|n| n.parse::<u64>().ok())
+            .sum();
+        assert!(started > 0, "btl/ofi did not use rdmx for RMA:\n{out}");
+        println!("{dev}: btl/ofi started {started} RMA/atomic operations through rdmx");
+    }
 }

@@ -156,6 +156,9 @@ pub struct Running {
     /// The AV generation `src_cache` was built against.
     pub(crate) src_cache_gen: u64,
     pub dropped_headers: u64,
+    /// One-sided operations this endpoint started / served as target.
+    pub(crate) rma_started: u64,
+    pub(crate) rma_served: u64,
 }
 
 /// The endpoint state every libfabric object that drives progress can reach.
@@ -360,6 +363,8 @@ impl EpShared {
             src_cache: HashMap::new(),
             src_cache_gen: 0,
             dropped_headers: 0,
+            rma_started: 0,
+            rma_served: 0,
         });
         Ok(auto)
     }
@@ -751,6 +756,17 @@ impl EpState {
         if let Some(r) = self.running.as_mut() {
             r.engine.flush_acks();
             r.flush(now());
+            let st = r.engine.stats();
+            fi_info!(
+                Subsys::EpCtrl,
+                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served",
+                r.local.to_uri(),
+                st.delivered_msgs,
+                st.sent_data,
+                st.retransmits,
+                r.rma_started,
+                r.rma_served
+            );
         }
     }
 

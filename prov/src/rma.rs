@@ -85,6 +85,7 @@ impl EpState {
             other => Error::Io(other.to_string()),
         })?;
         entry.insert(RmaOp { kind, context: args.context, result: args.result, len, completion });
+        r.rma_started += 1;
         self.progress();
         Ok(())
     }
@@ -156,7 +157,10 @@ impl EpState {
         }
     }
 
-    fn count_target(&self, write: bool) {
+    fn count_target(&mut self, write: bool) {
+        if let Some(r) = self.running.as_mut() {
+            r.rma_served += 1;
+        }
         let c = if write { &self.rwrite_cntr } else { &self.rread_cntr };
         if let Some(c) = c {
             c.inc();
