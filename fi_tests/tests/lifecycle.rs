@@ -180,3 +180,67 @@ fn av_insert_lookup_remove_reinsert_and_straddr() {
         assert!(text.starts_with("rdmx://"), "{text}");
     }
 }
+
+/// Every permutation of closing AV, CQ, counter and EQ after the endpoint, and
+/// opening them in the reverse order, works; the domain and fabric close last.
+#[test]
+fn objects_close_in_any_legal_order() {
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    let orders: [[usize; 4]; 6] = [[0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 3, 2], [2, 3, 0, 1], [0, 2, 1, 3], [3, 1, 2, 0]];
+    for order in orders {
+        unsafe {
+            let mut fabric = null_mut();
+            assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
+            let mut domain = null_mut();
+            assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
+            let mut fids: [*mut fi::fid; 4] = [null_mut(); 4];
+            // Open in the reverse of the close order.
+            for &k in order.iter().rev() {
+                fids[k] = match k {
+                    0 => {
+                        let mut a = fi::fi_av_attr { type_: fi::FI_AV_MAP, ..Default::default() };
+                        let mut av = null_mut();
+                        assert_eq!(fi::fi_av_open(domain, &mut a, &mut av, null_mut()), 0);
+                        &mut (*av).fid
+                    }
+                    1 => {
+                        let mut a = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_MSG, ..Default::default() };
+                        let mut cq = null_mut();
+                        assert_eq!(fi::fi_cq_open(domain, &mut a, &mut cq, null_mut()), 0);
+                        &mut (*cq).fid
+                    }
+                    2 => {
+                        let mut a = fi::fi_cntr_attr::default();
+                        let mut c = null_mut();
+                        assert_eq!(fi::fi_cntr_open(domain, &mut a, &mut c, null_mut()), 0);
+                        &mut (*c).fid
+                    }
+                    _ => {
+                        let mut a = fi::fi_eq_attr::default();
+                        let mut eq = null_mut();
+                        assert_eq!(fi::fi_eq_open(fabric, &mut a, &mut eq, null_mut()), 0);
+                        &mut (*eq).fid
+                    }
+                };
+            }
+            let mut ep = null_mut();
+            assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
+            assert_eq!(fi::fi_ep_bind(ep, fids[0], 0), 0);
+            assert_eq!(fi::fi_ep_bind(ep, fids[1], (fi::FI_TRANSMIT | fi::FI_RECV) as u64), 0);
+            assert_eq!(fi::fi_ep_bind(ep, fids[2], (fi::FI_SEND | fi::FI_RECV) as u64), 0);
+            assert_eq!(fi::fi_ep_bind(ep, fids[3], 0), 0);
+            assert_eq!(fi::fi_enable(ep), 0);
+            for &k in &order {
+                assert_eq!(close(fids[k]), neg(fi::FI_EBUSY), "bound object {k} closed under a live endpoint");
+            }
+            assert_eq!(close(&mut (*ep).fid), 0);
+            for &k in &order {
+                assert_eq!(close(fids[k]), 0, "order {order:?}");
+            }
+            assert_eq!(close(&mut (*domain).fid), 0);
+            assert_eq!(close(&mut (*fabric).fid), 0);
+        }
+    }
+}

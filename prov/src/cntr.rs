@@ -87,7 +87,7 @@ entry! {
                 return Err(Error::NoSys);
             }
             match attr.wait_obj {
-                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
                 _ => return Err(Error::NoSys),
             }
             if attr.flags != 0 {

@@ -178,7 +178,7 @@ entry! {
             _ => return Err(Error::Inval("cq format")),
         };
         match attr.wait_obj {
-            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
             _ => return Err(Error::NoSys),
         }
         if attr.wait_cond != fi::FI_CQ_COND_NONE && attr.wait_cond != fi::FI_CQ_COND_THRESHOLD {
