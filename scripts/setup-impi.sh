@@ -16,4 +16,4 @@ fi
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install -q --no-deps impi-rt impi-devel
-echo "setup-impi: installed $("$VENV/bin/impi_info" 2>/dev/null | head -1 || echo 'Intel MPI') into $VENV"
+echo "setup-impi: installed Intel MPI (impi-rt, impi-devel from PyPI) into $VENV"
