@@ -1,22 +1,21 @@
 //! Counters: success and error counts of operations bound with FI_SEND, FI_RECV,
 //! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
 //! progress of the bound endpoints.
-use crate::core::{self, EpShared};
+use crate::core::{self, BoundEndpoints, EpShared};
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
-use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
 pub struct CntrShared {
     value: AtomicU64,
     errors: AtomicU64,
-    eps: Mutex<Vec<Weak<EpShared>>>,
+    eps: BoundEndpoints,
 }
 
 impl CntrShared {
@@ -29,25 +28,19 @@ impl CntrShared {
     }
 
     pub fn attach(&self, ep: &Arc<EpShared>) {
-        let mut eps = self.eps.lock();
-        eps.retain(|w| w.strong_count() > 0);
-        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
-            eps.push(Arc::downgrade(ep));
-        }
+        self.eps.attach(ep);
     }
 
     pub fn detach(&self, ep: &EpShared) {
-        self.eps.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+        self.eps.detach(ep);
     }
 
     fn endpoints(&self) -> Vec<Arc<EpShared>> {
-        self.eps.lock().iter().filter_map(Weak::upgrade).collect()
+        self.eps.endpoints()
     }
 
     fn progress(&self) {
-        for ep in self.endpoints() {
-            ep.progress();
-        }
+        self.eps.progress();
     }
 }
 

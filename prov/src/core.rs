@@ -861,6 +861,37 @@ fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {
     f
 }
 
+/// The endpoints bound to a CQ or counter, whose progress reading it drives.
+/// Weak references: an endpoint's close detaches it, and a dangling one is
+/// simply skipped.
+#[derive(Default)]
+pub struct BoundEndpoints(Mutex<Vec<Weak<EpShared>>>);
+
+impl BoundEndpoints {
+    pub fn attach(&self, ep: &Arc<EpShared>) {
+        let mut eps = self.0.lock();
+        eps.retain(|w| w.strong_count() > 0);
+        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
+            eps.push(Arc::downgrade(ep));
+        }
+    }
+
+    pub fn detach(&self, ep: &EpShared) {
+        self.0.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+    }
+
+    pub fn endpoints(&self) -> Vec<Arc<EpShared>> {
+        self.0.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Runs one round of progress on every bound endpoint.
+    pub fn progress(&self) {
+        for ep in self.endpoints() {
+            ep.progress();
+        }
+    }
+}
+
 /// Sleeps until one of the endpoints' devices has input, an engine timer is due,
 /// or `max` has passed.
 pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {

@@ -2,7 +2,7 @@
 //! progress of every endpoint bound to the CQ (manual progress) and then copies
 //! entries out in the CQ's format. The queue grows as needed: with
 //! `FI_RM_ENABLED` a completion is never dropped.
-use crate::core::{self, EpShared};
+use crate::core::{self, BoundEndpoints, EpShared};
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null};
 use crate::error::{Error, Result};
@@ -11,7 +11,7 @@ use libfabric_sys as fi;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One completion, successful or not. Pointers are the application's opaque
@@ -39,7 +39,7 @@ pub struct CompletionError {
 pub struct CqShared {
     pub format: fi::fi_cq_format,
     queue: Mutex<VecDeque<Completion>>,
-    eps: Mutex<Vec<Weak<EpShared>>>,
+    eps: BoundEndpoints,
     signaled: AtomicBool,
 }
 
@@ -49,25 +49,19 @@ impl CqShared {
     }
 
     pub fn attach(&self, ep: &Arc<EpShared>) {
-        let mut eps = self.eps.lock();
-        eps.retain(|w| w.strong_count() > 0);
-        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
-            eps.push(Arc::downgrade(ep));
-        }
+        self.eps.attach(ep);
     }
 
     pub fn detach(&self, ep: &EpShared) {
-        self.eps.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
+        self.eps.detach(ep);
     }
 
     fn endpoints(&self) -> Vec<Arc<EpShared>> {
-        self.eps.lock().iter().filter_map(Weak::upgrade).collect()
+        self.eps.endpoints()
     }
 
     fn progress(&self) {
-        for ep in self.endpoints() {
-            ep.progress();
-        }
+        self.eps.progress();
     }
 
     fn entry_size(&self) -> usize {
@@ -192,7 +186,7 @@ entry! {
             shared: Arc::new(CqShared {
                 format,
                 queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
-                eps: Mutex::new(Vec::new()),
+                eps: BoundEndpoints::default(),
                 signaled: AtomicBool::new(false),
             }),
         });
