@@ -11,6 +11,7 @@ use libfabric_sys as fi;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,69 @@ pub struct CompletionError {
     pub prov_errno: i32,
 }
 
+/// The wait object of a CQ opened with `FI_WAIT_FD`: an epoll fd over the
+/// bound endpoints' device fds plus an eventfd that is readable while
+/// completions are queued (so completions found by the background progress
+/// thread also wake a sleeper).
+pub struct WaitFd {
+    epoll: libc::c_int,
+    event: libc::c_int,
+}
+
+impl WaitFd {
+    fn new() -> Result<WaitFd> {
+        // SAFETY: plain syscalls; the fds are owned by the returned value.
+        let (epoll, event) = unsafe { (libc::epoll_create1(libc::EPOLL_CLOEXEC), libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)) };
+        if epoll < 0 || event < 0 {
+            // SAFETY: closing only what was opened.
+            unsafe {
+                if epoll >= 0 {
+                    libc::close(epoll);
+                }
+                if event >= 0 {
+                    libc::close(event);
+                }
+            }
+            return Err(Error::Io("cannot create the CQ wait fd".into()));
+        }
+        let w = WaitFd { epoll, event };
+        w.add(event);
+        Ok(w)
+    }
+
+    /// Watches `fd` for input (a bound endpoint's device).
+    pub fn add(&self, fd: RawFd) {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: `ev` is valid for the call; a failure (e.g. already added) is
+        // harmless, the fd is then watched already or cannot be.
+        unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+    }
+
+    fn set(&self, ready: bool) {
+        if ready {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 into our eventfd.
+            unsafe { libc::write(self.event, &one as *const u64 as *const libc::c_void, 8) };
+        } else {
+            let mut v: u64 = 0;
+            // SAFETY: reads at most 8 bytes into a valid u64 (non-blocking).
+            unsafe { libc::read(self.event, &mut v as *mut u64 as *mut libc::c_void, 8) };
+        }
+    }
+}
+
+impl Drop for WaitFd {
+    fn drop(&mut self) {
+        // SAFETY: both fds are owned by this value and closed once.
+        unsafe {
+            libc::close(self.epoll);
+            libc::close(self.event);
+        }
+    }
+}
+
 pub struct CqShared {
+    pub wait: Option<WaitFd>,
     pub format: fi::fi_cq_format,
     queue: Mutex<VecDeque<Completion>>,
     eps: BoundEndpoints,
@@ -45,7 +108,17 @@ pub struct CqShared {
 
 impl CqShared {
     pub fn push(&self, c: Completion) {
-        self.queue.lock().push_back(c);
+        let mut q = self.queue.lock();
+        q.push_back(c);
+        if q.len() == 1 {
+            if let Some(w) = &self.wait {
+                w.set(true);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.queue.lock().is_empty()
     }
 
     pub fn attach(&self, ep: &Arc<EpShared>) {
@@ -95,6 +168,11 @@ impl CqShared {
                     n += 1;
                 }
                 _ => break,
+            }
+        }
+        if q.is_empty() {
+            if let Some(w) = &self.wait {
+                w.set(false);
             }
         }
         if n > 0 {
@@ -172,9 +250,10 @@ entry! {
             _ => return Err(Error::Inval("cq format")),
         };
         match attr.wait_obj {
-            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
             _ => return Err(Error::NoSys),
         }
+        let wait = if attr.wait_obj == fi::FI_WAIT_FD { Some(WaitFd::new()?) } else { None };
         if attr.wait_cond != fi::FI_CQ_COND_NONE && attr.wait_cond != fi::FI_CQ_COND_THRESHOLD {
             return Err(Error::Inval("wait_cond"));
         }
@@ -184,6 +263,7 @@ entry! {
             domain: d,
             bound: Refs::default(),
             shared: Arc::new(CqShared {
+                wait,
                 format,
                 queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
                 eps: BoundEndpoints::default(),
@@ -211,10 +291,18 @@ entry! {
 
 entry! {
     fn cq_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
-        let _ = (f, command, arg);
-        // FI_GETWAIT: rdmx's blocking reads are progress loops (manual progress), so
-        // it hands out no wait object.
-        Err(Error::NoSys)
+        // SAFETY: our fid.
+        let cq = unsafe { Cq::from_fid(f) }?;
+        match (command as u32, &cq.shared.wait) {
+            (fi::FI_GETWAIT, Some(w)) => {
+                non_null!(arg);
+                // SAFETY: for FI_WAIT_FD, FI_GETWAIT's argument is an int *.
+                unsafe { *(arg as *mut libc::c_int) = w.epoll };
+                Ok(0)
+            }
+            (fi::FI_GETWAIT, None) => Err(Error::NoData),
+            _ => Err(Error::NoSys),
+        }
     }
 }
 
@@ -323,6 +411,20 @@ entry! {
         let cq = unsafe { cq_ref(cq) }?;
         cq.shared.signaled.store(true, Ordering::Release);
         Ok(0)
+    }
+}
+
+/// `fi_trywait` for one CQ: drives progress once, then says whether sleeping on
+/// its fd is safe (nothing queued).
+pub fn trywait(cq: &Cq) -> Result<()> {
+    cq.shared.progress();
+    if cq.shared.is_empty() {
+        if let Some(w) = &cq.shared.wait {
+            w.set(false);
+        }
+        Ok(())
+    } else {
+        Err(Error::Again)
     }
 }
 

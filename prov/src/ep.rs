@@ -305,6 +305,9 @@ entry! {
                     st.rx_cq = Some(b);
                 }
                 cq.shared.attach(&ep.shared);
+                if let (Some(w), Some(fd)) = (&cq.shared.wait, st.device.as_ref().and_then(|d| d.wait_fd())) {
+                    w.add(fd);
+                }
                 cq.bound.get();
                 bound.cqs.push(cq);
             }

@@ -38,9 +38,21 @@ entry_unsupported! {
 }
 
 entry! {
-    /// `fi_trywait`: rdmx's waits are progress loops, so it is always safe to wait.
+    /// `fi_trywait`: 0 when every listed CQ is empty after a round of progress
+    /// (the application may sleep on the fds), -FI_EAGAIN otherwise.
     fn fabric_trywait(fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: i32) -> i32 {
-        let _ = (fabric, fids, count);
+        let _ = fabric;
+        if count <= 0 {
+            return Ok(0);
+        }
+        non_null!(fids);
+        // SAFETY: the application passes `count` fids.
+        let list = unsafe { std::slice::from_raw_parts(fids, count as usize) };
+        for &f in list {
+            // SAFETY: non-null fids from rdmx; the class is checked.
+            let cq = unsafe { crate::cq::Cq::from_fid(f) }.map_err(|_| Error::NoSys)?;
+            crate::cq::trywait(cq)?;
+        }
         Ok(0)
     }
 }
