@@ -355,3 +355,43 @@ fn wait_fd_cq_sleeps_and_wakes_on_a_completion() {
         assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
     }
 }
+
+#[test]
+fn source_err_reports_unknown_senders_with_their_address() {
+    let a = Stack::open_caps(Some("udp"), fi::FI_AV_MAP, fi::FI_SOURCE | fi::FI_SOURCE_ERR, 0);
+    let b = Stack::open(Some("udp"), fi::FI_AV_MAP);
+    let a_at_b = b.insert(&a.name());
+    let mut buf = [0u8; 8];
+    unsafe {
+        assert_eq!(fi::fi_recv(a.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_send(b.ep, b"who am i".as_ptr() as *const _, 8, null_mut(), a_at_b, null_mut()), 0);
+    }
+    let e = a.wait_cq(&[&b]).unwrap_err();
+    assert_eq!(e.err, fi::FI_EADDRNOTAVAIL as i32);
+    assert_eq!(e.err_data_size, 48);
+    assert_eq!(&buf, b"who am i", "the data is delivered with the error entry");
+    // The reported address is insertable, and names the sender from then on.
+    let addr = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 48) }.to_vec();
+    let b_at_a = a.insert(&addr);
+    unsafe {
+        assert_eq!(fi::fi_recv(a.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_send(b.ep, b"known me".as_ptr() as *const _, 8, null_mut(), a_at_b, null_mut()), 0);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut c = fi::fi_cq_tagged_entry::default();
+        let mut src = 0u64;
+        let n = unsafe { fi::fi_cq_readfrom(a.cq, &mut c as *mut _ as *mut _, 1, &mut src) };
+        if n == 1 {
+            if c.flags & fi::FI_RECV as u64 != 0 {
+                assert_eq!(src, b_at_a);
+                break;
+            }
+            continue;
+        }
+        assert_eq!(n, -(fi::FI_EAGAIN as isize), "unexpected error entry");
+        unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert_eq!(&buf, b"known me");
+}

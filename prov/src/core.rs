@@ -518,7 +518,7 @@ impl EpState {
                 op_context: args.context,
                 flags: recv_flags(args.kind, None),
                 tag: args.tag,
-                err: Some(CompletionError { err: fi::FI_ENOMSG as i32, olen: 0, prov_errno: fi::FI_ENOMSG as i32 }),
+                err: Some(CompletionError::new(fi::FI_ENOMSG)),
                 ..Completion::default()
             });
             return Ok(());
@@ -571,7 +571,7 @@ impl EpState {
                 op_context: op.context,
                 flags: fi::FI_RECV as u64 | kind_flag,
                 tag: post.tag,
-                err: Some(CompletionError { err: fi::FI_ECANCELED as i32, olen: 0, prov_errno: fi::FI_ECANCELED as i32 }),
+                err: Some(CompletionError::new(fi::FI_ECANCELED)),
                 ..Completion::default()
             });
         }
@@ -603,6 +603,11 @@ impl EpState {
 
     fn complete_recv(&mut self, token: usize, arrived: Arrived) {
         let src = self.src_fi_addr(arrived.peer);
+        // FI_SOURCE_ERR: a sender missing from the AV is reported as an error
+        // entry carrying its address, so the application can insert it.
+        let src_err = (src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
+            .then(|| self.running.as_ref().map(|r| sender_addr(r.engine.peer_addr(arrived.peer))))
+            .flatten();
         let min_multi = self.min_multi_recv;
         let Some(r) = self.running.as_mut() else { return };
         let Some(op) = r.rx_ops.get(token).copied() else { return };
@@ -642,14 +647,16 @@ impl EpState {
             data: arrived.data.unwrap_or(0),
             tag: arrived.tag,
             src,
-            err: truncated.then_some(CompletionError {
-                err: fi::FI_ETRUNC as i32,
-                olen: payload.len() - written,
-                prov_errno: fi::FI_ETRUNC as i32,
-            }),
+            err: if truncated {
+                Some(CompletionError { olen: payload.len() - written, ..CompletionError::new(fi::FI_ETRUNC) })
+            } else if src_err.is_some() {
+                Some(CompletionError { src_addr: src_err, ..CompletionError::new(fi::FI_EADDRNOTAVAIL) })
+            } else {
+                None
+            },
         };
         r.engine.recycle(arrived.msg);
-        if truncated || op.completion || flags & fi::FI_MULTI_RECV as u64 != 0 {
+        if truncated || src_err.is_some() || op.completion || flags & fi::FI_MULTI_RECV as u64 != 0 {
             self.push_rx(c);
         }
         if let Some(c) = &self.recv_cntr {
@@ -720,7 +727,7 @@ impl EpState {
                     op_context: op.context,
                     flags: op.flags,
                     len: op.len,
-                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e }),
+                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e, src_addr: None }),
                     ..Completion::default()
                 });
             }
@@ -847,6 +854,16 @@ impl Running {
             }
         }
     }
+}
+
+/// An insertable rdmx address for a sender known only by its device address.
+fn sender_addr(dev: DevAddr) -> [u8; crate::addr::ADDR_LEN] {
+    let a = match dev {
+        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false },
+        DevAddr::Shm(s) => RdmxAddr { udp: None, host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true },
+        DevAddr::Sim(_) => RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false },
+    };
+    a.encode()
 }
 
 fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {

@@ -35,6 +35,14 @@ pub struct CompletionError {
     pub err: i32,
     pub olen: usize,
     pub prov_errno: i32,
+    /// FI_SOURCE_ERR: the sender's address, handed out as `err_data`.
+    pub src_addr: Option<[u8; crate::addr::ADDR_LEN]>,
+}
+
+impl CompletionError {
+    pub fn new(err: u32) -> CompletionError {
+        CompletionError { err: err as i32, olen: 0, prov_errno: err as i32, src_addr: None }
+    }
 }
 
 /// The wait object of a CQ opened with `FI_WAIT_FD`: an epoll fd over the
@@ -102,6 +110,9 @@ pub struct CqShared {
     pub wait: Option<WaitFd>,
     pub format: fi::fi_cq_format,
     queue: Mutex<VecDeque<Completion>>,
+    /// Provider-owned `err_data` for callers that pass `err_data_size == 0`; valid
+    /// until the next readerr, as libfabric specifies.
+    err_data: Mutex<[u8; crate::addr::ADDR_LEN]>,
     eps: BoundEndpoints,
     signaled: AtomicBool,
 }
@@ -266,6 +277,7 @@ entry! {
                 wait,
                 format,
                 queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+                err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
                 eps: BoundEndpoints::default(),
                 signaled: AtomicBool::new(false),
             }),
@@ -386,10 +398,24 @@ entry! {
         let i = q.iter().position(|c| c.err.is_some()).ok_or(Error::Again)?;
         let c = q.remove(i).ok_or(Error::Again)?;
         let e = c.err.ok_or(Error::Again)?;
-        // SAFETY: checked non-null; the application's entry. err_data is left as the
-        // caller set it (rdmx provides none).
+        // SAFETY: checked non-null; the application's entry.
         unsafe {
             let out = &mut *buf;
+            match e.src_addr {
+                Some(a) if out.err_data_size == 0 || out.err_data.is_null() => {
+                    // Provider-owned buffer, valid until the next readerr.
+                    let mut keep = cq.shared.err_data.lock();
+                    *keep = a;
+                    out.err_data = keep.as_mut_ptr() as *mut _;
+                    out.err_data_size = a.len();
+                }
+                Some(a) => {
+                    let n = out.err_data_size.min(a.len());
+                    std::ptr::copy_nonoverlapping(a.as_ptr(), out.err_data as *mut u8, n);
+                    out.err_data_size = n;
+                }
+                None => out.err_data_size = 0,
+            }
             out.op_context = c.op_context as *mut _;
             out.flags = c.flags;
             out.len = c.len;
@@ -399,7 +425,6 @@ entry! {
             out.olen = e.olen;
             out.err = e.err;
             out.prov_errno = e.prov_errno;
-            out.err_data_size = 0;
         }
         Ok(1)
     }

@@ -23,6 +23,9 @@ const SEND: u64 = fi::FI_SEND as u64;
 const RECV: u64 = fi::FI_RECV as u64;
 const DIRECTED_RECV: u64 = fi::FI_DIRECTED_RECV;
 const SOURCE: u64 = fi::FI_SOURCE;
+/// Reported only when requested: it turns receives from unknown senders into
+/// error entries, which applications that did not ask for it do not expect.
+const SOURCE_ERR: u64 = fi::FI_SOURCE_ERR;
 const LOCAL_COMM: u64 = fi::FI_LOCAL_COMM;
 const REMOTE_COMM: u64 = fi::FI_REMOTE_COMM;
 
@@ -42,7 +45,7 @@ const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV;
 const DIRECTION_CAPS: u64 = SEND | RECV | READ | WRITE | REMOTE_READ | REMOTE_WRITE;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
 const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE;
-const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | MULTI_RECV | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
+const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | SOURCE_ERR | MULTI_RECV | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
 const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
@@ -249,7 +252,7 @@ unsafe fn auth_key(key: *const u8, len: usize) -> Option<(u64, usize)> {
 fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     let hi = h.info;
     // Capabilities.
-    if hi.caps & !ALL_CAPS != 0 {
+    if hi.caps & !(ALL_CAPS | SOURCE_ERR) != 0 || (hi.caps & SOURCE_ERR != 0 && hi.caps & SOURCE == 0) {
         return Err(Error::NoData);
     }
     // Modes: rdmx requires none, so any hinted mode set is fine.
@@ -398,7 +401,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     if caps & DIRECTION_CAPS == 0 {
         caps |= DIRECTION_CAPS;
     }
-    caps |= SECONDARY_CAPS;
+    caps |= SECONDARY_CAPS | (hi.caps & SOURCE_ERR);
     p.caps = caps;
     p.tx_caps = caps & TX_CAPS;
     p.rx_caps = caps & RX_CAPS;

@@ -309,7 +309,7 @@ impl EpState {
                     op_context: op.context,
                     flags,
                     len: op.len,
-                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e }),
+                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e, src_addr: None }),
                     ..Completion::default()
                 });
             }
