@@ -778,6 +778,12 @@ impl EpState {
     }
 
     /// One round of progress: receive, timers, events, transmit.
+    ///
+    /// The order matters for completion semantics: acknowledgements produced
+    /// while receiving leave only in the transmit step, after the events step
+    /// matched every delivered message (or buffered it as unexpected). So a
+    /// sender's completion always means "processed by the peer": delivery
+    /// complete.
     pub fn progress(&mut self) {
         let Some(r) = self.running.as_mut() else { return };
         let t = now();
