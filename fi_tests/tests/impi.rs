@@ -57,16 +57,24 @@ fn run(dir: &PathBuf, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> St
 }
 
 #[test]
-fn intel_mpi_p2p_and_collectives_choose_rdmx() {
+fn intel_mpi_runs_every_mpi_program_over_rdmx() {
     let Some(dir) = impi_dir() else { return };
     let p2p = build(&dir, "p2p");
     let coll = build(&dir, "coll");
-    for dev in ["auto", "udp"] {
-        let out = run(&dir, &p2p, 2, dev, &["4194304"]);
-        assert!(out.contains("p2p: all checks passed"), "{out}");
+    let threads = build(&dir, "threads");
+    let rma = build(&dir, "rma");
+    for (np, dev) in [(2, "auto"), (2, "udp"), (4, "shm")] {
+        let out = run(&dir, &p2p, np, dev, &["4194304"]);
+        assert!(out.contains(&format!("p2p: all checks passed on {np} ranks")), "{out}");
     }
     for np in [2, 4] {
         let out = run(&dir, &coll, np, "auto", &[]);
         assert!(out.contains("coll: all checks passed"), "{out}");
+    }
+    let out = run(&dir, &threads, 2, "auto", &[]);
+    assert!(out.contains("threads: 4 threads"), "{out}");
+    for np in [2, 4] {
+        let out = run(&dir, &rma, np, "auto", &[]);
+        assert!(out.contains("rma: all checks passed"), "{out}");
     }
 }
