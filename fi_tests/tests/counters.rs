@@ -16,6 +16,10 @@ struct CntrEp {
 
 impl CntrEp {
     fn open() -> CntrEp {
+        CntrEp::open_with(fi::FI_WAIT_UNSPEC)
+    }
+
+    fn open_with(wait_obj: fi::fi_wait_obj) -> CntrEp {
         let mut h = Hints::rdm();
         h.set_domain_name("udp");
         let info = getinfo(None, None, 0, Some(&h)).unwrap();
@@ -27,7 +31,7 @@ impl CntrEp {
             let mut a = fi::fi_av_attr { type_: fi::FI_AV_MAP, ..Default::default() };
             let mut av = null_mut();
             assert_eq!(fi::fi_av_open(domain, &mut a, &mut av, null_mut()), 0);
-            let mut ca = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+            let mut ca = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj, ..Default::default() };
             let (mut tx, mut rx) = (null_mut(), null_mut());
             assert_eq!(fi::fi_cntr_open(domain, &mut ca, &mut tx, null_mut()), 0);
             assert_eq!(fi::fi_cntr_open(domain, &mut ca, &mut rx, null_mut()), 0);
@@ -97,5 +101,43 @@ fn send_and_receive_counters_without_a_cq() {
     while unsafe { fi::fi_cntr_readerr(b.rx) } == 0 {
         unsafe { fi::fi_cntr_read(a.tx) };
         assert!(std::time::Instant::now() < deadline, "truncation never counted");
+    }
+}
+
+#[test]
+fn counter_wait_fd_wakes_when_the_counter_moves() {
+    init();
+    let a = CntrEp::open();
+    let b = CntrEp::open_with(fi::FI_WAIT_FD);
+    let mut b_at_a = 0u64;
+    let name = b.name();
+    assert_eq!(unsafe { fi::fi_av_insert(a.av, name.as_ptr() as *const _, 1, &mut b_at_a, 0, null_mut()) }, 1);
+    let mut fd: libc::c_int = -1;
+    unsafe {
+        assert_eq!(fi::fi_control(&mut (*b.rx).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);
+        assert!(fd >= 0);
+        let mut fids = [&mut (*b.rx).fid as *mut fi::fid];
+        let mut fabric = null_mut();
+        assert_eq!(fi::fi_fabric((*b._info.0).fabric_attr, &mut fabric, null_mut()), 0);
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0);
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        assert_eq!(libc::poll(&mut pfd, 1, 50), 0, "quiet before any event");
+        let mut buf = [0u8; 8];
+        assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_send(a.ep, b"counted!".as_ptr() as *const _, 8, null_mut(), b_at_a, null_mut()), 0);
+        let mut woke = false;
+        for _ in 0..100 {
+            fi::fi_cntr_read(a.tx);
+            if libc::poll(&mut pfd, 1, 20) > 0 {
+                woke = true;
+                break;
+            }
+        }
+        assert!(woke, "the counter fd never became readable");
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), -(fi::FI_EAGAIN as i32), "counter moved since last read");
+        assert_eq!(fi::fi_cntr_read(b.rx), 1);
+        assert_eq!(&buf, b"counted!");
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0);
+        assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
     }
 }

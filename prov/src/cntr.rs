@@ -2,6 +2,7 @@
 //! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
 //! progress of the bound endpoints.
 use crate::core::{self, BoundEndpoints, EpShared};
+use crate::cq::WaitFd;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null};
 use crate::error::{Error, Result};
@@ -16,15 +17,31 @@ pub struct CntrShared {
     value: AtomicU64,
     errors: AtomicU64,
     eps: BoundEndpoints,
+    /// FI_WAIT_FD: set on every change, cleared by reads.
+    pub wait: Option<WaitFd>,
 }
 
 impl CntrShared {
     pub fn inc(&self) {
         self.value.fetch_add(1, Ordering::AcqRel);
+        self.changed();
     }
 
     pub fn inc_err(&self) {
         self.errors.fetch_add(1, Ordering::AcqRel);
+        self.changed();
+    }
+
+    fn changed(&self) {
+        if let Some(w) = &self.wait {
+            w.set(true);
+        }
+    }
+
+    fn seen(&self) {
+        if let Some(w) = &self.wait {
+            w.set(false);
+        }
     }
 
     pub fn attach(&self, ep: &Arc<EpShared>) {
@@ -80,19 +97,22 @@ entry! {
                 return Err(Error::NoSys);
             }
             match attr.wait_obj {
-                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
+                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
                 _ => return Err(Error::NoSys),
             }
             if attr.flags != 0 {
                 return Err(Error::BadFlags);
             }
         }
+        // SAFETY: null or the application's attr.
+        let wait_fd = unsafe { attr.as_ref() }.is_some_and(|a| a.wait_obj == fi::FI_WAIT_FD);
+        let wait = if wait_fd { Some(WaitFd::new()?) } else { None };
         d.children.get();
         let c = fid::leak(Cntr {
             fid: fi::fid_cntr { fid: fid::new_fid(fi::FI_CLASS_CNTR, context, &CNTR_FI_OPS), ops: &CNTR_OPS as *const _ as *mut _ },
             domain: d,
             bound: Refs::default(),
-            shared: Arc::new(CntrShared::default()),
+            shared: Arc::new(CntrShared { wait, ..CntrShared::default() }),
         });
         // SAFETY: checked non-null.
         unsafe { *out = c as *mut fi::fid_cntr };
@@ -115,8 +135,28 @@ entry! {
 
 entry! {
     fn cntr_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
-        let _ = (f, command, arg);
-        Err(Error::NoSys)
+        // SAFETY: our fid.
+        let c = unsafe { Cntr::from_fid(f) }?;
+        match (command as u32, &c.shared.wait) {
+            (fi::FI_GETWAIT, Some(w)) => {
+                non_null!(arg);
+                // SAFETY: for FI_WAIT_FD, FI_GETWAIT's argument is an int *.
+                unsafe { *(arg as *mut libc::c_int) = w.fd() };
+                Ok(0)
+            }
+            (fi::FI_GETWAIT, None) => Err(Error::NoData),
+            _ => Err(Error::NoSys),
+        }
+    }
+}
+
+/// `fi_trywait` for one counter: drives progress once; sleeping is safe unless
+/// the counter changed since it was last read.
+pub fn trywait(c: &Cntr) -> Result<()> {
+    c.shared.progress();
+    match &c.shared.wait {
+        Some(w) if w.is_set() => Err(Error::Again),
+        _ => Ok(()),
     }
 }
 
@@ -132,6 +172,7 @@ entry! {
         // SAFETY: our fid.
         let c = unsafe { cntr_ref(c) }?;
         c.shared.progress();
+        c.shared.seen();
         Ok(c.shared.value.load(Ordering::Acquire))
     }
 }
@@ -141,6 +182,7 @@ entry! {
         // SAFETY: our fid.
         let c = unsafe { cntr_ref(c) }?;
         c.shared.progress();
+        c.shared.seen();
         Ok(c.shared.errors.load(Ordering::Acquire))
     }
 }

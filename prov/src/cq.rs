@@ -45,17 +45,29 @@ impl CompletionError {
     }
 }
 
-/// The wait object of a CQ opened with `FI_WAIT_FD`: an epoll fd over the
-/// bound endpoints' device fds plus an eventfd that is readable while
-/// completions are queued (so completions found by the background progress
-/// thread also wake a sleeper).
+/// The wait object of a CQ or counter opened with `FI_WAIT_FD`: an epoll fd
+/// over the bound endpoints' device fds plus an eventfd that is readable while
+/// completions are queued / the counter changed unseen (so events found by the
+/// background progress thread also wake a sleeper).
 pub struct WaitFd {
     epoll: libc::c_int,
     event: libc::c_int,
 }
 
 impl WaitFd {
-    fn new() -> Result<WaitFd> {
+    /// The fd handed out by `fi_control(FI_GETWAIT)`.
+    pub fn fd(&self) -> RawFd {
+        self.epoll
+    }
+
+    /// Whether the eventfd is currently set.
+    pub fn is_set(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.event, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd, zero timeout.
+        unsafe { libc::poll(&mut p, 1, 0) > 0 }
+    }
+
+    pub fn new() -> Result<WaitFd> {
         // SAFETY: plain syscalls; the fds are owned by the returned value.
         let (epoll, event) = unsafe { (libc::epoll_create1(libc::EPOLL_CLOEXEC), libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)) };
         if epoll < 0 || event < 0 {
@@ -83,7 +95,7 @@ impl WaitFd {
         unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
     }
 
-    fn set(&self, ready: bool) {
+    pub fn set(&self, ready: bool) {
         if ready {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a valid u64 into our eventfd.

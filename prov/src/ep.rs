@@ -337,6 +337,9 @@ entry! {
                     st.rwrite_cntr = Some(c.shared.clone());
                 }
                 c.shared.attach(&ep.shared);
+                if let (Some(w), Some(fd)) = (&c.shared.wait, st.device.as_ref().and_then(|d| d.wait_fd())) {
+                    w.add(fd);
+                }
                 c.bound.get();
                 bound.cntrs.push(c);
             }

@@ -38,8 +38,9 @@ entry_unsupported! {
 }
 
 entry! {
-    /// `fi_trywait`: 0 when every listed CQ is empty after a round of progress
-    /// (the application may sleep on the fds), -FI_EAGAIN otherwise.
+    /// `fi_trywait`: 0 when every listed CQ is empty and every counter unchanged
+    /// after a round of progress (the application may sleep on the fds),
+    /// -FI_EAGAIN otherwise.
     fn fabric_trywait(fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: i32) -> i32 {
         let _ = fabric;
         if count <= 0 {
@@ -49,9 +50,16 @@ entry! {
         // SAFETY: the application passes `count` fids.
         let list = unsafe { std::slice::from_raw_parts(fids, count as usize) };
         for &f in list {
-            // SAFETY: non-null fids from rdmx; the class is checked.
-            let cq = unsafe { crate::cq::Cq::from_fid(f) }.map_err(|_| Error::NoSys)?;
-            crate::cq::trywait(cq)?;
+            non_null!(f);
+            // SAFETY: non-null fid from the application; every fid starts with its class.
+            let class = unsafe { (*f).fclass } as u32;
+            match class {
+                // SAFETY: class checked.
+                fi::FI_CLASS_CQ => crate::cq::trywait(unsafe { crate::cq::Cq::from_fid(f) }?)?,
+                // SAFETY: class checked.
+                fi::FI_CLASS_CNTR => crate::cntr::trywait(unsafe { crate::cntr::Cntr::from_fid(f) }?)?,
+                _ => return Err(Error::NoSys),
+            }
         }
         Ok(0)
     }
