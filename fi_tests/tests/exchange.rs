@@ -70,7 +70,13 @@ fn msg_roundtrip_auto() {
 
 #[test]
 fn tagged_matching_with_ignore_mask_and_unexpected_messages() {
-    let (a, b, b_at_a, _) = pair("udp");
+    for dev in ["udp", "shm", "auto"] {
+        tagged_matching_with_ignore_mask_and_unexpected_messages_on(dev);
+    }
+}
+
+fn tagged_matching_with_ignore_mask_and_unexpected_messages_on(dev: &str) {
+    let (a, b, b_at_a, _) = pair(dev);
     // Three messages arrive before any receive is posted (unexpected).
     for tag in [0x10u64, 0x21, 0x32] {
         let v = tag.to_le_bytes();
@@ -114,7 +120,13 @@ fn tagged_matching_with_ignore_mask_and_unexpected_messages() {
 
 #[test]
 fn truncation_reports_etrunc_with_olen() {
-    let (a, b, b_at_a, _) = pair("udp");
+    for dev in ["udp", "shm", "auto"] {
+        truncation_reports_etrunc_with_olen_on(dev);
+    }
+}
+
+fn truncation_reports_etrunc_with_olen_on(dev: &str) {
+    let (a, b, b_at_a, _) = pair(dev);
     let data = pattern(1000, 7);
     let mut small = [0u8; 100];
     let mut rctx = 5u64;
@@ -228,7 +240,13 @@ fn job_keys_isolate_endpoints() {
 
 #[test]
 fn peek_claim_discard_and_multi_recv() {
-    let (a, b, b_at_a, _) = pair("udp");
+    for dev in ["udp", "shm", "auto"] {
+        peek_claim_discard_and_multi_recv_on(dev);
+    }
+}
+
+fn peek_claim_discard_and_multi_recv_on(dev: &str) {
+    let (a, b, b_at_a, _) = pair(dev);
     // Two unexpected tagged messages.
     for (tag, body) in [(7u64, b"seven"), (8u64, b"eight")] {
         unsafe { assert_eq!(fi::fi_tsend(a.ep, body.as_ptr() as *const _, 5, null_mut(), b_at_a, tag, null_mut()), 0) };

@@ -116,3 +116,8 @@ fn rma_and_atomics_with_offsets_and_user_keys_udp() {
 fn rma_and_atomics_with_virtual_addresses_and_provider_keys_shm() {
     run("shm", (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY | fi::FI_MR_ALLOCATED) as i32);
 }
+
+#[test]
+fn rma_and_atomics_on_the_auto_device() {
+    run("auto", (fi::FI_MR_PROV_KEY) as i32);
+}
