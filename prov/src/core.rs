@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::{params, DeviceChoice};
+use crate::rendezvous::Landing;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
 use rdm::device::TxDatagram;
@@ -93,6 +94,15 @@ pub(crate) struct TxOp {
     flags: u64,
     len: usize,
     completion: bool,
+    /// A long message announced by a ready-to-send: the send completes when the
+    /// receiver's `Fin` arrives (see [`crate::rendezvous`]).
+    pub(crate) rndv: Option<crate::rendezvous::RndvTx>,
+}
+
+impl TxOp {
+    pub(crate) fn new(context: usize, flags: u64, len: usize, completion: bool, rndv: Option<crate::rendezvous::RndvTx>) -> TxOp {
+        TxOp { context, flags, len, completion, rndv }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -159,6 +169,8 @@ pub struct Running {
     /// One-sided operations this endpoint started / served as target.
     pub(crate) rma_started: u64,
     pub(crate) rma_served: u64,
+    /// Rendezvous state (see [`crate::rendezvous`]).
+    pub(crate) rndv: crate::rendezvous::RndvState,
 }
 
 /// The endpoint state every libfabric object that drives progress can reach.
@@ -365,6 +377,7 @@ impl EpShared {
             dropped_headers: 0,
             rma_started: 0,
             rma_served: 0,
+            rndv: Default::default(),
         });
         Ok(auto)
     }
@@ -425,9 +438,13 @@ impl EpState {
                 MsgKind::Msg => fi::FI_MSG as u64,
                 MsgKind::Tagged => fi::FI_TAGGED as u64,
             };
-        let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion });
+        let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
+        if !args.inject && total >= params().rndv_threshold && r.rndv_possible(peer) {
+            return self.send_rts(peer, header, &args, total, op_flags, completion);
+        }
+        let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion, rndv: None });
         crate::log::debug(Subsys::EpData, "send", &format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
-        let hdr = MsgHeader { kind: args.kind, tag: args.tag, data: args.data }.encode();
+        let hdr = header.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         parts[0] = &hdr;
         let n = args.payload.len().min(MAX_IOV);
@@ -470,7 +487,7 @@ impl EpState {
             let token = r.rx_ops.insert(RxOp { iov: args.iov, context: args.context, completion: true, multi_offset: None });
             if discard {
                 let op = r.rx_ops.remove(token);
-                r.engine.recycle(arrived.msg);
+                r.discard_arrived(arrived.peer, arrived.rndv, arrived.msg);
                 self.push_rx(Completion { op_context: op.context, flags: recv_flags(arrived.kind, None), tag: arrived.tag, ..Completion::default() });
             } else {
                 self.complete_recv(token, arrived);
@@ -512,7 +529,7 @@ impl EpState {
     /// message without receiving it, or FI_ENOMSG at once.
     fn peek(&mut self, probe: RecvPost, args: &RecvArgs, claim: bool, discard: bool) -> Result<()> {
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let found = r.matcher.peek(&probe).map(|m| (m.peer, m.kind, m.tag, m.data, m.payload().len()));
+        let found = r.matcher.peek(&probe).map(|m| (m.peer, m.kind, m.tag, m.data, m.len()));
         let Some((peer, kind, tag, data, len)) = found else {
             self.push_rx(Completion {
                 op_context: args.context,
@@ -526,7 +543,7 @@ impl EpState {
         if claim || discard {
             if let Some(m) = r.matcher.take_unexpected(&probe) {
                 if discard {
-                    r.engine.recycle(m.msg);
+                    r.discard_arrived(m.peer, m.rndv, m.msg);
                 } else {
                     self.claimed.insert(args.context, m);
                 }
@@ -611,12 +628,13 @@ impl EpState {
         let min_multi = self.min_multi_recv;
         let Some(r) = self.running.as_mut() else { return };
         let Some(op) = r.rx_ops.get(token).copied() else { return };
-        let payload = arrived.payload();
+        let msg_len = arrived.len();
         let mut flags = recv_flags(arrived.kind, arrived.data);
-        let (written, buf) = match op.multi_offset {
+        // Where the message lands.
+        let (target, buf) = match op.multi_offset {
             None => {
                 r.rx_ops.remove(token);
-                (op.iov.scatter(payload), 0)
+                (op.iov, 0)
             }
             Some(off) => {
                 // One message lands after the previous one, with no padding.
@@ -625,9 +643,9 @@ impl EpState {
                     bufs: [UserBuf { ptr: base.ptr + off, len: base.len - off }, UserBuf::default(), UserBuf::default(), UserBuf::default()],
                     count: 1,
                 };
-                let n = room.scatter(payload);
+                let n = msg_len.min(room.bufs[0].len);
                 let new_off = off + n;
-                let release = base.len - new_off < min_multi.max(1) || n < payload.len();
+                let release = base.len - new_off < min_multi.max(1) || n < msg_len;
                 if release {
                     r.matcher.cancel(token as u64);
                     r.rx_ops.remove(token);
@@ -635,32 +653,62 @@ impl EpState {
                 } else if let Some(o) = r.rx_ops.get_mut(token) {
                     o.multi_offset = Some(new_off);
                 }
-                (n, base.ptr + off)
+                (room, base.ptr + off)
             }
         };
-        let truncated = payload.len() > written;
-        let c = Completion {
-            op_context: op.context,
+        let landing = Landing {
+            target,
+            context: op.context,
+            completion: op.completion,
             flags,
-            len: written,
             buf,
+            msg_len,
             data: arrived.data.unwrap_or(0),
             tag: arrived.tag,
             src,
-            err: if truncated {
-                Some(CompletionError { olen: payload.len() - written, ..CompletionError::new(fi::FI_ETRUNC) })
-            } else if src_err.is_some() {
-                Some(CompletionError { src_addr: src_err, ..CompletionError::new(fi::FI_EADDRNOTAVAIL) })
+            src_err,
+        };
+        match arrived.rndv {
+            None => {
+                let written = target.scatter(arrived.payload());
+                r.engine.recycle(arrived.msg);
+                self.finish_recv(&landing, written, None);
+            }
+            Some(rts) => {
+                r.engine.recycle(arrived.msg);
+                self.pull(arrived.peer, rts, landing);
+            }
+        }
+    }
+
+    /// Reports a receive whose bytes have landed (`written` of `msg_len`), or
+    /// failed with `err`.
+    pub(crate) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<i32>) {
+        let truncated = err.is_none() && l.msg_len > written;
+        let c = Completion {
+            op_context: l.context,
+            flags: l.flags,
+            len: written,
+            buf: l.buf,
+            data: l.data,
+            tag: l.tag,
+            src: l.src,
+            err: if let Some(e) = err {
+                Some(CompletionError { err: e, olen: 0, prov_errno: e, src_addr: None })
+            } else if truncated {
+                Some(CompletionError { olen: l.msg_len - written, ..CompletionError::new(fi::FI_ETRUNC) })
+            } else if l.src_err.is_some() {
+                Some(CompletionError { src_addr: l.src_err, ..CompletionError::new(fi::FI_EADDRNOTAVAIL) })
             } else {
                 None
             },
         };
-        r.engine.recycle(arrived.msg);
-        if truncated || src_err.is_some() || op.completion || flags & fi::FI_MULTI_RECV as u64 != 0 {
+        let failed = c.err.is_some();
+        if failed || l.completion || l.flags & fi::FI_MULTI_RECV as u64 != 0 {
             self.push_rx(c);
         }
         if let Some(c) = &self.recv_cntr {
-            if truncated {
+            if truncated || err.is_some() {
                 c.inc_err();
             } else {
                 c.inc();
@@ -673,18 +721,19 @@ impl EpState {
             Event::Delivered { peer, msg } => {
                 crate::log::debug(Subsys::EpData, "delivered", &format!("{} bytes from {peer:?}", msg.len()));
                 let kind = rndv::Packet::decode(&msg).map(|p| match p {
-                    rndv::Packet::Msg(h, _) => Some(h),
+                    rndv::Packet::Msg(h, _) => Some((h, None)),
+                    rndv::Packet::Rts(rts) => Some((rts.header, Some(rts))),
                     _ => None,
                 });
                 match kind {
-                    Ok(Some(h)) => {
+                    Ok(Some((h, rndv))) => {
                         let Some(r) = self.running.as_mut() else { return };
-                        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN };
+                        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
                         if let Some((post, arrived)) = r.matcher.arrive(arrived) {
                             self.complete_recv(post.token as usize, arrived);
                         }
                     }
-                    Ok(None) => self.handle_rma(peer, msg),
+                    Ok(None) => self.handle_control(peer, msg),
                     Err(e) => {
                         let Some(r) = self.running.as_mut() else { return };
                         r.dropped_headers += 1;
@@ -710,7 +759,15 @@ impl EpState {
         }
     }
 
-    fn complete_send(&mut self, token: u64, err: Option<i32>) {
+    pub(crate) fn complete_send(&mut self, token: u64, err: Option<i32>) {
+        if token & crate::rma::RMA_TOKEN == 0 && token & crate::rendezvous::RTS_TOKEN != 0 {
+            // A ready-to-send: the send completes on the receiver's Fin; only a
+            // failure to deliver the RTS ends it here.
+            if err.is_some() {
+                self.complete_send(token & !crate::rendezvous::RTS_TOKEN, err);
+            }
+            return;
+        }
         if token & crate::rma::RMA_TOKEN != 0 {
             // RMA requests complete when the target answers; only a failure to
             // deliver the request (or a response) matters here.
@@ -766,13 +823,16 @@ impl EpState {
             let st = r.engine.stats();
             fi_info!(
                 Subsys::EpCtrl,
-                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served",
+                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served, rendezvous: {} sent, {} pulled, {} pushed",
                 r.local.to_uri(),
                 st.delivered_msgs,
                 st.sent_data,
                 st.retransmits,
                 r.rma_started,
-                r.rma_served
+                r.rma_served,
+                r.rndv.rts_sent,
+                r.rndv.pulled,
+                r.rndv.pushed
             );
         }
     }
@@ -803,6 +863,7 @@ impl EpState {
         if r.engine.poll_timeout().is_some_and(|d| d <= t) {
             r.engine.handle_timeout(t);
         }
+        self.retry_pushes();
         while let Some(ev) = self.running.as_mut().and_then(|r| r.engine.poll_event()) {
             self.handle_event(ev);
         }

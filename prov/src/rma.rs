@@ -260,6 +260,7 @@ impl EpState {
                 self.finish(req, status, payload)
             }
             Packet::WriteAck { req, status } => self.finish(req, status, &[]),
+            Packet::Rts(_) | Packet::Fin { .. } | Packet::Push { .. } => {}
         }
         if let Some(r) = self.running.as_mut() {
             r.engine.recycle(msg);

@@ -34,6 +34,8 @@ pub enum HeaderError {
     Kind(u8),
     #[error("unknown header flags {0:#x}")]
     Flags(u8),
+    #[error("inconsistent {0}")]
+    Malformed(&'static str),
 }
 
 impl MsgHeader {

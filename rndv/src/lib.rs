@@ -4,7 +4,9 @@
 //! order") and gives them libfabric's message semantics: a small header per message
 //! ([`header`]) carrying the operation, tag and remote CQ data, and tag matching
 //! ([`matching`]) between posted receives and arriving messages, with unexpected
-//! messages buffered until a receive is posted.
+//! messages buffered until a receive is posted. Long messages to peers whose
+//! memory the receiver can read go by rendezvous ([`rendezvous`]): only a
+//! ready-to-send is matched, and the receiver pulls the bytes.
 //!
 //! Like the engine it is sans-IO and safe: it never touches application memory.
 //! A match hands the provider the receive's token and the bytes to place; the
@@ -14,8 +16,10 @@
 pub mod atomic;
 pub mod header;
 pub mod matching;
+pub mod rendezvous;
 pub mod rma;
 
 pub use header::{MsgHeader, MsgKind, HEADER_LEN};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
+pub use rendezvous::{FinStatus, RemoteIov, Rts};
 pub use rma::{Packet, Status};

@@ -43,11 +43,29 @@ pub struct Arrived {
     /// The whole rdm message; the payload starts at `offset`.
     pub msg: Vec<u8>,
     pub offset: usize,
+    /// A long message announced by a ready-to-send: the bytes are still in the
+    /// sender's memory and `payload()` is empty.
+    pub rndv: Option<crate::Rts>,
 }
 
 impl Arrived {
     pub fn payload(&self) -> &[u8] {
+        if self.rndv.is_some() {
+            return &[];
+        }
         self.msg.get(self.offset..).unwrap_or(&[])
+    }
+
+    /// The message's length, whether it arrived whole or was announced.
+    pub fn len(&self) -> usize {
+        match &self.rndv {
+            Some(r) => r.total as usize,
+            None => self.payload().len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -260,7 +278,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn msg(peer: u32, kind: MsgKind, tag: u64, id: u8) -> Arrived {
-        Arrived { peer: PeerId::from_index(peer), kind, tag, data: None, msg: vec![id], offset: 0 }
+        Arrived { peer: PeerId::from_index(peer), kind, tag, data: None, msg: vec![id], offset: 0, rndv: None }
     }
 
     #[test]
@@ -342,7 +360,7 @@ mod tests {
                         }
                     }
                     Op::Arrive { peer, tag } => {
-                        let a = Arrived { peer: PeerId::from_index(peer), kind: MsgKind::Tagged, tag, data: Some(next), msg: vec![], offset: 0 };
+                        let a = Arrived { peer: PeerId::from_index(peer), kind: MsgKind::Tagged, tag, data: Some(next), msg: vec![], offset: 0, rndv: None };
                         let want = model_posted.iter().position(|r| r.accepts(PeerId::from_index(peer), MsgKind::Tagged, tag));
                         let got = m.arrive(a);
                         match want {

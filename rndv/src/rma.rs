@@ -14,11 +14,13 @@
 //! | 6 | `AtomicResp`: status, req id; payload = old values | 16 |
 //! | 7 | `WriteAck`: status, req id | 16 |
 //!
-//! Kinds 0 and 1 are the two-sided messages of [`crate::header`]. All integers
+//! Kinds 0 and 1 are the two-sided messages of [`crate::header`]; 8–10 the
+//! rendezvous packets of [`crate::rendezvous`]. All integers
 //! little-endian; offsets: byte 0 kind, byte 1 flags/status, bytes 8.. the u64
 //! fields in the order listed.
 
 use crate::header::{HeaderError, MsgHeader};
+use crate::rendezvous::{self, FinStatus, Rts};
 
 const WRITE: u8 = 2;
 const READ_REQ: u8 = 3;
@@ -70,6 +72,12 @@ pub enum Packet<'a> {
     Atomic { req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool, payload: &'a [u8] },
     AtomicResp { req: u64, status: Status, payload: &'a [u8] },
     WriteAck { req: u64, status: Status },
+    /// A long message announced for the receiver to pull ([`crate::rendezvous`]).
+    Rts(Rts),
+    /// The receiver finished (or redirected) a rendezvous.
+    Fin { req: u64, status: FinStatus, read: u64 },
+    /// The bytes of a long message the receiver could not pull.
+    Push { req: u64, payload: &'a [u8] },
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -134,6 +142,15 @@ impl<'a> Packet<'a> {
                     fetch: h[1] & 1 != 0,
                     payload,
                 })
+            }
+            rendezvous::RTS => Ok(Packet::Rts(Rts::decode(b)?)),
+            rendezvous::FIN => {
+                let (req, status, read) = rendezvous::decode_fin(b)?;
+                Ok(Packet::Fin { req, status, read })
+            }
+            rendezvous::PUSH => {
+                let (h, payload) = split(b, rendezvous::PUSH_HEADER_LEN)?;
+                Ok(Packet::Push { req: u64_at(h, 8), payload })
             }
             k => Err(HeaderError::Kind(k)),
         }
@@ -217,7 +234,7 @@ mod tests {
         );
         assert_eq!(Packet::decode(&encode_write_ack(13, Status::NoKey)), Ok(Packet::WriteAck { req: 13, status: Status::NoKey }));
         assert_eq!(Packet::decode(&encode_atomic_resp(14, Status::Ok)), Ok(Packet::AtomicResp { req: 14, status: Status::Ok, payload: &[] }));
-        assert_eq!(Packet::decode(&[9]), Err(HeaderError::Kind(9)));
+        assert_eq!(Packet::decode(&[11]), Err(HeaderError::Kind(11)));
         assert_eq!(Packet::decode(&[2, 0, 0]), Err(HeaderError::Short));
     }
 

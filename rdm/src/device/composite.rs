@@ -7,7 +7,7 @@
 //! * `recv_batch` drains both, alternating which goes first.
 //! * `caps()` is the conservative combination (reliable / ordered only when there
 //!   is no network half; `remote_read` false); the caps of the device that
-//!   carries a given address are [`AutoDevice::caps_for`].
+//!   carries a given address are [`Device::caps_for`].
 //! * `local_addr()` is the network address when there is one (what remote peers
 //!   need); [`AutoDevice::shm_addr`] gives the other.
 //! * `wait_fd()`: with two fds, an epoll fd watching both (level-triggered, so it
@@ -88,15 +88,6 @@ impl<N: Device> AutoDevice<N> {
         matches!(addr, DevAddr::Shm(_))
     }
 
-    /// The caps of the device that carries datagrams to `addr`; for an address
-    /// no half can reach, the conservative [`Device::caps`].
-    pub fn caps_for(&self, addr: &DevAddr) -> DeviceCaps {
-        match (Self::is_shm(addr), &self.shm, &self.net) {
-            (true, Some(s), _) => s.caps(),
-            (false, _, Some(n)) => n.caps(),
-            _ => self.caps(),
-        }
-    }
 
     /// Sends `run` (all to the same half) through that half.
     fn send_run(&mut self, shm: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
@@ -184,6 +175,16 @@ impl<N: Device> Device for AutoDevice<N> {
             };
         }
         Ok(n)
+    }
+
+    /// The caps of the device that carries datagrams to `addr`; for an address
+    /// no half can reach, the conservative [`Device::caps`].
+    fn caps_for(&self, addr: &DevAddr) -> DeviceCaps {
+        match (Self::is_shm(addr), &self.shm, &self.net) {
+            (true, Some(s), _) => s.caps(),
+            (false, _, Some(n)) => n.caps(),
+            _ => self.caps(),
+        }
     }
 
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {

@@ -325,6 +325,10 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.recv_batch(max, deliver)
     }
 
+    fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
+        self.inner.caps_for(peer)
+    }
+
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
         self.inner.remote_read(peer, remote_addr, dst)
     }

@@ -94,6 +94,13 @@ impl DeviceError {
 pub trait Device: Send {
     fn caps(&self) -> DeviceCaps;
 
+    /// The caps that hold for datagrams to `peer`: a composite device answers for
+    /// the half that carries them (e.g. remote read only to same-host peers).
+    fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
+        let _ = peer;
+        self.caps()
+    }
+
     /// The address peers use to reach this endpoint.
     fn local_addr(&self) -> DevAddr;
 
@@ -134,6 +141,10 @@ pub trait Device: Send {
 impl<D: Device + ?Sized> Device for Box<D> {
     fn caps(&self) -> DeviceCaps {
         (**self).caps()
+    }
+
+    fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
+        (**self).caps_for(peer)
     }
 
     fn local_addr(&self) -> DevAddr {

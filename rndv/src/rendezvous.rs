@@ -1,0 +1,311 @@
+//! The rendezvous (long-message) protocol: the receiver pulls the data.
+//!
+//! A message too long for the eager path is announced, not sent: the sender's
+//! provider sends a *ready-to-send* ([`Rts`]) that carries the header fields of the
+//! message (kind, tag, remote CQ data), its total length and where its bytes lie
+//! in the sender's memory. The RTS is matched like an eager message. When it
+//! matches, the receiver's provider reads the bytes straight from the sender's
+//! memory into the posted buffer with the device's remote read
+//! (`process_vm_readv` on the shared-memory device: one copy, no bytes through
+//! the ring) and answers with a [`Fin`]; the sender's send completes on the `Fin`.
+//!
+//! If the receiver may not read the sender's memory (a different user, Yama
+//! `ptrace_scope`, or a device without remote read), it answers `Fin` with
+//! [`FinStatus::Push`]: the sender then sends the bytes through the reliable
+//! datagram path as one [`Packet::Push`](crate::Packet::Push) message ("copy
+//! through": into the ring and out again), which lands in the receive the RTS
+//! already matched. The sender remembers the refusal per peer and sends its later
+//! long messages to that peer eagerly.
+//!
+//! | kind | packet | layout |
+//! |----:|--------|--------|
+//! | 8 | `Rts` | flags (bit0 remote CQ data, bit1 tagged), iov count (1..=4) at byte 2; req id, tag, data, total length at 8, 16, 24, 32; then per iov (address, length) |
+//! | 9 | `Fin` | status at byte 1; req id at 8; bytes read at 16 |
+//! | 10 | `Push` | req id at 8; payload = the message bytes |
+//!
+//! All integers little-endian. The request id is the sender's operation id: the
+//! receiver echoes it and never interprets it.
+
+use crate::header::{HeaderError, MsgHeader, MsgKind};
+
+pub(crate) const RTS: u8 = 8;
+pub(crate) const FIN: u8 = 9;
+pub(crate) const PUSH: u8 = 10;
+
+/// Most pieces a long message is gathered from (libfabric's iov limit).
+pub const MAX_IOV: usize = 4;
+/// Bytes of an RTS header before its iov list.
+pub const RTS_FIXED: usize = 40;
+/// Largest RTS.
+pub const RTS_MAX: usize = RTS_FIXED + 16 * MAX_IOV;
+/// Bytes of a `Fin`.
+pub const FIN_LEN: usize = 24;
+/// Bytes of a `Push` header before the payload.
+pub const PUSH_HEADER_LEN: usize = 16;
+
+const FLAG_DATA: u8 = 1;
+const FLAG_TAGGED: u8 = 2;
+
+/// One piece of the sender's message in the sender's address space.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RemoteIov {
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// A parsed ready-to-send: a long message announced by its sender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rts {
+    pub header: MsgHeader,
+    /// The sender's operation id, echoed in `Fin` and `Push`.
+    pub req: u64,
+    /// Message length: the sum of the iov lengths (checked when parsing).
+    pub total: u64,
+    pub iov: [RemoteIov; MAX_IOV],
+    pub iov_count: usize,
+}
+
+impl Rts {
+    pub fn iovs(&self) -> &[RemoteIov] {
+        &self.iov[..self.iov_count]
+    }
+
+    /// Encodes the RTS into `out`; returns its length.
+    pub fn encode(&self, out: &mut [u8; RTS_MAX]) -> usize {
+        out[..RTS_FIXED].fill(0);
+        out[0] = RTS;
+        out[1] = if self.header.data.is_some() { FLAG_DATA } else { 0 }
+            | if self.header.kind == MsgKind::Tagged { FLAG_TAGGED } else { 0 };
+        out[2] = self.iov_count as u8;
+        out[8..16].copy_from_slice(&self.req.to_le_bytes());
+        out[16..24].copy_from_slice(&self.header.tag.to_le_bytes());
+        out[24..32].copy_from_slice(&self.header.data.unwrap_or(0).to_le_bytes());
+        out[32..40].copy_from_slice(&self.total.to_le_bytes());
+        for (i, v) in self.iovs().iter().enumerate() {
+            let at = RTS_FIXED + 16 * i;
+            out[at..at + 8].copy_from_slice(&v.addr.to_le_bytes());
+            out[at + 8..at + 16].copy_from_slice(&v.len.to_le_bytes());
+        }
+        RTS_FIXED + 16 * self.iov_count
+    }
+
+    /// Parses an RTS from untrusted bytes (the kind byte included).
+    pub(crate) fn decode(b: &[u8]) -> Result<Rts, HeaderError> {
+        let h = b.get(..RTS_FIXED).ok_or(HeaderError::Short)?;
+        if h[1] & !(FLAG_DATA | FLAG_TAGGED) != 0 {
+            return Err(HeaderError::Flags(h[1]));
+        }
+        let count = h[2] as usize;
+        if count == 0 || count > MAX_IOV {
+            return Err(HeaderError::Malformed("rendezvous iov count"));
+        }
+        if b.len() != RTS_FIXED + 16 * count {
+            return Err(HeaderError::Malformed("rendezvous length"));
+        }
+        let mut iov = [RemoteIov::default(); MAX_IOV];
+        let mut sum: u64 = 0;
+        for (i, v) in iov.iter_mut().take(count).enumerate() {
+            let at = RTS_FIXED + 16 * i;
+            *v = RemoteIov { addr: u64_at(b, at), len: u64_at(b, at + 8) };
+            sum = sum.checked_add(v.len).ok_or(HeaderError::Malformed("rendezvous length"))?;
+            if v.addr.checked_add(v.len).is_none() {
+                return Err(HeaderError::Malformed("rendezvous address"));
+            }
+        }
+        let total = u64_at(h, 32);
+        if sum != total {
+            return Err(HeaderError::Malformed("rendezvous length"));
+        }
+        let kind = if h[1] & FLAG_TAGGED != 0 { MsgKind::Tagged } else { MsgKind::Msg };
+        let data = (h[1] & FLAG_DATA != 0).then(|| u64_at(h, 24));
+        Ok(Rts { header: MsgHeader { kind, tag: u64_at(h, 16), data }, req: u64_at(h, 8), total, iov, iov_count: count })
+    }
+}
+
+/// How the receiver finished a rendezvous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinStatus {
+    /// The receiver read the bytes (or as many as its buffer took): complete.
+    Done,
+    /// The receiver may not read the sender's memory: send the bytes as a `Push`.
+    Push,
+    /// The receiver discarded the message (FI_DISCARD): complete, nothing read.
+    Discarded,
+    /// Reading the sender's memory failed (bad address, peer gone): complete the
+    /// send with an error.
+    Failed,
+}
+
+impl FinStatus {
+    fn to_byte(self) -> u8 {
+        match self {
+            FinStatus::Done => 0,
+            FinStatus::Push => 1,
+            FinStatus::Discarded => 2,
+            FinStatus::Failed => 3,
+        }
+    }
+
+    fn from_byte(b: u8) -> Result<FinStatus, HeaderError> {
+        Ok(match b {
+            0 => FinStatus::Done,
+            1 => FinStatus::Push,
+            2 => FinStatus::Discarded,
+            3 => FinStatus::Failed,
+            other => return Err(HeaderError::Flags(other)),
+        })
+    }
+}
+
+pub fn encode_fin(req: u64, status: FinStatus, read: u64) -> [u8; FIN_LEN] {
+    let mut h = [0u8; FIN_LEN];
+    h[0] = FIN;
+    h[1] = status.to_byte();
+    h[8..16].copy_from_slice(&req.to_le_bytes());
+    h[16..24].copy_from_slice(&read.to_le_bytes());
+    h
+}
+
+pub(crate) fn decode_fin(b: &[u8]) -> Result<(u64, FinStatus, u64), HeaderError> {
+    if b.len() != FIN_LEN {
+        return Err(HeaderError::Short);
+    }
+    Ok((u64_at(b, 8), FinStatus::from_byte(b[1])?, u64_at(b, 16)))
+}
+
+pub fn encode_push(req: u64) -> [u8; PUSH_HEADER_LEN] {
+    let mut h = [0u8; PUSH_HEADER_LEN];
+    h[0] = PUSH;
+    h[8..16].copy_from_slice(&req.to_le_bytes());
+    h
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        a.copy_from_slice(s);
+    }
+    u64::from_le_bytes(a)
+}
+
+/// Pairs pieces of a gather list with pieces of a scatter list: calls
+/// `f(src_index, src_offset, dst_index, dst_offset, len)` for each run that lies
+/// in one piece of both, in order, until either list ends. Returns the bytes
+/// covered (min of the two totals).
+pub fn zip_pieces(src: &[u64], dst: &[u64], mut f: impl FnMut(usize, u64, usize, u64, u64) -> bool) -> u64 {
+    let (mut si, mut so, mut di, mut doff, mut done) = (0usize, 0u64, 0usize, 0u64, 0u64);
+    while si < src.len() && di < dst.len() {
+        let n = (src[si] - so).min(dst[di] - doff);
+        if n > 0 {
+            if !f(si, so, di, doff, n) {
+                return done;
+            }
+            done += n;
+        }
+        so += n;
+        doff += n;
+        if so == src[si] {
+            si += 1;
+            so = 0;
+        }
+        if doff == dst[di] {
+            di += 1;
+            doff = 0;
+        }
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Packet;
+    use proptest::prelude::*;
+
+    fn rts(count: usize) -> Rts {
+        let mut iov = [RemoteIov::default(); MAX_IOV];
+        for (i, v) in iov.iter_mut().take(count).enumerate() {
+            *v = RemoteIov { addr: 0x1000 * (i as u64 + 1), len: 100 + i as u64 };
+        }
+        let total = iov.iter().map(|v| v.len).sum();
+        Rts { header: MsgHeader { kind: MsgKind::Tagged, tag: 7, data: Some(9) }, req: 42, total, iov, iov_count: count }
+    }
+
+    #[test]
+    fn rts_fin_push_roundtrip() {
+        for count in 1..=MAX_IOV {
+            let r = rts(count);
+            let mut a = [0u8; RTS_MAX];
+            let n = r.encode(&mut a);
+            let b = &a[..n];
+            assert_eq!(b.len(), RTS_FIXED + 16 * count);
+            assert_eq!(Packet::decode(b), Ok(Packet::Rts(r)));
+        }
+        let f = encode_fin(5, FinStatus::Push, 77);
+        assert_eq!(Packet::decode(&f), Ok(Packet::Fin { req: 5, status: FinStatus::Push, read: 77 }));
+        let mut p = encode_push(6).to_vec();
+        p.extend_from_slice(b"abc");
+        assert_eq!(Packet::decode(&p), Ok(Packet::Push { req: 6, payload: b"abc" }));
+    }
+
+    #[test]
+    fn inconsistent_rts_is_refused() {
+        let mut a = [0u8; RTS_MAX];
+        let n = rts(2).encode(&mut a);
+        let b = a[..n].to_vec();
+        let mut wrong_total = b.clone();
+        wrong_total[32] ^= 1;
+        assert!(Packet::decode(&wrong_total).is_err());
+        let mut zero = b.clone();
+        zero[2] = 0;
+        assert!(Packet::decode(&zero).is_err());
+        let mut five = b.clone();
+        five[2] = 5;
+        assert!(Packet::decode(&five).is_err());
+        assert!(Packet::decode(&b[..b.len() - 1]).is_err());
+        let mut wrap = b.clone();
+        wrap[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(Packet::decode(&wrap).is_err());
+        let mut flags = b;
+        flags[1] = 0x80;
+        assert!(Packet::decode(&flags).is_err());
+    }
+
+    #[test]
+    fn zip_pairs_pieces() {
+        let mut runs = Vec::new();
+        let n = zip_pieces(&[3, 5], &[4, 1, 10], |a, b, c, d, e| {
+            runs.push((a, b, c, d, e));
+            true
+        });
+        assert_eq!(n, 8);
+        assert_eq!(runs, vec![(0, 0, 0, 0, 3), (1, 0, 0, 3, 1), (1, 1, 1, 0, 1), (1, 2, 2, 0, 3)]);
+        assert_eq!(zip_pieces(&[10], &[4], |_, _, _, _, _| true), 4);
+        assert_eq!(zip_pieces(&[0, 2], &[0, 0, 2], |_, _, _, _, _| true), 2);
+        assert_eq!(zip_pieces(&[], &[4], |_, _, _, _, _| true), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn zip_covers_min_total_in_order(src in proptest::collection::vec(0u64..50, 0..5), dst in proptest::collection::vec(0u64..50, 0..5)) {
+            let mut s_pos = 0u64;
+            let mut d_pos = 0u64;
+            let starts = |v: &[u64], i: usize| v[..i].iter().sum::<u64>();
+            let n = zip_pieces(&src, &dst, |si, so, di, doff, len| {
+                // Runs are contiguous in both flattened lists and stay inside pieces.
+                assert_eq!(starts(&src, si) + so, s_pos);
+                assert_eq!(starts(&dst, di) + doff, d_pos);
+                assert!(so + len <= src[si] && doff + len <= dst[di]);
+                s_pos += len;
+                d_pos += len;
+                true
+            });
+            prop_assert_eq!(n, src.iter().sum::<u64>().min(dst.iter().sum::<u64>()));
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes: Vec<u8>) {
+            let _ = Packet::decode(&bytes);
+        }
+    }
+}
