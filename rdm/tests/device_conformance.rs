@@ -4,7 +4,7 @@
 use rdm::device::composite::AutoDevice;
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
-use rdm::device::udp::{UdpConfig, UdpDevice};
+use rdm::device::udp::{UdpConfig, UdpDevice, UdpOffloads};
 use rdm::device::TxDatagram;
 use rdm::device::ShmAddr;
 use rdm::{DevAddr, Device, DeviceError};
@@ -256,8 +256,30 @@ fn udp_pair(addr: &str) -> Option<Pair> {
     Some((udp(addr)?, udp(addr)?))
 }
 
+/// A UDP device on `addr` with GSO / GRO asked for or not; `None` when the host
+/// has no IPv6.
+fn udp_with(addr: &str, gso: bool, gro: bool) -> Option<UdpDevice> {
+    let a: SocketAddr = addr.parse().unwrap();
+    let cfg = UdpConfig { gso, gro, ..UdpConfig::new(a) };
+    match UdpDevice::open(&cfg) {
+        Ok(d) => Some(d),
+        Err(e) if a.is_ipv6() => {
+            eprintln!("skipping IPv6: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+// The default UDP instances use GSO / GRO where the kernel has them; these do not.
 conformance!(udp_v4, udp_pair("127.0.0.1:0"));
 conformance!(udp_v6, udp_pair("[::1]:0"));
+conformance!(udp_v4_no_offloads, {
+    let a = udp_with("127.0.0.1:0", false, false)?;
+    let b = udp_with("127.0.0.1:0", false, false)?;
+    assert_eq!(a.offloads(), UdpOffloads { gso: false, gro: false });
+    Some((Box::new(a) as Box<dyn Device>, Box::new(b) as Box<dyn Device>))
+});
 conformance!(fault_udp_zero_rates, {
     let (a, b) = udp_pair("127.0.0.1:0")?;
     let cfg = FaultConfig { seed: 1, ..FaultConfig::default() };
@@ -334,6 +356,330 @@ fn udp_dead_peer_does_not_poison_the_socket() {
     drain(a.as_mut());
     send_all(a.as_mut(), &[TxDatagram { dst: b.local_addr(), data: b"alive" }]);
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
+}
+
+/// A datagram that says which it is: its index up front (when it has room),
+/// then a pattern.
+fn tagged(i: usize, len: usize) -> Vec<u8> {
+    let mut d = payload(i, len);
+    let tag = (i as u32).to_le_bytes();
+    let n = len.min(4);
+    d[..n].copy_from_slice(&tag[..n]);
+    d
+}
+
+fn sorted(mut v: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    v.sort();
+    v
+}
+
+/// Sends every group of `(to_b, len)` datagrams from `a` and checks that `b` and
+/// `c` receive exactly their datagrams, boundaries and bytes intact. Returns the
+/// datagrams sent.
+fn gso_groups(a: &mut UdpDevice, b: &mut UdpDevice, c: &mut UdpDevice, groups: &[Vec<(bool, usize)>]) -> u64 {
+    let mut idx = 0;
+    let mut sent = 0;
+    for (g, group) in groups.iter().enumerate() {
+        let msgs: Vec<(bool, Vec<u8>)> = group
+            .iter()
+            .map(|&(to_b, len)| {
+                idx += 1;
+                (to_b, tagged(idx, len))
+            })
+            .collect();
+        let (db, dc) = (b.local_addr(), c.local_addr());
+        let batch: Vec<TxDatagram> = msgs.iter().map(|(to_b, m)| TxDatagram { dst: if *to_b { db } else { dc }, data: m }).collect();
+        send_all(a, &batch);
+        sent += batch.len() as u64;
+        for (dev, want_b) in [(&mut *b, true), (&mut *c, false)] {
+            let want: Vec<Vec<u8>> = msgs.iter().filter(|(to_b, _)| *to_b == want_b).map(|(_, m)| m.clone()).collect();
+            let got = recv_n(dev, want.len());
+            assert!(got.iter().all(|(src, _)| *src == a.local_addr()), "group {g}: source address");
+            let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+            assert_eq!(got.len(), want.len(), "group {g}: datagram count");
+            assert!(sorted(got) == sorted(want), "group {g}: datagrams differ (boundaries or bytes)");
+        }
+    }
+    assert_eq!(drain(b) + drain(c), 0, "nothing extra arrives");
+    sent
+}
+
+/// Runs, short last datagrams, mixed destinations and sizes, empty datagrams,
+/// runs longer than GSO_MAX_SEGMENTS and than GSO_MAX_BYTES.
+fn gso_test_groups(mtu: usize) -> Vec<Vec<(bool, usize)>> {
+    let run = |to_b: bool, n: usize, len: usize| vec![(to_b, len); n];
+    vec![
+        run(true, 100, 1000),
+        [run(false, 5, 1200), vec![(false, 300)], run(false, 7, 1200)].concat(),
+        (0..20).map(|i| (i % 2 == 0, 500)).collect(),
+        (0..30).map(|i| (i % 3 != 0, 1 + i * 37 % mtu)).collect(),
+        vec![(true, 800), (true, 800), (true, 0), (true, 800), (true, 800), (true, 1)],
+        run(false, 150, 100),
+        run(true, 120, mtu),
+        [run(false, 3, 600), run(false, 3, 900), run(false, 2, 900), vec![(false, 899), (false, 900)]].concat(),
+        [run(true, 40, mtu), vec![(true, 17)], run(false, 40, mtu), vec![(false, mtu - 1)], run(true, 3, 5)].concat(),
+    ]
+}
+
+fn udp_gso_boundaries(addr: &str) {
+    for (gso, gro) in [(true, true), (true, false), (false, true), (false, false)] {
+        let (Some(mut a), Some(mut b), Some(mut c)) = (udp_with(addr, gso, false), udp_with(addr, false, gro), udp_with(addr, false, gro))
+        else {
+            return;
+        };
+        if gso && !a.offloads().gso {
+            eprintln!("kernel offers no UDP GSO here; the GSO half only checks the fallback");
+        }
+        let mtu = a.caps().mtu;
+        let sent = gso_groups(&mut a, &mut b, &mut c, &gso_test_groups(mtu));
+        let st = a.stats;
+        assert_eq!(st.sent, sent, "send_batch counts datagrams, GSO or not");
+        if a.offloads().gso {
+            assert!(st.gso_sends > 0 && st.gso_segments >= 2 * st.gso_sends, "GSO was used: {st:?}");
+        } else {
+            assert_eq!((st.gso_sends, st.gso_segments), (0, 0));
+        }
+        let (rb, rc) = (b.stats, c.stats);
+        assert_eq!(rb.received + rc.received, sent);
+        // On loopback the kernel hands a GSO send whole to a GRO socket; it is
+        // counted only if the kernel did coalesce (the bytes were checked above).
+        let coalesced = rb.gro_segments + rc.gro_segments;
+        eprintln!("{addr} gso {gso} gro {gro}: {} GSO sends of {} datagrams; {coalesced} datagrams arrived coalesced", st.gso_sends, st.gso_segments);
+        if !b.offloads().gro {
+            assert_eq!(coalesced, 0);
+        }
+        assert!(rb.gro_segments >= 2 * rb.gro_messages && rc.gro_segments >= 2 * rc.gro_messages);
+    }
+}
+
+#[test]
+fn udp_gso_keeps_datagram_boundaries_v4() {
+    udp_gso_boundaries("127.0.0.1:0");
+}
+
+#[test]
+fn udp_gso_keeps_datagram_boundaries_v6() {
+    udp_gso_boundaries("[::1]:0");
+}
+
+fn udp_gro_split(addr: &str) {
+    let Some(mut d) = udp_with(addr, false, true) else { return };
+    let dst = d.local_socket_addr();
+    let plain = std::net::UdpSocket::bind(addr).unwrap();
+    // A burst of same-size datagrams from an ordinary socket.
+    let burst: Vec<Vec<u8>> = (0..50).map(|i| tagged(i, 1000)).collect();
+    for m in &burst {
+        plain.send_to(m, dst).unwrap();
+    }
+    let got: Vec<Vec<u8>> = recv_n(&mut d, burst.len()).into_iter().map(|(_, m)| m).collect();
+    assert!(sorted(got) == sorted(burst.clone()), "burst of single datagrams intact");
+    // One socket-wide GSO send (the kernel cuts 10 500 bytes every 1000): a GRO
+    // socket may receive it whole.
+    let gso = std::net::UdpSocket::bind(addr).unwrap();
+    if nix::sys::socket::setsockopt(&gso, nix::sys::socket::sockopt::UdpGsoSegment, &1000).is_err() {
+        eprintln!("no UDP_SEGMENT here; skipping the coalesced half");
+        return;
+    }
+    let whole: Vec<u8> = (0..11).flat_map(|i| tagged(100 + i, if i == 10 { 500 } else { 1000 })).collect();
+    let want: Vec<Vec<u8>> = whole.chunks(1000).map(|c| c.to_vec()).collect();
+    let before = d.stats;
+    let fd = d.wait_fd().unwrap();
+    for round in 0..2 {
+        gso.send_to(&whole, dst).unwrap();
+        assert!(readable(fd, 2000));
+        // Three at a time: what a coalesced message holds beyond `max` waits for
+        // the next call, and the wait fd says so.
+        let mut got = Vec::new();
+        let deadline = Instant::now() + PATIENCE;
+        while got.len() < want.len() && Instant::now() < deadline {
+            let n = d.recv_batch(3, &mut |_, m| got.push(m.to_vec())).unwrap();
+            assert!(n <= 3, "recv_batch honours max");
+            let coalesced = d.stats.gro_messages > before.gro_messages;
+            if n == 3 && got.len() < want.len() && coalesced {
+                assert!(readable(fd, 0), "round {round}: held-back datagrams keep the wait fd readable");
+            }
+            if n == 0 {
+                readable(fd, 10);
+            }
+        }
+        assert_eq!(got, want, "round {round}: split back in order, boundaries exact");
+        assert!(!readable(fd, 0), "round {round}: nothing left, not readable");
+    }
+    let st = d.stats;
+    let msgs = st.gro_messages - before.gro_messages;
+    let segs = st.gro_segments - before.gro_segments;
+    eprintln!("{addr}: kernel coalesced {msgs} messages of {segs} datagrams");
+    if msgs > 0 {
+        assert_eq!(segs, 11 * msgs, "each coalesced message is one GSO send of 11");
+    }
+    // A receiver without GRO gets the same datagrams, cut by the kernel.
+    let Some(mut e) = udp_with(addr, false, false) else { return };
+    gso.send_to(&whole, e.local_socket_addr()).unwrap();
+    let got: Vec<Vec<u8>> = recv_n(&mut e, want.len()).into_iter().map(|(_, m)| m).collect();
+    assert_eq!(sorted(got), sorted(want));
+    assert_eq!(e.stats.gro_messages, 0);
+}
+
+#[test]
+fn udp_gro_splits_coalesced_receives_v4() {
+    udp_gro_split("127.0.0.1:0");
+}
+
+#[test]
+fn udp_gro_splits_coalesced_receives_v6() {
+    udp_gro_split("[::1]:0");
+}
+
+#[test]
+fn udp_gso_run_to_unreachable_does_not_poison() {
+    let mut a = udp_with("127.0.0.1:0", true, true).unwrap();
+    let mut b = udp_with("127.0.0.1:0", true, true).unwrap();
+    let dead = udp_with("127.0.0.1:0", false, false).unwrap().local_addr();
+    // Refused at once (broadcast without SO_BROADCAST), and silently lost.
+    let refused = DevAddr::Udp("255.255.255.255:9".parse().unwrap());
+    let data: Vec<Vec<u8>> = (0..30).map(|i| tagged(i, 1000)).collect();
+    let dsts = [refused, dead, b.local_addr()];
+    let batch: Vec<TxDatagram> = data.iter().enumerate().map(|(i, m)| TxDatagram { dst: dsts[i / 10], data: m }).collect();
+    // What the provider does: a failing head datagram is dropped, the rest retried.
+    let mut done = 0;
+    let mut errors = 0;
+    let deadline = Instant::now() + PATIENCE;
+    while done < batch.len() {
+        match a.send_batch(&batch[done..]) {
+            Ok(n) => done += n,
+            Err(e) => {
+                assert!(done < 10, "only the refused run fails: {e}");
+                if errors == 0 {
+                    eprintln!("broadcast run refused: {e}");
+                }
+                errors += 1;
+                done += 1;
+            }
+        }
+        assert!(Instant::now() < deadline);
+    }
+    assert!(errors > 0, "the broadcast run is refused");
+    let got: Vec<Vec<u8>> = recv_n(&mut b, 10).into_iter().map(|(_, m)| m).collect();
+    assert_eq!(sorted(got), data[20..].to_vec());
+    // GSO is still on and still works.
+    assert_eq!(a.offloads().gso, b.offloads().gso);
+    let gso_before = a.stats.gso_sends;
+    for _ in 0..3 {
+        send_all(&mut a, &batch[10..]);
+        let got: Vec<Vec<u8>> = recv_n(&mut b, 10).into_iter().map(|(_, m)| m).collect();
+        assert_eq!(sorted(got), data[20..].to_vec());
+    }
+    if a.offloads().gso {
+        assert!(a.stats.gso_sends >= gso_before + 6, "{:?}", a.stats);
+        assert_eq!(a.stats.gso_fallbacks, 0);
+    }
+    assert_eq!(drain(&mut b), 0);
+}
+
+#[test]
+fn udp_gso_refused_falls_back() {
+    // Without GRO the wait fd is the socket itself. With UDP checksums off
+    // (SO_NO_CHECK) the kernel refuses every GSO send with EINVAL, as it refuses
+    // one with EIO on a device without checksum offload.
+    let mut a = udp_with("127.0.0.1:0", true, false).unwrap();
+    let mut b = udp_with("127.0.0.1:0", false, true).unwrap();
+    if !a.offloads().gso {
+        eprintln!("no UDP GSO here; nothing to fall back from");
+        return;
+    }
+    let one: libc::c_int = 1;
+    // SAFETY: the fd is the open socket of `a`, `one` a live c_int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            a.wait_fd().unwrap(),
+            libc::SOL_SOCKET,
+            libc::SO_NO_CHECK,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0);
+    let data: Vec<Vec<u8>> = (0..25).map(|i| tagged(i, if i < 20 { 1000 } else { 500 })).collect();
+    let dst = b.local_addr();
+    let batch: Vec<TxDatagram> = data.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    assert_eq!(a.send_batch(&batch).unwrap(), batch.len(), "refused GSO is resent without it, in the same call");
+    let got: Vec<Vec<u8>> = recv_n(&mut b, data.len()).into_iter().map(|(_, m)| m).collect();
+    assert_eq!(sorted(got), sorted(data));
+    assert!(!a.offloads().gso, "GSO is off for good");
+    assert_eq!((a.stats.gso_fallbacks, a.stats.gso_sends, a.stats.sent), (1, 0, 25));
+    assert_eq!(b.stats.gro_messages, 0);
+}
+
+/// One throughput run: `a` sends `per_call` datagrams of `len` bytes per
+/// `send_batch` for `secs` while another thread receives on `b`. Returns
+/// (sent/s, received/s, received MB/s, GSO sends, coalesced receives).
+fn udp_throughput_run(mut a: UdpDevice, mut b: UdpDevice, per_call: usize, len: usize, secs: f64) -> (f64, f64, f64, u64, u64) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dst = b.local_addr();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop_rx = stop.clone();
+    let rx = std::thread::spawn(move || {
+        let (mut n, mut bytes) = (0u64, 0u64);
+        let fd = b.wait_fd().unwrap();
+        while !stop_rx.load(Ordering::Relaxed) {
+            let got = b
+                .recv_batch(256, &mut |_, m| {
+                    n += 1;
+                    bytes += m.len() as u64;
+                })
+                .unwrap();
+            if got == 0 {
+                readable(fd, 1);
+            }
+        }
+        (n, bytes, b.stats.gro_messages)
+    });
+    let data = payload(7, len);
+    let batch: Vec<TxDatagram> = (0..per_call).map(|_| TxDatagram { dst, data: &data }).collect();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed().as_secs_f64() < secs {
+        let n = a.send_batch(&batch).unwrap();
+        sent += n as u64;
+        if n == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let t = start.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(50));
+    stop.store(true, Ordering::Relaxed);
+    let (n, bytes, coalesced) = rx.join().unwrap();
+    (sent as f64 / t, n as f64 / t, bytes as f64 / t / 1e6, a.stats.gso_sends, coalesced)
+}
+
+/// Throughput of 1472-byte datagrams over loopback between two devices, GSO / GRO
+/// on and off, as the provider calls (32 datagrams per `send_batch`) and in larger
+/// batches; the median of three interleaved rounds of one second. Run with
+/// `cargo test --release -p rdm --test device_conformance udp_offload_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn udp_offload_throughput() {
+    const ROUNDS: usize = 3;
+    let configs: Vec<(usize, bool, bool)> = [32, 256]
+        .into_iter()
+        .flat_map(|per_call| [(false, false), (true, false), (false, true), (true, true)].map(|(gso, gro)| (per_call, gso, gro)))
+        .collect();
+    let mut results = vec![Vec::new(); configs.len()];
+    for _ in 0..ROUNDS {
+        for (i, &(per_call, gso, gro)) in configs.iter().enumerate() {
+            let a = udp_with("127.0.0.1:0", gso, false).unwrap();
+            let b = udp_with("127.0.0.1:0", false, gro).unwrap();
+            let used = (a.offloads().gso, b.offloads().gro);
+            results[i].push((udp_throughput_run(a, b, per_call, 1472, 1.0), used));
+        }
+    }
+    println!("per call | GSO | GRO | sent dgrams/s | received dgrams/s | received MB/s | GSO sends | coalesced receives");
+    for (i, &(per_call, _, _)) in configs.iter().enumerate() {
+        let r = &mut results[i];
+        r.sort_by(|x, y| x.0 .1.total_cmp(&y.0 .1));
+        let ((sent, recv, mbs, gso_sends, coalesced), (gso, gro)) = r[ROUNDS / 2];
+        println!("{per_call} | {gso} | {gro} | {sent:.0} | {recv:.0} | {mbs:.0} | {gso_sends} | {coalesced}");
+    }
 }
 
 #[test]

@@ -7,6 +7,11 @@
 //! UDP maximum, so a peer configured with a larger MTU is never silently
 //! truncated); nothing is allocated per datagram on either path.
 //!
+//! Bulk uses the kernel's UDP offloads when it has them ([`UdpConfig::gso`],
+//! [`UdpConfig::gro`], [`UdpDevice::offloads`]): a run of equal-size datagrams to
+//! one destination leaves as one `UDP_SEGMENT` (GSO) send, and a coalesced
+//! `UDP_GRO` receive is split back into the original datagrams, boundaries intact.
+//!
 //! Choosing the local address ([`UdpDevice::open`]): a device address must be
 //! something peers can send to, so a *wildcard* bind address (`0.0.0.0` / `::`) is
 //! resolved to a concrete one: `node` if given, else the interface `iface`
@@ -15,6 +20,9 @@
 #![allow(unsafe_code)]
 
 use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::socket::{setsockopt, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -35,6 +43,12 @@ pub const DEFAULT_MTU_V6: usize = 1452;
 pub const MAX_MTU: usize = 65507;
 /// Socket buffer size asked for by default (the kernel may clamp it).
 pub const DEFAULT_SOCKET_BUFFER: usize = 8 << 20;
+/// Most datagrams one GSO send carries (the kernel's `UDP_MAX_SEGMENTS`).
+pub const GSO_MAX_SEGMENTS: usize = 64;
+/// Most payload bytes one GSO send carries (what one IPv4 datagram could hold).
+pub const GSO_MAX_BYTES: usize = MAX_MTU;
+/// iovecs of one `sendmmsg`: every entry may be a full GSO run.
+const TX_IOVS: usize = BATCH * GSO_MAX_SEGMENTS;
 
 /// How to open a [`UdpDevice`].
 #[derive(Clone, Debug)]
@@ -54,10 +68,18 @@ pub struct UdpConfig {
     /// Socket buffer sizes to ask for (the kernel may clamp them; as root the limit
     /// is bypassed with `SO_RCVBUFFORCE`).
     pub socket_buffer: usize,
+    /// Use UDP segmentation offload (`UDP_SEGMENT`) when the kernel offers it: a
+    /// run of equal-size datagrams to one destination in a `send_batch` goes out as
+    /// one send. Turned off for good if the kernel refuses it on a send.
+    pub gso: bool,
+    /// Use UDP receive coalescing (`UDP_GRO`) when the kernel offers it; coalesced
+    /// datagrams are split back before they are lent out.
+    pub gro: bool,
 }
 
 impl Default for UdpConfig {
-    /// Wildcard IPv4, ephemeral port, default MTU: binds the host name's address.
+    /// Wildcard IPv4, ephemeral port, default MTU, offloads where the kernel has
+    /// them: binds the host name's address.
     fn default() -> Self {
         UdpConfig {
             bind: SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
@@ -66,6 +88,8 @@ impl Default for UdpConfig {
             service: None,
             mtu: 0,
             socket_buffer: DEFAULT_SOCKET_BUFFER,
+            gso: true,
+            gro: true,
         }
     }
 }
@@ -93,17 +117,39 @@ pub struct UdpDevice {
     sock: Socket,
     local: SocketAddr,
     mtu: usize,
+    /// GSO in use now (asked for, offered by the kernel, not refused since).
+    gso: bool,
+    /// `UDP_GRO` enabled on the socket.
+    gro: bool,
     /// Receive ring: `RX_BATCH` slots of `RX_SLOT` bytes each, lent to the caller.
     rx: Box<[u8]>,
+    /// The `recvmmsg` vector and what the last call received.
+    rxs: Box<RxScratch>,
+    /// The `sendmmsg` vector.
+    txs: Box<TxScratch>,
+    /// With GRO: keeps the wait fd readable while received datagrams are held back.
+    wake: Option<Wake>,
     pub stats: UdpStats,
+}
+
+/// Which kernel offloads a [`UdpDevice`] uses (see [`UdpConfig::gso`] / [`UdpConfig::gro`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpOffloads {
+    /// Sends coalesce runs of equal-size datagrams with `UDP_SEGMENT`.
+    pub gso: bool,
+    /// The socket accepts coalesced receives (`UDP_GRO`).
+    pub gro: bool,
 }
 
 /// Counters of one [`UdpDevice`].
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UdpStats {
+    /// Datagrams sent (a GSO send counts each datagram it carries).
     pub sent: u64,
+    /// Datagrams delivered (a coalesced receive counts each datagram it carried).
     pub received: u64,
-    /// Datagrams dropped on receive because they did not fit a slot.
+    /// Messages dropped on receive because they (or, with GRO, their control data)
+    /// did not fit a slot.
     pub truncated: u64,
     /// `send_batch` calls cut short by a full socket buffer (EAGAIN / ENOBUFS).
     pub send_would_block: u64,
@@ -112,6 +158,158 @@ pub struct UdpStats {
     pub async_errors: u64,
     /// Hard send errors returned to the caller.
     pub send_errors: u64,
+    /// Sends that carried two or more datagrams with `UDP_SEGMENT`.
+    pub gso_sends: u64,
+    /// Datagrams carried by those sends.
+    pub gso_segments: u64,
+    /// Times the kernel refused a GSO send (EIO: no checksum offload on the route's
+    /// device; EINVAL: e.g. a segment over the path MTU), turning GSO off.
+    pub gso_fallbacks: u64,
+    /// Received messages the kernel had coalesced (`UDP_GRO`, two or more datagrams).
+    pub gro_messages: u64,
+    /// Datagrams carried by those messages.
+    pub gro_segments: u64,
+}
+
+/// Room for one control message carrying an int (`UDP_GRO`) or a u16
+/// (`UDP_SEGMENT`), laid out as `CMSG_FIRSTHDR` / `CMSG_DATA` have it on Linux:
+/// the data right after the header (checked below).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CmsgBuf {
+    hdr: libc::cmsghdr,
+    data: [u8; 8],
+}
+
+// SAFETY: CMSG_LEN and CMSG_SPACE are pure arithmetic on their argument.
+const CMSG_DATA_OFFSET: usize = unsafe { libc::CMSG_LEN(0) } as usize;
+// SAFETY: as above.
+const CMSG_SEGMENT_LEN: usize = unsafe { libc::CMSG_LEN(size_of::<u16>() as u32) } as usize;
+// SAFETY: as above.
+const CMSG_SEGMENT_SPACE: usize = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+// SAFETY: as above.
+const CMSG_GRO_LEN: usize = unsafe { libc::CMSG_LEN(size_of::<libc::c_int>() as u32) } as usize;
+// SAFETY: as above.
+const CMSG_GRO_SPACE: usize = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as usize;
+const _: () = assert!(CMSG_DATA_OFFSET == size_of::<libc::cmsghdr>());
+const _: () = assert!(CMSG_SEGMENT_SPACE <= size_of::<CmsgBuf>() && CMSG_GRO_SPACE <= size_of::<CmsgBuf>());
+
+/// The `sendmmsg` vector, preallocated: entry `e` sends `dgrams[e]` datagrams of
+/// the caller's batch (several = one GSO run, with a `UDP_SEGMENT` control message).
+struct TxScratch {
+    msgs: [libc::mmsghdr; BATCH],
+    addrs: [libc::sockaddr_storage; BATCH],
+    cmsgs: [CmsgBuf; BATCH],
+    dgrams: [usize; BATCH],
+    iovs: [libc::iovec; TX_IOVS],
+}
+
+// SAFETY: the raw pointers inside are scratch: rewritten before every system call
+// and never dereferenced otherwise; the struct owns nothing they point to.
+unsafe impl Send for TxScratch {}
+
+/// What one received message holds, decoded right after `recvmmsg`.
+#[derive(Clone, Copy)]
+struct RxMsg {
+    /// Sender; `None` = drop this message (truncated, or an unknown address family).
+    from: Option<SocketAddr>,
+    /// Bytes in the slot.
+    len: usize,
+    /// Bytes per datagram (the last may be shorter): `len` unless coalesced.
+    seg: usize,
+}
+
+/// The `recvmmsg` vector, preallocated, and the messages of the last call not yet
+/// lent out (a coalesced message may hold more datagrams than `max` allows).
+struct RxScratch {
+    msgs: [libc::mmsghdr; RX_BATCH],
+    addrs: [libc::sockaddr_storage; RX_BATCH],
+    iovs: [libc::iovec; RX_BATCH],
+    cmsgs: [CmsgBuf; RX_BATCH],
+    info: [RxMsg; RX_BATCH],
+    /// Messages of the last `recvmmsg`.
+    got: usize,
+    /// The next message to lend from, and the offset in its slot.
+    next: usize,
+    off: usize,
+}
+
+// SAFETY: as for `TxScratch`.
+unsafe impl Send for RxScratch {}
+
+impl TxScratch {
+    fn new() -> Box<TxScratch> {
+        // SAFETY: all-zero is a valid bit pattern for these plain C structs (null
+        // pointers, zero lengths) and for the integers.
+        Box::new(unsafe { zeroed() })
+    }
+}
+
+impl RxScratch {
+    fn new() -> Box<RxScratch> {
+        Box::new(RxScratch {
+            // SAFETY: all-zero is a valid bit pattern for these plain C structs.
+            msgs: unsafe { zeroed() },
+            // SAFETY: as above.
+            addrs: unsafe { zeroed() },
+            // SAFETY: as above.
+            iovs: unsafe { zeroed() },
+            // SAFETY: as above.
+            cmsgs: unsafe { zeroed() },
+            info: [RxMsg { from: None, len: 0, seg: 0 }; RX_BATCH],
+            got: 0,
+            next: 0,
+            off: 0,
+        })
+    }
+
+    fn pending(&self) -> bool {
+        self.next < self.got
+    }
+}
+
+/// With GRO, `recv_batch` may keep datagrams of a coalesced message for the next
+/// call; the socket is then no longer readable. The wait fd is an epoll fd over the
+/// socket and an eventfd that is kept signalled while anything is held back.
+struct Wake {
+    epoll: Epoll,
+    event: EventFd,
+    signalled: bool,
+}
+
+impl Wake {
+    fn new(sock: &Socket) -> nix::Result<Wake> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        let event = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        epoll.add(sock, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
+        epoll.add(&event, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
+        Ok(Wake { epoll, event, signalled: false })
+    }
+
+    /// Signalled exactly while `pending`.
+    fn sync(&mut self, pending: bool) {
+        if pending && !self.signalled {
+            self.signalled = self.event.write(1).is_ok();
+        } else if !pending && self.signalled {
+            let _ = self.event.read();
+            self.signalled = false;
+        }
+    }
+}
+
+/// The segment size of a coalesced receive, from its `UDP_GRO` control message.
+// The casts are no-ops with glibc, not with musl (socklen_t lengths).
+#[allow(clippy::unnecessary_cast)]
+fn gro_segment(hdr: &libc::msghdr, c: &CmsgBuf) -> Option<usize> {
+    if (hdr.msg_controllen as usize) < CMSG_GRO_LEN
+        || c.hdr.cmsg_level != libc::SOL_UDP
+        || c.hdr.cmsg_type != libc::UDP_GRO
+        || (c.hdr.cmsg_len as usize) < CMSG_GRO_LEN
+    {
+        return None;
+    }
+    let v = libc::c_int::from_ne_bytes([c.data[0], c.data[1], c.data[2], c.data[3]]);
+    usize::try_from(v).ok().filter(|&s| s > 0)
 }
 
 fn to_sockaddr(a: &SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
@@ -344,7 +542,33 @@ impl UdpDevice {
             .map_err(|e| DeviceError::io("getsockname", e))?
             .as_socket()
             .ok_or_else(|| config_err("UDP socket has no IP address".into()))?;
-        Ok(UdpDevice { sock, local, mtu, rx: vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice(), stats: UdpStats::default() })
+        // Setting the socket's default segment size to 0 (no GSO unless a send asks)
+        // succeeds exactly when the kernel knows UDP_SEGMENT (4.18+). Whether a
+        // route's device can do it shows only on the first GSO send (see send_batch).
+        let gso = cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok();
+        let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
+        let wake = match gro {
+            true => Some(Wake::new(&sock).map_err(|e| DeviceError::io("epoll / eventfd", e.into()))?),
+            false => None,
+        };
+        Ok(UdpDevice {
+            sock,
+            local,
+            mtu,
+            gso,
+            gro,
+            rx: vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice(),
+            rxs: RxScratch::new(),
+            txs: TxScratch::new(),
+            wake,
+            stats: UdpStats::default(),
+        })
+    }
+
+    /// The offloads in use now: those [`UdpConfig`] asked for that the kernel
+    /// offers (GSO turns off for good when the kernel refuses a GSO send).
+    pub fn offloads(&self) -> UdpOffloads {
+        UdpOffloads { gso: self.gso, gro: self.gro }
     }
 
     /// The bound address (concrete IP, actual port).
@@ -357,17 +581,106 @@ impl UdpDevice {
         (self.sock.recv_buffer_size().unwrap_or(0), self.sock.send_buffer_size().unwrap_or(0))
     }
 
-    /// Sends one prepared `sendmmsg` vector; `Ok(None)` = would block.
-    fn sendmmsg(&mut self, msgs: &mut [libc::mmsghdr]) -> Result<Option<usize>, io::Error> {
+    /// Fills the `sendmmsg` vector from the head of `batch`: up to [`BATCH`] entries,
+    /// each one datagram or, with GSO, a run of datagrams to one destination, all
+    /// of one length but the last, which may be shorter (at most
+    /// [`GSO_MAX_SEGMENTS`] and [`GSO_MAX_BYTES`]). Stops at the first datagram this
+    /// device cannot take, returned as the error to report. Returns the entries.
+    fn prepare_tx(&mut self, batch: &[TxDatagram<'_>]) -> (usize, Option<DeviceError>) {
+        let txs = &mut *self.txs;
+        let mut entries = 0;
+        // The open entry: its destination, segment size and bytes, and whether a
+        // datagram may still join it.
+        let mut run_dst: Option<SocketAddr> = None;
+        let mut seg = 0;
+        let mut bytes = 0;
+        let mut open = false;
+        let mut bad = None;
+        // Datagram `i` of the batch has iovec `i` (i < TX_IOVS: at most BATCH
+        // entries of at most GSO_MAX_SEGMENTS datagrams).
+        for (i, d) in batch.iter().enumerate() {
+            let dst = match d.dst {
+                DevAddr::Udp(a) => dst_for(&self.local, a),
+                _ => None,
+            };
+            let Some(dst) = dst else {
+                bad = Some(DeviceError::Unreachable(d.dst));
+                break;
+            };
+            let len = d.data.len();
+            if len > self.mtu {
+                bad = Some(DeviceError::TooLarge { len, mtu: self.mtu });
+                break;
+            }
+            // Empty datagrams never join a run: a zero-length segment would vanish.
+            let joins = open
+                && len > 0
+                && len <= seg
+                && run_dst == Some(dst)
+                && txs.dgrams[entries - 1] < GSO_MAX_SEGMENTS
+                && bytes + len <= GSO_MAX_BYTES;
+            if !joins {
+                if entries == BATCH {
+                    break;
+                }
+                let e = entries;
+                txs.msgs[e].msg_hdr.msg_namelen = to_sockaddr(&dst, &mut txs.addrs[e]);
+                // The segment size, attached below if a run forms: the kernel cuts
+                // the payload (the entry's iovecs, back to back) every `len` bytes.
+                let c = &mut txs.cmsgs[e];
+                c.hdr.cmsg_len = CMSG_SEGMENT_LEN as _;
+                c.hdr.cmsg_level = libc::SOL_UDP;
+                c.hdr.cmsg_type = libc::UDP_SEGMENT;
+                c.data[..2].copy_from_slice(&(len as u16).to_ne_bytes());
+                txs.dgrams[e] = 0;
+                entries += 1;
+                run_dst = Some(dst);
+                seg = len;
+                bytes = 0;
+                open = self.gso && len > 0;
+            }
+            let e = entries - 1;
+            txs.iovs[i] = libc::iovec { iov_base: d.data.as_ptr() as *mut libc::c_void, iov_len: len };
+            txs.dgrams[e] += 1;
+            bytes += len;
+            // A shorter datagram ends its run.
+            open &= len == seg;
+        }
+        // Wire the pointers once everything is written: entry `e` has the next
+        // `dgrams[e]` iovecs, and the segment size only if it is a run.
+        let iovs = txs.iovs.as_mut_ptr();
+        let mut first = 0;
+        for e in 0..entries {
+            let n = txs.dgrams[e];
+            let hdr = &mut txs.msgs[e].msg_hdr;
+            hdr.msg_name = &mut txs.addrs[e] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            hdr.msg_iov = iovs.wrapping_add(first);
+            hdr.msg_iovlen = n as _;
+            first += n;
+            if n > 1 {
+                hdr.msg_control = &mut txs.cmsgs[e] as *mut CmsgBuf as *mut libc::c_void;
+                hdr.msg_controllen = CMSG_SEGMENT_SPACE as _;
+            } else {
+                hdr.msg_control = std::ptr::null_mut();
+                hdr.msg_controllen = 0;
+            }
+        }
+        (entries, bad)
+    }
+
+    /// Sends the first `n` entries of the prepared vector; `Ok(None)` = would block.
+    fn sendmmsg(&mut self, n: usize) -> Result<Option<usize>, io::Error> {
         // A pending asynchronous error (ICMP for an earlier datagram) fails the call
         // without sending anything and is cleared by being reported: retry a few
         // times so it cannot fail this batch forever.
         let mut async_left = 4;
+        let msgs = self.txs.msgs.as_mut_ptr();
         loop {
-            // SAFETY: every mmsghdr in `msgs` points at a live iovec, sockaddr and
-            // caller datagram buffer for the duration of the call (the caller keeps
-            // them on its stack / borrowed), and the length matches the slice.
-            let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, libc::MSG_DONTWAIT) };
+            // SAFETY: `prepare_tx` pointed each of the first `n <= BATCH` mmsghdrs at
+            // its sockaddr, iovecs and control message in `self.txs` (boxed, not
+            // moved or otherwise borrowed during the call) and the iovecs at the
+            // caller's datagrams, borrowed by `send_batch` for its whole duration.
+            let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs, n as u32, libc::MSG_DONTWAIT) };
             if r >= 0 {
                 return Ok(Some(r as usize));
             }
@@ -384,6 +697,114 @@ impl UdpDevice {
             }
         }
     }
+
+    /// Counts the datagrams of the first `sent` entries (the ones the kernel took).
+    fn count_sent(&mut self, sent: usize) -> usize {
+        let mut n = 0;
+        for &d in &self.txs.dgrams[..sent] {
+            n += d;
+            if d > 1 {
+                self.stats.gso_sends += 1;
+                self.stats.gso_segments += d as u64;
+            }
+        }
+        self.stats.sent += n as u64;
+        n
+    }
+
+    /// One `recvmmsg` for up to `want <= RX_BATCH` messages into the ring; decodes
+    /// them into `rxs.info` for [`UdpDevice::lend`]. Only called with nothing pending.
+    fn recvmmsg(&mut self, want: usize) -> Result<usize, DeviceError> {
+        let rxs = &mut *self.rxs;
+        let control = if self.gro { size_of::<CmsgBuf>() } else { 0 };
+        for (i, chunk) in self.rx.chunks_mut(RX_SLOT).take(want).enumerate() {
+            rxs.iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr() as *mut libc::c_void, iov_len: RX_SLOT };
+            let hdr = &mut rxs.msgs[i].msg_hdr;
+            hdr.msg_name = &mut rxs.addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_iov = &mut rxs.iovs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = match control {
+                0 => std::ptr::null_mut(),
+                _ => &mut rxs.cmsgs[i] as *mut CmsgBuf as *mut libc::c_void,
+            };
+            hdr.msg_controllen = control as _;
+            hdr.msg_flags = 0;
+        }
+        let got = loop {
+            // SAFETY: each of the first `want <= RX_BATCH` mmsghdrs points at its own
+            // iovec (into `self.rx`, a slot of RX_SLOT bytes), sockaddr_storage and
+            // control buffer (of the size given) in `self.rxs`; all boxed, not moved
+            // or otherwise borrowed during the call.
+            let r = unsafe {
+                libc::recvmmsg(self.sock.as_raw_fd(), rxs.msgs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => break 0,
+                // ICMP unreachable for something we sent earlier: not a receive
+                // failure (the engine's timers handle the peer); the error is
+                // cleared by being reported, so try again.
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
+                    self.stats.async_errors += 1;
+                    continue;
+                }
+                _ => return Err(DeviceError::io("recvmmsg", e)),
+            }
+        };
+        for i in 0..got {
+            let hdr = &rxs.msgs[i].msg_hdr;
+            let len = rxs.msgs[i].msg_len as usize;
+            let mut info = RxMsg { from: None, len, seg: len };
+            // A truncated control message could hide a segment size: drop rather
+            // than lend several datagrams as one.
+            let cut = libc::MSG_TRUNC | if self.gro { libc::MSG_CTRUNC } else { 0 };
+            if hdr.msg_flags & cut != 0 || len > RX_SLOT {
+                self.stats.truncated += 1;
+            } else {
+                info.from = from_sockaddr(&rxs.addrs[i]);
+                if let Some(seg) = gro_segment(hdr, &rxs.cmsgs[i]).filter(|&s| s < len) {
+                    info.seg = seg;
+                    self.stats.gro_messages += 1;
+                    self.stats.gro_segments += len.div_ceil(seg) as u64;
+                }
+            }
+            rxs.info[i] = info;
+        }
+        rxs.got = got;
+        rxs.next = 0;
+        rxs.off = 0;
+        Ok(got)
+    }
+
+    /// Lends up to `max` held datagrams of the last `recvmmsg`, one per segment of
+    /// a coalesced message; returns how many.
+    fn lend(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> usize {
+        let rxs = &mut *self.rxs;
+        let mut n = 0;
+        while n < max && rxs.next < rxs.got {
+            let m = rxs.info[rxs.next];
+            let Some(from) = m.from else {
+                rxs.next += 1;
+                continue;
+            };
+            let take = m.seg.min(m.len - rxs.off);
+            let start = rxs.next * RX_SLOT + rxs.off;
+            deliver(DevAddr::Udp(from), &self.rx[start..start + take]);
+            n += 1;
+            rxs.off += take;
+            // `>=` also moves past an empty datagram.
+            if rxs.off >= m.len {
+                rxs.next += 1;
+                rxs.off = 0;
+            }
+        }
+        n
+    }
 }
 
 impl Device for UdpDevice {
@@ -398,57 +819,31 @@ impl Device for UdpDevice {
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         let mut total = 0;
         while total < batch.len() {
-            let chunk = &batch[total..batch.len().min(total + BATCH)];
-            // SAFETY: all-zero is a valid bit pattern for these plain C structs
-            // (null pointers, zero lengths).
-            let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
-            // SAFETY: as above.
-            let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-            // SAFETY: as above.
-            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-            // Validate and stop at the first datagram this device cannot take: it is
-            // reported as an error once it is first in a batch.
-            let mut n = 0;
-            let mut bad: Option<DeviceError> = None;
-            for d in chunk {
-                let dst = match d.dst {
-                    DevAddr::Udp(a) => dst_for(&self.local, a),
-                    _ => None,
-                };
-                let Some(dst) = dst else {
-                    bad = Some(DeviceError::Unreachable(d.dst));
-                    break;
-                };
-                if d.data.len() > self.mtu {
-                    bad = Some(DeviceError::TooLarge { len: d.data.len(), mtu: self.mtu });
-                    break;
-                }
-                msgs[n].msg_hdr.msg_namelen = to_sockaddr(&dst, &mut addrs[n]);
-                iovs[n] = libc::iovec { iov_base: d.data.as_ptr() as *mut libc::c_void, iov_len: d.data.len() };
-                n += 1;
-            }
-            for i in 0..n {
-                msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
-                msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-                msgs[i].msg_hdr.msg_iovlen = 1;
-            }
-            if n == 0 {
+            let (entries, bad) = self.prepare_tx(&batch[total..]);
+            if entries == 0 {
                 return match bad {
                     Some(e) if total == 0 => Err(e),
                     _ => Ok(total),
                 };
             }
-            match self.sendmmsg(&mut msgs[..n]) {
+            match self.sendmmsg(entries) {
                 Ok(Some(sent)) => {
-                    self.stats.sent += sent as u64;
-                    total += sent;
-                    if sent < n || bad.is_some() {
+                    // A GSO entry goes out whole or not at all: the datagrams of the
+                    // entries sent are exactly the ones taken.
+                    total += self.count_sent(sent);
+                    if sent < entries || bad.is_some() {
                         return Ok(total);
                     }
                 }
                 Ok(None) => {
                     self.stats.send_would_block += 1;
                     return Ok(total);
+                }
+                Err(e) if self.txs.dgrams[0] > 1 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
+                    // The kernel refused segmentation offload for the first entry
+                    // (nothing was sent): send each datagram on its own from now on.
+                    self.gso = false;
+                    self.stats.gso_fallbacks += 1;
                 }
                 Err(e) => {
                     self.stats.send_errors += 1;
@@ -462,69 +857,38 @@ impl Device for UdpDevice {
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
-        let mut delivered = 0;
-        let mut polled = 0;
-        while polled < max {
-            let n = (max - polled).min(RX_BATCH);
-            // SAFETY: all-zero is a valid bit pattern for these plain C structs.
-            let mut addrs: [libc::sockaddr_storage; RX_BATCH] = unsafe { zeroed() };
-            // SAFETY: as above.
-            let mut iovs: [libc::iovec; RX_BATCH] = unsafe { zeroed() };
-            // SAFETY: as above.
-            let mut msgs: [libc::mmsghdr; RX_BATCH] = unsafe { zeroed() };
-            for (i, chunk) in self.rx.chunks_mut(RX_SLOT).take(n).enumerate() {
-                iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr() as *mut libc::c_void, iov_len: RX_SLOT };
-                msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
-                msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-                msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-                msgs[i].msg_hdr.msg_iovlen = 1;
-            }
-            let got = loop {
-                // SAFETY: every mmsghdr points at a live iovec into `self.rx` (which
-                // is not otherwise borrowed during the call) and a sockaddr_storage
-                // on this stack frame; `n <= RX_BATCH`.
-                let r = unsafe {
-                    libc::recvmmsg(self.sock.as_raw_fd(), msgs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
-                };
-                if r >= 0 {
-                    break r as usize;
-                }
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EINTR) => continue,
-                    Some(libc::EAGAIN) => break 0,
-                    // ICMP unreachable for something we sent earlier: not a receive
-                    // failure (the engine's timers handle the peer); the error is
-                    // cleared by being reported, so try again.
-                    Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
-                        self.stats.async_errors += 1;
-                        continue;
-                    }
-                    _ => return Err(DeviceError::io("recvmmsg", e)),
+        // What a coalesced message of the last call still holds goes first.
+        let mut delivered = self.lend(max, deliver);
+        let mut result = Ok(());
+        while delivered < max {
+            let want = (max - delivered).min(RX_BATCH);
+            let got = match self.recvmmsg(want) {
+                Ok(got) => got,
+                Err(e) => {
+                    result = Err(e);
+                    break;
                 }
             };
-            polled += got;
-            for i in 0..got {
-                let len = msgs[i].msg_len as usize;
-                if msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 || len > RX_SLOT {
-                    self.stats.truncated += 1;
-                    continue;
-                }
-                let Some(from) = from_sockaddr(&addrs[i]) else { continue };
-                let start = i * RX_SLOT;
-                deliver(DevAddr::Udp(from), &self.rx[start..start + len]);
-                delivered += 1;
-            }
-            if got < n {
+            delivered += self.lend(max - delivered, deliver);
+            if got < want {
                 break;
             }
         }
         self.stats.received += delivered as u64;
-        Ok(delivered)
+        let pending = self.rxs.pending();
+        if let Some(w) = &mut self.wake {
+            w.sync(pending);
+        }
+        result.map(|()| delivered)
     }
 
+    /// The socket; with GRO an epoll fd over the socket and an eventfd that is
+    /// signalled while `recv_batch` holds datagrams back.
     fn wait_fd(&self) -> Option<RawFd> {
-        Some(self.sock.as_raw_fd())
+        match &self.wake {
+            Some(w) => Some(w.epoll.0.as_raw_fd()),
+            None => Some(self.sock.as_raw_fd()),
+        }
     }
 }
 
