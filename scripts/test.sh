@@ -11,4 +11,6 @@ export PATH="$HOME/.cargo/bin:$PATH"
 export RDMX_PROVIDER_DIR="$(pwd)/build-out/lib"
 # fi_tests spawn processes and bind fixed ports: one test thread per binary there.
 cargo test --release --workspace --exclude fi_tests
+# The shm ring's loom model checks (a separate build: loom replaces its atomics).
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom
 cargo test --release -p fi_tests -- --test-threads=1
