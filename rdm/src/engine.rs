@@ -324,6 +324,20 @@ struct PendingMsg {
     next_off: usize,
 }
 
+/// The send queues of a peer that went idle, kept by the engine (not the peer,
+/// whose idle state must stay small) for the next peer that becomes busy: a
+/// ping-pong peer goes idle after every message, and would otherwise free and
+/// regrow its queues each time.
+#[derive(Default)]
+struct SpareQueues {
+    unacked: VecDeque<TxSeg>,
+    pending: VecDeque<PendingMsg>,
+    to_send: VecDeque<Psn>,
+}
+
+/// Spare queues larger than this (entries) are freed rather than kept.
+const SPARE_MAX_ENTRIES: usize = 256;
+
 struct RxSeg {
     first: bool,
     last: bool,
@@ -426,8 +440,17 @@ pub struct Engine {
     ready: VecDeque<u32>,
     events: VecDeque<Event>,
     pool: Vec<Vec<u8>>,
+    /// Send buffers with their reference-count blocks, reused whole so that
+    /// queueing a message allocates nothing once the pool is warm.
+    tx_pool: Vec<Arc<Vec<u8>>>,
+    spare_queues: Vec<SpareQueues>,
     stats: Stats,
 }
+
+/// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
+/// buffers would pin memory long after a burst of long messages).
+const POOL_DEPTH: usize = 64;
+const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
@@ -442,6 +465,8 @@ impl Engine {
             ready: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
+            tx_pool: Vec::new(),
+            spare_queues: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -554,18 +579,34 @@ impl Engine {
         if !hot.pending.is_empty() && hot.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
-        let mut buf = self.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.reserve(len);
-        for p in parts {
-            buf.extend_from_slice(p);
+        let mut data = match self.tx_pool.pop() {
+            Some(d) => d,
+            None => Arc::new(self.pool.pop().unwrap_or_default()),
+        };
+        if Arc::get_mut(&mut data).is_none() {
+            // Pooled buffers are unshared; should one not be, leave it be.
+            data = Arc::new(Vec::new());
+        }
+        if let Some(buf) = Arc::get_mut(&mut data) {
+            buf.clear();
+            buf.reserve(len);
+            for p in parts {
+                buf.extend_from_slice(p);
+            }
         }
         let hot = &mut self.hot[h as usize];
         if !hot.busy() {
             hot.last_heard = now;
+            if hot.unacked.capacity() == 0 && hot.to_send.is_empty() && hot.to_send.capacity() == 0 {
+                if let Some(spare) = self.spare_queues.pop() {
+                    hot.unacked = spare.unacked;
+                    hot.pending = spare.pending;
+                    hot.to_send = spare.to_send;
+                }
+            }
         }
         hot.queued_bytes += len;
-        hot.pending.push_back(PendingMsg { data: Arc::new(buf), token, next_off: 0 });
+        hot.pending.push_back(PendingMsg { data, token, next_off: 0 });
         self.fill_window(h);
         self.schedule(h);
         Ok(())
@@ -897,11 +938,10 @@ impl Engine {
             hot.cwnd = hot.cwnd.min(self.cfg.max_window as f64);
             if seg.last {
                 self.events.push_back(Event::SendComplete { token: seg.token });
-                if let Ok(mut v) = Arc::try_unwrap(seg.data) {
-                    if self.pool.len() < 64 {
-                        v.clear();
-                        self.pool.push(v);
-                    }
+                // The last reference (earlier segments were acknowledged
+                // first, the usual case): keep buffer and count block.
+                if Arc::strong_count(&seg.data) == 1 && self.tx_pool.len() < POOL_DEPTH && seg.data.capacity() <= POOL_MAX_CAPACITY {
+                    self.tx_pool.push(seg.data);
                 }
             }
         }
@@ -961,11 +1001,19 @@ impl Engine {
             let s = hot.srtt.unwrap_or(r);
             hot.rto = (s + (hot.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
         }
-        if advanced && !hot.busy() {
-            // Idle again: give back what a burst grew, so an idle peer stays small.
-            hot.unacked.shrink_to_fit();
-            hot.to_send.shrink_to_fit();
-            hot.pending.shrink_to_fit();
+        if advanced && !hot.busy() && hot.to_send.is_empty() {
+            // Idle again: give back what a burst grew, so an idle peer stays small;
+            // queues of a modest size go to the engine's spares for reuse.
+            let spare = SpareQueues {
+                unacked: std::mem::take(&mut hot.unacked),
+                pending: std::mem::take(&mut hot.pending),
+                to_send: std::mem::take(&mut hot.to_send),
+            };
+            let modest = spare.unacked.capacity().max(spare.pending.capacity()).max(spare.to_send.capacity())
+                <= SPARE_MAX_ENTRIES;
+            if modest && self.spare_queues.len() < POOL_DEPTH {
+                self.spare_queues.push(spare);
+            }
         }
         if advanced {
             hot.backoff = 1;
@@ -1041,7 +1089,7 @@ impl Engine {
             }
             if !seg.payload.is_empty() || seg.payload.capacity() > 0 {
                 let v = std::mem::take(&mut seg.payload);
-                if self.pool.len() < 64 {
+                if self.pool.len() < POOL_DEPTH {
                     self.pool.push(v);
                 }
             }
@@ -1108,7 +1156,7 @@ impl Engine {
 
     /// Gives a delivered message's buffer back for reuse.
     pub fn recycle(&mut self, mut buf: Vec<u8>) {
-        if self.pool.len() < 64 {
+        if self.pool.len() < POOL_DEPTH && buf.capacity() <= POOL_MAX_CAPACITY {
             buf.clear();
             self.pool.push(buf);
         }
