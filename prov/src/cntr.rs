@@ -52,7 +52,7 @@ impl CntrShared {
         self.eps.detach(ep);
     }
 
-    fn endpoints(&self) -> Vec<Arc<EpShared>> {
+    fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
         self.eps.endpoints()
     }
 
@@ -154,6 +154,9 @@ entry! {
 /// the counter changed since it was last read.
 pub fn trywait(c: &Cntr) -> Result<()> {
     c.shared.progress();
+    if !c.shared.eps.try_wait() {
+        return Err(Error::Again);
+    }
     match &c.shared.wait {
         Some(w) if w.is_set() => Err(Error::Again),
         _ => Ok(()),

@@ -24,7 +24,8 @@ use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use smallvec::SmallVec;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -179,9 +180,9 @@ pub struct EpShared {
     /// Set to stop this endpoint's progress thread.
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// When the application last drove progress (engine time, ns); the
-    /// background thread steps in only when the application has gone quiet.
-    last_app: AtomicU64,
+    /// Set by every application call, cleared by the background thread each
+    /// period: the thread steps in only when the application has gone quiet.
+    app_active: AtomicBool,
 }
 
 /// Stops every progress thread at provider cleanup (endpoints the application
@@ -265,14 +266,15 @@ impl EpShared {
             }),
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
-            last_app: AtomicU64::new(0),
+            app_active: AtomicBool::new(false),
         }))
     }
 
     /// The endpoint state, for an application call (which counts as the
     /// application driving progress).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
-        self.last_app.store(now().as_nanos(), Ordering::Relaxed);
+        // A plain store, not a clock read: this is on every data-path call.
+        self.app_active.store(true, Ordering::Relaxed);
         self.state.lock()
     }
 
@@ -295,13 +297,14 @@ impl EpShared {
         let weak: Weak<EpShared> = Arc::downgrade(self);
         let stop = self.stop.clone();
         let spawned = std::thread::Builder::new().name("rdmx-progress".into()).spawn(move || {
-            const APP_ACTIVE: u64 = 2_000_000; // ns
+            // The application counts as active if it called in during the last
+            // period; the thread then leaves progress to it.
+            const APP_ACTIVE: Duration = Duration::from_millis(2);
             while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
                 let Some(ep) = weak.upgrade() else { break };
-                let idle = now().as_nanos().saturating_sub(ep.last_app.load(Ordering::Relaxed));
-                if idle < APP_ACTIVE {
+                if ep.app_active.swap(false, Ordering::Relaxed) {
                     drop(ep);
-                    std::thread::sleep(Duration::from_nanos(APP_ACTIVE - idle));
+                    std::thread::sleep(APP_ACTIVE);
                     continue;
                 }
                 wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
@@ -393,13 +396,23 @@ impl EpShared {
         st.progress();
     }
 
-    /// The device's wait fd and the engine's next deadline, for blocking reads.
-    fn wait_info(&self) -> (Option<RawFd>, Option<rdm::Instant>) {
-        let st = self.state.lock();
-        match &st.running {
-            Some(r) => (r.device.wait_fd(), r.engine.poll_timeout()),
-            None => (None, None),
+    /// Before a sleep: arms the device's wait fd and returns it with the engine's
+    /// next deadline and whether input is already waiting (then do not sleep).
+    fn prepare_wait(&self) -> (Option<RawFd>, Option<rdm::Instant>, bool) {
+        let mut st = self.state.lock();
+        match &mut st.running {
+            Some(r) => {
+                let ready = r.device.prepare_wait();
+                (r.device.wait_fd(), r.engine.poll_timeout(), ready)
+            }
+            None => (None, None, false),
         }
+    }
+
+    /// `fi_trywait` for this endpoint: false when sleeping on the wait fd now
+    /// could miss input that already arrived.
+    pub fn try_wait(&self) -> bool {
+        !self.prepare_wait().2
     }
 }
 
@@ -443,7 +456,7 @@ impl EpState {
             return self.send_rts(peer, header, &args, total, op_flags, completion);
         }
         let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion, rndv: None });
-        crate::log::debug(Subsys::EpData, "send", &format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
+        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
         let hdr = header.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         parts[0] = &hdr;
@@ -719,7 +732,7 @@ impl EpState {
     fn handle_event(&mut self, ev: Event) {
         match ev {
             Event::Delivered { peer, msg } => {
-                crate::log::debug(Subsys::EpData, "delivered", &format!("{} bytes from {peer:?}", msg.len()));
+                crate::log::debug_with(Subsys::EpData, "delivered", || format!("{} bytes from {peer:?}", msg.len()));
                 let kind = rndv::Packet::decode(&msg).map(|p| match p {
                     rndv::Packet::Msg(h, _) => Some((h, None)),
                     rndv::Packet::Rts(rts) => Some((rts.header, Some(rts))),
@@ -846,11 +859,13 @@ impl EpState {
     /// complete.
     pub fn progress(&mut self) {
         let Some(r) = self.running.as_mut() else { return };
-        let t = now();
+        // The clock is read only when something needs it: an idle poll (nothing
+        // received, no timer, nothing to send) costs no clock read.
+        let mut clock: Option<rdm::Instant> = None;
         {
             let Running { device, engine, .. } = r;
             for _ in 0..4 {
-                match device.recv_batch(64, &mut |from, bytes| engine.handle_datagram(t, from, bytes)) {
+                match device.recv_batch(64, &mut |from, bytes| engine.handle_datagram(*clock.get_or_insert_with(now), from, bytes)) {
                     Ok(0) => break,
                     Ok(_) => {}
                     Err(e) => {
@@ -860,8 +875,11 @@ impl EpState {
                 }
             }
         }
-        if r.engine.poll_timeout().is_some_and(|d| d <= t) {
-            r.engine.handle_timeout(t);
+        if let Some(deadline) = r.engine.poll_timeout() {
+            let t = *clock.get_or_insert_with(now);
+            if deadline <= t {
+                r.engine.handle_timeout(t);
+            }
         }
         self.retry_pushes();
         while let Some(ev) = self.running.as_mut().and_then(|r| r.engine.poll_event()) {
@@ -869,7 +887,9 @@ impl EpState {
         }
         self.update_backpressure();
         if let Some(r) = self.running.as_mut() {
-            r.flush(t);
+            if r.staged > 0 || r.engine.wants_transmit() {
+                r.flush(clock.unwrap_or_else(now));
+            }
         }
     }
 }
@@ -964,7 +984,9 @@ impl BoundEndpoints {
         self.0.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
     }
 
-    pub fn endpoints(&self) -> Vec<Arc<EpShared>> {
+    /// The live endpoints (on the stack for the usual few: this runs on every
+    /// CQ read).
+    pub fn endpoints(&self) -> SmallVec<[Arc<EpShared>; 4]> {
         self.0.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
@@ -973,6 +995,12 @@ impl BoundEndpoints {
         for ep in self.endpoints() {
             ep.progress();
         }
+    }
+
+    /// `fi_trywait` on every bound endpoint (all of them: each must arm its
+    /// device); false if any has input waiting.
+    pub fn try_wait(&self) -> bool {
+        self.endpoints().iter().fold(true, |ok, ep| ep.try_wait() && ok)
     }
 }
 
@@ -983,7 +1011,10 @@ pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {
     let mut wait = max;
     let t = now();
     for ep in eps {
-        let (fd, deadline) = ep.wait_info();
+        let (fd, deadline, ready) = ep.prepare_wait();
+        if ready {
+            return;
+        }
         if let Some(fd) = fd {
             fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
         }

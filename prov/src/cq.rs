@@ -152,7 +152,7 @@ impl CqShared {
         self.eps.detach(ep);
     }
 
-    fn endpoints(&self) -> Vec<Arc<EpShared>> {
+    fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
         self.eps.endpoints()
     }
 
@@ -455,6 +455,9 @@ entry! {
 /// its fd is safe (nothing queued).
 pub fn trywait(cq: &Cq) -> Result<()> {
     cq.shared.progress();
+    if !cq.shared.eps.try_wait() {
+        return Err(Error::Again);
+    }
     if cq.shared.is_empty() {
         if let Some(w) = &cq.shared.wait {
             w.set(false);

@@ -35,13 +35,19 @@ impl Subsys {
     }
 }
 
+/// Whether libfabric would print a message of this level and subsystem (check
+/// before formatting one on a hot path: see [`debug_with`]).
+pub fn enabled(level: fi::fi_log_level, subsys: Subsys) -> bool {
+    // SAFETY: `provider_ptr()` is our provider struct, alive for the whole
+    // process; libfabric only reads its context here.
+    unsafe { fi::fi_log_enabled(provider_ptr(), level, subsys.raw()) != 0 }
+}
+
 fn emit(level: fi::fi_log_level, subsys: Subsys, func: &str, msg: &str) {
-    let prov = provider_ptr();
-    // SAFETY: `prov` is our provider struct, alive for the whole process; libfabric
-    // only reads its context here.
-    if unsafe { fi::fi_log_enabled(prov, level, subsys.raw()) } == 0 {
+    if !enabled(level, subsys) {
         return;
     }
+    let prov = provider_ptr();
     let func = CString::new(func.replace('\0', "")).unwrap_or_default();
     let msg = CString::new(format!("{}\n", msg.replace('\0', ""))).unwrap_or_default();
     // SAFETY: all pointers are valid NUL-terminated strings for the duration of the
@@ -61,6 +67,13 @@ pub fn info(subsys: Subsys, func: &str, msg: &str) {
 
 pub fn debug(subsys: Subsys, func: &str, msg: &str) {
     emit(fi::FI_LOG_DEBUG, subsys, func, msg);
+}
+
+/// A debug message built only when debug logging is on (per-message paths).
+pub fn debug_with(subsys: Subsys, func: &str, msg: impl FnOnce() -> String) {
+    if enabled(fi::FI_LOG_DEBUG, subsys) {
+        emit(fi::FI_LOG_DEBUG, subsys, func, &msg());
+    }
 }
 
 /// `fi_warn!(Subsys::Cq, "format {}", args)`, mirroring libfabric's FI_WARN.

@@ -734,6 +734,12 @@ impl Engine {
         None
     }
 
+    /// Whether `poll_transmit` may have a datagram (some peer is scheduled); a
+    /// caller may skip reading the clock and polling when not.
+    pub fn wants_transmit(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// When `handle_timeout` must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t: Option<Instant> = None;

@@ -37,15 +37,24 @@ fn recv_n(dev: &mut dyn Device, n: usize) -> Vec<(DevAddr, Vec<u8>)> {
             .recv_batch(n - out.len(), &mut |src, data| out.push((src, data.to_vec())))
             .expect("recv_batch");
         if got == 0 {
-            match dev.wait_fd() {
-                Some(fd) => {
-                    readable(fd, 10);
-                }
-                None => std::thread::sleep(Duration::from_micros(100)),
-            }
+            sleep_on(dev, 10);
         }
     }
     out
+}
+
+/// What every caller does before it sleeps: arm the device, then sleep on its
+/// fd unless input is already waiting.
+fn sleep_on(dev: &mut dyn Device, timeout_ms: i32) {
+    if dev.prepare_wait() {
+        return;
+    }
+    match dev.wait_fd() {
+        Some(fd) => {
+            readable(fd, timeout_ms);
+        }
+        None => std::thread::sleep(Duration::from_micros(100)),
+    }
 }
 
 /// Drains whatever is there now (a short grace period for in-flight datagrams).
@@ -157,10 +166,22 @@ fn lending_and_max((mut a, mut b): Pair) {
 fn wait_fd_wakes((mut a, mut b): Pair) {
     let Some(fd) = b.wait_fd() else { return };
     drain(b.as_mut());
+    assert!(!b.prepare_wait(), "nothing waiting");
     assert!(!readable(fd, 0), "idle device is not readable");
     let dst = b.local_addr();
     send_all(a.as_mut(), &[TxDatagram { dst, data: b"wake" }]);
     assert!(readable(fd, 2000), "wait_fd becomes readable after a send");
+    assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
+    // Data that arrived before the arm: prepare_wait says so (the fd of a device
+    // that arms lazily may not be readable for it).
+    drain(b.as_mut());
+    send_all(a.as_mut(), &[TxDatagram { dst, data: b"early" }]);
+    let deadline = Instant::now() + PATIENCE;
+    let mut noticed = false;
+    while !noticed && Instant::now() < deadline {
+        noticed = b.prepare_wait() || readable(fd, 10);
+    }
+    assert!(noticed, "input that arrived before the arm is noticed");
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
 }
 
@@ -285,6 +306,30 @@ conformance!(fault_udp_zero_rates, {
     let cfg = FaultConfig { seed: 1, ..FaultConfig::default() };
     Some((Box::new(FaultDevice::new(a, cfg)) as Box<dyn Device>, Box::new(FaultDevice::new(b, cfg)) as Box<dyn Device>))
 });
+
+/// A receiver that only polls never arms its ring, so its senders make no
+/// wake-up system call per message; one that prepares to sleep gets exactly one.
+#[test]
+fn shm_polling_receiver_costs_senders_no_wakeups() {
+    let mut a = ShmDevice::new().unwrap();
+    let mut b = ShmDevice::new().unwrap();
+    let dst = b.local_addr();
+    for i in 0..200u32 {
+        send_all(&mut a, &[TxDatagram { dst, data: &i.to_le_bytes() }]);
+        let mut got = 0;
+        while got == 0 {
+            got = b.recv_batch(8, &mut |_, m| assert_eq!(m, i.to_le_bytes())).unwrap();
+        }
+    }
+    assert_eq!(a.stats.wakeups_sent, 0, "no receiver armed, no FIFO writes");
+    let fd = b.wait_fd().unwrap();
+    assert!(!b.prepare_wait());
+    send_all(&mut a, &[TxDatagram { dst, data: b"one" }]);
+    send_all(&mut a, &[TxDatagram { dst, data: b"two" }]);
+    assert!(readable(fd, 2000));
+    assert_eq!(a.stats.wakeups_sent, 1, "one wake-up per arm");
+    assert_eq!(recv_n(&mut b, 2).len(), 2);
+}
 
 fn shm() -> Box<dyn Device> {
     Box::new(ShmDevice::new().expect("shm device"))
@@ -798,6 +843,7 @@ fn auto_routes_by_address_kind() {
     // A mixed batch: each datagram on its route, the source telling which.
     drain(&mut b);
     let fd = b.wait_fd().expect("epoll fd");
+    assert!(!b.prepare_wait());
     assert!(!readable(fd, 0));
     let batch = [
         TxDatagram { dst: b_shm, data: b"s1" },
@@ -815,6 +861,7 @@ fn auto_routes_by_address_kind() {
     );
     // The epoll fd also wakes for the shm half alone.
     drain(&mut b);
+    assert!(!b.prepare_wait());
     assert!(!readable(fd, 0));
     send_all(&mut a, &[TxDatagram { dst: b_shm, data: b"s3" }]);
     assert!(readable(fd, 2000));
@@ -901,9 +948,7 @@ fn shm_child(mode: &str) {
         if let Some(src) = reply {
             send_all(&mut d, &[TxDatagram { dst: src, data: b"pong" }]);
         }
-        if let Some(fd) = d.wait_fd() {
-            readable(fd, 10);
-        }
+        sleep_on(&mut d, 10);
     }
     std::hint::black_box(&buf);
 }
@@ -918,14 +963,14 @@ fn shm_cross_process() {
     let dst = DevAddr::Shm(peer);
     let mut d = ShmDevice::new().unwrap();
     send_all(&mut d, &[TxDatagram { dst, data: b"ping" }]);
-    // Sleep on the wait fd between receive attempts (a receive that finds the
-    // ring empty arms the wake-up); the child's answer must arrive.
+    // Sleep on the wait fd between receive attempts (prepare_wait arms the
+    // wake-up); the child's answer must arrive.
     let fd = d.wait_fd().unwrap();
     let mut got = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while got.is_empty() && Instant::now() < deadline {
         d.recv_batch(8, &mut |src, data| got.push((src, data.to_vec()))).unwrap();
-        if got.is_empty() {
+        if got.is_empty() && !d.prepare_wait() {
             readable(fd, 100);
         }
     }

@@ -201,4 +201,11 @@ impl<N: Device> Device for AutoDevice<N> {
         }
         self.shm.as_ref().and_then(|s| s.wait_fd()).or_else(|| self.net.as_ref().and_then(|n| n.wait_fd()))
     }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Both halves, always: each must be armed before the caller sleeps.
+        let shm = self.shm.as_mut().is_some_and(|s| s.prepare_wait());
+        let net = self.net.as_mut().is_some_and(|n| n.prepare_wait());
+        shm || net
+    }
 }

@@ -336,6 +336,12 @@ impl<D: Device> Device for FaultDevice<D> {
     fn wait_fd(&self) -> Option<RawFd> {
         self.inner.wait_fd()
     }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Held datagrams would otherwise wait as long as the caller sleeps.
+        let _ = self.flush_held();
+        self.inner.prepare_wait()
+    }
 }
 
 #[cfg(test)]

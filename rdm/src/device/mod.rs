@@ -132,8 +132,18 @@ pub trait Device: Send {
     }
 
     /// A file descriptor that becomes readable when `recv_batch` has work; `None` if
-    /// the device can only be polled.
+    /// the device can only be polled. Call [`Device::prepare_wait`] before each
+    /// sleep on it.
     fn wait_fd(&self) -> Option<RawFd>;
+
+    /// The caller is about to sleep on [`Device::wait_fd`]: make sure the fd turns
+    /// readable when data arrives from now on. Returns true when data is already
+    /// waiting (then do not sleep; call `recv_batch`). Devices whose fd is always
+    /// live (a socket) need nothing; shm arms its ring here, so that a receiver
+    /// that only polls costs its senders no wake-up system calls.
+    fn prepare_wait(&mut self) -> bool {
+        false
+    }
 }
 
 /// A boxed device is a device (so decorators such as
@@ -174,5 +184,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn wait_fd(&self) -> Option<RawFd> {
         (**self).wait_fd()
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        (**self).prepare_wait()
     }
 }

@@ -20,11 +20,11 @@
 //!   pid no longer exists is [`DeviceError::Unreachable`]. The owner unlinks its
 //!   files on drop; files of dead processes of this host are removed by the next
 //!   [`ShmDevice::open`].
-//! * **Wake-ups.** When `recv_batch` finds the ring empty it sets an `armed` flag in
-//!   the ring header; the next sender clears it and writes one byte into the
-//!   FIFO, which makes the fd readable. (Cost: one `write` per message for a
-//!   receiver that polls in a loop and so re-arms each time; set
-//!   [`ShmConfig::wait_fd`] to `false` for busy-polling receivers.)
+//! * **Wake-ups.** A receiver about to sleep calls [`Device::prepare_wait`], which
+//!   sets an `armed` flag in the ring header; the next sender clears it and
+//!   writes one byte into the FIFO, which makes the fd readable. A receiver that
+//!   only polls never arms, so neither it nor its senders make a system call per
+//!   message.
 //! * **Remote read** uses `process_vm_readv` (Linux CMA): one copy from the peer
 //!   process straight into the destination. It needs ptrace access to the peer
 //!   (same user, and Yama `ptrace_scope` 0, or a parent); [`ShmDevice::probe_remote_read`]
@@ -480,10 +480,8 @@ pub struct ShmDevice {
     /// Read end of our FIFO (the wait fd).
     fifo_rx: Option<File>,
     /// Our own write end: keeps the FIFO from reporting hang-up when no sender has
-    /// it open, and lets us re-signal ourselves.
-    fifo_self: Option<File>,
-    /// True when we wrote a byte into our own FIFO that is not drained yet.
-    self_signalled: bool,
+    /// it open.
+    _fifo_self: Option<File>,
     /// `process_vm_readv` works in this process at all.
     cma_ok: bool,
     peers: HashMap<ShmAddr, Peer>,
@@ -632,8 +630,7 @@ impl ShmDevice {
             path,
             fifo_path,
             fifo_rx,
-            fifo_self,
-            self_signalled: false,
+            _fifo_self: fifo_self,
             cma_ok: false,
             peers: HashMap::new(),
             touched: Vec::new(),
@@ -739,18 +736,6 @@ impl ShmDevice {
                 }
             }
         }
-        self.self_signalled = false;
-    }
-
-    /// Makes our wait fd readable (data is left that `recv_batch` did not take).
-    fn signal_self(&mut self) {
-        if self.self_signalled {
-            return;
-        }
-        if let Some(tx) = &mut self.fifo_self {
-            let _ = tx.write(&[1]);
-            self.self_signalled = true;
-        }
     }
 
     fn pop_into(&mut self, n: &mut usize, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) {
@@ -835,22 +820,22 @@ impl Device for ShmDevice {
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        // No system call here: a polling receiver never arms the wake-up, so its
+        // senders never write to the FIFO either (see `prepare_wait`).
         let mut n = 0;
         self.pop_into(&mut n, max, deliver);
-        if n < max {
-            // Empty: drain the FIFO, arm, and look again so that a datagram that
-            // arrived meanwhile is not left behind a quiet fd.
-            if self.fifo_rx.is_some() {
-                self.drain_fifo();
-                self.seg.ring.arm();
-                self.pop_into(&mut n, max, deliver);
-            }
-        }
-        if n == max && max > 0 && self.seg.ring.ready() {
-            self.signal_self();
-        }
         self.stats.received += n as u64;
         Ok(n)
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Drain old wake-ups, arm, and look again so that a datagram pushed before
+        // the arm (whose sender saw no flag) is not left behind a quiet fd.
+        if self.fifo_rx.is_some() {
+            self.drain_fifo();
+            self.seg.ring.arm();
+        }
+        self.seg.ring.ready()
     }
 
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
