@@ -62,6 +62,9 @@ fn peek_len(s: &Stack, p: u64, tag: u64, flags: u64) -> usize {
 }
 
 fn run(domain: &str, cma: bool) {
+    // A threshold of 16 KiB (not the default) so that the sizes below sit on
+    // both sides of it; the peer inherits it.
+    std::env::set_var("FI_RDMX_RNDV_THRESHOLD", "16384");
     init();
     let s = Stack::open_caps(Some(domain), fi::FI_AV_MAP, fi::FI_DIRECTED_RECV, 0);
     let log = std::env::temp_dir().join(format!("rdmx-rndv-{domain}-{cma}-{}.log", std::process::id()));
