@@ -4,7 +4,9 @@
 //! * Each datagram is routed by its address: [`DevAddr::Shm`] to the shm device,
 //!   anything else to the network device. The provider decides which address of a
 //!   peer to use (its shm address when the peer's host id equals ours).
-//! * `recv_batch` drains both, alternating which goes first.
+//! * `recv_batch` drains both, alternating which goes first; after an empty
+//!   network poll it skips the network half for a few calls (a socket poll is
+//!   a system call; the shm ring is a memory read).
 //! * `caps()` is the conservative combination (reliable / ordered only when there
 //!   is no network half; `remote_read` false); the caps of the device that
 //!   carries a given address are [`Device::caps_for`].
@@ -28,7 +30,15 @@ pub struct AutoDevice<N: Device = UdpDevice> {
     /// when it is closed, so drop order does not matter).
     epoll: Option<Epoll>,
     shm_first: bool,
+    /// Network polls still to skip (see `recv_batch`).
+    net_skip: u32,
 }
+
+/// After a network poll that found nothing, this many `recv_batch` calls leave
+/// the network half alone: polling it is a system call (`recvmmsg`), ten times
+/// the cost of looking at the shm ring, and would otherwise set the latency of
+/// on-host traffic. Off-host datagrams wait at most this many (cheap) calls.
+const NET_SKIP_AFTER_EMPTY: u32 = 7;
 
 impl<N: Device> AutoDevice<N> {
     /// Combines the two halves; at least one must be present.
@@ -54,7 +64,7 @@ impl<N: Device> AutoDevice<N> {
         } else {
             None
         };
-        Ok(AutoDevice { shm, net, epoll, shm_first: false })
+        Ok(AutoDevice { shm, net, epoll, shm_first: false, net_skip: 0 })
     }
 
     pub fn shm(&self) -> Option<&ShmDevice> {
@@ -169,7 +179,17 @@ impl<N: Device> Device for AutoDevice<N> {
                 }
             } else {
                 match &mut self.net {
-                    Some(d) => d.recv_batch(max - n, deliver)?,
+                    Some(_) if self.net_skip > 0 => {
+                        self.net_skip -= 1;
+                        0
+                    }
+                    Some(d) => {
+                        let got = d.recv_batch(max - n, deliver)?;
+                        if got == 0 && self.shm.is_some() {
+                            self.net_skip = NET_SKIP_AFTER_EMPTY;
+                        }
+                        got
+                    }
                     None => 0,
                 }
             };
