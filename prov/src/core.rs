@@ -455,7 +455,7 @@ impl EpState {
         if !args.inject && total >= params().rndv_threshold && r.rndv_possible(peer) {
             return self.send_rts(peer, header, &args, total, op_flags, completion);
         }
-        let token = r.tx_ops.insert(TxOp { context: args.context, flags: op_flags, len: total, completion, rndv: None });
+        let token = r.tx_ops.insert(TxOp::new(args.context, op_flags, total, completion, None));
         crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
         let hdr = header.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -465,11 +465,7 @@ impl EpState {
         if let Err(e) = r.engine.send(now(), peer, &parts[..=n], token as u64) {
             r.tx_ops.remove(token);
             self.progress();
-            return Err(match e {
-                rdm::engine::SendError::WouldBlock => Error::Again,
-                #[allow(unreachable_patterns)]
-                other => Error::Io(other.to_string()),
-            });
+            return Err(e.into());
         }
         self.progress();
         Ok(())
@@ -696,7 +692,7 @@ impl EpState {
 
     /// Reports a receive whose bytes have landed (`written` of `msg_len`), or
     /// failed with `err`.
-    pub(crate) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<i32>) {
+    pub(crate) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<u32>) {
         let truncated = err.is_none() && l.msg_len > written;
         let c = Completion {
             op_context: l.context,
@@ -707,7 +703,7 @@ impl EpState {
             tag: l.tag,
             src: l.src,
             err: if let Some(e) = err {
-                Some(CompletionError { err: e, olen: 0, prov_errno: e, src_addr: None })
+                Some(CompletionError::new(e))
             } else if truncated {
                 Some(CompletionError { olen: l.msg_len - written, ..CompletionError::new(fi::FI_ETRUNC) })
             } else if l.src_err.is_some() {

@@ -60,6 +60,14 @@ impl Error {
     }
 }
 
+impl From<rdm::engine::SendError> for Error {
+    fn from(e: rdm::engine::SendError) -> Error {
+        match e {
+            rdm::engine::SendError::WouldBlock => Error::Again,
+        }
+    }
+}
+
 impl From<rdm::DeviceError> for Error {
     fn from(e: rdm::DeviceError) -> Self {
         match e {

@@ -125,11 +125,7 @@ impl EpState {
         if let Err(e) = r.engine.send(now(), peer, &[&wire[..n]], RTS_TOKEN | token as u64) {
             r.tx_ops.remove(token);
             self.progress();
-            return Err(match e {
-                rdm::engine::SendError::WouldBlock => crate::error::Error::Again,
-                #[allow(unreachable_patterns)]
-                other => crate::error::Error::Io(other.to_string()),
-            });
+            return Err(e.into());
         }
         r.rndv.rts_sent += 1;
         self.progress();
@@ -187,7 +183,7 @@ impl EpState {
             Some(e) => {
                 fi_warn!(Subsys::EpData, "rendezvous read from {dev:?} failed after {read} bytes: {e}");
                 r.send_fin(peer, rts.req, FinStatus::Failed, read);
-                self.finish_recv(&l, read as usize, Some(fi::FI_EIO as i32));
+                self.finish_recv(&l, read as usize, Some(fi::FI_EIO));
             }
         }
     }

@@ -79,11 +79,7 @@ impl EpState {
         let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + extra.len());
         parts.push(&hdr[..header.len()]);
         parts.extend_from_slice(extra);
-        r.engine.send(now(), peer, &parts, RMA_TOKEN | req).map_err(|e| match e {
-            rdm::engine::SendError::WouldBlock => Error::Again,
-            #[allow(unreachable_patterns)]
-            other => Error::Io(other.to_string()),
-        })?;
+        r.engine.send(now(), peer, &parts, RMA_TOKEN | req)?;
         entry.insert(RmaOp { kind, context: args.context, result: args.result, len, completion });
         r.rma_started += 1;
         self.progress();

@@ -27,6 +27,7 @@
 //! receiver echoes it and never interprets it.
 
 use crate::header::{HeaderError, MsgHeader, MsgKind};
+use crate::rma::u64_at;
 
 pub(crate) const RTS: u8 = 8;
 pub(crate) const FIN: u8 = 9;
@@ -178,14 +179,6 @@ pub fn encode_push(req: u64) -> [u8; PUSH_HEADER_LEN] {
     h[0] = PUSH;
     h[8..16].copy_from_slice(&req.to_le_bytes());
     h
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        a.copy_from_slice(s);
-    }
-    u64::from_le_bytes(a)
 }
 
 /// Pairs pieces of a gather list with pieces of a scatter list: calls

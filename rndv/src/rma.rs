@@ -80,7 +80,8 @@ pub enum Packet<'a> {
     Push { req: u64, payload: &'a [u8] },
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// The little-endian u64 at `at`, or 0 past the end (callers check lengths).
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     if let Some(s) = b.get(at..at + 8) {
         a.copy_from_slice(s);
