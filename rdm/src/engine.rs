@@ -329,7 +329,6 @@ struct PendingMsg {
 /// whose idle state must stay small) for the next peer that becomes busy: a
 /// ping-pong peer goes idle after every message, and would otherwise free and
 /// regrow its queues each time.
-#[derive(Default)]
 struct SpareQueues {
     unacked: VecDeque<TxSeg>,
     pending: VecDeque<PendingMsg>,
@@ -580,25 +579,19 @@ impl Engine {
         if !hot.pending.is_empty() && hot.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
-        let mut data = match self.tx_pool.pop() {
-            Some(d) => d,
-            None => Arc::new(self.pool.pop().unwrap_or_default()),
-        };
-        if Arc::get_mut(&mut data).is_none() {
-            // Pooled buffers are unshared; should one not be, leave it be.
-            data = Arc::new(Vec::new());
-        }
-        if let Some(buf) = Arc::get_mut(&mut data) {
-            buf.clear();
-            buf.reserve(len);
-            for p in parts {
-                buf.extend_from_slice(p);
-            }
+        let pool = &mut self.pool;
+        let mut data = self.tx_pool.pop().unwrap_or_else(|| Arc::new(pool.pop().unwrap_or_default()));
+        // Never clones: only unshared buffers enter the pool.
+        let buf = Arc::make_mut(&mut data);
+        buf.clear();
+        buf.reserve(len);
+        for p in parts {
+            buf.extend_from_slice(p);
         }
         let hot = &mut self.hot[h as usize];
         if !hot.busy() {
             hot.last_heard = now;
-            if hot.unacked.capacity() == 0 && hot.to_send.is_empty() && hot.to_send.capacity() == 0 {
+            if hot.unacked.capacity() == 0 && hot.to_send.capacity() == 0 {
                 if let Some(spare) = self.spare_queues.pop() {
                     hot.unacked = spare.unacked;
                     hot.pending = spare.pending;
@@ -1008,9 +1001,11 @@ impl Engine {
             let s = hot.srtt.unwrap_or(r);
             hot.rto = (s + (hot.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
         }
-        if advanced && !hot.busy() && hot.to_send.is_empty() {
+        if advanced && !hot.busy() {
             // Idle again: give back what a burst grew, so an idle peer stays small;
-            // queues of a modest size go to the engine's spares for reuse.
+            // queues of a modest size go to the engine's spares for reuse. With
+            // nothing unacknowledged, what `to_send` still lists is stale.
+            hot.to_send.clear();
             let spare = SpareQueues {
                 unacked: std::mem::take(&mut hot.unacked),
                 pending: std::mem::take(&mut hot.pending),

@@ -98,7 +98,6 @@ impl<N: Device> AutoDevice<N> {
         matches!(addr, DevAddr::Shm(_))
     }
 
-
     /// Sends `run` (all to the same half) through that half.
     fn send_run(&mut self, shm: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         match (shm, &mut self.shm, &mut self.net) {
@@ -223,6 +222,9 @@ impl<N: Device> Device for AutoDevice<N> {
     }
 
     fn prepare_wait(&mut self) -> bool {
+        // A sleeper's next receive must look at the socket (the epoll fd would
+        // otherwise report network input that recv_batch then skips).
+        self.net_skip = 0;
         // Both halves, always: each must be armed before the caller sleeps.
         let shm = self.shm.as_mut().is_some_and(|s| s.prepare_wait());
         let net = self.net.as_mut().is_some_and(|n| n.prepare_wait());

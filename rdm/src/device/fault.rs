@@ -326,7 +326,7 @@ impl<D: Device> Device for FaultDevice<D> {
     }
 
     fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
-        self.inner.caps_for(peer)
+        DeviceCaps { reliable: false, ordered: false, ..self.inner.caps_for(peer) }
     }
 
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {

@@ -803,7 +803,7 @@ impl Device for ShmDevice {
             }
         }
         // Wake the receivers that asked for it (Dekker with the consumer's
-        // arm-then-recheck in recv_batch: one of the two sees the other).
+        // arm-then-recheck in prepare_wait: one of the two sees the other).
         fence(Ordering::SeqCst);
         for a in &touched {
             if let Some(p) = self.peers.get_mut(a) {
@@ -1199,7 +1199,7 @@ mod loom_tests {
         });
     }
 
-    /// The wake-up handshake of `send_batch` / `recv_batch`, with a counter for
+    /// The wake-up handshake of `send_batch` / `prepare_wait`, with a counter for
     /// the FIFO: a consumer that goes to sleep with a datagram in its ring always
     /// has a wake-up byte to read.
     fn wakeup(producers: u32, preemptions: usize) {
@@ -1220,7 +1220,7 @@ mod loom_tests {
                     })
                 })
                 .collect();
-            // recv_batch: pop; if short, drain the FIFO, arm, pop again.
+            // The consumer: pop; if short, prepare_wait (drain the FIFO, arm) and pop again.
             let pop_all = || {
                 let mut k = 0;
                 while r.pop(&mut |_, _, _| {}) {
