@@ -11,6 +11,8 @@
 //! [`UdpConfig::gro`], [`UdpDevice::offloads`]): a run of equal-size datagrams to
 //! one destination leaves as one `UDP_SEGMENT` (GSO) send, and a coalesced
 //! `UDP_GRO` receive is split back into the original datagrams, boundaries intact.
+//! Datagrams of a coalesced receive beyond a call's `max` wait for the next call;
+//! [`Device::prepare_wait`] reports them (the socket is no longer readable).
 //!
 //! Choosing the local address ([`UdpDevice::open`]): a device address must be
 //! something peers can send to, so a *wildcard* bind address (`0.0.0.0` / `::`) is
@@ -20,8 +22,6 @@
 #![allow(unsafe_code)]
 
 use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{setsockopt, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -127,8 +127,6 @@ pub struct UdpDevice {
     rxs: Box<RxScratch>,
     /// The `sendmmsg` vector.
     txs: Box<TxScratch>,
-    /// With GRO: keeps the wait fd readable while received datagrams are held back.
-    wake: Option<Wake>,
     pub stats: UdpStats,
 }
 
@@ -265,35 +263,6 @@ impl RxScratch {
 
     fn pending(&self) -> bool {
         self.next < self.got
-    }
-}
-
-/// With GRO, `recv_batch` may keep datagrams of a coalesced message for the next
-/// call; the socket is then no longer readable. The wait fd is an epoll fd over the
-/// socket and an eventfd that is kept signalled while anything is held back.
-struct Wake {
-    epoll: Epoll,
-    event: EventFd,
-    signalled: bool,
-}
-
-impl Wake {
-    fn new(sock: &Socket) -> nix::Result<Wake> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-        let event = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-        epoll.add(sock, EpollEvent::new(EpollFlags::EPOLLIN, 0))?;
-        epoll.add(&event, EpollEvent::new(EpollFlags::EPOLLIN, 1))?;
-        Ok(Wake { epoll, event, signalled: false })
-    }
-
-    /// Signalled exactly while `pending`.
-    fn sync(&mut self, pending: bool) {
-        if pending && !self.signalled {
-            self.signalled = self.event.write(1).is_ok();
-        } else if !pending && self.signalled {
-            let _ = self.event.read();
-            self.signalled = false;
-        }
     }
 }
 
@@ -547,10 +516,6 @@ impl UdpDevice {
         // route's device can do it shows only on the first GSO send (see send_batch).
         let gso = cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok();
         let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
-        let wake = match gro {
-            true => Some(Wake::new(&sock).map_err(|e| DeviceError::io("epoll / eventfd", e.into()))?),
-            false => None,
-        };
         Ok(UdpDevice {
             sock,
             local,
@@ -560,7 +525,6 @@ impl UdpDevice {
             rx: vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice(),
             rxs: RxScratch::new(),
             txs: TxScratch::new(),
-            wake,
             stats: UdpStats::default(),
         })
     }
@@ -875,20 +839,17 @@ impl Device for UdpDevice {
             }
         }
         self.stats.received += delivered as u64;
-        let pending = self.rxs.pending();
-        if let Some(w) = &mut self.wake {
-            w.sync(pending);
-        }
         result.map(|()| delivered)
     }
 
-    /// The socket; with GRO an epoll fd over the socket and an eventfd that is
-    /// signalled while `recv_batch` holds datagrams back.
     fn wait_fd(&self) -> Option<RawFd> {
-        match &self.wake {
-            Some(w) => Some(w.epoll.0.as_raw_fd()),
-            None => Some(self.sock.as_raw_fd()),
-        }
+        Some(self.sock.as_raw_fd())
+    }
+
+    /// With GRO, `recv_batch` may keep datagrams of a coalesced message for the
+    /// next call, and the socket is then no longer readable for them.
+    fn prepare_wait(&mut self) -> bool {
+        self.rxs.pending()
     }
 }
 
