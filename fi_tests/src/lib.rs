@@ -198,6 +198,12 @@ impl Stack {
     }
 
     pub fn open_with(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64) -> Stack {
+        let cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 128, ..Default::default() };
+        Stack::open_with_cq(info, av_type, cq_bind_flags, cq_attr)
+    }
+
+    /// Like [`Stack::open_with`] with the CQ opened from `cq_attr` (a wait object).
+    pub fn open_with_cq(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, mut cq_attr: fi::fi_cq_attr) -> Stack {
         unsafe {
             let mut fabric = null_mut();
             assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -206,7 +212,6 @@ impl Stack {
             let mut av_attr = fi::fi_av_attr { type_: av_type, ..Default::default() };
             let mut av = null_mut();
             assert_eq!(fi::fi_av_open(domain, &mut av_attr, &mut av, null_mut()), 0);
-            let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 128, ..Default::default() };
             let mut cq = null_mut();
             assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
             let mut ep = null_mut();

@@ -18,34 +18,18 @@ fn wait_fd_cq_sleeps_and_wakes_on(dev: &str) {
     h.set_domain_name(dev);
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
     let a = Stack::open(Some(dev), fi::FI_AV_MAP);
+    let cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+    let b = Stack::open_with_cq(info, fi::FI_AV_MAP, 0, cq_attr);
+    let b_at_a = a.insert(&b.name());
     unsafe {
-        let mut fabric = null_mut();
-        assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
-        let mut domain = null_mut();
-        assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
-        let mut av_attr = fi::fi_av_attr { type_: fi::FI_AV_MAP, ..Default::default() };
-        let mut av = null_mut();
-        assert_eq!(fi::fi_av_open(domain, &mut av_attr, &mut av, null_mut()), 0);
-        let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_MSG, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
-        let mut cq = null_mut();
-        assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
-        let mut ep = null_mut();
-        assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
-        assert_eq!(fi::fi_ep_bind(ep, &mut (*av).fid, 0), 0);
-        assert_eq!(fi::fi_ep_bind(ep, &mut (*cq).fid, (fi::FI_TRANSMIT | fi::FI_RECV) as u64), 0);
-        assert_eq!(fi::fi_enable(ep), 0);
         let mut fd: libc::c_int = -1;
-        assert_eq!(fi::fi_control(&mut (*cq).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);
+        assert_eq!(fi::fi_control(&mut (*b.cq).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);
         assert!(fd >= 0);
-        let mut name = vec![0u8; 64];
-        let mut len = name.len();
-        assert_eq!(fi::fi_getname(&mut (*ep).fid, name.as_mut_ptr() as *mut _, &mut len), 0);
-        let b_at_a = a.insert(&name[..len]);
         let mut buf = [0u8; 8];
-        assert_eq!(fi::fi_recv(ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
         // Nothing pending: trywait says sleeping is safe, and the fd stays quiet.
-        let mut fids = [&mut (*cq).fid as *mut fi::fid];
-        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0);
+        let mut fids = [&mut (*b.cq).fid as *mut fi::fid];
+        assert_eq!(fi::fi_trywait(b.fabric, fids.as_mut_ptr(), 1), 0);
         let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         assert_eq!(libc::poll(&mut pfd, 1, 50), 0);
         // A message arrives: the fd wakes the sleeper, then the read finds it.
@@ -59,10 +43,10 @@ fn wait_fd_cq_sleeps_and_wakes_on(dev: &str) {
             }
         }
         assert!(woke, "{dev}: the CQ fd never became readable");
-        let mut e = fi::fi_cq_msg_entry::default();
+        let mut e = fi::fi_cq_tagged_entry::default();
         let mut n = 0;
         for _ in 0..1000 {
-            n = fi::fi_cq_read(cq, &mut e as *mut _ as *mut _, 1);
+            n = fi::fi_cq_read(b.cq, &mut e as *mut _ as *mut _, 1);
             if n == 1 {
                 break;
             }
@@ -70,10 +54,5 @@ fn wait_fd_cq_sleeps_and_wakes_on(dev: &str) {
         }
         assert_eq!(n, 1);
         assert_eq!(&buf, b"wake up!");
-        assert_eq!(fi::fi_close(&mut (*ep).fid), 0);
-        assert_eq!(fi::fi_close(&mut (*cq).fid), 0);
-        assert_eq!(fi::fi_close(&mut (*av).fid), 0);
-        assert_eq!(fi::fi_close(&mut (*domain).fid), 0);
-        assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
     }
 }
