@@ -176,6 +176,8 @@ pub struct Stack {
     pub av: *mut fi::fid_av,
     pub cq: *mut fi::fid_cq,
     pub ep: *mut fi::fid_ep,
+    /// An EQ bound to the endpoint ([`Stack::open_with_eq`]), else null.
+    pub eq: *mut fi::fid_eq,
 }
 
 impl Stack {
@@ -202,8 +204,24 @@ impl Stack {
         Stack::open_with_cq(info, av_type, cq_bind_flags, cq_attr)
     }
 
+    /// Like [`Stack::open`] with an EQ (`FI_WAIT_UNSPEC`) bound to the endpoint.
+    pub fn open_with_eq(domain_name: Option<&str>, av_type: fi::fi_av_type) -> Stack {
+        let mut h = Hints::rdm();
+        if let Some(d) = domain_name {
+            h.set_domain_name(d);
+        }
+        h.get().caps |= fi::FI_DIRECTED_RECV;
+        let info = getinfo(None, None, 0, Some(&h)).expect("fi_getinfo");
+        let cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 128, ..Default::default() };
+        Stack::open_full(info, av_type, 0, cq_attr, true)
+    }
+
     /// Like [`Stack::open_with`] with the CQ opened from `cq_attr` (a wait object).
-    pub fn open_with_cq(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, mut cq_attr: fi::fi_cq_attr) -> Stack {
+    pub fn open_with_cq(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, cq_attr: fi::fi_cq_attr) -> Stack {
+        Stack::open_full(info, av_type, cq_bind_flags, cq_attr, false)
+    }
+
+    fn open_full(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, mut cq_attr: fi::fi_cq_attr, with_eq: bool) -> Stack {
         unsafe {
             let mut fabric = null_mut();
             assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -218,8 +236,14 @@ impl Stack {
             assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
             assert_eq!(fi::fi_ep_bind(ep, &mut (*av).fid, 0), 0);
             assert_eq!(fi::fi_ep_bind(ep, &mut (*cq).fid, (fi::FI_TRANSMIT | fi::FI_RECV) as u64 | cq_bind_flags), 0);
+            let mut eq = null_mut();
+            if with_eq {
+                let mut eq_attr = fi::fi_eq_attr { size: 16, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+                assert_eq!(fi::fi_eq_open(fabric, &mut eq_attr, &mut eq, null_mut()), 0);
+                assert_eq!(fi::fi_ep_bind(ep, &mut (*eq).fid, 0), 0);
+            }
             assert_eq!(fi::fi_enable(ep), 0);
-            Stack { info, fabric, domain, av, cq, ep }
+            Stack { info, fabric, domain, av, cq, ep, eq }
         }
     }
 
@@ -268,6 +292,9 @@ impl Drop for Stack {
     fn drop(&mut self) {
         unsafe {
             assert_eq!(fi::fi_close(&mut (*self.ep).fid), 0);
+            if !self.eq.is_null() {
+                assert_eq!(fi::fi_close(&mut (*self.eq).fid), 0);
+            }
             assert_eq!(fi::fi_close(&mut (*self.av).fid), 0);
             assert_eq!(fi::fi_close(&mut (*self.cq).fid), 0);
             assert_eq!(fi::fi_close(&mut (*self.domain).fid), 0);

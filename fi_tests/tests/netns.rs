@@ -3,6 +3,11 @@
 //! (nftables `numgen`) and rdmx's fault-injecting device duplicating and
 //! reordering, data verified (`-c`). Needs root (CI runs as root); elsewhere the
 //! test says so and returns.
+//!
+//! Each namespace is a "host" as a new user's machines are: its own host name (a
+//! UTS namespace), and an `/etc/hosts` (through `ip netns exec`'s
+//! `/etc/netns/<ns>/hosts`) that maps that name to `127.0.1.1`, as Debian's default
+//! does. rdmx must not advertise that loopback address.
 use fi_tests::procs::{self, text};
 use std::process::Command;
 
@@ -10,6 +15,8 @@ const NS_A: &str = "rdmx_t_a";
 const NS_B: &str = "rdmx_t_b";
 const IP_A: &str = "10.199.7.1";
 const IP_B: &str = "10.199.7.2";
+const HOST_A: &str = "rdmx-host-a";
+const HOST_B: &str = "rdmx-host-b";
 
 fn sh(cmd: &str) -> bool {
     Command::new("sh").arg("-c").arg(cmd).status().map(|s| s.success()).unwrap_or(false)
@@ -27,6 +34,9 @@ impl Namespaces {
         Self::destroy();
         let script = format!(
             "set -e
+             mkdir -p /etc/netns/{NS_A} /etc/netns/{NS_B}
+             printf '127.0.0.1 localhost\\n127.0.1.1 {HOST_A}\\n' > /etc/netns/{NS_A}/hosts
+             printf '127.0.0.1 localhost\\n127.0.1.1 {HOST_B}\\n' > /etc/netns/{NS_B}/hosts
              ip netns add {NS_A}; ip netns add {NS_B}
              ip link add rdmxv_a type veth peer name rdmxv_b
              ip link set rdmxv_a netns {NS_A}; ip link set rdmxv_b netns {NS_B}
@@ -44,7 +54,7 @@ impl Namespaces {
     }
 
     fn destroy() {
-        sh(&format!("ip netns del {NS_A} 2>/dev/null; ip netns del {NS_B} 2>/dev/null; true"));
+        sh(&format!("ip netns del {NS_A} 2>/dev/null; ip netns del {NS_B} 2>/dev/null; rm -rf /etc/netns/{NS_A} /etc/netns/{NS_B}; true"));
     }
 }
 
@@ -90,4 +100,46 @@ fn pingpong_across_namespaces_with_kernel_drops_and_injected_dup_reorder() {
         println!("{ns}: nftables dropped {dropped} UDP datagrams");
         assert!(dropped > 0, "no datagram was dropped in {ns}:\n{rules}");
     }
+}
+
+/// `ip netns exec <ns>` into a new UTS namespace named `host`, with every
+/// `FI_RDMX_*` variable removed: the program runs as on a fresh machine.
+fn as_host(ns: &'static str, host: &'static str) -> Vec<&'static str> {
+    vec![
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "unshare",
+        "--uts",
+        "sh",
+        "-c",
+        host_script(host),
+        "sh",
+    ]
+}
+
+fn host_script(host: &'static str) -> &'static str {
+    let s = format!(
+        "hostname {host} && for v in $(env | sed -n 's/^\\(FI_RDMX_[A-Z_]*\\)=.*/\\1/p'); do unset $v; done; \
+         test \"$(getent hosts {host} | cut -d' ' -f1)\" = 127.0.1.1 || {{ echo 'hosts file not in effect' >&2; exit 99; }}; exec \"$@\""
+    );
+    Box::leak(s.into_boxed_str())
+}
+
+/// The defect a new user met: no rdmx variable at all, host names that resolve to
+/// loopback; the server must advertise its veth address, or the client hangs.
+#[test]
+fn pingpong_across_namespaces_with_no_rdmx_variable() {
+    fi_tests::init();
+    let Some(_ns) = Namespaces::create(0) else { return };
+    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "rdmx")], 47622, IP_A, &as_host(NS_A, HOST_A), &as_host(NS_B, HOST_B));
+    let (st, ct) = (text(&s), text(&c));
+    assert!(c.status.success(), "client failed:\n{ct}\nserver:\n{st}");
+    assert!(s.status.success(), "server failed:\n{st}");
+    // The choice was logged, and it was the veth address on both sides.
+    assert!(st.contains(&format!("UDP address {IP_A} on rdmxv_a")), "server log:\n{st}");
+    assert!(ct.contains(&format!("UDP address {IP_B} on rdmxv_b")), "client log:\n{ct}");
+    let lines = ct.lines().filter(|l| l.contains("usec/xfer")).count() + ct.lines().filter(|l| l.starts_with("bytes") || l.contains("MB/sec")).count();
+    assert!(lines > 0, "no results printed:\n{ct}");
 }

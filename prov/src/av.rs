@@ -7,6 +7,7 @@ use crate::domain::{self, Domain};
 use crate::entry::{entry, entry_unsupported, non_null};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
+use crate::log::{fi_warn, Subsys};
 use libfabric_sys as fi;
 use parking_lot::RwLock;
 use std::collections::BTreeSet;
@@ -31,6 +32,23 @@ pub struct AvTable {
 
 const EMPTY: [u8; ADDR_LEN] = [0; ADDR_LEN];
 
+/// A peer on another host that advertises a loopback UDP address cannot be
+/// reached: our datagrams to it would go to ourselves. That is the signature of a
+/// peer started with an old rdmx, or with `FI_RDMX_IFACE=lo`, on another machine;
+/// say so by name instead of letting the job hang until the peer timeout.
+fn warn_if_unreachable_loopback(a: &RdmxAddr) {
+    let Some(udp) = a.udp else { return };
+    let other_host = a.host_id != 0 && a.host_id != rdm::device::host::host_id();
+    if other_host && udp.ip().is_loopback() {
+        fi_warn!(
+            Subsys::Av,
+            "AV address {} is a loopback address of another host ({:016x}): rdmx cannot reach it; set FI_RDMX_IFACE on that host to an interface this host can reach",
+            a.to_uri(),
+            a.host_id
+        );
+    }
+}
+
 impl AvTable {
     pub fn get(&self, fi_addr: u64) -> Option<RdmxAddr> {
         let slot = self.slots.get(usize::try_from(fi_addr).ok()?)?;
@@ -38,6 +56,7 @@ impl AvTable {
     }
 
     pub fn insert(&mut self, a: RdmxAddr) -> u64 {
+        warn_if_unreachable_loopback(&a);
         self.generation += 1;
         let bytes = a.encode();
         match self.free.pop_first() {

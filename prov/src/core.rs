@@ -95,6 +95,9 @@ pub(crate) struct TxOp {
     flags: u64,
     len: usize,
     completion: bool,
+    /// An `fi_inject*` call: it has no context, so a failure cannot go to a CQ
+    /// (OpenMPI dereferences the context of every error entry).
+    inject: bool,
     /// A long message announced by a ready-to-send: the send completes when the
     /// receiver's `Fin` arrives (see [`crate::rendezvous`]).
     pub(crate) rndv: Option<crate::rendezvous::RndvTx>,
@@ -102,7 +105,7 @@ pub(crate) struct TxOp {
 
 impl TxOp {
     pub(crate) fn new(context: usize, flags: u64, len: usize, completion: bool, rndv: Option<crate::rendezvous::RndvTx>) -> TxOp {
-        TxOp { context, flags, len, completion, rndv }
+        TxOp { context, flags, len, completion, inject: false, rndv }
     }
 }
 
@@ -203,6 +206,9 @@ pub struct EpState {
     pub write_cntr: Option<Arc<CntrShared>>,
     pub rread_cntr: Option<Arc<CntrShared>>,
     pub rwrite_cntr: Option<Arc<CntrShared>>,
+    /// The EQ bound to the endpoint, and the endpoint's fid for its error
+    /// events: where failures without an operation context are reported.
+    pub eq: Option<(Arc<crate::eq::EqQueue>, usize)>,
     /// The domain's registrations (RMA targets) and whether RMA addresses are
     /// virtual addresses (FI_MR_VIRT_ADDR) or offsets into the registration.
     pub mr_keys: Arc<Mutex<KeyTable>>,
@@ -256,6 +262,7 @@ impl EpShared {
                 write_cntr: None,
                 rread_cntr: None,
                 rwrite_cntr: None,
+                eq: None,
                 mr_keys,
                 mr_virt_addr,
                 min_multi_recv: 0,
@@ -455,7 +462,7 @@ impl EpState {
         if !args.inject && total >= params().rndv_threshold && r.rndv_possible(peer) {
             return self.send_rts(peer, header, &args, total, op_flags, completion);
         }
-        let token = r.tx_ops.insert(TxOp::new(args.context, op_flags, total, completion, None));
+        let token = r.tx_ops.insert(TxOp { inject: args.inject, ..TxOp::new(args.context, op_flags, total, completion, None) });
         crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
         let hdr = header.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -758,11 +765,7 @@ impl EpState {
                 }
                 self.complete_send(token, Some(fi::FI_EIO as i32));
             }
-            Event::PeerUnreachable { peer } => {
-                if let Some(r) = self.running.as_ref() {
-                    fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.peer_addr(peer));
-                }
-            }
+            Event::PeerUnreachable { peer } => self.fail_peer(peer),
             #[allow(unreachable_patterns)]
             _ => {}
         }
@@ -787,7 +790,9 @@ impl EpState {
         }
         let Some(r) = self.running.as_mut() else { return };
         let Some(op) = r.tx_ops.try_remove(token as usize) else { return };
-        if op.completion || err.is_some() {
+        if let (true, Some(e)) = (op.inject, err) {
+            self.report_contextless_error("fi_inject", e);
+        } else if op.completion || err.is_some() {
             if let Some(b) = &self.tx_cq {
                 b.cq.push(Completion {
                     op_context: op.context,
@@ -804,6 +809,55 @@ impl EpState {
             } else {
                 c.inc();
             }
+        }
+    }
+
+    /// A failure of an operation that has no context (an inject): the send
+    /// counter's error count, an EQ error event if an EQ is bound, and the log.
+    /// Never a CQ entry: its `op_context` would be NULL, and MPI libraries
+    /// dereference the context of every error entry.
+    pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
+        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the send counter)", std::io::Error::from_raw_os_error(err));
+        if let Some((eq, fid)) = &self.eq {
+            eq.push_error(*fid, err as u32);
+        }
+    }
+
+    /// The engine declared `peer` unreachable (it stayed silent past
+    /// `FI_RDMX_PEER_TIMEOUT`, or the kernel reported it unreachable): its pending
+    /// sends have already failed; receives directed at it alone can never
+    /// complete, so they fail too (`FI_EHOSTUNREACH`), and an EQ error event
+    /// names the failure for applications that wait on nothing else.
+    fn fail_peer(&mut self, peer: PeerId) {
+        let Some(r) = self.running.as_mut() else { return };
+        fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.peer_addr(peer));
+        let posts = r.matcher.take_posted_from(peer);
+        let mut failed = Vec::with_capacity(posts.len());
+        for post in posts {
+            if let Some(op) = r.rx_ops.try_remove(post.token as usize) {
+                let kind_flag = match post.kind {
+                    MsgKind::Msg => fi::FI_MSG as u64,
+                    MsgKind::Tagged => fi::FI_TAGGED as u64,
+                };
+                failed.push(Completion {
+                    op_context: op.context,
+                    flags: fi::FI_RECV as u64 | kind_flag,
+                    tag: post.tag,
+                    err: Some(CompletionError::new(fi::FI_EHOSTUNREACH)),
+                    ..Completion::default()
+                });
+            }
+        }
+        for c in failed {
+            if let Some(cntr) = &self.recv_cntr {
+                cntr.inc_err();
+            }
+            if let Some(b) = &self.rx_cq {
+                b.cq.push(c);
+            }
+        }
+        if let Some((eq, fid)) = &self.eq {
+            eq.push_error(*fid, fi::FI_EHOSTUNREACH);
         }
     }
 
@@ -869,6 +923,9 @@ impl EpState {
                         break;
                     }
                 }
+            }
+            while let Some(addr) = device.poll_unreachable() {
+                engine.handle_unreachable(addr);
             }
         }
         if let Some(deadline) = r.engine.poll_timeout() {

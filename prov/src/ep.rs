@@ -349,6 +349,7 @@ entry! {
                 if bound.eq.is_none() {
                     eq.bound.get();
                     bound.eq = Some(eq);
+                    st.eq = Some((eq.shared.clone(), &ep.fid as *const _ as usize));
                 }
             }
             _ => return Err(Error::Inval("cannot bind this object to an endpoint")),

@@ -8,6 +8,7 @@ use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 struct Event {
@@ -25,8 +26,29 @@ pub struct Eq {
     pub fid: fi::fid_eq,
     fabric: *const fabric::Fabric,
     pub bound: Refs,
+    pub shared: Arc<EqQueue>,
+}
+
+/// The queue of an EQ, shared with the endpoints bound to it: they report there
+/// the errors that have no operation context to carry them to a CQ (a failed
+/// `fi_inject`, a peer declared unreachable).
+#[derive(Default)]
+pub struct EqQueue {
     queue: Mutex<VecDeque<Event>>,
     cond: Condvar,
+}
+
+impl EqQueue {
+    /// Queues an error event for `fid` (the endpoint) with a positive `FI_E*`.
+    pub fn push_error(&self, fid: usize, err: u32) {
+        // SAFETY: fi_eq_err_entry is plain C data; all-zero is a valid value.
+        let mut e: fi::fi_eq_err_entry = unsafe { std::mem::zeroed() };
+        e.fid = fid as *mut fi::fid;
+        e.err = err as i32;
+        e.prov_errno = err as i32;
+        self.queue.lock().push_back(Event { kind: 0, data: Vec::new(), err: Some(e) });
+        self.cond.notify_all();
+    }
 }
 
 // SAFETY: #[repr(C)] with fid_eq first.
@@ -63,8 +85,7 @@ entry! {
             fid: fi::fid_eq { fid: fid::new_fid(fi::FI_CLASS_EQ, context, &EQ_FI_OPS), ops: &EQ_OPS as *const _ as *mut _ },
             fabric: fab,
             bound: Refs::default(),
-            queue: Mutex::new(VecDeque::new()),
-            cond: Condvar::new(),
+            shared: Arc::new(EqQueue::default()),
         });
         // SAFETY: checked non-null.
         unsafe { *out = eq as *mut fi::fid_eq };
@@ -100,7 +121,7 @@ unsafe fn eq_ref<'a>(eq: *mut fi::fid_eq) -> Result<&'a Eq> {
 }
 
 fn pop(eq: &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> Result<isize> {
-    let mut q = eq.queue.lock();
+    let mut q = eq.shared.queue.lock();
     match q.front() {
         None => Err(Error::Again),
         Some(e) if e.err.is_some() => Ok(-(fi::FI_EAVAIL as isize)),
@@ -144,17 +165,17 @@ entry! {
                 Err(Error::Again) => {}
                 other => return other,
             }
-            let mut q = eq.queue.lock();
+            let mut q = eq.shared.queue.lock();
             if !q.is_empty() {
                 continue;
             }
             match deadline {
                 Some(d) => {
-                    if eq.cond.wait_until(&mut q, d).timed_out() && q.is_empty() {
+                    if eq.shared.cond.wait_until(&mut q, d).timed_out() && q.is_empty() {
                         return Err(Error::Again);
                     }
                 }
-                None => eq.cond.wait(&mut q),
+                None => eq.shared.cond.wait(&mut q),
             }
         }
     }
@@ -165,7 +186,7 @@ entry! {
         non_null!(buf);
         // SAFETY: our fid.
         let eq = unsafe { eq_ref(eq) }?;
-        let mut q = eq.queue.lock();
+        let mut q = eq.shared.queue.lock();
         match q.front() {
             Some(e) if e.err.is_some() => {
                 let err = e.err.unwrap_or_default();
@@ -196,8 +217,8 @@ entry! {
         // the provider (none today).
         let _ = flags;
         let err = None;
-        eq.queue.lock().push_back(Event { kind: event, data, err });
-        eq.cond.notify_all();
+        eq.shared.queue.lock().push_back(Event { kind: event, data, err });
+        eq.shared.cond.notify_all();
         Ok(len as isize)
     }
 }

@@ -6,6 +6,7 @@
 //! and only at the end copied into `fi_info` structs allocated by libfabric's own
 //! allocator (`fi_dupinfo(NULL)`, libc `malloc`/`strdup`), so `fi_freeinfo` can free
 //! them.
+use crate::log::{fi_info, fi_warn, Subsys};
 use crate::addr::{RdmxAddr, ADDR_LEN};
 use crate::error::{Error, Result};
 use crate::params::{params, DeviceChoice};
@@ -427,58 +428,31 @@ fn resolve(node: Option<&str>, service: Option<&str>, passive: bool) -> Result<S
 }
 
 /// The IP the UDP device binds to when the application names none: `FI_RDMX_IFACE`
-/// (an IP, or an interface name), else the address the hostname resolves to, else
-/// 127.0.0.1.
+/// (an IP, or an interface name), else the interface chosen by
+/// [`rdm::device::iface`]'s documented order (never the host name's address
+/// blindly: Debian maps it to 127.0.1.1), else 127.0.0.1. The choice is logged once
+/// at info level.
 pub fn default_ip() -> IpAddr {
     if let Some(iface) = &params().iface {
         if let Ok(ip) = iface.parse::<IpAddr>() {
             return ip;
         }
-        if let Some(ip) = iface_ip(iface) {
+        if let Some(ip) = rdm::device::iface::named(iface, true) {
             return ip;
         }
+        fi_warn!(Subsys::Core, "FI_RDMX_IFACE={iface:?}: no such interface with an address; choosing one as if unset");
     }
-    hostname_ip().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
-}
-
-fn hostname_ip() -> Option<IpAddr> {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-    let host = host.trim();
-    let addrs = (host, 0u16).to_socket_addrs().ok()?;
-    let v: Vec<_> = addrs.map(|a| a.ip()).filter(|ip| ip.is_ipv4()).collect();
-    // Debian maps the hostname to 127.0.1.1; that is still a fine local address.
-    v.first().copied()
-}
-
-/// The first IPv4 address of the named interface.
-pub fn iface_ip(name: &str) -> Option<IpAddr> {
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `ifap` with a list we free below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: `cur` walks the list getifaddrs returned; each node is valid.
-        let ifa = unsafe { &*cur };
-        // SAFETY: ifa_name is a valid C string; ifa_addr is null or a sockaddr.
-        let n = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy();
-        if n == name && !ifa.ifa_addr.is_null() {
-            // SAFETY: checked non-null above.
-            let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-            if fam == libc::AF_INET {
-                // SAFETY: family AF_INET means the storage is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
-                break;
-            }
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    let choice = rdm::device::iface::default_choice(true);
+    LOGGED.call_once(|| {
+        let on = choice.iface.as_deref().unwrap_or("loopback");
+        if choice.iface.is_none() {
+            fi_warn!(Subsys::Core, "UDP address {} ({on}): {}", choice.ip, choice.reason);
+        } else {
+            fi_info!(Subsys::Core, "UDP address {} on {on}: {} (set FI_RDMX_IFACE to choose another)", choice.ip, choice.reason);
         }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `ifap` came from getifaddrs.
-    unsafe { libc::freeifaddrs(ifap) };
-    found
+    });
+    choice.ip
 }
 
 /// # Safety

@@ -68,7 +68,7 @@ enum Kind {
 /// words; keep them in sync.
 const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, or shm"),
-    (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the address the hostname resolves to, else 127.0.0.1)"),
+    (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the host name's address if it is on an up, non-loopback interface, else the first up non-loopback interface with an address, else 127.0.0.1)"),
     (c"udp_mtu", Kind::Size, c"Largest UDP datagram rdmx sends, headers included (default 1472)"),
     (c"peer_timeout", Kind::Int, c"Milliseconds a peer may stay silent while operations to it are pending before it is declared unreachable and they fail (default 30000)"),
     (c"job_key", Kind::Size, c"Job key carried by every packet when the endpoint has no auth_key; packets with another key are dropped (default 0)"),

@@ -30,6 +30,8 @@ pub struct RmaOp {
     result: UserIov,
     len: usize,
     completion: bool,
+    /// An inject call: no context, so a failure goes to the EQ, not the CQ.
+    inject: bool,
 }
 
 /// What an RMA or atomic call asks for.
@@ -80,7 +82,7 @@ impl EpState {
         parts.push(&hdr[..header.len()]);
         parts.extend_from_slice(extra);
         r.engine.send(now(), peer, &parts, RMA_TOKEN | req)?;
-        entry.insert(RmaOp { kind, context: args.context, result: args.result, len, completion });
+        entry.insert(RmaOp { kind, context: args.context, result: args.result, len, completion, inject: args.inject });
         r.rma_started += 1;
         self.progress();
         Ok(())
@@ -300,7 +302,9 @@ impl EpState {
             RmaKind::Atomic { fetch: false } => (fi::FI_ATOMIC | fi::FI_WRITE) as u64,
             RmaKind::Atomic { fetch: true } => (fi::FI_ATOMIC | fi::FI_READ) as u64,
         };
-        if op.completion || err.is_some() {
+        if let (true, Some(e)) = (op.inject, err) {
+            self.report_contextless_error("fi_inject_write", e);
+        } else if op.completion || err.is_some() {
             if let Some(b) = &self.tx_cq {
                 b.cq.push(Completion {
                     op_context: op.context,

@@ -250,6 +250,9 @@ pub enum FailReason {
     Timeout,
     /// The peer restarted (new incarnation) before acknowledging.
     PeerRestarted,
+    /// The network said the peer cannot be reached (ICMP port or host
+    /// unreachable, through the device).
+    Unreachable,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -808,6 +811,24 @@ impl Engine {
         }
     }
 
+    /// The device reports `addr` unreachable (the kernel got an ICMP port or host
+    /// unreachable for a datagram sent there). A peer with messages pending
+    /// fails now, as at the peer timeout but without waiting for it; an idle
+    /// peer is left alone (the ICMP may answer an acknowledgement to a peer that
+    /// has finished and gone, which costs nobody anything).
+    pub fn handle_unreachable(&mut self, addr: DevAddr) {
+        let Some(peer) = self.peer_id_of(addr) else { return };
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
+        let hot = &self.hot[h as usize];
+        if hot.failed || !hot.busy() {
+            return;
+        }
+        self.fail_peer(h, FailReason::Unreachable);
+        self.hot[h as usize].failed = true;
+        self.events.push_back(Event::PeerUnreachable { peer });
+        self.stats.peers_failed += 1;
+    }
+
     /// Fails every message queued to or in flight to the peer and resets the
     /// send side (a new send starts a fresh stream after a restart).
     fn fail_peer(&mut self, h: u32, reason: FailReason) {
@@ -1192,6 +1213,39 @@ mod tests {
             c[i] ^= 0x40;
             assert!(Header::decode(&c[..n]).is_err(), "flip at {i} undetected");
         }
+    }
+
+    #[test]
+    fn unreachable_report_fails_a_busy_peer_at_once_and_leaves_idle_ones() {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
+        let busy = a.peer(DevAddr::Sim(1));
+        let idle = a.peer(DevAddr::Sim(2));
+        let t = Instant::ZERO;
+        a.send(t, busy, &[b"one"], 10).unwrap();
+        a.send(t, busy, &[b"two"], 11).unwrap();
+        let mut buf = vec![0u8; 2000];
+        while a.poll_transmit(t, &mut buf).is_some() {}
+        // Unknown and idle addresses change nothing.
+        a.handle_unreachable(DevAddr::Sim(9));
+        a.handle_unreachable(a.peer_addr(idle));
+        assert_eq!(a.poll_event(), None);
+        a.handle_unreachable(DevAddr::Sim(1));
+        let mut events = Vec::new();
+        while let Some(e) = a.poll_event() {
+            events.push(e);
+        }
+        assert_eq!(
+            events,
+            [
+                Event::SendFailed { token: 10, peer: busy, reason: FailReason::Unreachable },
+                Event::SendFailed { token: 11, peer: busy, reason: FailReason::Unreachable },
+                Event::PeerUnreachable { peer: busy },
+            ]
+        );
+        assert_eq!(a.stats().peers_failed, 1);
+        // A second report of the same peer is not a second failure.
+        a.handle_unreachable(DevAddr::Sim(1));
+        assert_eq!(a.poll_event(), None);
     }
 
     #[test]

@@ -260,6 +260,15 @@ impl Matcher {
         self.unexpected_bytes
     }
 
+    /// Removes the receives directed at `peer` only (the peer failed: they can
+    /// never match), oldest first. Wildcard receives stay: another peer may
+    /// still satisfy them.
+    pub fn take_posted_from(&mut self, peer: PeerId) -> Vec<RecvPost> {
+        let Some(q) = self.posted_by_src.get_mut(&peer) else { return Vec::new() };
+        self.posted_count -= q.len();
+        q.drain(..).map(|(_, r)| r).collect()
+    }
+
     /// Drops everything (endpoint close); returns the posted receives.
     pub fn drain_posted(&mut self) -> Vec<RecvPost> {
         self.posted_count = 0;
@@ -276,6 +285,22 @@ impl Matcher {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn take_posted_from_removes_only_that_peers_directed_receives() {
+        let mut m = Matcher::new();
+        let post = |token, src| RecvPost { token, kind: MsgKind::Tagged, src, tag: 0, ignore: 0, persistent: false };
+        m.post_only(post(1, Src::Peer(PeerId::from_index(3))));
+        m.post_only(post(2, Src::Any));
+        m.post_only(post(3, Src::Peer(PeerId::from_index(4))));
+        m.post_only(post(4, Src::Peer(PeerId::from_index(3))));
+        let taken: Vec<u64> = m.take_posted_from(PeerId::from_index(3)).iter().map(|r| r.token).collect();
+        assert_eq!(taken, [1, 4]);
+        assert_eq!(m.posted_len(), 2);
+        assert!(m.take_posted_from(PeerId::from_index(3)).is_empty());
+        let rest: Vec<u64> = m.drain_posted().iter().map(|r| r.token).collect();
+        assert_eq!(rest, [2, 3]);
+    }
 
     fn msg(peer: u32, kind: MsgKind, tag: u64, id: u8) -> Arrived {
         Arrived { peer: PeerId::from_index(peer), kind, tag, data: None, msg: vec![id], offset: 0, rndv: None }

@@ -230,4 +230,8 @@ impl<N: Device> Device for AutoDevice<N> {
         let net = self.net.as_mut().is_some_and(|n| n.prepare_wait());
         shm || net
     }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.net.as_mut().and_then(|n| n.poll_unreachable())
+    }
 }

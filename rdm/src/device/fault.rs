@@ -342,6 +342,10 @@ impl<D: Device> Device for FaultDevice<D> {
         let _ = self.flush_held();
         self.inner.prepare_wait()
     }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.inner.poll_unreachable()
+    }
 }
 
 #[cfg(test)]

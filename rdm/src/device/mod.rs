@@ -12,6 +12,7 @@
 pub mod composite;
 pub mod fault;
 pub mod host;
+pub mod iface;
 pub mod shm;
 pub mod udp;
 
@@ -144,6 +145,12 @@ pub trait Device: Send {
     fn prepare_wait(&mut self) -> bool {
         false
     }
+    /// A destination the network reported unreachable since the last call (the
+    /// UDP device reads ICMP port / host unreachable from the socket's error
+    /// queue); `None` when there is none. Callers drain it after each receive.
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        None
+    }
 }
 
 /// A boxed device is a device (so decorators such as
@@ -155,6 +162,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
         (**self).caps_for(peer)
+    }
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        (**self).poll_unreachable()
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -17,8 +17,8 @@
 //! Choosing the local address ([`UdpDevice::open`]): a device address must be
 //! something peers can send to, so a *wildcard* bind address (`0.0.0.0` / `::`) is
 //! resolved to a concrete one: `node` if given, else the interface `iface`
-//! (`FI_RDMX_IFACE`: a name like `eth0` or an IP), else the address the host name
-//! resolves to, else loopback.
+//! (`FI_RDMX_IFACE`: a name like `eth0` or an IP), else the first usable
+//! non-loopback interface by the order documented in [`super::iface`], else loopback.
 #![allow(unsafe_code)]
 
 use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
@@ -127,6 +127,11 @@ pub struct UdpDevice {
     rxs: Box<RxScratch>,
     /// The `sendmmsg` vector.
     txs: Box<TxScratch>,
+    /// The kernel reported an asynchronous error: its error queue (`IP_RECVERR`)
+    /// holds ICMP reports to read.
+    errq_pending: bool,
+    /// Destinations the network reported unreachable, not yet polled.
+    unreachable: std::collections::VecDeque<DevAddr>,
     pub stats: UdpStats,
 }
 
@@ -152,8 +157,11 @@ pub struct UdpStats {
     /// `send_batch` calls cut short by a full socket buffer (EAGAIN / ENOBUFS).
     pub send_would_block: u64,
     /// Asynchronous errors (ICMP unreachable for an earlier datagram) reported by
-    /// the kernel on a later call, and otherwise ignored.
+    /// the kernel on a later call; the error queue is then read for the
+    /// destinations ([`Device::poll_unreachable`]).
     pub async_errors: u64,
+    /// ICMP port / host / network unreachable reports read from the error queue.
+    pub icmp_unreachable: u64,
     /// Hard send errors returned to the caller.
     pub send_errors: u64,
     /// Sends that carried two or more datagrams with `UDP_SEGMENT`.
@@ -399,25 +407,6 @@ fn with_port(ip: IpAddr, port: u16, iface: Option<&str>) -> SocketAddr {
     }
 }
 
-/// The address the host name resolves to, in the preferred family if possible;
-/// loopback if it resolves to nothing.
-fn hostname_addr(want_v4: bool, port: u16) -> SocketAddr {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty());
-    if let Some(h) = host {
-        if let Ok(addrs) = (h.as_str(), port).to_socket_addrs() {
-            let addrs: Vec<SocketAddr> = addrs.collect();
-            if let Some(a) = addrs.iter().find(|a| a.is_ipv4() == want_v4).or_else(|| addrs.first()) {
-                return *a;
-            }
-        }
-    }
-    if want_v4 {
-        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
-    } else {
-        SocketAddr::from((Ipv6Addr::LOCALHOST, port))
-    }
-}
-
 /// Resolves the configuration to the concrete address to bind.
 pub fn resolve_bind_addr(cfg: &UdpConfig) -> Result<SocketAddr, DeviceError> {
     let mut port = cfg.bind.port();
@@ -454,7 +443,27 @@ pub fn resolve_bind_addr(cfg: &UdpConfig) -> Result<SocketAddr, DeviceError> {
         let ips = iface_addrs(iface, want_v4)?;
         return Ok(with_port(ips[0], port, Some(iface)));
     }
-    Ok(hostname_addr(want_v4, port))
+    let choice = super::iface::default_choice(want_v4);
+    Ok(with_port(choice.ip, port, choice.iface.as_deref()))
+}
+
+/// Asks the kernel to queue ICMP errors for datagrams we sent on the socket's
+/// error queue (and report them on unconnected sockets at all): how a dead or
+/// unroutable peer is noticed in milliseconds instead of at the peer timeout.
+fn enable_recverr(sock: &Socket, v4: bool) {
+    let on: libc::c_int = 1;
+    let opts: &[(libc::c_int, libc::c_int)] = if v4 {
+        &[(libc::SOL_IP, libc::IP_RECVERR)]
+    } else {
+        // A v6 socket also carries IPv4-mapped traffic.
+        &[(libc::SOL_IPV6, libc::IPV6_RECVERR), (libc::SOL_IP, libc::IP_RECVERR)]
+    };
+    for &(level, name) in opts {
+        // SAFETY: a valid socket fd and a c_int option value of the size given.
+        unsafe {
+            libc::setsockopt(sock.as_raw_fd(), level, name, &on as *const libc::c_int as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t)
+        };
+    }
 }
 
 /// Asks for `size` bytes of socket buffer, past `rmem_max`/`wmem_max` if we may.
@@ -514,6 +523,7 @@ impl UdpDevice {
         // Setting the socket's default segment size to 0 (no GSO unless a send asks)
         // succeeds exactly when the kernel knows UDP_SEGMENT (4.18+). Whether a
         // route's device can do it shows only on the first GSO send (see send_batch).
+        enable_recverr(&sock, bind.is_ipv4());
         let gso = cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok();
         let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
         Ok(UdpDevice {
@@ -525,6 +535,8 @@ impl UdpDevice {
             rx: vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice(),
             rxs: RxScratch::new(),
             txs: TxScratch::new(),
+            errq_pending: false,
+            unreachable: std::collections::VecDeque::new(),
             stats: UdpStats::default(),
         })
     }
@@ -646,6 +658,11 @@ impl UdpDevice {
             // caller's datagrams, borrowed by `send_batch` for its whole duration.
             let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), msgs, n as u32, libc::MSG_DONTWAIT) };
             if r >= 0 {
+                // A short count without EAGAIN: usually an ICMP error for an earlier
+                // datagram failed the next one, and sendmmsg swallows the error.
+                if (r as usize) < n {
+                    self.errq_pending = true;
+                }
                 return Ok(Some(r as usize));
             }
             let e = io::Error::last_os_error();
@@ -655,9 +672,66 @@ impl UdpDevice {
                 Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) if async_left > 0 => {
                     async_left -= 1;
                     self.stats.async_errors += 1;
+                    self.errq_pending = true;
                     continue;
                 }
                 _ => return Err(e),
+            }
+        }
+    }
+
+    /// Reads every report in the socket's error queue (`IP_RECVERR`): each ICMP
+    /// port, host or network unreachable names the destination of a datagram we
+    /// sent (the error message's address is the original destination), which is
+    /// queued for [`Device::poll_unreachable`]. Reading also clears the queue, so
+    /// an `EPOLLERR` wake-up does not repeat forever.
+    fn read_error_queue(&mut self) {
+        loop {
+            // SAFETY: plain C structs; all-zero is valid for each.
+            let mut name: libc::sockaddr_storage = unsafe { zeroed() };
+            let mut payload = [0u8; 64];
+            let mut control = [0u64; 64];
+            let mut iov = libc::iovec { iov_base: payload.as_mut_ptr() as *mut libc::c_void, iov_len: payload.len() };
+            // SAFETY: as above.
+            let mut hdr: libc::msghdr = unsafe { zeroed() };
+            hdr.msg_name = &mut name as *mut libc::sockaddr_storage as *mut libc::c_void;
+            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_iov = &mut iov;
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            hdr.msg_controllen = size_of::<[u64; 64]>() as _;
+            // SAFETY: `hdr` points at the local name, iovec and control buffers above,
+            // all live for the call and of the sizes given.
+            let r = unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut hdr, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
+            if r < 0 {
+                if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return;
+            }
+            // SAFETY: `hdr` was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay within
+            // msg_control/msg_controllen.
+            let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&hdr) };
+            while !cmsg.is_null() {
+                // SAFETY: non-null cmsg inside the control buffer.
+                let c = unsafe { &*cmsg };
+                let is_err = (c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR)
+                    || (c.cmsg_level == libc::SOL_IPV6 && c.cmsg_type == libc::IPV6_RECVERR);
+                if is_err && c.cmsg_len as usize >= size_of::<libc::cmsghdr>() + size_of::<libc::sock_extended_err>() {
+                    // SAFETY: the kernel wrote a sock_extended_err as this cmsg's data
+                    // (length checked); read unaligned to be safe.
+                    let ee = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err) };
+                    let icmp = ee.ee_origin == libc::SO_EE_ORIGIN_ICMP || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
+                    let unreachable = matches!(ee.ee_errno as i32, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH);
+                    if icmp && unreachable {
+                        if let Some(dst) = from_sockaddr(&name) {
+                            self.stats.icmp_unreachable += 1;
+                            self.unreachable.push_back(DevAddr::Udp(dst));
+                        }
+                    }
+                }
+                // SAFETY: as for CMSG_FIRSTHDR.
+                cmsg = unsafe { libc::CMSG_NXTHDR(&hdr, cmsg) };
             }
         }
     }
@@ -715,6 +789,7 @@ impl UdpDevice {
                 // cleared by being reported, so try again.
                 Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
                     self.stats.async_errors += 1;
+                    self.errq_pending = true;
                     continue;
                 }
                 _ => return Err(DeviceError::io("recvmmsg", e)),
@@ -846,16 +921,59 @@ impl Device for UdpDevice {
         Some(self.sock.as_raw_fd())
     }
 
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        if self.errq_pending {
+            self.errq_pending = false;
+            self.read_error_queue();
+        }
+        self.unreachable.pop_front()
+    }
+
     /// With GRO, `recv_batch` may keep datagrams of a coalesced message for the
     /// next call, and the socket is then no longer readable for them.
     fn prepare_wait(&mut self) -> bool {
-        self.rxs.pending()
+        // ICMP reports sit in the error queue until read, and keep the socket
+        // signalling EPOLLERR: read them before every sleep (one syscall), or the
+        // sleeper would spin.
+        self.read_error_queue();
+        self.rxs.pending() || !self.unreachable.is_empty()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A datagram to a port nobody listens on draws an ICMP port unreachable;
+    /// the device reads it from the error queue and names the destination.
+    #[test]
+    fn icmp_port_unreachable_names_the_destination() {
+        let mut dev = UdpDevice::open(&UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let closed = {
+            let probe = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let live = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let data = [7u8; 32];
+        let batch = [TxDatagram { dst: DevAddr::Udp(closed), data: &data }, TxDatagram { dst: DevAddr::Udp(live.local_addr().unwrap()), data: &data }];
+        let mut sent = 0;
+        while sent < batch.len() {
+            sent += dev.send_batch(&batch[sent..]).unwrap_or(1);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut found = Vec::new();
+        while found.is_empty() && std::time::Instant::now() < deadline {
+            let _ = dev.recv_batch(8, &mut |_, _| {});
+            while let Some(a) = dev.poll_unreachable() {
+                found.push(a);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(found, [DevAddr::Udp(closed)], "stats {:?}", dev.stats);
+        assert_eq!(dev.stats.icmp_unreachable, 1);
+        // The queue is drained: nothing more, and the live peer was never named.
+        assert_eq!(dev.poll_unreachable(), None);
+    }
 
     #[test]
     fn wildcard_resolves_to_concrete_address() {
