@@ -27,7 +27,7 @@ fn matching(c: &mut Criterion) {
                 m.post(post);
             }
             b.iter(|| {
-                let a = Arrived { peer: PeerId::from_index(1), kind: MsgKind::Tagged, tag: 5, data: None, msg: Vec::new(), offset: 0 };
+                let a = Arrived { peer: PeerId::from_index(1), kind: MsgKind::Tagged, tag: 5, data: None, msg: Vec::new(), offset: 0, rndv: None };
                 black_box(m.arrive(a));
                 let post = RecvPost { token: 9, kind: MsgKind::Tagged, src: Src::Any, tag: 5, ignore: 0, persistent: false };
                 black_box(m.post(post));
