@@ -157,19 +157,21 @@ fn base_profile(device: DeviceChoice) -> Profile {
     }
 }
 
-/// The devices this host can offer, the configured one first.
-fn usable_devices() -> Vec<DeviceChoice> {
+/// The domains `fi_getinfo` offers. `FI_RDMX_DEVICE` set: that one. A hint that
+/// names a domain (`fi_pingpong -d udp`): that one. Otherwise only `auto`, the best
+/// path to every peer: an MPI library that knows nothing about rdmx spreads its
+/// local ranks over the entries it is given (OpenMPI 4.1 does, as for multi-NIC
+/// nodes), so listing `udp` and `shm` beside it put ranks on the slow UDP path.
+fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
     let shm_ok = std::path::Path::new("/dev/shm").is_dir();
-    let forced = std::env::var_os("FI_RDMX_DEVICE").is_some();
-    let first = params().device;
-    if forced {
-        return vec![first];
+    if std::env::var_os("FI_RDMX_DEVICE").is_some() {
+        return vec![params().device];
     }
-    let mut v = vec![DeviceChoice::Auto, DeviceChoice::Udp];
-    if shm_ok {
-        v.push(DeviceChoice::Shm);
+    match hinted_domain.and_then(device_from_domain_name) {
+        Some(DeviceChoice::Shm) if !shm_ok => vec![],
+        Some(d) => vec![d],
+        None => vec![DeviceChoice::Auto],
     }
-    v
 }
 
 /// Threading rank used by libfabric's util code: a provider at rank p satisfies a
@@ -516,7 +518,9 @@ pub unsafe fn getinfo(
     }
     let host_id = rdm::device::host::host_id();
     let mut out = Vec::new();
-    for dev in usable_devices() {
+    // SAFETY: hints come from the application; the name is a C string or null.
+    let hinted_domain = hints.as_ref().and_then(|h| h.dom).and_then(|d| unsafe { opt_cstr(d.name) });
+    for dev in usable_devices(hinted_domain.as_deref()) {
         let mut p = base_profile(dev);
         if let Some(h) = &hints {
             match match_hints(p, h, version) {
