@@ -121,3 +121,77 @@ fn rma_and_atomics_with_virtual_addresses_and_provider_keys_shm() {
 fn rma_and_atomics_on_the_auto_device() {
     run("auto", (fi::FI_MR_PROV_KEY) as i32);
 }
+
+/// One buffer; two segments of it registered under one key with a 1 KiB gap
+/// between them. Every write that touches the gap, or goes through a closed
+/// (revoked) key, fails at the initiator and leaves the whole buffer unchanged
+/// byte for byte; writes inside the segments land exactly there.
+fn gap_and_revoked_key(mr_mode: i32) {
+    let a = Stack::open_caps(Some("udp"), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
+    let b = Stack::open_caps(Some("udp"), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
+    let b_at_a = a.insert(&b.name());
+    let virt = unsafe { (*a.info.first().domain_attr).mr_mode } & fi::FI_MR_VIRT_ADDR as i32 != 0;
+    let mut buf = vec![0x5au8; 4096];
+    let p = buf.as_mut_ptr();
+    // Segment 1: [0, 1024); gap: [1024, 2048); segment 2: [2048, 3072).
+    let iov = [
+        libc::iovec { iov_base: p as *mut _, iov_len: 1024 },
+        libc::iovec { iov_base: unsafe { p.add(2048) } as *mut _, iov_len: 1024 },
+    ];
+    let offset = 0x4000u64;
+    let mut mr = null_mut();
+    let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    unsafe { assert_eq!(fi::fi_mr_regv(b.domain, iov.as_ptr() as *const _, 2, access, offset, 0x99, 0, &mut mr, null_mut()), 0) };
+    let key = unsafe { fi::fi_mr_key(mr) };
+    // Remote addresses of the bytes: virtual addresses, or `offset` + position in
+    // the segments laid back to back (honouring fi_mr_regv's offset).
+    let seg1 = if virt { p as u64 } else { offset };
+    let seg2 = if virt { p as u64 + 2048 } else { offset + 1024 };
+    let write = |addr: u64, data: &[u8], key: u64| -> Result<(), i32> {
+        unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
+    };
+    let ones = [1u8; 64];
+    assert_eq!(write(seg1 + 10, &ones, key), Ok(()));
+    assert_eq!(write(seg2 + 20, &ones, key), Ok(()));
+    let mut expect = vec![0x5au8; 4096];
+    expect[10..74].fill(1);
+    expect[2048 + 20..2048 + 84].fill(1);
+    assert!(buf == expect, "in-segment writes landed elsewhere");
+    let refused: Vec<u64> = if virt {
+        // In the gap, straddling into it from either segment, and past the end.
+        vec![p as u64 + 1024, p as u64 + 1500, p as u64 + 1000, p as u64 + 2040, p as u64 + 3060]
+    } else {
+        // Below the offset, and past the registered bytes.
+        vec![offset - 32, offset + 2040]
+    };
+    for addr in refused {
+        assert_eq!(write(addr, &ones, key), Err(fi::FI_EACCES as i32), "write at {addr:#x}");
+        assert!(buf == expect, "a refused write at {addr:#x} changed target memory");
+    }
+    if !virt {
+        // An offset-addressed write across the segment boundary continues in the
+        // second segment and skips the gap.
+        assert_eq!(write(offset + 1000, &ones, key), Ok(()));
+        expect[1000..1024].fill(1);
+        expect[2048..2048 + 40].fill(1);
+        assert!(buf == expect, "a write spanning segments did not skip the gap");
+    }
+    // Revoked: after fi_close of the MR the key reaches nothing.
+    unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
+    assert_eq!(write(seg1, &ones, key), Err(fi::FI_EACCES as i32));
+    for _ in 0..20 {
+        unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+    }
+    assert!(buf == expect, "a write through a revoked key changed target memory");
+}
+
+#[test]
+fn multi_segment_registration_exposes_no_gap_with_virtual_addresses() {
+    gap_and_revoked_key((fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
+}
+
+#[test]
+fn multi_segment_registration_honours_offset_without_virtual_addresses() {
+    gap_and_revoked_key(0);
+}

@@ -8,15 +8,94 @@
 
 use std::collections::HashMap;
 
-/// One registered range of the application's address space.
+/// One contiguous range of the application's address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Region {
+pub struct Segment {
     pub addr: u64,
     pub len: u64,
-    pub access: u64,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+/// One registration: exactly its segments, never the span between them (a peer
+/// holding the key must not reach memory the application did not register).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// In registration order: without `FI_MR_VIRT_ADDR` the registration's byte
+    /// space is these segments back to back.
+    pub segments: Vec<Segment>,
+    pub access: u64,
+    /// Without `FI_MR_VIRT_ADDR`: the remote address of the registration's first
+    /// byte (`fi_mr_reg`'s `offset`); remote address `a` names byte `a - offset`.
+    pub offset: u64,
+}
+
+impl Region {
+    /// A one-segment registration at offset 0.
+    pub fn contiguous(addr: u64, len: u64, access: u64) -> Region {
+        Region { segments: vec![Segment { addr, len }], access, offset: 0 }
+    }
+
+    /// Bytes registered (the sum of the segments).
+    pub fn len(&self) -> u64 {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pieces of local memory that remote access `[addr, addr+len)` touches,
+    /// in order; an error unless every byte is inside a segment. With
+    /// `virt_addr`, `addr` is a virtual address and must lie in the segments
+    /// themselves (one contiguous piece); otherwise it is `offset` plus a
+    /// position in the segments laid back to back, and may span several.
+    pub fn resolve(&self, addr: u64, len: u64, virt_addr: bool) -> Result<Vec<Segment>, MrError> {
+        let out_of_range = MrError::OutOfRange { addr, len };
+        let end = addr.checked_add(len).ok_or(out_of_range.clone())?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        if virt_addr {
+            // Segments may overlap or come in any order: covered iff, walking from
+            // `addr`, some segment always extends the covered prefix.
+            let mut covered = addr;
+            loop {
+                let next = self
+                    .segments
+                    .iter()
+                    .filter(|s| s.addr <= covered && s.addr.saturating_add(s.len) > covered)
+                    .map(|s| s.addr.saturating_add(s.len))
+                    .max();
+                match next {
+                    Some(e) if e >= end => return Ok(vec![Segment { addr, len }]),
+                    Some(e) => covered = e,
+                    None => return Err(out_of_range),
+                }
+            }
+        }
+        let mut pos = addr.checked_sub(self.offset).ok_or(out_of_range.clone())?;
+        let mut left = len;
+        let mut pieces = Vec::new();
+        for s in &self.segments {
+            if left == 0 {
+                break;
+            }
+            if pos >= s.len {
+                pos -= s.len;
+                continue;
+            }
+            let n = (s.len - pos).min(left);
+            pieces.push(Segment { addr: s.addr + pos, len: n });
+            left -= n;
+            pos = 0;
+        }
+        if left > 0 {
+            return Err(out_of_range);
+        }
+        Ok(pieces)
+    }
+}
+
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum MrError {
     #[error("key {0:#x} is already in use")]
     KeyInUse(u64),
@@ -68,22 +147,19 @@ impl KeyTable {
     }
 
     /// The registration behind `key`.
-    pub fn get(&self, key: u64) -> Option<Region> {
-        self.regions.get(&key).copied()
+    pub fn get(&self, key: u64) -> Option<&Region> {
+        self.regions.get(&key)
     }
 
-    /// Checks that `[addr, addr+len)` lies inside the region of `key` and that the
-    /// region allows `access`; returns the region.
-    pub fn check(&self, key: u64, addr: u64, len: u64, access: u64) -> Result<Region, MrError> {
+    /// Checks a remote access through `key`: the registration allows `access`
+    /// and covers every byte of `[addr, addr+len)` (see [`Region::resolve`]).
+    /// Returns the local pieces to copy to or from, in order.
+    pub fn check(&self, key: u64, addr: u64, len: u64, access: u64, virt_addr: bool) -> Result<Vec<Segment>, MrError> {
         let r = self.regions.get(&key).ok_or(MrError::NoKey(key))?;
         if r.access & access != access {
             return Err(MrError::Access);
         }
-        let end = addr.checked_add(len).ok_or(MrError::OutOfRange { addr, len })?;
-        if addr < r.addr || end > r.addr.saturating_add(r.len) {
-            return Err(MrError::OutOfRange { addr, len });
-        }
-        Ok(*r)
+        r.resolve(addr, len, virt_addr)
     }
 
     pub fn len(&self) -> usize {
@@ -102,16 +178,59 @@ mod tests {
     #[test]
     fn user_keys_must_be_unique_and_ranges_are_checked() {
         let mut t = KeyTable::new();
-        let r = Region { addr: 0x1000, len: 0x100, access: 3 };
-        assert_eq!(t.insert(r, Some(7)), Ok(7));
-        assert_eq!(t.insert(r, Some(7)), Err(MrError::KeyInUse(7)));
+        let r = Region::contiguous(0x1000, 0x100, 3);
+        assert_eq!(t.insert(r.clone(), Some(7)), Ok(7));
+        assert_eq!(t.insert(r.clone(), Some(7)), Err(MrError::KeyInUse(7)));
         let k = t.insert(r, None).expect("prov key");
         assert_ne!(k, 7);
-        assert!(t.check(7, 0x1000, 0x100, 1).is_ok());
-        assert_eq!(t.check(7, 0x1001, 0x100, 1), Err(MrError::OutOfRange { addr: 0x1001, len: 0x100 }));
-        assert_eq!(t.check(7, 0x1000, 1, 4), Err(MrError::Access));
-        assert_eq!(t.check(99, 0x1000, 1, 1), Err(MrError::NoKey(99)));
-        assert_eq!(t.remove(7).map(|r| r.len), Ok(0x100));
+        assert!(t.check(7, 0x1000, 0x100, 1, true).is_ok());
+        assert_eq!(t.check(7, 0x1001, 0x100, 1, true), Err(MrError::OutOfRange { addr: 0x1001, len: 0x100 }));
+        assert_eq!(t.check(7, 0x1000, 1, 4, true), Err(MrError::Access));
+        assert_eq!(t.check(99, 0x1000, 1, 1, true), Err(MrError::NoKey(99)));
+        assert_eq!(t.remove(7).map(|r| r.len()), Ok(0x100));
         assert_eq!(t.remove(7), Err(MrError::NoKey(7)));
+    }
+
+    fn two_segments() -> Region {
+        Region {
+            segments: vec![Segment { addr: 0x1000, len: 0x100 }, Segment { addr: 0x3000, len: 0x80 }],
+            access: 3,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn virtual_addresses_reach_only_the_segments_never_the_gap() {
+        let r = two_segments();
+        assert_eq!(r.resolve(0x1000, 0x100, true), Ok(vec![Segment { addr: 0x1000, len: 0x100 }]));
+        assert_eq!(r.resolve(0x3010, 0x70, true), Ok(vec![Segment { addr: 0x3010, len: 0x70 }]));
+        // The gap between the segments, and accesses that straddle into it.
+        for (a, l) in [(0x1100, 1), (0x2000, 0x10), (0x10f0, 0x20), (0x2ff0, 0x20), (0x3070, 0x20)] {
+            assert_eq!(r.resolve(a, l, true), Err(MrError::OutOfRange { addr: a, len: l }), "{a:#x}+{l:#x}");
+        }
+        // Adjacent or overlapping segments cover their union.
+        let joined = Region {
+            segments: vec![Segment { addr: 0x2000, len: 0x100 }, Segment { addr: 0x1f80, len: 0x80 }, Segment { addr: 0x2080, len: 0x100 }],
+            access: 3,
+            offset: 0,
+        };
+        assert_eq!(joined.resolve(0x1f80, 0x200, true), Ok(vec![Segment { addr: 0x1f80, len: 0x200 }]));
+        assert!(joined.resolve(0x1f80, 0x201, true).is_err());
+    }
+
+    #[test]
+    fn offsets_address_the_segments_back_to_back_from_the_requested_offset() {
+        let mut r = two_segments();
+        r.offset = 0x10_000;
+        assert_eq!(r.resolve(0x10_000, 0x10, false), Ok(vec![Segment { addr: 0x1000, len: 0x10 }]));
+        assert_eq!(
+            r.resolve(0x10_0f0, 0x20, false),
+            Ok(vec![Segment { addr: 0x10f0, len: 0x10 }, Segment { addr: 0x3000, len: 0x10 }]),
+            "an access spanning the boundary continues in the next segment, skipping the gap"
+        );
+        assert_eq!(r.resolve(0x10_100, 0x80, false), Ok(vec![Segment { addr: 0x3000, len: 0x80 }]));
+        assert!(r.resolve(0x10_100, 0x81, false).is_err(), "past the last segment");
+        assert!(r.resolve(0xffff, 1, false).is_err(), "below the offset");
+        assert_eq!(r.resolve(u64::MAX, 2, false), Err(MrError::OutOfRange { addr: u64::MAX, len: 2 }));
     }
 }

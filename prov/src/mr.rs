@@ -8,7 +8,7 @@ use crate::entry::{entry, non_null};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject};
 use libfabric_sys as fi;
-use mr_cache::Region;
+use mr_cache::{Region, Segment};
 
 #[repr(C)]
 pub struct Mr {
@@ -39,23 +39,15 @@ fn register(
     }
     // SAFETY: libfabric passes our domain's fid.
     let d = unsafe { Domain::from_fid(f) }?;
-    let (addr, len) = match iov {
-        [] => (0, 0),
-        [(a, l)] => (*a, *l),
-        _ => {
-            // Several segments register as the span covering them (RMA offsets are
-            // checked against it); the key still names one registration.
-            let lo = iov.iter().map(|(a, _)| *a).min().unwrap_or(0);
-            let hi = iov.iter().map(|(a, l)| a.saturating_add(*l)).max().unwrap_or(0);
-            (lo, hi - lo)
-        }
-    };
+    // Exactly the segments given: a multi-segment registration never exposes the
+    // memory between them. `offset` is the remote address of the first byte when
+    // RMA addresses are offsets (no FI_MR_VIRT_ADDR); with virtual addresses it
+    // has no meaning and is ignored.
+    let segments = iov.iter().map(|&(addr, len)| Segment { addr, len }).collect();
+    let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
+    let region = Region { segments, access, offset: if virt { 0 } else { offset } };
     let prov_key = d.profile.mr_mode & fi::FI_MR_PROV_KEY as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
-    let key = d
-        .mr_keys
-        .lock()
-        .insert(Region { addr, len, access }, if prov_key { None } else { Some(requested_key) })?;
-    let _ = offset;
+    let key = d.mr_keys.lock().insert(region, if prov_key { None } else { Some(requested_key) })?;
     d.children.get();
     let mr = fid::leak(Mr {
         fid: fi::fid_mr { fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS), mem_desc: std::ptr::null_mut(), key },

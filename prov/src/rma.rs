@@ -9,7 +9,7 @@ use crate::cq::{Completion, CompletionError};
 use crate::error::{Error, Result};
 use crate::log::{fi_warn, Subsys};
 use libfabric_sys as fi;
-use mr_cache::Region;
+use mr_cache::Segment;
 use rdm::engine::PeerId;
 use rndv::atomic::{self, Datatype, Op};
 use rndv::rma::{self as wire, Packet, Status};
@@ -131,19 +131,19 @@ impl EpState {
         self.start(&args, RmaKind::Atomic { fetch }, bytes, &hdr, &extra)
     }
 
-    /// Looks up and checks an access at the target. Returns the absolute address.
-    fn target_access(&self, key: u64, addr: u64, len: u64, want: u64) -> std::result::Result<u64, Status> {
+    /// Looks up and checks an access at the target. Returns the local pieces of
+    /// the registration it touches, in order (several when an offset-addressed
+    /// access spans segments of a multi-segment registration).
+    fn target_access(&self, key: u64, addr: u64, len: u64, want: u64) -> std::result::Result<Vec<Segment>, Status> {
         let keys = self.mr_keys.lock();
-        let region: Region = keys.get(key).ok_or(Status::NoKey)?;
-        let abs = if self.mr_virt_addr { addr } else { region.addr.checked_add(addr).ok_or(Status::Access)? };
+        let region = keys.get(key).ok_or(Status::NoKey)?;
         // Registrations made without any access flag allow every access.
         let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV) as u64 | REMOTE_READ | REMOTE_WRITE;
         let want = if region.access & access_flags == 0 { 0 } else { want };
-        keys.check(key, abs, len, want).map_err(|e| match e {
+        keys.check(key, addr, len, want, self.mr_virt_addr).map_err(|e| match e {
             mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) => Status::NoKey,
             _ => Status::Access,
-        })?;
-        Ok(abs)
+        })
     }
 
     fn reply(&mut self, peer: PeerId, parts: &[&[u8]]) {
@@ -172,13 +172,8 @@ impl EpState {
             Packet::Msg(..) => {}
             Packet::Write { req, key, addr, data, payload } => {
                 let status = match self.target_access(key, addr, payload.len() as u64, REMOTE_WRITE) {
-                    Ok(abs) => {
-                        if !payload.is_empty() {
-                            // SAFETY: [abs, abs+len) lies inside a live registration
-                            // (checked above); the application keeps registered
-                            // memory valid while the MR is open.
-                            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr(), abs as *mut u8, payload.len()) };
-                        }
+                    Ok(pieces) => {
+                        scatter(&pieces, payload);
                         Status::Ok
                     }
                     Err(s) => s,
@@ -200,9 +195,8 @@ impl EpState {
             Packet::ReadReq { req, key, addr, len } => {
                 let mut data: Vec<u8> = Vec::new();
                 let status = match self.target_access(key, addr, len, REMOTE_READ) {
-                    Ok(abs) => {
-                        // SAFETY: [abs, abs+len) lies inside a live registration.
-                        data.extend_from_slice(unsafe { std::slice::from_raw_parts(abs as *const u8, len as usize) });
+                    Ok(pieces) => {
+                        gather(&pieces, &mut data);
                         Status::Ok
                     }
                     Err(s) => s,
@@ -234,13 +228,11 @@ impl EpState {
                             (payload, &payload[..0])
                         }
                     };
-                    let abs = self.target_access(key, addr, bytes as u64, REMOTE_WRITE)?;
-                    // SAFETY: [abs, abs+bytes) lies inside a live registration.
-                    let target = unsafe { std::slice::from_raw_parts_mut(abs as *mut u8, bytes) };
-                    old.extend_from_slice(target);
+                    let pieces = self.target_access(key, addr, bytes as u64, REMOTE_WRITE)?;
+                    gather(&pieces, &mut old);
                     let mut new = old.clone();
                     atomic::apply(dt, o, &mut new, operand, compare).map_err(|_| Status::Invalid)?;
-                    target.copy_from_slice(&new);
+                    scatter(&pieces, &new);
                     Ok(())
                 })();
                 let status = match status {
@@ -323,6 +315,28 @@ impl EpState {
                 c.inc();
             }
         }
+    }
+}
+
+/// Copies `data` into the registered pieces, in order (their lengths sum to
+/// `data.len()`: [`mr_cache::Region::resolve`] made them so).
+fn scatter(pieces: &[Segment], data: &[u8]) {
+    let mut off = 0;
+    for p in pieces {
+        let n = p.len as usize;
+        // SAFETY: each piece lies inside a live registration (checked by
+        // target_access); the application keeps registered memory valid while the
+        // MR is open; `data[off..off + n]` is in bounds (the pieces sum to its length).
+        unsafe { std::ptr::copy_nonoverlapping(data[off..off + n].as_ptr(), p.addr as *mut u8, n) };
+        off += n;
+    }
+}
+
+/// Appends the bytes of the registered pieces, in order, to `out`.
+fn gather(pieces: &[Segment], out: &mut Vec<u8>) {
+    for p in pieces {
+        // SAFETY: as in `scatter`: the piece lies inside a live registration.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(p.addr as *const u8, p.len as usize) });
     }
 }
 
