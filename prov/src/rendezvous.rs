@@ -28,7 +28,8 @@ use crate::params::params;
 use libfabric_sys as fi;
 use rdm::engine::PeerId;
 use rdm::{DevAddr, Device, DeviceError};
-use rndv::rendezvous::{encode_fin, encode_push, zip_pieces, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
+use rndv::iov::zip_pieces;
+use rndv::wire::rendezvous::{encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rndv::{MsgHeader, Packet};
 use std::collections::{HashMap, HashSet, VecDeque};
 

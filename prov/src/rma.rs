@@ -12,7 +12,8 @@ use libfabric_sys as fi;
 use mr_cache::Segment;
 use rdm::engine::PeerId;
 use rndv::atomic::{self, Datatype, Op};
-use rndv::rma::{self as wire, Packet, Status};
+use rndv::wire::rma::{self as wire, Status};
+use rndv::wire::Packet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmaKind {

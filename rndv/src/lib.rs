@@ -14,12 +14,12 @@
 #![forbid(unsafe_code)]
 
 pub mod atomic;
-pub mod header;
+pub mod iov;
 pub mod matching;
-pub mod rendezvous;
-pub mod rma;
+pub mod wire;
 
-pub use header::{MsgHeader, MsgKind, HEADER_LEN};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
-pub use rendezvous::{FinStatus, RemoteIov, Rts};
-pub use rma::{Packet, Status};
+pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
+pub use wire::rendezvous::{FinStatus, RemoteIov, Rts};
+pub use wire::rma::Status;
+pub use wire::{Kind, Packet};

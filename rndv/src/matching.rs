@@ -8,7 +8,7 @@
 //!
 //! Untagged (`FI_MSG`) and tagged (`FI_TAGGED`) traffic match only within their
 //! own kind.
-use crate::header::MsgKind;
+use crate::wire::msg::MsgKind;
 use rdm::engine::PeerId;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 

@@ -12,7 +12,7 @@
 //! If the receiver may not read the sender's memory (a different user, Yama
 //! `ptrace_scope`, or a device without remote read), it answers `Fin` with
 //! [`FinStatus::Push`]: the sender then sends the bytes through the reliable
-//! datagram path as one [`Packet::Push`](crate::Packet::Push) message ("copy
+//! datagram path as one [`Packet::Push`](super::Packet::Push) message ("copy
 //! through": into the ring and out again), which lands in the receive the RTS
 //! already matched. The sender remembers the refusal per peer and sends its later
 //! long messages to that peer eagerly.
@@ -26,12 +26,12 @@
 //! All integers little-endian. The request id is the sender's operation id: the
 //! receiver echoes it and never interprets it.
 
-use crate::header::{HeaderError, MsgHeader, MsgKind};
-use crate::rma::u64_at;
+use super::msg::{HeaderError, MsgHeader, MsgKind};
+use super::{u64_at, Kind};
 
-pub(crate) const RTS: u8 = 8;
-pub(crate) const FIN: u8 = 9;
-pub(crate) const PUSH: u8 = 10;
+pub(crate) const RTS: u8 = Kind::Rts as u8;
+pub(crate) const FIN: u8 = Kind::Fin as u8;
+pub(crate) const PUSH: u8 = Kind::Push as u8;
 
 /// Most pieces a long message is gathered from (libfabric's iov limit).
 pub const MAX_IOV: usize = 4;
@@ -181,38 +181,10 @@ pub fn encode_push(req: u64) -> [u8; PUSH_HEADER_LEN] {
     h
 }
 
-/// Pairs pieces of a gather list with pieces of a scatter list: calls
-/// `f(src_index, src_offset, dst_index, dst_offset, len)` for each run that lies
-/// in one piece of both, in order, until either list ends. Returns the bytes
-/// covered (min of the two totals).
-pub fn zip_pieces(src: &[u64], dst: &[u64], mut f: impl FnMut(usize, u64, usize, u64, u64) -> bool) -> u64 {
-    let (mut si, mut so, mut di, mut doff, mut done) = (0usize, 0u64, 0usize, 0u64, 0u64);
-    while si < src.len() && di < dst.len() {
-        let n = (src[si] - so).min(dst[di] - doff);
-        if n > 0 {
-            if !f(si, so, di, doff, n) {
-                return done;
-            }
-            done += n;
-        }
-        so += n;
-        doff += n;
-        if so == src[si] {
-            si += 1;
-            so = 0;
-        }
-        if doff == dst[di] {
-            di += 1;
-            doff = 0;
-        }
-    }
-    done
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Packet;
+    use crate::wire::Packet;
     use proptest::prelude::*;
 
     fn rts(count: usize) -> Rts {
@@ -264,38 +236,7 @@ mod tests {
         assert!(Packet::decode(&flags).is_err());
     }
 
-    #[test]
-    fn zip_pairs_pieces() {
-        let mut runs = Vec::new();
-        let n = zip_pieces(&[3, 5], &[4, 1, 10], |a, b, c, d, e| {
-            runs.push((a, b, c, d, e));
-            true
-        });
-        assert_eq!(n, 8);
-        assert_eq!(runs, vec![(0, 0, 0, 0, 3), (1, 0, 0, 3, 1), (1, 1, 1, 0, 1), (1, 2, 2, 0, 3)]);
-        assert_eq!(zip_pieces(&[10], &[4], |_, _, _, _, _| true), 4);
-        assert_eq!(zip_pieces(&[0, 2], &[0, 0, 2], |_, _, _, _, _| true), 2);
-        assert_eq!(zip_pieces(&[], &[4], |_, _, _, _, _| true), 0);
-    }
-
     proptest! {
-        #[test]
-        fn zip_covers_min_total_in_order(src in proptest::collection::vec(0u64..50, 0..5), dst in proptest::collection::vec(0u64..50, 0..5)) {
-            let mut s_pos = 0u64;
-            let mut d_pos = 0u64;
-            let starts = |v: &[u64], i: usize| v[..i].iter().sum::<u64>();
-            let n = zip_pieces(&src, &dst, |si, so, di, doff, len| {
-                // Runs are contiguous in both flattened lists and stay inside pieces.
-                assert_eq!(starts(&src, si) + so, s_pos);
-                assert_eq!(starts(&dst, di) + doff, d_pos);
-                assert!(so + len <= src[si] && doff + len <= dst[di]);
-                s_pos += len;
-                d_pos += len;
-                true
-            });
-            prop_assert_eq!(n, src.iter().sum::<u64>().min(dst.iter().sum::<u64>()));
-        }
-
         #[test]
         fn garbage_never_panics(bytes: Vec<u8>) {
             let _ = Packet::decode(&bytes);

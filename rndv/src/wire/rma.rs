@@ -14,20 +14,21 @@
 //! | 6 | `AtomicResp`: status, req id; payload = old values | 16 |
 //! | 7 | `WriteAck`: status, req id | 16 |
 //!
-//! Kinds 0 and 1 are the two-sided messages of [`crate::header`]; 8–10 the
-//! rendezvous packets of [`crate::rendezvous`]. All integers
+//! Kinds 0 and 1 are the two-sided messages of [`super::msg`]; 8–10 the
+//! rendezvous packets of [`super::rendezvous`]. All integers
 //! little-endian; offsets: byte 0 kind, byte 1 flags/status, bytes 8.. the u64
 //! fields in the order listed.
 
-use crate::header::{HeaderError, MsgHeader};
-use crate::rendezvous::{self, FinStatus, Rts};
+use super::{Kind, WireError as HeaderError};
+#[cfg(test)]
+use super::Packet;
 
-const WRITE: u8 = 2;
-const READ_REQ: u8 = 3;
-const READ_RESP: u8 = 4;
-const ATOMIC: u8 = 5;
-const ATOMIC_RESP: u8 = 6;
-const WRITE_ACK: u8 = 7;
+pub(crate) const WRITE: u8 = Kind::Write as u8;
+pub(crate) const READ_REQ: u8 = Kind::ReadReq as u8;
+pub(crate) const READ_RESP: u8 = Kind::ReadResp as u8;
+pub(crate) const ATOMIC: u8 = Kind::Atomic as u8;
+pub(crate) const ATOMIC_RESP: u8 = Kind::AtomicResp as u8;
+pub(crate) const WRITE_ACK: u8 = Kind::WriteAck as u8;
 
 /// The target's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +43,7 @@ pub enum Status {
 }
 
 impl Status {
-    fn to_byte(self) -> u8 {
+    pub(crate) fn to_byte(self) -> u8 {
         match self {
             Status::Ok => 0,
             Status::NoKey => 1,
@@ -51,7 +52,7 @@ impl Status {
         }
     }
 
-    fn from_byte(b: u8) -> Result<Status, HeaderError> {
+    pub(crate) fn from_byte(b: u8) -> Result<Status, HeaderError> {
         Ok(match b {
             0 => Status::Ok,
             1 => Status::NoKey,
@@ -59,102 +60,6 @@ impl Status {
             3 => Status::Invalid,
             other => return Err(HeaderError::Flags(other)),
         })
-    }
-}
-
-/// Any packet of the message layer, parsed once from untrusted bytes.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Packet<'a> {
-    Msg(MsgHeader, &'a [u8]),
-    Write { req: u64, key: u64, addr: u64, data: Option<u64>, payload: &'a [u8] },
-    ReadReq { req: u64, key: u64, addr: u64, len: u64 },
-    ReadResp { req: u64, status: Status, payload: &'a [u8] },
-    Atomic { req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool, payload: &'a [u8] },
-    AtomicResp { req: u64, status: Status, payload: &'a [u8] },
-    WriteAck { req: u64, status: Status },
-    /// A long message announced for the receiver to pull ([`crate::rendezvous`]).
-    Rts(Rts),
-    /// The receiver finished (or redirected) a rendezvous.
-    Fin { req: u64, status: FinStatus, read: u64 },
-    /// The bytes of a long message the receiver could not pull.
-    Push { req: u64, payload: &'a [u8] },
-}
-
-/// The little-endian u64 at `at`, or 0 past the end (callers check lengths).
-pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        a.copy_from_slice(s);
-    }
-    u64::from_le_bytes(a)
-}
-
-fn split(b: &[u8], n: usize) -> Result<(&[u8], &[u8]), HeaderError> {
-    b.split_at_checked(n).ok_or(HeaderError::Short)
-}
-
-impl<'a> Packet<'a> {
-    pub fn decode(b: &'a [u8]) -> Result<Packet<'a>, HeaderError> {
-        let kind = *b.first().ok_or(HeaderError::Short)?;
-        match kind {
-            0 | 1 => {
-                let (h, p) = MsgHeader::decode(b)?;
-                Ok(Packet::Msg(h, p))
-            }
-            WRITE => {
-                let (h, payload) = split(b, 40)?;
-                if h[1] & !1 != 0 {
-                    return Err(HeaderError::Flags(h[1]));
-                }
-                Ok(Packet::Write {
-                    req: u64_at(h, 8),
-                    key: u64_at(h, 16),
-                    addr: u64_at(h, 24),
-                    data: (h[1] & 1 != 0).then(|| u64_at(h, 32)),
-                    payload,
-                })
-            }
-            READ_REQ => {
-                let (h, _) = split(b, 40)?;
-                Ok(Packet::ReadReq { req: u64_at(h, 8), key: u64_at(h, 16), addr: u64_at(h, 24), len: u64_at(h, 32) })
-            }
-            READ_RESP | ATOMIC_RESP | WRITE_ACK => {
-                let (h, payload) = split(b, 16)?;
-                let status = Status::from_byte(h[1])?;
-                let req = u64_at(h, 8);
-                Ok(match kind {
-                    READ_RESP => Packet::ReadResp { req, status, payload },
-                    ATOMIC_RESP => Packet::AtomicResp { req, status, payload },
-                    _ => Packet::WriteAck { req, status },
-                })
-            }
-            ATOMIC => {
-                let (h, payload) = split(b, 32)?;
-                if h[1] & !1 != 0 {
-                    return Err(HeaderError::Flags(h[1]));
-                }
-                Ok(Packet::Atomic {
-                    req: u64_at(h, 8),
-                    key: u64_at(h, 16),
-                    addr: u64_at(h, 24),
-                    datatype: h[2],
-                    op: h[3],
-                    count: u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
-                    fetch: h[1] & 1 != 0,
-                    payload,
-                })
-            }
-            rendezvous::RTS => Ok(Packet::Rts(Rts::decode(b)?)),
-            rendezvous::FIN => {
-                let (req, status, read) = rendezvous::decode_fin(b)?;
-                Ok(Packet::Fin { req, status, read })
-            }
-            rendezvous::PUSH => {
-                let (h, payload) = split(b, rendezvous::PUSH_HEADER_LEN)?;
-                Ok(Packet::Push { req: u64_at(h, 8), payload })
-            }
-            k => Err(HeaderError::Kind(k)),
-        }
     }
 }
 
