@@ -47,10 +47,41 @@ struct InFlight {
     data: Vec<u8>,
 }
 
+/// What the simulator drives on each node: an rdm [`Engine`], or a layer that
+/// owns one (the message engine of `rndv` in its tests).
+pub trait SimEndpoint {
+    fn rdm(&mut self) -> &mut Engine;
+    fn rdm_ref(&self) -> &Engine;
+    /// The next time the node needs a step without input (its rdm engine's
+    /// timers and any of its own).
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.rdm_ref().poll_timeout()
+    }
+    /// Runs after the node handled its datagrams and timers of a step; `events`
+    /// collects what the node wants the test to see.
+    fn process(&mut self, now: Instant, events: &mut Vec<Event>);
+}
+
+impl SimEndpoint for Engine {
+    fn rdm(&mut self) -> &mut Engine {
+        self
+    }
+
+    fn rdm_ref(&self) -> &Engine {
+        self
+    }
+
+    fn process(&mut self, _now: Instant, events: &mut Vec<Event>) {
+        while let Some(e) = self.poll_event() {
+            events.push(e);
+        }
+    }
+}
+
 /// The simulated network.
-pub struct Sim {
+pub struct Sim<E: SimEndpoint = Engine> {
     pub now: Instant,
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Node<E>>,
     pub link: Link,
     rng: Rng,
     queue: BinaryHeap<Reverse<InFlight>>,
@@ -60,8 +91,8 @@ pub struct Sim {
     pub datagrams: u64,
 }
 
-pub struct Node {
-    pub engine: Engine,
+pub struct Node<E: SimEndpoint = Engine> {
+    pub engine: E,
     pub alive: bool,
     /// Events the node produced, in order.
     pub events: Vec<Event>,
@@ -76,11 +107,33 @@ pub struct Node {
     backlog: std::collections::VecDeque<(u32, Vec<u8>)>,
 }
 
-impl Sim {
+impl Sim<Engine> {
     pub fn new(n: usize, base: EngineConfig, link: Link, seed: u64) -> Sim {
-        let nodes = (0..n)
-            .map(|i| Node {
-                engine: Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() }),
+        let engines = (0..n).map(|i| Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() })).collect();
+        Sim::with_endpoints(engines, link, seed)
+    }
+
+    pub fn peer(&mut self, from: usize, to: usize) -> PeerId {
+        self.nodes[from].engine.peer(DevAddr::Sim(to as u32))
+    }
+
+    /// Replaces node `i` with a fresh engine (a restarted process, new incarnation).
+    pub fn restart(&mut self, i: usize, incarnation: u64) {
+        let cfg = EngineConfig { incarnation, ..self.nodes[i].engine.config().clone() };
+        self.nodes[i].engine = Engine::new(cfg);
+        self.nodes[i].alive = true;
+        self.nodes[i].events.clear();
+    }
+}
+
+impl<E: SimEndpoint> Sim<E> {
+    /// A network of the given endpoints; node `i` has address `DevAddr::Sim(i)`.
+    pub fn with_endpoints(endpoints: Vec<E>, link: Link, seed: u64) -> Sim<E> {
+        let n = endpoints.len();
+        let nodes = endpoints
+            .into_iter()
+            .map(|engine| Node {
+                engine,
                 alive: true,
                 events: Vec::new(),
                 rx_per_ms: None,
@@ -94,22 +147,10 @@ impl Sim {
         Sim { now: Instant::ZERO, nodes, link, rng: Rng::new(seed), queue: BinaryHeap::new(), seq: 0, busy_until: vec![Instant::ZERO; n], datagrams: 0 }
     }
 
-    pub fn peer(&mut self, from: usize, to: usize) -> PeerId {
-        self.nodes[from].engine.peer(DevAddr::Sim(to as u32))
-    }
-
     /// Injects a raw datagram (e.g. a stale packet of an earlier incarnation).
     pub fn inject(&mut self, from: u32, to: u32, data: Vec<u8>) {
         self.seq += 1;
         self.queue.push(Reverse(InFlight { at: self.now, seq: self.seq, to, from, data }));
-    }
-
-    /// Replaces node `i` with a fresh engine (a restarted process, new incarnation).
-    pub fn restart(&mut self, i: usize, incarnation: u64) {
-        let cfg = EngineConfig { incarnation, ..self.nodes[i].engine.config().clone() };
-        self.nodes[i].engine = Engine::new(cfg);
-        self.nodes[i].alive = true;
-        self.nodes[i].events.clear();
     }
 
     fn transmit_all(&mut self) {
@@ -118,7 +159,7 @@ impl Sim {
             if !self.nodes[i].alive {
                 continue;
             }
-            while let Some(t) = self.nodes[i].engine.poll_transmit(self.now, &mut buf) {
+            while let Some(t) = self.nodes[i].engine.rdm().poll_transmit(self.now, &mut buf) {
                 let DevAddr::Sim(to) = t.dst else { continue };
                 self.datagrams += 1;
                 let data = buf[..t.len].to_vec();
@@ -157,9 +198,10 @@ impl Sim {
     }
 
     fn drain_events(&mut self) {
+        let now = self.now;
         for n in &mut self.nodes {
-            while let Some(e) = n.engine.poll_event() {
-                n.events.push(e);
+            if n.alive {
+                n.engine.process(now, &mut n.events);
             }
         }
     }
@@ -210,11 +252,11 @@ impl Sim {
                     }
                     n.rx_budget -= 1;
                 }
-                n.engine.handle_datagram(now, DevAddr::Sim(*from), data);
+                n.engine.rdm().handle_datagram(now, DevAddr::Sim(*from), data);
                 n.backlog.pop_front();
             }
-            if n.engine.poll_timeout().is_some_and(|d| d <= now) {
-                n.engine.handle_timeout(now);
+            if n.engine.rdm_ref().poll_timeout().is_some_and(|d| d <= now) {
+                n.engine.rdm().handle_timeout(now);
             }
         }
         self.drain_events();
@@ -223,7 +265,7 @@ impl Sim {
 
     /// Steps until `done` holds or the virtual deadline passes; returns whether
     /// `done` held.
-    pub fn run_until(&mut self, deadline: Duration, mut done: impl FnMut(&Sim) -> bool) -> bool {
+    pub fn run_until(&mut self, deadline: Duration, mut done: impl FnMut(&Sim<E>) -> bool) -> bool {
         let end = self.now + deadline;
         while self.now < end {
             if done(self) {

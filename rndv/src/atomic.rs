@@ -37,6 +37,11 @@ impl Datatype {
         })
     }
 
+    /// libfabric's `fi_datatype` value.
+    pub fn to_fi(self) -> u32 {
+        self as u32
+    }
+
     pub fn size(self) -> usize {
         match self {
             Datatype::I8 | Datatype::U8 => 1,
@@ -122,6 +127,19 @@ impl Op {
 
     fn is_bitwise(self) -> bool {
         matches!(self, Op::Bor | Op::Band | Op::Bxor | Op::Mswap)
+    }
+}
+
+/// Splits an atomic request's payload into operands and compare operands
+/// (compare-family ops carry both, `Read` none): `None` when the length does not
+/// match `bytes` of operands.
+pub fn split_operands(op: Op, payload: &[u8], bytes: usize) -> Option<(&[u8], &[u8])> {
+    match op {
+        Op::Read => Some((&payload[..0], &payload[..0])),
+        Op::Cswap | Op::CswapNe | Op::CswapLe | Op::CswapLt | Op::CswapGe | Op::CswapGt | Op::Mswap => {
+            (payload.len() == 2 * bytes).then(|| payload.split_at(bytes))
+        }
+        _ => (payload.len() == bytes).then_some((payload, &payload[..0])),
     }
 }
 

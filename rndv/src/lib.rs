@@ -14,10 +14,12 @@
 #![forbid(unsafe_code)]
 
 pub mod atomic;
+pub mod engine;
 pub mod iov;
 pub mod matching;
 pub mod wire;
 
+pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
 pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
 pub use wire::rendezvous::{FinStatus, RemoteIov, Rts};

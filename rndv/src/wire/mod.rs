@@ -31,7 +31,15 @@ pub enum Kind {
     Rts = 8,
     Fin = 9,
     Push = 10,
+    /// Sent while this side waits on an answer from the peer (a Fin, an RMA
+    /// response) and nothing else is in flight to it: its acknowledgement
+    /// proves the peer alive, its absence lets the rdm engine declare the peer
+    /// unreachable. Carries nothing; the receiver ignores it.
+    Keepalive = 11,
 }
+
+/// The bytes of a keepalive.
+pub const KEEPALIVE: [u8; 8] = [Kind::Keepalive as u8, 0, 0, 0, 0, 0, 0, 0];
 
 /// Any packet of the message layer, parsed once from untrusted bytes.
 #[derive(Debug, PartialEq, Eq)]
@@ -49,6 +57,7 @@ pub enum Packet<'a> {
     Fin { req: u64, status: FinStatus, read: u64 },
     /// The bytes of a long message the receiver could not pull.
     Push { req: u64, payload: &'a [u8] },
+    Keepalive,
 }
 
 /// The little-endian u64 at `at`, or 0 past the end (callers check lengths).
@@ -124,6 +133,12 @@ impl<'a> Packet<'a> {
             PUSH => {
                 let (h, payload) = split(b, rendezvous::PUSH_HEADER_LEN)?;
                 Ok(Packet::Push { req: u64_at(h, 8), payload })
+            }
+            11 => {
+                if b.len() != KEEPALIVE.len() {
+                    return Err(HeaderError::Malformed("keepalive length"));
+                }
+                Ok(Packet::Keepalive)
             }
             k => Err(HeaderError::Kind(k)),
         }

@@ -1,0 +1,414 @@
+//! The message engine over rdm's deterministic network simulator: N endpoints,
+//! each a [`MsgEngine`] with a model of application memory, on links that lose,
+//! reorder, duplicate and corrupt datagrams. Every scenario verifies every byte
+//! that lands and replays exactly from its seed (`RDMX_SIM_SEED` picks one seed).
+use rdm::engine::{Engine, EngineConfig, Event, PeerId};
+use rdm::sim::{Link, Sim, SimEndpoint};
+use rdm::{DevAddr, DeviceCaps, Instant};
+use rndv::atomic::{Datatype, Op};
+use rndv::engine::{for_each_read_run, Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, ReadOutcome, RecvSpec};
+use rndv::wire::rma::Status;
+use rndv::{MsgHeader, MsgKind, Src};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Application memory of one simulated process: addresses from `BASE`.
+const BASE: u64 = 0x10_0000;
+const MEM: usize = 8 << 20;
+
+struct Mem {
+    bytes: Vec<u8>,
+    /// key -> (addr, len)
+    regs: HashMap<u64, (u64, u64)>,
+}
+
+impl Mem {
+    fn at(&self, addr: u64, len: usize) -> &[u8] {
+        let o = (addr - BASE) as usize;
+        &self.bytes[o..o + len]
+    }
+    fn put(&mut self, addr: u64, data: &[u8]) {
+        let o = (addr - BASE) as usize;
+        self.bytes[o..o + data.len()].copy_from_slice(data);
+    }
+}
+
+impl Memory for Mem {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        self.put(addr, data);
+    }
+    fn read(&self, addr: u64, len: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.at(addr, len));
+    }
+    fn rma_target(&mut self, key: u64, addr: u64, len: u64, _access: Access) -> Result<Vec<IoBuf>, Status> {
+        let &(a, l) = self.regs.get(&key).ok_or(Status::NoKey)?;
+        if addr < a || addr.checked_add(len).is_none_or(|e| e > a + l) {
+            return Err(Status::Access);
+        }
+        Ok(vec![IoBuf { addr, len }])
+    }
+}
+
+struct Node {
+    me: MsgEngine,
+    mem: Mem,
+    done: Vec<Completion>,
+    /// Remote reads this process may do (false: every pull is refused, so the
+    /// sender must push).
+    may_read: bool,
+}
+
+impl SimEndpoint for Node {
+    fn rdm(&mut self) -> &mut Engine {
+        self.me.rdm_mut()
+    }
+    fn rdm_ref(&self) -> &Engine {
+        self.me.rdm()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        [self.me.rdm().poll_timeout(), self.me.poll_timeout()].into_iter().flatten().min()
+    }
+    fn process(&mut self, now: Instant, _events: &mut Vec<Event>) {
+        if self.me.poll_timeout().is_some_and(|t| t <= now) {
+            self.me.handle_timeout(now);
+        }
+        self.me.handle_events(now, &mut self.mem);
+        while let Some(c) = self.me.poll_completion() {
+            self.done.push(c);
+        }
+    }
+}
+
+fn path(remote_read: bool) -> DeviceCaps {
+    DeviceCaps { reliable: false, ordered: false, mtu: 1400, max_inline: 0, remote_read }
+}
+
+fn seeds(default: &[u64]) -> Vec<u64> {
+    match std::env::var("RDMX_SIM_SEED").ok().and_then(|s| s.parse().ok()) {
+        Some(s) => vec![s],
+        None => default.to_vec(),
+    }
+}
+
+fn net(n: usize, link: Link, seed: u64, cfg: Config) -> Sim<Node> {
+    let base = EngineConfig { peer_timeout: Duration::from_secs(3), ..EngineConfig::default() };
+    let nodes = (0..n)
+        .map(|i| {
+            let rdm = Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() });
+            Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true }
+        })
+        .collect();
+    Sim::with_endpoints(nodes, link, seed)
+}
+
+fn lossy() -> Link {
+    Link { loss_pct: 5.0, dup_pct: 2.0, reorder_pct: 20.0, corrupt_pct: 0.5, jitter: Duration::from_micros(30), ..Link::default() }
+}
+
+fn peer(sim: &mut Sim<Node>, from: usize, to: usize, remote_read: bool) -> PeerId {
+    sim.nodes[from].engine.me.peer(DevAddr::Sim(to as u32), path(remote_read))
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len).map(|i| (i as u64).wrapping_mul(131).wrapping_add(seed * 7919) as u8).collect()
+}
+
+fn meta(context: u64) -> OpMeta {
+    OpMeta { context, wanted: true, inject: false }
+}
+
+/// Serves the remote reads nodes asked for: reads the other node's memory (the
+/// simulated `process_vm_readv`).
+fn serve_actions(sim: &mut Sim<Node>) -> bool {
+    let mut any = false;
+    for i in 0..sim.nodes.len() {
+        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = sim.nodes[i].engine.me.poll_action() {
+            any = true;
+            let DevAddr::Sim(j) = addr else { panic!("sim address expected") };
+            let outcome = if !sim.nodes[i].engine.may_read {
+                ReadOutcome::NotPermitted
+            } else if !sim.nodes[j as usize].alive {
+                ReadOutcome::Failed(0)
+            } else {
+                let mut runs = Vec::new();
+                let (n, ok) = for_each_read_run(&src[..src_count], &dst, |s, d, len| {
+                    runs.push((s, d, len));
+                    true
+                });
+                for (s, d, len) in runs {
+                    let data = sim.nodes[j as usize].engine.mem.at(s, len as usize).to_vec();
+                    sim.nodes[i].engine.mem.put(d, &data);
+                }
+                if ok { ReadOutcome::Done(n) } else { ReadOutcome::Failed(n) }
+            };
+            let now = sim.now;
+            let node = &mut sim.nodes[i].engine;
+            node.me.remote_read_done(now, id, outcome);
+            node.me.handle_events(now, &mut node.mem);
+            while let Some(c) = node.me.poll_completion() {
+                node.done.push(c);
+            }
+        }
+    }
+    any
+}
+
+/// Steps (serving remote reads) until `done` or the virtual deadline.
+fn run(sim: &mut Sim<Node>, limit: Duration, done: impl Fn(&Sim<Node>) -> bool) -> bool {
+    let end = sim.now + limit;
+    while sim.now < end {
+        if done(sim) {
+            return true;
+        }
+        let stepped = sim.step();
+        let served = serve_actions(sim);
+        if !stepped && !served {
+            return done(sim);
+        }
+    }
+    done(sim)
+}
+
+fn completions(sim: &Sim<Node>, node: usize, kind: OpKind) -> Vec<Completion> {
+    sim.nodes[node].engine.done.iter().filter(|c| c.kind == kind).copied().collect()
+}
+
+/// Tag matching with wildcards and unexpected messages, eager and rendezvous
+/// sizes, between three endpoints over a lossy network: node 0 and node 2 send
+/// to node 1, which posts half its receives before the messages arrive and half
+/// after, directed and wildcard. Every byte is checked.
+#[test]
+fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
+    for seed in seeds(&[1, 2, 3]) {
+        let cfg = Config { rndv_threshold: 16 << 10, ..Config::default() };
+        let mut sim = net(3, lossy(), seed, cfg);
+        let sizes = [0usize, 1, 100, 1399, 5000, 16 << 10, 100_000, 300_000];
+        let to1_from0 = peer(&mut sim, 0, 1, true);
+        let to1_from2 = peer(&mut sim, 2, 1, false);
+        let at1_0 = peer(&mut sim, 1, 0, true);
+        // Receives posted first: directed at node 0, tags exactly 0..8 with
+        // nothing ignored, buffers in node 1's memory at 1 MiB steps.
+        let now = sim.now;
+        let node1 = &mut sim.nodes[1].engine;
+        for (i, &len) in sizes.iter().enumerate() {
+            let iov = IoList::one(BASE + (i as u64) * (1 << 20) / 4, len.max(1) as u64);
+            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Peer(at1_0), tag: i as u64, ignore: 0, iov, multi: false, meta: meta(100 + i as u64) };
+            node1.me.post_recv(now, spec, &mut node1.mem);
+        }
+        // Node 0 sends tags 0..8 (matched by the directed receives), node 2 sends
+        // tags 0x100.. that only wildcard receives posted later will take.
+        for (src, to, tagbase) in [(0usize, to1_from0, 0u64), (2, to1_from2, 0x100)] {
+            for (i, &len) in sizes.iter().enumerate() {
+                let data = pattern(len, tagbase + i as u64);
+                let addr = BASE + (i as u64) * (1 << 20) / 2;
+                let node = &mut sim.nodes[src].engine;
+                node.mem.put(addr, &data);
+                let user = IoList::one(addr, len as u64);
+                let h = MsgHeader { kind: MsgKind::Tagged, tag: tagbase + i as u64, data: Some(tagbase + i as u64) };
+                node.me.send(now, to, h, &[&data], user, meta(200 + i as u64)).expect("send");
+            }
+        }
+        // Let everything arrive (node 2's messages become unexpected), then post
+        // wildcard receives for them: source any, tag 0x100 with the low byte ignored.
+        assert!(run(&mut sim, Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == sizes.len()), "seed {seed}: directed receives");
+        let now = sim.now;
+        let node1 = &mut sim.nodes[1].engine;
+        for i in 0..sizes.len() {
+            let iov = IoList::one(BASE + (4 << 20) + (i as u64) * (400 << 10), 400 << 10);
+            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 0x100, ignore: 0xff, iov, multi: false, meta: meta(300 + i as u64) };
+            node1.me.post_recv(now, spec, &mut node1.mem);
+        }
+        assert!(
+            run(&mut sim, Duration::from_secs(120), |s| completions(s, 1, OpKind::Recv).len() == 2 * sizes.len()
+                && completions(s, 0, OpKind::Send).len() == sizes.len()
+                && completions(s, 2, OpKind::Send).len() == sizes.len()),
+            "seed {seed}: not all completed: {:?}",
+            completions(&sim, 1, OpKind::Recv).len()
+        );
+        let recvs = completions(&sim, 1, OpKind::Recv);
+        for c in &recvs {
+            assert_eq!(c.err, None, "seed {seed}: {c:?}");
+            let tag = c.tag;
+            let i = (tag & 0xff) as usize;
+            assert_eq!(c.len, sizes[i]);
+            assert_eq!(c.data, Some(tag));
+            let addr = if c.meta.context < 300 { BASE + (i as u64) * (1 << 20) / 4 } else { BASE + (4 << 20) + (c.meta.context - 300) * (400 << 10) };
+            assert!(sim.nodes[1].engine.mem.at(addr, c.len) == pattern(sizes[i], tag), "seed {seed}: bytes of tag {tag:#x}");
+            let from = if tag < 0x100 { 0 } else { 2 };
+            assert_eq!(c.src, sim.nodes[1].engine.me.rdm().peer_id_of(DevAddr::Sim(from)));
+        }
+        // Wildcards took node 2's messages in arrival order (per-sender order).
+        let wild: Vec<u64> = recvs.iter().filter(|c| c.meta.context >= 300).map(|c| c.tag).collect();
+        assert_eq!(wild, (0..sizes.len() as u64).map(|i| 0x100 + i).collect::<Vec<_>>(), "seed {seed}");
+        for c in completions(&sim, 0, OpKind::Send).iter().chain(&completions(&sim, 2, OpKind::Send)) {
+            assert_eq!(c.err, None, "seed {seed}: {c:?}");
+        }
+        // Node 0's long messages were pulled (its path can read); node 2's path
+        // cannot, so they went eagerly.
+        let s0 = sim.nodes[0].engine.me.stats();
+        let s2 = sim.nodes[2].engine.me.stats();
+        assert_eq!(s0.rts_sent, 3, "seed {seed}");
+        assert_eq!(sim.nodes[1].engine.me.stats().pulled, 3, "seed {seed}");
+        assert_eq!(s2.rts_sent, 0, "seed {seed}");
+    }
+}
+
+/// A receiver that may not read the sender (different user, Yama): the
+/// rendezvous falls back to a push of the bytes; later long messages to it go
+/// eagerly. Truncation of a long message reports the lost length.
+#[test]
+fn rendezvous_push_fallback_and_truncation() {
+    for seed in seeds(&[4, 5]) {
+        let cfg = Config { rndv_threshold: 4096, ..Config::default() };
+        let mut sim = net(2, lossy(), seed, cfg);
+        sim.nodes[1].engine.may_read = false;
+        let to1 = peer(&mut sim, 0, 1, true);
+        let now = sim.now;
+        let lens = [50_000usize, 70_000, 20_000];
+        for (i, &len) in lens.iter().enumerate() {
+            let addr = BASE + (i as u64) * (1 << 20);
+            let data = pattern(len, i as u64);
+            let n0 = &mut sim.nodes[0].engine;
+            n0.mem.put(addr, &data);
+            n0.me.send(now, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&data], IoList::one(addr, len as u64), meta(i as u64)).unwrap();
+            let n1 = &mut sim.nodes[1].engine;
+            // The middle receive is 10 bytes short: truncated.
+            let room = if i == 1 { len - 10 } else { len };
+            let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(addr, room as u64), multi: false, meta: meta(10 + i as u64) };
+            n1.me.post_recv(now, spec, &mut n1.mem);
+        }
+        assert!(run(&mut sim, Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == 3 && completions(s, 0, OpKind::Send).len() == 3), "seed {seed}");
+        for c in completions(&sim, 1, OpKind::Recv) {
+            let i = (c.meta.context - 10) as usize;
+            let want = if i == 1 { Some(OpError::Truncated { olen: 10 }) } else { None };
+            assert_eq!(c.err, want, "seed {seed}");
+            assert!(sim.nodes[1].engine.mem.at(BASE + (i as u64) * (1 << 20), c.len) == &pattern(lens[i], i as u64)[..c.len], "seed {seed}: message {i}");
+        }
+        // All three were announced before the first refusal came back; each was pushed.
+        assert_eq!(sim.nodes[0].engine.me.stats().rts_sent, 3);
+        assert_eq!(sim.nodes[1].engine.me.stats().pushed, 3);
+        // After the refusal, later long messages to that peer go eagerly.
+        let now = sim.now;
+        let data = pattern(30_000, 9);
+        let n0 = &mut sim.nodes[0].engine;
+        n0.mem.put(BASE + (5 << 20), &data);
+        n0.me.send(now, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&data], IoList::one(BASE + (5 << 20), 30_000), meta(3)).unwrap();
+        let n1 = &mut sim.nodes[1].engine;
+        let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE + (5 << 20), 30_000), multi: false, meta: meta(13) };
+        n1.me.post_recv(now, spec, &mut n1.mem);
+        assert!(run(&mut sim, Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == 4), "seed {seed}");
+        assert!(sim.nodes[1].engine.mem.at(BASE + (5 << 20), 30_000) == data);
+        assert_eq!(sim.nodes[0].engine.me.stats().rts_sent, 3, "seed {seed}: no new announcement after the refusal");
+    }
+}
+
+/// RMA write, read and atomics (sum, fetch, compare-swap) over a lossy link,
+/// and a request outside the registration refused without touching memory.
+#[test]
+fn rma_and_atomics_under_loss() {
+    for seed in seeds(&[6, 7]) {
+        let mut sim = net(2, lossy(), seed, Config::default());
+        let window = BASE + (2 << 20);
+        sim.nodes[1].engine.mem.regs.insert(9, (window, 64 << 10));
+        let to1 = peer(&mut sim, 0, 1, false);
+        let now = sim.now;
+        let data = pattern(40_000, 1);
+        let n0 = &mut sim.nodes[0].engine;
+        n0.me.rma_write(now, to1, 9, window + 100, &[&data], Some(77), meta(1)).unwrap();
+        assert!(run(&mut sim, Duration::from_secs(30), |s| completions(s, 0, OpKind::Write).len() == 1), "seed {seed}");
+        assert!(sim.nodes[1].engine.mem.at(window + 100, data.len()) == data);
+        assert_eq!(completions(&sim, 1, OpKind::RemoteWrite)[0].data, Some(77));
+        let now = sim.now;
+        let n0 = &mut sim.nodes[0].engine;
+        n0.me.rma_read(now, to1, 9, window + 100, IoList::one(BASE, 40_000), meta(2)).unwrap();
+        sim.nodes[1].engine.mem.put(window + 8, &40u64.to_le_bytes());
+        let two = 2u64.to_le_bytes();
+        let n0 = &mut sim.nodes[0].engine;
+        n0.me.atomic(now, to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::default(), false, meta(3)).unwrap();
+        n0.me.atomic(now, to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::one(BASE + 50_000, 8), true, meta(4)).unwrap();
+        let (cmp, swap) = (44u64.to_le_bytes(), 7u64.to_le_bytes());
+        n0.me.atomic(now, to1, 9, window + 8, Datatype::U64, Op::Cswap, 1, &[&swap], &[&cmp], IoList::one(BASE + 50_008, 8), true, meta(5)).unwrap();
+        n0.me.rma_write(now, to1, 9, window + (64 << 10) - 4, &[&data[..8]], None, meta(6)).unwrap();
+        n0.me.rma_write(now, to1, 10, window, &[&data[..8]], None, meta(7)).unwrap();
+        assert!(run(&mut sim, Duration::from_secs(30), |s| s.nodes[0].engine.done.len() == 7), "seed {seed}");
+        let done: HashMap<u64, Completion> = sim.nodes[0].engine.done.iter().map(|c| (c.meta.context, *c)).collect();
+        assert!(sim.nodes[0].engine.mem.at(BASE, 40_000) == data, "read back");
+        assert_eq!(sim.nodes[0].engine.mem.at(BASE + 50_000, 8), 42u64.to_le_bytes(), "fetch returns the old value");
+        assert_eq!(sim.nodes[0].engine.mem.at(BASE + 50_008, 8), 44u64.to_le_bytes());
+        assert_eq!(sim.nodes[1].engine.mem.at(window + 8, 8), 7u64.to_le_bytes(), "compare-swap swapped");
+        assert_eq!(done[&6].err, Some(OpError::Access));
+        assert_eq!(done[&7].err, Some(OpError::NoKey));
+        assert!(sim.nodes[1].engine.mem.at(window + (64 << 10) - 4, 4) == [0; 4], "a refused write left memory alone");
+    }
+}
+
+/// Cancel of a posted receive; peek and claim of an unexpected message;
+/// multi-receive filling one buffer with several messages.
+#[test]
+fn cancel_peek_claim_and_multi_receive() {
+    let mut sim = net(2, lossy(), 8, Config { min_multi_recv: 64, ..Config::default() });
+    let to1 = peer(&mut sim, 0, 1, false);
+    let now = sim.now;
+    let n1 = &mut sim.nodes[1].engine;
+    let spec = |tag, context, addr, len| RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(addr, len), multi: false, meta: meta(context) };
+    n1.me.post_recv(now, spec(5, 1, BASE, 100), &mut n1.mem);
+    assert!(n1.me.cancel(1));
+    assert!(!n1.me.cancel(1), "a canceled receive is gone");
+    let n0 = &mut sim.nodes[0].engine;
+    n0.me.send(now, to1, MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None }, &[b"claimed"], IoList::default(), meta(2)).unwrap();
+    for k in 0..3u8 {
+        n0.me.send(now, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&[k; 100]], IoList::default(), meta(3)).unwrap();
+    }
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 4));
+    let now = sim.now;
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.peek(now, spec(5, 10, 0, 0), true, false);
+    n1.me.claim(now, spec(5, 10, BASE + 1000, 100), false, &mut n1.mem).unwrap();
+    // A multi-receive buffer of 250 bytes with min 64: two messages fit, the
+    // third leaves less than 64 bytes, so it is truncated and releases.
+    let multi = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE + 2000, 250), multi: true, meta: meta(20) };
+    n1.me.post_recv(now, multi, &mut n1.mem);
+    while let Some(c) = n1.me.poll_completion() {
+        n1.done.push(c);
+    }
+    let recvs = completions(&sim, 1, OpKind::Recv);
+    assert_eq!(recvs[0].err, Some(OpError::Canceled));
+    assert_eq!((recvs[1].meta.context, recvs[1].len, recvs[1].err), (10, 7, None), "peek reports the claimed message");
+    assert_eq!((recvs[2].meta.context, recvs[2].len), (10, 7));
+    assert_eq!(sim.nodes[1].engine.mem.at(BASE + 1000, 7), b"claimed");
+    let multi: Vec<(u64, usize, bool)> = recvs[3..].iter().map(|c| (c.buf, c.len, c.multi_done)).collect();
+    assert_eq!(multi, [(BASE + 2000, 100, false), (BASE + 2100, 100, true)]);
+}
+
+/// A peer that dies mid-rendezvous: node 1 acknowledged the ready-to-send
+/// (it sits unexpected there) and then dies. Nothing is in flight to it any
+/// more, yet the sender's send fails with the peer within a bound of the peer
+/// timeout (keepalives make the rdm engine notice), and so does an RMA read
+/// started after the death.
+#[test]
+fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
+    let cfg = Config { rndv_threshold: 4096, keepalive: Duration::from_millis(500), ..Config::default() };
+    let mut sim = net(2, Link::default(), 9, cfg);
+    sim.nodes[1].engine.mem.regs.insert(1, (BASE, 4096));
+    let to1 = peer(&mut sim, 0, 1, true);
+    let now = sim.now;
+    let n0 = &mut sim.nodes[0].engine;
+    let data = pattern(100_000, 3);
+    n0.mem.put(BASE, &data);
+    n0.me.send(now, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&data], IoList::one(BASE, 100_000), meta(1)).unwrap();
+    // Let the RTS be delivered and acknowledged, then kill node 1.
+    assert!(run(&mut sim, Duration::from_secs(5), |s| s.nodes[1].engine.me.unexpected_bytes() > 0));
+    run(&mut sim, Duration::from_millis(50), |_| false);
+    sim.nodes[1].alive = false;
+    let died = sim.now;
+    assert!(run(&mut sim, Duration::from_secs(20), |s| s.nodes[0].engine.done.len() == 1), "the sender still waits: {:?}", sim.nodes[0].engine.done);
+    let waited = sim.now.saturating_duration_since(died);
+    assert!(waited <= Duration::from_secs(5), "failed after {waited:?}, peer timeout 3 s");
+    let n0 = &mut sim.nodes[0].engine;
+    n0.me.rma_read(sim.now, to1, 1, BASE, IoList::one(BASE + 200_000, 64), meta(2)).unwrap();
+    assert!(run(&mut sim, Duration::from_secs(20), |s| s.nodes[0].engine.done.len() == 2));
+    for c in &sim.nodes[0].engine.done {
+        assert_eq!(c.err, Some(OpError::PeerUnreachable), "{c:?}");
+    }
+    assert_eq!(sim.nodes[0].engine.me.poll_failed_peer(), Some(to1));
+}
