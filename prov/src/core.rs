@@ -1,9 +1,13 @@
-//! An endpoint's data path: the device, the `rdm` engine and the `rndv` matcher,
-//! driven by the application's calls (manual progress).
+//! An endpoint's data path in the shim: the device and the `rndv` message engine
+//! (which owns the `rdm` engine), driven by the application's calls (manual
+//! progress) and the optional progress thread.
 //!
-//! Every posting call and every CQ/counter read runs [`EpShared::progress`]:
-//! receive a batch from the device into the engine, fire due timers, turn engine
-//! events into completions, and flush what the engine wants to transmit.
+//! Every posting call and every CQ/counter read runs [`EpState::progress`]:
+//! receive a batch from the device into the rdm engine, fire due timers, let the
+//! message engine run its protocols (and perform the remote reads it asks for),
+//! turn its completions into libfabric's (flags, source address, CQ, counters,
+//! EQ), and flush what the engines want to transmit. No protocol decision and no
+//! packet kind lives here.
 use crate::addr::RdmxAddr;
 use crate::av::{SharedAv, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
 use crate::cntr::CntrShared;
@@ -12,15 +16,14 @@ use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::{params, DeviceChoice};
-use crate::rendezvous::Landing;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
 use rdm::device::TxDatagram;
-use rdm::engine::{Engine, EngineConfig, Event, PeerId};
-use rdm::{DevAddr, Device};
-use rndv::{Arrived, Matcher, MsgHeader, MsgKind, RecvPost, Src, HEADER_LEN};
+use crate::rma::RmaArgs;
+use rdm::engine::{Engine, EngineConfig, PeerId};
+use rdm::{DevAddr, Device, DeviceError};
+use rndv::{Action, IoBuf, IoList, MsgEngine, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, ReadOutcome, RecvSpec, Src};
 use mr_cache::KeyTable;
-use slab::Slab;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -69,53 +72,17 @@ impl UserIov {
     pub fn total(&self) -> usize {
         self.bufs[..self.count].iter().map(|b| b.len).sum()
     }
+}
 
-    /// Copies `data` into the buffers; returns the bytes written.
-    pub(crate) fn scatter(&self, data: &[u8]) -> usize {
-        let mut off = 0;
-        for b in &self.bufs[..self.count] {
-            if off >= data.len() {
-                break;
-            }
-            let n = b.len.min(data.len() - off);
-            if n > 0 {
-                // SAFETY: the application posted this buffer of `b.len` bytes and
-                // keeps it valid until its receive completes, which is now.
-                unsafe { std::ptr::copy_nonoverlapping(data[off..].as_ptr(), b.ptr as *mut u8, n) };
-            }
-            off += n;
+impl UserIov {
+    /// The same buffers as the message engine's gather/scatter list.
+    pub fn io(&self) -> IoList {
+        let mut l = IoList { count: self.count, ..IoList::default() };
+        for (o, b) in l.bufs.iter_mut().zip(&self.bufs[..self.count]) {
+            *o = IoBuf { addr: b.ptr as u64, len: b.len as u64 };
         }
-        off
+        l
     }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct TxOp {
-    context: usize,
-    flags: u64,
-    len: usize,
-    completion: bool,
-    /// An `fi_inject*` call: it has no context, so a failure cannot go to a CQ
-    /// (OpenMPI dereferences the context of every error entry).
-    inject: bool,
-    /// A long message announced by a ready-to-send: the send completes when the
-    /// receiver's `Fin` arrives (see [`crate::rendezvous`]).
-    pub(crate) rndv: Option<crate::rendezvous::RndvTx>,
-}
-
-impl TxOp {
-    pub(crate) fn new(context: usize, flags: u64, len: usize, completion: bool, rndv: Option<crate::rendezvous::RndvTx>) -> TxOp {
-        TxOp { context, flags, len, completion, inject: false, rndv }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RxOp {
-    iov: UserIov,
-    context: usize,
-    completion: bool,
-    /// FI_MULTI_RECV: bytes of the buffer already filled.
-    multi_offset: Option<usize>,
 }
 
 /// What a send carries.
@@ -153,13 +120,10 @@ const TX_BATCH: usize = 32;
 /// Everything an enabled endpoint needs to move data.
 pub struct Running {
     pub(crate) device: Box<dyn Device>,
-    pub(crate) engine: Engine,
-    pub(crate) matcher: Matcher,
+    /// The message engine (and, inside it, the rdm engine): every protocol
+    /// decision lives there.
+    pub(crate) engine: MsgEngine,
     pub(crate) local: RdmxAddr,
-    pub(crate) tx_ops: Slab<TxOp>,
-    /// Outstanding RMA / atomic operations, keyed by the request id on the wire.
-    pub(crate) rma_ops: Slab<crate::rma::RmaOp>,
-    pub(crate) rx_ops: Slab<RxOp>,
     /// Datagrams pulled from the engine but not yet taken by the device.
     pub(crate) stage: Vec<Vec<u8>>,
     pub(crate) stage_dst: [DevAddr; TX_BATCH],
@@ -169,12 +133,6 @@ pub struct Running {
     pub(crate) src_cache: HashMap<PeerId, u64>,
     /// The AV generation `src_cache` was built against.
     pub(crate) src_cache_gen: u64,
-    pub dropped_headers: u64,
-    /// One-sided operations this endpoint started / served as target.
-    pub(crate) rma_started: u64,
-    pub(crate) rma_served: u64,
-    /// Rendezvous state (see [`crate::rendezvous`]).
-    pub(crate) rndv: crate::rendezvous::RndvState,
 }
 
 /// The endpoint state every libfabric object that drives progress can reach.
@@ -214,9 +172,6 @@ pub struct EpState {
     pub mr_keys: Arc<Mutex<KeyTable>>,
     pub mr_virt_addr: bool,
     pub min_multi_recv: usize,
-    /// Messages reserved by FI_PEEK|FI_CLAIM, keyed by the operation context the
-    /// later FI_CLAIM receive passes again.
-    pub(crate) claimed: HashMap<usize, Arrived>,
     pub device: Option<Box<dyn Device>>,
     pub local: RdmxAddr,
     pub running: Option<Running>,
@@ -266,7 +221,6 @@ impl EpShared {
                 mr_keys,
                 mr_virt_addr,
                 min_multi_recv: 0,
-                claimed: HashMap::new(),
                 device: Some(device),
                 local,
                 running: None,
@@ -370,24 +324,23 @@ impl EpShared {
         };
         let local = st.local;
         fi_info!(Subsys::EpCtrl, "endpoint enabled at {} (mtu {}, reliable device: {})", local.to_uri(), caps.mtu, caps.reliable);
+        let msg_cfg = rndv::Config {
+            rndv_threshold: p.rndv_threshold,
+            min_multi_recv: st.min_multi_recv,
+            unexpected_limit: p.unexpected_limit,
+            keepalive: p.peer_timeout / 4,
+        };
+        let placeholder = device.local_addr();
         st.running = Some(Running {
             device,
-            engine: Engine::new(cfg),
-            matcher: Matcher::new(),
+            engine: MsgEngine::new(Engine::new(cfg), msg_cfg),
             local,
-            tx_ops: Slab::with_capacity(st.profile.tx_size),
-            rma_ops: Slab::new(),
-            rx_ops: Slab::with_capacity(st.profile.rx_size),
             stage: (0..TX_BATCH).map(|_| vec![0u8; caps.mtu.max(64)]).collect(),
-            stage_dst: [DevAddr::Sim(0); TX_BATCH],
+            stage_dst: [placeholder; TX_BATCH],
             stage_len: [0; TX_BATCH],
             staged: 0,
             src_cache: HashMap::new(),
             src_cache_gen: 0,
-            dropped_headers: 0,
-            rma_started: 0,
-            rma_served: 0,
-            rndv: Default::default(),
         });
         Ok(auto)
     }
@@ -410,7 +363,8 @@ impl EpShared {
         match &mut st.running {
             Some(r) => {
                 let ready = r.device.prepare_wait();
-                (r.device.wait_fd(), r.engine.poll_timeout(), ready)
+                let deadline = [r.engine.rdm().poll_timeout(), r.engine.poll_timeout()].into_iter().flatten().min();
+                (r.device.wait_fd(), deadline, ready)
             }
             None => (None, None, false),
         }
@@ -423,6 +377,78 @@ impl EpShared {
     }
 }
 
+/// The application's memory as the message engine sees it: received bytes are
+/// copied into posted buffers, and one-sided requests are checked against the
+/// domain's registrations before memory is touched.
+struct ProcessMemory<'a> {
+    keys: &'a Mutex<KeyTable>,
+    virt_addr: bool,
+}
+
+impl rndv::Memory for ProcessMemory<'_> {
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        // SAFETY: the engine writes only into buffers the application posted
+        // (receives, read results) or registered (RMA targets, checked by
+        // rma_target), which libfabric's contract keeps valid and unaliased
+        // until the operation completes or the MR is closed.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+    }
+
+    fn read(&self, addr: u64, len: usize, out: &mut Vec<u8>) {
+        if len == 0 {
+            return;
+        }
+        // SAFETY: as for `write`: a posted send buffer (valid until its send
+        // completes) or a registered range checked by rma_target.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+    }
+
+    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
+        let keys = self.keys.lock();
+        let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
+        let want = match access {
+            rndv::Access::RemoteRead => fi::FI_REMOTE_READ as u64,
+            rndv::Access::RemoteWrite => fi::FI_REMOTE_WRITE as u64,
+        };
+        // Registrations made without any access flag allow every access.
+        let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+        let want = if region.access & access_flags == 0 { 0 } else { want };
+        let pieces = keys.check(key, addr, len, want, self.virt_addr).map_err(|e| match e {
+            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) => rndv::Status::NoKey,
+            _ => rndv::Status::Access,
+        })?;
+        Ok(pieces.into_iter().map(|p| IoBuf { addr: p.addr, len: p.len }).collect())
+    }
+}
+
+fn errno_of(e: OpError) -> u32 {
+    match e {
+        OpError::Truncated { .. } => fi::FI_ETRUNC,
+        OpError::Canceled => fi::FI_ECANCELED,
+        OpError::NoMessage => fi::FI_ENOMSG,
+        OpError::PeerUnreachable => fi::FI_EHOSTUNREACH,
+        OpError::Io => fi::FI_EIO,
+        OpError::NoKey | OpError::Access => fi::FI_EACCES,
+        OpError::Invalid => fi::FI_EINVAL,
+    }
+}
+
+fn post_error(e: PostError) -> Error {
+    match e {
+        PostError::Again => Error::Again,
+        PostError::NotClaimed => Error::Inval("FI_CLAIM without a claimed message"),
+        PostError::AtomicUnsupported => Error::OpNotSupp,
+        PostError::AtomicOperands => Error::Inval("atomic operand size"),
+    }
+}
+
+fn msg_flag(kind: MsgKind) -> u64 {
+    match kind {
+        MsgKind::Msg => fi::FI_MSG as u64,
+        MsgKind::Tagged => fi::FI_TAGGED as u64,
+    }
+}
+
 impl EpState {
     pub(crate) fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
@@ -431,7 +457,17 @@ impl EpState {
         let dev = a
             .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
             .ok_or(Error::AddrNotAvail)?;
-        Ok(r.engine.peer(dev))
+        // The peer's path is fixed here, from what the device offers toward it.
+        let path = r.device.caps_for(&dev);
+        Ok(r.engine.peer(dev, path))
+    }
+
+    fn tx_wanted(&self, flags: u64, inject: bool) -> bool {
+        !inject
+            && match &self.tx_cq {
+                Some(b) => !b.selective || flags & fi::FI_COMPLETION as u64 != 0,
+                None => false,
+            }
     }
 
     pub fn send(&mut self, args: SendArgs<'_>) -> Result<()> {
@@ -439,40 +475,27 @@ impl EpState {
         if total > crate::info::MAX_MSG_SIZE {
             return Err(Error::Inval("message larger than max_msg_size"));
         }
-        if (args.inject || args.flags & fi::FI_INJECT as u64 != 0) && total > self.profile.inject_size {
+        let inject = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
+        if inject && total > self.profile.inject_size {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.dest)?;
-        let completion = !args.inject
-            && match &self.tx_cq {
-                Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
-                None => false,
-            };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        if r.tx_ops.len() >= self.profile.tx_size.max(1) * 4 {
+        if r.engine.pending_sends() >= self.profile.tx_size.max(1) * 4 {
             self.progress();
             return Err(Error::Again);
         }
-        let op_flags = fi::FI_SEND as u64
-            | match args.kind {
-                MsgKind::Msg => fi::FI_MSG as u64,
-                MsgKind::Tagged => fi::FI_TAGGED as u64,
-            };
-        let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
-        if !args.inject && total >= params().rndv_threshold && r.rndv_possible(peer) {
-            return self.send_rts(peer, header, &args, total, op_flags, completion);
+        let mut user = IoList::default();
+        for s in args.payload.iter().take(user.bufs.len()) {
+            user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
+            user.count += 1;
         }
-        let token = r.tx_ops.insert(TxOp { inject: args.inject, ..TxOp::new(args.context, op_flags, total, completion, None) });
-        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} token {token} inject {}", r.engine.peer_addr(peer), args.inject));
-        let hdr = header.encode();
-        let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
-        parts[0] = &hdr;
-        let n = args.payload.len().min(MAX_IOV);
-        parts[1..=n].copy_from_slice(&args.payload[..n]);
-        if let Err(e) = r.engine.send(now(), peer, &parts[..=n], token as u64) {
-            r.tx_ops.remove(token);
+        let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
+        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), args.inject));
+        if let Err(e) = r.engine.send(now(), peer, header, args.payload, user, meta) {
             self.progress();
-            return Err(e.into());
+            return Err(post_error(e));
         }
         self.progress();
         Ok(())
@@ -481,7 +504,7 @@ impl EpState {
     pub fn post_recv(&mut self, args: RecvArgs) -> Result<()> {
         let directed = self.profile.caps & fi::FI_DIRECTED_RECV != 0;
         let src = if directed && args.src != FI_ADDR_UNSPEC { Src::Peer(self.peer_for(args.src)?) } else { Src::Any };
-        let completion = match &self.rx_cq {
+        let wanted = match &self.rx_cq {
             Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
             None => false,
         };
@@ -493,88 +516,30 @@ impl EpState {
             return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
         }
         self.progress();
-        let probe = RecvPost { token: 0, kind: args.kind, src, tag: args.tag, ignore: args.ignore, persistent: multi };
-        if peek {
-            return self.peek(probe, &args, claim, discard);
-        }
-        if claim {
-            let arrived = self.claimed.remove(&args.context).ok_or(Error::Inval("FI_CLAIM without a claimed message"))?;
-            let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-            let token = r.rx_ops.insert(RxOp { iov: args.iov, context: args.context, completion: true, multi_offset: None });
-            if discard {
-                let op = r.rx_ops.remove(token);
-                r.discard_arrived(arrived.peer, arrived.rndv, arrived.msg);
-                self.push_rx(Completion { op_context: op.context, flags: recv_flags(arrived.kind, None), tag: arrived.tag, ..Completion::default() });
-            } else {
-                self.complete_recv(token, arrived);
-            }
-            return Ok(());
-        }
+        // A peek always reports (its answer is the point); so does a claim.
+        let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false };
+        let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
+        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let token = r.rx_ops.insert(RxOp {
-            iov: args.iov,
-            context: args.context,
-            completion,
-            multi_offset: multi.then_some(0),
-        });
-        let post = RecvPost { token: token as u64, ..probe };
-        if multi {
-            // Fill the buffer from the unexpected queue first, then leave it posted
-            // (in order) if room remains.
-            loop {
-                let Some(r) = self.running.as_mut() else { return Ok(()) };
-                if !r.rx_ops.contains(token) {
-                    return Ok(());
-                }
-                match r.matcher.take_unexpected(&post) {
-                    Some(arrived) => self.complete_recv(token, arrived),
-                    None => {
-                        r.matcher.post_only(post);
-                        break;
-                    }
-                }
-            }
-        } else if let Some(arrived) = r.matcher.post(post) {
-            self.complete_recv(token, arrived);
+        let t = now();
+        if peek {
+            r.engine.peek(t, spec, claim, discard);
+        } else if claim {
+            r.engine.claim(t, spec, discard, &mut mem).map_err(post_error)?;
+        } else {
+            r.engine.post_recv(t, spec, &mut mem);
         }
         self.progress();
         Ok(())
     }
 
-    /// FI_PEEK (optionally with FI_CLAIM or FI_DISCARD): reports an unexpected
-    /// message without receiving it, or FI_ENOMSG at once.
-    fn peek(&mut self, probe: RecvPost, args: &RecvArgs, claim: bool, discard: bool) -> Result<()> {
-        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let found = r.matcher.peek(&probe).map(|m| (m.peer, m.kind, m.tag, m.data, m.len()));
-        let Some((peer, kind, tag, data, len)) = found else {
-            self.push_rx(Completion {
-                op_context: args.context,
-                flags: recv_flags(args.kind, None),
-                tag: args.tag,
-                err: Some(CompletionError::new(fi::FI_ENOMSG)),
-                ..Completion::default()
-            });
-            return Ok(());
-        };
-        if claim || discard {
-            if let Some(m) = r.matcher.take_unexpected(&probe) {
-                if discard {
-                    r.discard_arrived(m.peer, m.rndv, m.msg);
-                } else {
-                    self.claimed.insert(args.context, m);
-                }
-            }
+    /// fi_cancel of a posted receive: completes it with FI_ECANCELED.
+    pub fn cancel(&mut self, context: usize) -> Result<()> {
+        let r = self.running.as_mut().ok_or(Error::NoEnt)?;
+        if !r.engine.cancel(context as u64) {
+            return Err(Error::NoEnt);
         }
-        let src = self.src_fi_addr(peer);
-        self.push_rx(Completion {
-            op_context: args.context,
-            flags: recv_flags(kind, data),
-            len,
-            data: data.unwrap_or(0),
-            tag,
-            src,
-            ..Completion::default()
-        });
+        self.progress();
         Ok(())
     }
 
@@ -582,33 +547,6 @@ impl EpState {
         if let Some(b) = &self.rx_cq {
             b.cq.push(c);
         }
-    }
-
-    /// fi_cancel of a posted receive: completes it with FI_ECANCELED.
-    pub fn cancel(&mut self, context: usize) -> Result<()> {
-        let r = self.running.as_mut().ok_or(Error::NoEnt)?;
-        let token = r
-            .rx_ops
-            .iter()
-            .find(|(_, op)| op.context == context)
-            .map(|(t, _)| t)
-            .ok_or(Error::NoEnt)?;
-        let post = r.matcher.cancel(token as u64).ok_or(Error::NoEnt)?;
-        let op = r.rx_ops.remove(token);
-        let kind_flag = match post.kind {
-            MsgKind::Msg => fi::FI_MSG as u64,
-            MsgKind::Tagged => fi::FI_TAGGED as u64,
-        };
-        if let Some(b) = &self.rx_cq {
-            b.cq.push(Completion {
-                op_context: op.context,
-                flags: fi::FI_RECV as u64 | kind_flag,
-                tag: post.tag,
-                err: Some(CompletionError::new(fi::FI_ECANCELED)),
-                ..Completion::default()
-            });
-        }
-        Ok(())
     }
 
     pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
@@ -621,7 +559,7 @@ impl EpState {
         if let Some(a) = r.src_cache.get(&peer) {
             return *a;
         }
-        let dev = r.engine.peer_addr(peer);
+        let dev = r.engine.rdm().peer_addr(peer);
         let (host, shm, udp) = (r.local.host_id, r.local.has_shm, r.local.udp.is_some());
         let found = self
             .av
@@ -634,246 +572,182 @@ impl EpState {
         found
     }
 
-    fn complete_recv(&mut self, token: usize, arrived: Arrived) {
-        let src = self.src_fi_addr(arrived.peer);
-        // FI_SOURCE_ERR: a sender missing from the AV is reported as an error
-        // entry carrying its address, so the application can insert it.
-        let src_err = (src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
-            .then(|| self.running.as_ref().map(|r| sender_addr(r.engine.peer_addr(arrived.peer))))
-            .flatten();
-        let min_multi = self.min_multi_recv;
-        let Some(r) = self.running.as_mut() else { return };
-        let Some(op) = r.rx_ops.get(token).copied() else { return };
-        let msg_len = arrived.len();
-        let mut flags = recv_flags(arrived.kind, arrived.data);
-        // Where the message lands.
-        let (target, buf) = match op.multi_offset {
-            None => {
-                r.rx_ops.remove(token);
-                (op.iov, 0)
+    /// Turns one of the message engine's completions into libfabric's: CQ entry
+    /// (flags, source address, error), counters, and for operations without a
+    /// context (injects) the EQ.
+    fn report(&mut self, c: rndv::Completion) {
+        let err = c.err.map(errno_of);
+        let inc = |cntr: &Option<Arc<CntrShared>>, failed: bool| {
+            if let Some(k) = cntr {
+                if failed {
+                    k.inc_err();
+                } else {
+                    k.inc();
+                }
             }
-            Some(off) => {
-                // One message lands after the previous one, with no padding.
-                let base = op.iov.bufs[0];
-                let room = UserIov {
-                    bufs: [UserBuf { ptr: base.ptr + off, len: base.len - off }, UserBuf::default(), UserBuf::default(), UserBuf::default()],
-                    count: 1,
+        };
+        match c.kind {
+            OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic { .. } => {
+                let (flags, cntr) = match c.kind {
+                    OpKind::Send => (fi::FI_SEND as u64 | c.msg.map(msg_flag).unwrap_or(0), &self.send_cntr),
+                    OpKind::Write => ((fi::FI_RMA | fi::FI_WRITE) as u64, &self.write_cntr),
+                    OpKind::Read => ((fi::FI_RMA | fi::FI_READ) as u64, &self.read_cntr),
+                    OpKind::Atomic { fetch: false } => ((fi::FI_ATOMIC | fi::FI_WRITE) as u64, &self.write_cntr),
+                    _ => ((fi::FI_ATOMIC | fi::FI_READ) as u64, &self.read_cntr),
                 };
-                let n = msg_len.min(room.bufs[0].len);
-                let new_off = off + n;
-                let release = base.len - new_off < min_multi.max(1) || n < msg_len;
-                if release {
-                    r.matcher.cancel(token as u64);
-                    r.rx_ops.remove(token);
+                inc(cntr, err.is_some());
+                if let (true, Some(e)) = (c.meta.inject, err) {
+                    self.report_contextless_error("inject", e as i32);
+                } else if c.meta.wanted || err.is_some() {
+                    if let Some(b) = &self.tx_cq {
+                        b.cq.push(Completion {
+                            op_context: c.meta.context as usize,
+                            flags,
+                            len: c.len,
+                            err: err.map(CompletionError::new),
+                            ..Completion::default()
+                        });
+                    }
+                }
+            }
+            OpKind::Recv => {
+                let kind = c.msg.unwrap_or(MsgKind::Msg);
+                let mut flags = recv_flags(kind, c.data);
+                if c.multi_done {
                     flags |= fi::FI_MULTI_RECV as u64;
-                } else if let Some(o) = r.rx_ops.get_mut(token) {
-                    o.multi_offset = Some(new_off);
                 }
-                (room, base.ptr + off)
-            }
-        };
-        let landing = Landing {
-            target,
-            context: op.context,
-            completion: op.completion,
-            flags,
-            buf,
-            msg_len,
-            data: arrived.data.unwrap_or(0),
-            tag: arrived.tag,
-            src,
-            src_err,
-        };
-        match arrived.rndv {
-            None => {
-                let written = target.scatter(arrived.payload());
-                r.engine.recycle(arrived.msg);
-                self.finish_recv(&landing, written, None);
-            }
-            Some(rts) => {
-                r.engine.recycle(arrived.msg);
-                self.pull(arrived.peer, rts, landing);
-            }
-        }
-    }
-
-    /// Reports a receive whose bytes have landed (`written` of `msg_len`), or
-    /// failed with `err`.
-    pub(crate) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<u32>) {
-        let truncated = err.is_none() && l.msg_len > written;
-        let c = Completion {
-            op_context: l.context,
-            flags: l.flags,
-            len: written,
-            buf: l.buf,
-            data: l.data,
-            tag: l.tag,
-            src: l.src,
-            err: if let Some(e) = err {
-                Some(CompletionError::new(e))
-            } else if truncated {
-                Some(CompletionError { olen: l.msg_len - written, ..CompletionError::new(fi::FI_ETRUNC) })
-            } else if l.src_err.is_some() {
-                Some(CompletionError { src_addr: l.src_err, ..CompletionError::new(fi::FI_EADDRNOTAVAIL) })
-            } else {
-                None
-            },
-        };
-        let failed = c.err.is_some();
-        if failed || l.completion || l.flags & fi::FI_MULTI_RECV as u64 != 0 {
-            self.push_rx(c);
-        }
-        if let Some(c) = &self.recv_cntr {
-            if truncated || err.is_some() {
-                c.inc_err();
-            } else {
-                c.inc();
-            }
-        }
-    }
-
-    fn handle_event(&mut self, ev: Event) {
-        match ev {
-            Event::Delivered { peer, msg } => {
-                crate::log::debug_with(Subsys::EpData, "delivered", || format!("{} bytes from {peer:?}", msg.len()));
-                let kind = rndv::Packet::decode(&msg).map(|p| match p {
-                    rndv::Packet::Msg(h, _) => Some((h, None)),
-                    rndv::Packet::Rts(rts) => Some((rts.header, Some(rts))),
-                    _ => None,
-                });
-                match kind {
-                    Ok(Some((h, rndv))) => {
-                        let Some(r) = self.running.as_mut() else { return };
-                        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
-                        if let Some((post, arrived)) = r.matcher.arrive(arrived) {
-                            self.complete_recv(post.token as usize, arrived);
-                        }
-                    }
-                    Ok(None) => self.handle_control(peer, msg),
-                    Err(e) => {
-                        let Some(r) = self.running.as_mut() else { return };
-                        r.dropped_headers += 1;
-                        fi_warn!(Subsys::EpData, "dropping message with a bad header from {:?}: {e}", r.engine.peer_addr(peer));
-                        r.engine.recycle(msg);
-                    }
+                let src = c.src.map(|p| self.src_fi_addr(p)).unwrap_or(FI_ADDR_NOTAVAIL);
+                // FI_SOURCE_ERR: a sender missing from the AV is reported as an
+                // error entry carrying its address, so the application can insert it.
+                let src_err = (err.is_none() && c.src.is_some() && src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
+                    .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.engine.rdm().peer_addr(p))))
+                    .flatten();
+                let cerr = match c.err {
+                    Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
+                    Some(e) => Some(CompletionError::new(errno_of(e))),
+                    None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
+                };
+                // A peek's answer is not a receive: counters count receives only.
+                if c.err != Some(OpError::NoMessage) {
+                    inc(&self.recv_cntr, matches!(c.err, Some(e) if e != OpError::NoMessage));
+                }
+                if cerr.is_some() || c.meta.wanted || c.multi_done {
+                    self.push_rx(Completion {
+                        op_context: c.meta.context as usize,
+                        flags,
+                        len: c.len,
+                        buf: c.buf as usize,
+                        data: c.data.unwrap_or(0),
+                        tag: c.tag,
+                        src,
+                        err: cerr,
+                    });
                 }
             }
-            Event::SendComplete { token } => self.complete_send(token, None),
-            Event::SendFailed { token, peer, reason } => {
-                if let Some(r) = self.running.as_ref() {
-                    fi_warn!(Subsys::EpData, "send to {:?} failed: {reason:?}", r.engine.peer_addr(peer));
+            OpKind::RemoteWrite | OpKind::RemoteRead => {
+                let write = c.kind == OpKind::RemoteWrite;
+                inc(if write { &self.rwrite_cntr } else { &self.rread_cntr }, false);
+                if let Some(d) = c.data {
+                    self.push_rx(Completion {
+                        flags: (fi::FI_RMA | fi::FI_REMOTE_WRITE | fi::FI_REMOTE_CQ_DATA) as u64,
+                        len: c.len,
+                        data: d,
+                        ..Completion::default()
+                    });
                 }
-                self.complete_send(token, Some(fi::FI_EIO as i32));
-            }
-            Event::PeerUnreachable { peer } => self.fail_peer(peer),
-            #[allow(unreachable_patterns)]
-            _ => {}
-        }
-    }
-
-    pub(crate) fn complete_send(&mut self, token: u64, err: Option<i32>) {
-        if token & crate::rma::RMA_TOKEN == 0 && token & crate::rendezvous::RTS_TOKEN != 0 {
-            // A ready-to-send: the send completes on the receiver's Fin; only a
-            // failure to deliver the RTS ends it here.
-            if err.is_some() {
-                self.complete_send(token & !crate::rendezvous::RTS_TOKEN, err);
-            }
-            return;
-        }
-        if token & crate::rma::RMA_TOKEN != 0 {
-            // RMA requests complete when the target answers; only a failure to
-            // deliver the request (or a response) matters here.
-            if err.is_some() {
-                self.fail_rma(token);
-            }
-            return;
-        }
-        let Some(r) = self.running.as_mut() else { return };
-        let Some(op) = r.tx_ops.try_remove(token as usize) else { return };
-        if let (true, Some(e)) = (op.inject, err) {
-            self.report_contextless_error("fi_inject", e);
-        } else if op.completion || err.is_some() {
-            if let Some(b) = &self.tx_cq {
-                b.cq.push(Completion {
-                    op_context: op.context,
-                    flags: op.flags,
-                    len: op.len,
-                    err: err.map(|e| CompletionError { err: e, olen: 0, prov_errno: e, src_addr: None }),
-                    ..Completion::default()
-                });
-            }
-        }
-        if let Some(c) = &self.send_cntr {
-            if err.is_some() {
-                c.inc_err();
-            } else {
-                c.inc();
             }
         }
     }
 
-    /// A failure of an operation that has no context (an inject): the send
-    /// counter's error count, an EQ error event if an EQ is bound, and the log.
-    /// Never a CQ entry: its `op_context` would be NULL, and MPI libraries
-    /// dereference the context of every error entry.
+    /// A failure of an operation that has no context (an inject): an EQ error
+    /// event if an EQ is bound, and the log. Never a CQ entry: its `op_context`
+    /// would be NULL, and MPI libraries dereference the context of every error
+    /// entry. (The send counter already counted the error.)
     pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
-        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the send counter)", std::io::Error::from_raw_os_error(err));
+        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
         if let Some((eq, fid)) = &self.eq {
             eq.push_error(*fid, err as u32);
         }
     }
 
-    /// The engine declared `peer` unreachable (it stayed silent past
-    /// `FI_RDMX_PEER_TIMEOUT`, or the kernel reported it unreachable): its pending
-    /// sends have already failed; receives directed at it alone can never
-    /// complete, so they fail too (`FI_EHOSTUNREACH`), and an EQ error event
-    /// names the failure for applications that wait on nothing else.
-    fn fail_peer(&mut self, peer: PeerId) {
+    /// Performs the remote reads the message engine asked for (the device's
+    /// `process_vm_readv` on shm) straight into the posted buffers.
+    fn run_actions(&mut self, t: rdm::Instant) {
+        let cma = params().shm_cma;
         let Some(r) = self.running.as_mut() else { return };
-        fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.peer_addr(peer));
-        let posts = r.matcher.take_posted_from(peer);
-        let mut failed = Vec::with_capacity(posts.len());
-        for post in posts {
-            if let Some(op) = r.rx_ops.try_remove(post.token as usize) {
-                let kind_flag = match post.kind {
-                    MsgKind::Msg => fi::FI_MSG as u64,
-                    MsgKind::Tagged => fi::FI_TAGGED as u64,
-                };
-                failed.push(Completion {
-                    op_context: op.context,
-                    flags: fi::FI_RECV as u64 | kind_flag,
-                    tag: post.tag,
-                    err: Some(CompletionError::new(fi::FI_EHOSTUNREACH)),
-                    ..Completion::default()
+        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = r.engine.poll_action() {
+            let outcome = if !cma || !r.device.caps_for(&addr).remote_read {
+                ReadOutcome::NotPermitted
+            } else {
+                let device = &mut r.device;
+                let mut failure: Option<DeviceError> = None;
+                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |from, to, len| {
+                    // SAFETY: `to..to+len` lies inside a buffer the application
+                    // posted for this receive (the engine pairs runs inside the
+                    // pieces), valid and unaliased until the receive completes.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, len as usize) };
+                    match device.remote_read(addr, from, dst) {
+                        Ok(n) if n as u64 == len => true,
+                        Ok(n) => {
+                            failure = Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")));
+                            false
+                        }
+                        Err(e) => {
+                            failure = Some(e);
+                            false
+                        }
+                    }
                 });
-            }
-        }
-        for c in failed {
-            if let Some(cntr) = &self.recv_cntr {
-                cntr.inc_err();
-            }
-            if let Some(b) = &self.rx_cq {
-                b.cq.push(c);
-            }
-        }
-        if let Some((eq, fid)) = &self.eq {
-            eq.push_error(*fid, fi::FI_EHOSTUNREACH);
+                match failure {
+                    None if ok => ReadOutcome::Done(n),
+                    Some(DeviceError::Unsupported) if n == 0 => ReadOutcome::NotPermitted,
+                    other => {
+                        fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {n} bytes: {other:?}");
+                        ReadOutcome::Failed(n)
+                    }
+                }
+            };
+            r.engine.remote_read_done(t, id, outcome);
         }
     }
 
-    /// Unexpected messages are buffered without a count limit but with a memory
-    /// limit: above it the engine stops accepting new messages (senders keep
-    /// them and wait); below half of it, it resumes.
-    fn update_backpressure(&mut self) {
-        let limit = params().unexpected_limit;
-        let Some(r) = self.running.as_mut() else { return };
-        let held = r.matcher.unexpected_bytes();
-        if !r.engine.is_paused() && held > limit {
-            fi_warn!(Subsys::EpData, "{held} bytes of unexpected messages buffered (limit {limit}): pausing senders");
-            r.engine.set_paused(true);
-        } else if r.engine.is_paused() && held <= limit / 2 {
-            r.engine.set_paused(false);
+    pub fn rma_write(&mut self, args: RmaArgs<'_>, data: Option<u64>) -> Result<()> {
+        let len: usize = args.payload.iter().map(|p| p.len()).sum();
+        if args.inject && len > self.profile.inject_size {
+            return Err(Error::Inval("inject larger than inject_size"));
         }
+        let peer = self.peer_for(args.peer_addr)?;
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        r.engine.rma_write(now(), peer, args.key, args.addr, args.payload, data, meta).map_err(post_error)?;
+        self.progress();
+        Ok(())
+    }
+
+    pub fn rma_read(&mut self, args: RmaArgs<'_>) -> Result<()> {
+        let peer = self.peer_for(args.peer_addr)?;
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), inject: false };
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        r.engine.rma_read(now(), peer, args.key, args.addr, args.result.io(), meta).map_err(post_error)?;
+        self.progress();
+        Ok(())
+    }
+
+    pub fn atomic(&mut self, args: RmaArgs<'_>, datatype: u32, op: u32, count: usize, fetch: bool) -> Result<()> {
+        let dt = rndv::atomic::Datatype::from_fi(datatype).ok_or(Error::OpNotSupp)?;
+        let o = rndv::atomic::Op::from_fi(op).ok_or(Error::OpNotSupp)?;
+        let bytes = count.checked_mul(dt.size()).ok_or(Error::Inval("atomic count"))?;
+        if args.inject && bytes > self.profile.inject_size {
+            return Err(Error::Inval("inject larger than inject_size"));
+        }
+        let peer = self.peer_for(args.peer_addr)?;
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        r.engine
+            .atomic(now(), peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta)
+            .map_err(post_error)?;
+        self.progress();
+        Ok(())
     }
 
     /// Endpoint close: acknowledge everything received so far, so no peer waits
@@ -881,43 +755,51 @@ impl EpState {
     pub fn flush_on_close(&mut self) {
         self.progress();
         if let Some(r) = self.running.as_mut() {
-            r.engine.flush_acks();
+            r.engine.rdm_mut().flush_acks();
             r.flush(now());
-            let st = r.engine.stats();
+            let st = r.engine.rdm().stats();
+            let m = r.engine.stats();
             fi_info!(
                 Subsys::EpCtrl,
-                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served, rendezvous: {} sent, {} pulled, {} pushed",
+                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served, rendezvous: {} sent, {} pulled, {} pushed; {} malformed and {} stray messages dropped",
                 r.local.to_uri(),
                 st.delivered_msgs,
                 st.sent_data,
                 st.retransmits,
-                r.rma_started,
-                r.rma_served,
-                r.rndv.rts_sent,
-                r.rndv.pulled,
-                r.rndv.pushed
+                m.rma_started,
+                m.rma_served,
+                m.rts_sent,
+                m.pulled,
+                m.pushed,
+                m.dropped_malformed,
+                m.stray
             );
         }
     }
 
-    /// One round of progress: receive, timers, events, transmit.
+    /// One round of progress: receive a batch from the device into the rdm
+    /// engine, fire due timers, run the message engine on what arrived (and the
+    /// remote reads it asks for), report its completions, and flush what the
+    /// engines want to transmit.
     ///
     /// The order matters for completion semantics: acknowledgements produced
-    /// while receiving leave only in the transmit step, after the events step
-    /// matched every delivered message (or buffered it as unexpected). So a
-    /// sender's completion always means "processed by the peer": delivery
+    /// while receiving leave only in the transmit step, after the message
+    /// engine matched every delivered message (or buffered it as unexpected).
+    /// So a sender's completion always means "processed by the peer": delivery
     /// complete.
     pub fn progress(&mut self) {
         let Some(r) = self.running.as_mut() else { return };
         // The clock is read only when something needs it: an idle poll (nothing
         // received, no timer, nothing to send) costs no clock read.
         let mut clock: Option<rdm::Instant> = None;
+        let mut active = false;
         {
             let Running { device, engine, .. } = r;
+            let rdm = engine.rdm_mut();
             for _ in 0..4 {
-                match device.recv_batch(64, &mut |from, bytes| engine.handle_datagram(*clock.get_or_insert_with(now), from, bytes)) {
+                match device.recv_batch(64, &mut |from, bytes| rdm.handle_datagram(*clock.get_or_insert_with(now), from, bytes)) {
                     Ok(0) => break,
-                    Ok(_) => {}
+                    Ok(_) => active = true,
                     Err(e) => {
                         fi_warn!(Subsys::EpData, "device receive failed: {e}");
                         break;
@@ -925,7 +807,15 @@ impl EpState {
                 }
             }
             while let Some(addr) = device.poll_unreachable() {
-                engine.handle_unreachable(addr);
+                rdm.handle_unreachable(addr);
+                active = true;
+            }
+        }
+        if let Some(deadline) = r.engine.rdm().poll_timeout() {
+            let t = *clock.get_or_insert_with(now);
+            if deadline <= t {
+                r.engine.rdm_mut().handle_timeout(t);
+                active = true;
             }
         }
         if let Some(deadline) = r.engine.poll_timeout() {
@@ -934,15 +824,36 @@ impl EpState {
                 r.engine.handle_timeout(t);
             }
         }
-        self.retry_pushes();
-        while let Some(ev) = self.running.as_mut().and_then(|r| r.engine.poll_event()) {
-            self.handle_event(ev);
+        if active || r.engine.rdm().has_events() {
+            let t = *clock.get_or_insert_with(now);
+            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+            r.engine.handle_events(t, &mut mem);
+            self.run_actions(t);
+            let Some(r) = self.running.as_mut() else { return };
+            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+            r.engine.handle_events(t, &mut mem);
         }
-        self.update_backpressure();
+        self.drain_outputs();
         if let Some(r) = self.running.as_mut() {
-            if r.staged > 0 || r.engine.wants_transmit() {
+            if r.staged > 0 || r.engine.rdm().wants_transmit() {
                 r.flush(clock.unwrap_or_else(now));
             }
+        }
+    }
+
+    /// Reports the message engine's completions and failed peers.
+    fn drain_outputs(&mut self) {
+        loop {
+            let Some(r) = self.running.as_mut() else { return };
+            if let Some(peer) = r.engine.poll_failed_peer() {
+                fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.rdm().peer_addr(peer));
+                if let Some((eq, fid)) = &self.eq {
+                    eq.push_error(*fid, fi::FI_EHOSTUNREACH);
+                }
+                continue;
+            }
+            let Some(c) = r.engine.poll_completion() else { return };
+            self.report(c);
         }
     }
 }
@@ -953,7 +864,7 @@ impl Running {
         loop {
             while self.staged < TX_BATCH {
                 let i = self.staged;
-                match self.engine.poll_transmit(t, &mut self.stage[i]) {
+                match self.engine.rdm_mut().poll_transmit(t, &mut self.stage[i]) {
                     Some(tx) => {
                         self.stage_dst[i] = tx.dst;
                         self.stage_len[i] = tx.len;
@@ -965,7 +876,7 @@ impl Running {
             if self.staged == 0 {
                 return;
             }
-            let mut batch = [TxDatagram { dst: DevAddr::Sim(0), data: &[] }; TX_BATCH];
+            let mut batch = [TxDatagram { dst: self.stage_dst[0], data: &[] }; TX_BATCH];
             for i in 0..self.staged {
                 batch[i] = TxDatagram { dst: self.stage_dst[i], data: &self.stage[i][..self.stage_len[i]] };
             }

@@ -447,7 +447,11 @@ entry! {
                 }
                 // SAFETY: checked non-null and size.
                 let v = unsafe { std::ptr::read_unaligned(optval as *const usize) };
-                ep.shared.lock().min_multi_recv = v;
+                let mut st = ep.shared.lock();
+                st.min_multi_recv = v;
+                if let Some(r) = st.running.as_mut() {
+                    r.engine.set_min_multi_recv(v);
+                }
                 Ok(0)
             }
             _ => Err(Error::NoProtoOpt),

@@ -33,7 +33,6 @@ pub mod info;
 pub mod log;
 pub mod mr;
 pub mod params;
-pub mod rendezvous;
 pub mod rma;
 
 use entry::entry;

@@ -1173,6 +1173,12 @@ impl Engine {
         }
     }
 
+    /// Whether [`Engine::poll_event`] has something (a cheap check for callers
+    /// that skip work when idle).
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }

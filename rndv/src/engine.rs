@@ -181,8 +181,11 @@ pub enum OpKind {
     Write,
     Read,
     Atomic { fetch: bool },
-    /// A remote write with CQ data landed here (target side).
+    /// Target side: a peer's write or atomic was served here (`data` is its
+    /// remote CQ data, if it carried any).
     RemoteWrite,
+    /// Target side: a peer's read was served here.
+    RemoteRead,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -841,11 +844,7 @@ impl MsgEngine {
                     Err(s) => s,
                 };
                 if status == Status::Ok {
-                    self.stats.rma_served += 1;
-                    if let Some(d) = data {
-                        let meta = OpMeta { context: 0, wanted: true, inject: false };
-                        self.completions.push_back(Completion { len: payload.len(), data: Some(d), ..Completion::new(meta, OpKind::RemoteWrite) });
-                    }
+                    self.served(OpKind::RemoteWrite, payload.len(), data);
                 }
                 self.reply(now, peer, &[&rma_wire::encode_write_ack(req, status)]);
             }
@@ -861,7 +860,7 @@ impl MsgEngine {
                     Err(s) => s,
                 };
                 if status == Status::Ok {
-                    self.stats.rma_served += 1;
+                    self.served(OpKind::RemoteRead, data.len(), None);
                 }
                 self.reply(now, peer, &[&rma_wire::encode_read_resp(req, status), &data]);
             }
@@ -887,7 +886,7 @@ impl MsgEngine {
                 })();
                 let status = match status {
                     Ok(()) => {
-                        self.stats.rma_served += 1;
+                        self.served(OpKind::RemoteWrite, old.len(), None);
                         Status::Ok
                     }
                     Err(s) => s,
@@ -897,6 +896,14 @@ impl MsgEngine {
             }
             _ => {}
         }
+    }
+
+    /// A served one-sided operation, reported for the target's counters (and,
+    /// with CQ data, its receive CQ).
+    fn served(&mut self, kind: OpKind, len: usize, data: Option<u64>) {
+        self.stats.rma_served += 1;
+        let meta = OpMeta { context: 0, wanted: data.is_some(), inject: false };
+        self.completions.push_back(Completion { len, data, ..Completion::new(meta, kind) });
     }
 
     /// An answer nothing waits on: lost only if the rdm engine refuses it, and

@@ -318,6 +318,7 @@ fn rma_and_atomics_under_loss() {
         assert!(run(&mut sim, Duration::from_secs(30), |s| completions(s, 0, OpKind::Write).len() == 1), "seed {seed}");
         assert!(sim.nodes[1].engine.mem.at(window + 100, data.len()) == data);
         assert_eq!(completions(&sim, 1, OpKind::RemoteWrite)[0].data, Some(77));
+        assert!(completions(&sim, 1, OpKind::RemoteWrite)[0].meta.wanted, "CQ data is reported");
         let now = sim.now;
         let n0 = &mut sim.nodes[0].engine;
         n0.me.rma_read(now, to1, 9, window + 100, IoList::one(BASE, 40_000), meta(2)).unwrap();
