@@ -331,11 +331,13 @@ impl EpShared {
             keepalive: p.peer_timeout / 4,
         };
         let placeholder = device.local_addr();
+        // Paths differ under auto (shm segments are larger than UDP's).
+        let max_mtu = device.max_mtu();
         st.running = Some(Running {
             device,
             engine: MsgEngine::new(Engine::new(cfg), msg_cfg),
             local,
-            stage: (0..TX_BATCH).map(|_| vec![0u8; caps.mtu.max(64)]).collect(),
+            stage: (0..TX_BATCH).map(|_| vec![0u8; max_mtu.max(64)]).collect(),
             stage_dst: [placeholder; TX_BATCH],
             stage_len: [0; TX_BATCH],
             staged: 0,

@@ -16,7 +16,7 @@
 //! (sequence numbers, windows, timers, queues) is created on first traffic.
 #![forbid(unsafe_code)]
 
-use crate::device::DevAddr;
+use crate::device::{DevAddr, DeviceCaps};
 use crate::time::Instant;
 use slab::Slab;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -306,6 +306,19 @@ pub struct Stats {
 struct Cold {
     addr: DevAddr,
     hot: Option<u32>,
+    /// The path to the peer, when the layer above gave one
+    /// ([`Engine::peer_with_path`]); else the engine's defaults.
+    path: Option<PeerPath>,
+}
+
+/// What the engine needs of a peer's path, fixed when its hot state is created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PeerPath {
+    /// Largest payload per datagram (the path's mtu minus the header).
+    payload_max: u32,
+    /// The path never loses, duplicates or corrupts: no retransmission timers,
+    /// no SACK recovery, a full window from the start.
+    reliable: bool,
 }
 
 struct TxSeg {
@@ -377,12 +390,15 @@ struct Hot {
     ack_now: bool,
     ack_deadline: Option<Instant>,
     scheduled: bool,
+    /// Per-path parameters (see [`PeerPath`]).
+    payload_max: usize,
+    reliable: bool,
 }
 
 const RX_WINDOW: u32 = 4096;
 
 impl Hot {
-    fn new(peer: PeerId, cfg: &EngineConfig, now: Instant) -> Hot {
+    fn new(peer: PeerId, cfg: &EngineConfig, path: PeerPath, now: Instant) -> Hot {
         Hot {
             peer,
             peer_inc: 0,
@@ -397,7 +413,7 @@ impl Hot {
             rto: cfg.initial_rto,
             backoff: 1,
             rto_deadline: None,
-            cwnd: if cfg.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
+            cwnd: if path.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
             ssthresh: cfg.max_window as f64,
             peer_window: RX_WINDOW,
             last_heard: now,
@@ -409,6 +425,8 @@ impl Hot {
             ack_now: false,
             ack_deadline: None,
             scheduled: false,
+            payload_max: path.payload_max as usize,
+            reliable: path.reliable,
         }
     }
 
@@ -488,8 +506,33 @@ impl Engine {
             return *p;
         }
         let id = PeerId(self.cold.len() as u32);
-        self.cold.push(Cold { addr, hot: None });
+        self.cold.push(Cold { addr, hot: None, path: None });
         self.by_addr.insert(addr, id);
+        id
+    }
+
+    /// Like [`Engine::peer`], and fixes the peer's path (mtu, reliability) from
+    /// the device's caps toward it: under `auto`, a same-host peer gets the
+    /// shared-memory path's. The first path given wins; a peer whose state was
+    /// created before (it sent to us first) takes it if nothing was sent to it
+    /// yet.
+    pub fn peer_with_path(&mut self, addr: DevAddr, caps: &DeviceCaps) -> PeerId {
+        let id = self.peer(addr);
+        let cold = &mut self.cold[id.0 as usize];
+        if cold.path.is_none() {
+            let path = PeerPath { payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: caps.reliable };
+            cold.path = Some(path);
+            if let Some(h) = cold.hot {
+                let hot = &mut self.hot[h as usize];
+                if hot.next_psn == Psn(0) {
+                    hot.payload_max = path.payload_max as usize;
+                    hot.reliable = path.reliable;
+                    if path.reliable {
+                        hot.cwnd = self.cfg.max_window as f64;
+                    }
+                }
+            }
+        }
         id
     }
 
@@ -551,7 +594,8 @@ impl Engine {
         if let Some(h) = cold.hot {
             return h;
         }
-        let h = self.hot.insert(Hot::new(peer, &self.cfg, now)) as u32;
+        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable });
+        let h = self.hot.insert(Hot::new(peer, &self.cfg, path, now)) as u32;
         cold.hot = Some(h);
         h
     }
@@ -611,8 +655,8 @@ impl Engine {
 
     /// Moves pending messages into segments while the window allows.
     fn fill_window(&mut self, h: u32) {
-        let payload_max = self.payload_max;
         let hot = &mut self.hot[h as usize];
+        let payload_max = hot.payload_max;
         let window = (hot.cwnd as u32).min(hot.peer_window).min(self.cfg.max_window).max(1);
         while (hot.unacked.len() as u32) < window {
             let Some(m) = hot.pending.front_mut() else { break };
@@ -655,9 +699,9 @@ impl Engine {
             self.fill_window(h);
             let my_inc = self.cfg.incarnation;
             let job_key = self.cfg.job_key;
-            let reliable = self.cfg.reliable;
             let max_rto = self.cfg.max_rto;
             let hot = &mut self.hot[h as usize];
+            let reliable = hot.reliable;
             let dst = self.cold[hot.peer.0 as usize].addr;
             while let Some(psn) = hot.to_send.pop_front() {
                 let Some(front) = hot.unacked.front() else { break };
@@ -868,7 +912,7 @@ impl Engine {
         if let Some(b) = hot.assembling.take() {
             self.pool.push(b);
         }
-        hot.cwnd = if self.cfg.reliable { self.cfg.max_window as f64 } else { 64f64.min(self.cfg.max_window as f64) };
+        hot.cwnd = if hot.reliable { self.cfg.max_window as f64 } else { 64f64.min(self.cfg.max_window as f64) };
         hot.srtt = None;
         hot.rto = self.cfg.initial_rto;
         self.stats.peer_restarts += 1;
@@ -974,7 +1018,7 @@ impl Engine {
             None => false,
             Some(t) => !seg.retransmitted || now.saturating_duration_since(t) > srtt + srtt / 2,
         };
-        if hdr.sack != 0 && !self.cfg.reliable {
+        if hdr.sack != 0 && !hot.reliable {
             let highest = 64 - hdr.sack.leading_zeros();
             let base = hdr.ack;
             let mut fast = 0;
@@ -1040,7 +1084,7 @@ impl Engine {
         }
         if advanced {
             hot.backoff = 1;
-            hot.rto_deadline = if hot.unacked.is_empty() || self.cfg.reliable { None } else { Some(now + hot.rto) };
+            hot.rto_deadline = if hot.unacked.is_empty() || hot.reliable { None } else { Some(now + hot.rto) };
         }
     }
 
@@ -1219,6 +1263,33 @@ mod tests {
             c[i] ^= 0x40;
             assert!(Header::decode(&c[..n]).is_err(), "flip at {i} undetected");
         }
+    }
+
+    #[test]
+    fn each_peer_uses_its_own_path() {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, max_inline: 8192, remote_read: true };
+        let near = a.peer_with_path(DevAddr::Sim(1), &shm);
+        let far = a.peer(DevAddr::Sim(2));
+        let t = Instant::ZERO;
+        a.send(t, near, &[&[1u8; 20_000]], 1).unwrap();
+        a.send(t, far, &[&[2u8; 20_000]], 2).unwrap();
+        let mut buf = vec![0u8; 9000];
+        let mut sizes: HashMap<DevAddr, Vec<usize>> = HashMap::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            sizes.entry(x.dst).or_default().push(x.len);
+        }
+        assert_eq!(sizes[&DevAddr::Sim(1)].len(), 3, "8 KiB segments on the shm path: {:?}", sizes[&DevAddr::Sim(1)]);
+        assert!(sizes[&DevAddr::Sim(1)].iter().all(|&l| l <= 8192));
+        assert_eq!(sizes[&DevAddr::Sim(2)].len(), 20_000usize.div_ceil(1472 - HEADER_LEN), "UDP-sized segments elsewhere");
+        // The reliable path arms no retransmission timer; the other one does.
+        let deadline = a.poll_timeout().expect("the UDP peer's RTO");
+        a.handle_timeout(deadline);
+        let mut resent: Vec<DevAddr> = Vec::new();
+        while let Some(x) = a.poll_transmit(deadline, &mut buf) {
+            resent.push(x.dst);
+        }
+        assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
     }
 
     #[test]

@@ -454,7 +454,7 @@ impl MsgEngine {
 
     /// The peer at `addr`, reached over `path` (recorded the first time).
     pub fn peer(&mut self, addr: DevAddr, path: Path) -> PeerId {
-        let p = self.rdm.peer(addr);
+        let p = self.rdm.peer_with_path(addr, &path);
         let i = p.index() as usize;
         if self.paths.len() <= i {
             self.paths.resize(i + 1, None);

@@ -234,4 +234,10 @@ impl<N: Device> Device for AutoDevice<N> {
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         self.net.as_mut().and_then(|n| n.poll_unreachable())
     }
+
+    fn max_mtu(&self) -> usize {
+        let s = self.shm.as_ref().map_or(0, |s| s.max_mtu());
+        let n = self.net.as_ref().map_or(0, |n| n.max_mtu());
+        s.max(n)
+    }
 }

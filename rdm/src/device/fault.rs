@@ -346,6 +346,10 @@ impl<D: Device> Device for FaultDevice<D> {
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         self.inner.poll_unreachable()
     }
+
+    fn max_mtu(&self) -> usize {
+        self.inner.max_mtu()
+    }
 }
 
 #[cfg(test)]

@@ -102,6 +102,11 @@ pub trait Device: Send {
         self.caps()
     }
 
+    /// The largest datagram any path of this device carries (a composite's
+    /// halves differ): what a transmit buffer must hold.
+    fn max_mtu(&self) -> usize {
+        self.caps().mtu
+    }
     /// The address peers use to reach this endpoint.
     fn local_addr(&self) -> DevAddr;
 
@@ -165,6 +170,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         (**self).poll_unreachable()
+    }
+    fn max_mtu(&self) -> usize {
+        (**self).max_mtu()
     }
 
     fn local_addr(&self) -> DevAddr {
