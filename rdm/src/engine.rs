@@ -19,7 +19,8 @@
 use crate::device::{DevAddr, DeviceCaps};
 use crate::time::Instant;
 use slab::Slab;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -390,6 +391,8 @@ struct Hot {
     ack_now: bool,
     ack_deadline: Option<Instant>,
     scheduled: bool,
+    /// The deadline this peer has on the engine's timer heap (the live entry).
+    armed_at: Option<Instant>,
     /// Per-path parameters (see [`PeerPath`]).
     payload_max: usize,
     reliable: bool,
@@ -425,6 +428,7 @@ impl Hot {
             ack_now: false,
             ack_deadline: None,
             scheduled: false,
+            armed_at: None,
             payload_max: path.payload_max as usize,
             reliable: path.reliable,
         }
@@ -458,6 +462,8 @@ pub struct Engine {
     cold: Vec<Cold>,
     by_addr: HashMap<DevAddr, PeerId>,
     hot: Slab<Hot>,
+    /// Deadlines of hot peers, earliest first (see [`Engine::arm`]).
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
     ready: VecDeque<u32>,
     events: VecDeque<Event>,
     pool: Vec<Vec<u8>>,
@@ -483,6 +489,7 @@ impl Engine {
             cold: Vec::new(),
             by_addr: HashMap::new(),
             hot: Slab::new(),
+            timers: BinaryHeap::new(),
             ready: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
@@ -648,6 +655,8 @@ impl Engine {
         }
         hot.queued_bytes += len;
         hot.pending.push_back(PendingMsg { data, token, next_off: 0 });
+        let timeout = hot.last_heard + self.cfg.peer_timeout;
+        self.arm(h, timeout);
         self.fill_window(h);
         self.schedule(h);
         Ok(())
@@ -738,7 +747,13 @@ impl Engine {
                 }
                 seg.sent_at = Some(now);
                 if hot.rto_deadline.is_none() && !reliable {
-                    hot.rto_deadline = Some(now + (hot.rto * hot.backoff).min(max_rto));
+                    let d = now + (hot.rto * hot.backoff).min(max_rto);
+                    hot.rto_deadline = Some(d);
+                    // Inline `arm` (the peer is borrowed from `self.hot`).
+                    if hot.armed_at.is_none_or(|a| d < a) {
+                        hot.armed_at = Some(d);
+                        self.timers.push(Reverse((d, h)));
+                    }
                 }
                 // Every data packet carries the cumulative ack.
                 hot.ack_now = false;
@@ -781,77 +796,110 @@ impl Engine {
         !self.ready.is_empty()
     }
 
-    /// When `handle_timeout` must next be called.
+    /// When `handle_timeout` must next be called (possibly a little early: a
+    /// deadline that moved later leaves its old entry, which then fires and is
+    /// skipped).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let mut t: Option<Instant> = None;
-        let mut consider = |d: Option<Instant>| {
-            if let Some(d) = d {
-                t = Some(t.map_or(d, |t| t.min(d)));
-            }
-        };
-        for (_, hot) in self.hot.iter() {
-            consider(hot.ack_deadline);
-            consider(hot.rto_deadline);
-            if hot.busy() {
-                consider(Some(hot.last_heard + self.cfg.peer_timeout));
-            }
-        }
-        t
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
+    /// Puts peer `h`'s deadline `t` on the timer heap if it is earlier than the
+    /// one already there. Called wherever a deadline is set; [`Engine::fire`]
+    /// re-arms the next one.
+    fn arm(&mut self, h: u32, t: Instant) {
+        let Some(hot) = self.hot.get_mut(h as usize) else { return };
+        if hot.armed_at.is_none_or(|a| t < a) {
+            hot.armed_at = Some(t);
+            self.timers.push(Reverse((t, h)));
+        }
+    }
+
+    /// Runs the timers that are due: O(due peers · log n), not a scan of every
+    /// peer.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let ids: Vec<u32> = self.hot.iter().map(|(i, _)| i as u32).collect();
-        for h in ids {
-            let Some(hot) = self.hot.get_mut(h as usize) else { continue };
-            let mut wake = false;
-            if hot.ack_deadline.is_some_and(|d| d <= now) {
-                hot.ack_deadline = None;
-                hot.ack_now = true;
+        while let Some(&Reverse((t, h))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            // Only the live entry of a peer fires; older ones are stale.
+            let live = self.hot.get_mut(h as usize).is_some_and(|hot| {
+                let live = hot.armed_at == Some(t);
+                if live {
+                    hot.armed_at = None;
+                }
+                live
+            });
+            if live {
+                self.fire(h, now);
+            }
+        }
+    }
+
+    /// Peer `h`'s timers at `now`: delayed ack, peer timeout, retransmission;
+    /// then re-arms its next deadline.
+    fn fire(&mut self, h: u32, now: Instant) {
+        let Some(hot) = self.hot.get_mut(h as usize) else { return };
+        let mut wake = false;
+        if hot.ack_deadline.is_some_and(|d| d <= now) {
+            hot.ack_deadline = None;
+            hot.ack_now = true;
+            wake = true;
+        }
+        if hot.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
+            self.fail_peer(h, FailReason::Timeout);
+            self.hot[h as usize].failed = true;
+            self.events.push_back(Event::PeerUnreachable { peer: self.hot[h as usize].peer });
+            self.stats.peers_failed += 1;
+            self.schedule(h);
+            self.rearm(h);
+            return;
+        }
+        let hot = &mut self.hot[h as usize];
+        if hot.rto_deadline.is_some_and(|d| d <= now) {
+            hot.rto_deadline = None;
+            // Retransmit every hole (not selectively acked) that has been out
+            // for at least an RTO, oldest first, not only the first one: at
+            // high loss several holes are usually open at once.
+            let rto = hot.rto;
+            let mut queued = 0;
+            for seg in hot.unacked.iter_mut() {
+                if seg.sacked || seg.queued {
+                    continue;
+                }
+                if seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= rto) {
+                    seg.queued = true;
+                    hot.to_send.push_back(seg.psn);
+                    queued += 1;
+                    if queued >= 64 {
+                        break;
+                    }
+                }
+            }
+            if queued > 0 || hot.unacked.iter().any(|s| !s.sacked) {
+                hot.backoff = (hot.backoff * 2).min(16);
+                hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
+                hot.cwnd = 4.0f64.max(queued as f64).min(hot.ssthresh.max(4.0));
+                self.stats.timeouts += 1;
                 wake = true;
-            }
-            if hot.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
-                self.fail_peer(h, FailReason::Timeout);
-                self.hot[h as usize].failed = true;
-                self.events.push_back(Event::PeerUnreachable { peer: self.hot[h as usize].peer });
-                self.stats.peers_failed += 1;
-                continue;
-            }
-            let hot = &mut self.hot[h as usize];
-            if hot.rto_deadline.is_some_and(|d| d <= now) {
-                hot.rto_deadline = None;
-                // Retransmit every hole (not selectively acked) that has been out
-                // for at least an RTO, oldest first, not only the first one: at
-                // high loss several holes are usually open at once.
-                let rto = hot.rto;
-                let mut queued = 0;
-                for seg in hot.unacked.iter_mut() {
-                    if seg.sacked || seg.queued {
-                        continue;
-                    }
-                    if seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= rto) {
-                        seg.queued = true;
-                        hot.to_send.push_back(seg.psn);
-                        queued += 1;
-                        if queued >= 64 {
-                            break;
-                        }
-                    }
-                }
-                if queued > 0 || hot.unacked.iter().any(|s| !s.sacked) {
-                    hot.backoff = (hot.backoff * 2).min(16);
-                    hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
-                    hot.cwnd = 4.0f64.max(queued as f64).min(hot.ssthresh.max(4.0));
-                    self.stats.timeouts += 1;
-                    wake = true;
-                    if queued == 0 {
-                        // Nothing old enough yet: look again after an RTO.
-                        hot.rto_deadline = Some(now + rto);
-                    }
+                if queued == 0 {
+                    // Nothing old enough yet: look again after an RTO.
+                    hot.rto_deadline = Some(now + rto);
                 }
             }
-            if wake {
-                self.schedule(h);
-            }
+        }
+        if wake {
+            self.schedule(h);
+        }
+        self.rearm(h);
+    }
+
+    /// Arms peer `h`'s earliest pending deadline.
+    fn rearm(&mut self, h: u32) {
+        let Some(hot) = self.hot.get(h as usize) else { return };
+        let timeout = hot.busy().then(|| hot.last_heard + self.cfg.peer_timeout);
+        if let Some(t) = [hot.ack_deadline, hot.rto_deadline, timeout].into_iter().flatten().min() {
+            self.arm(h, t);
         }
     }
 
@@ -1085,6 +1133,7 @@ impl Engine {
         if advanced {
             hot.backoff = 1;
             hot.rto_deadline = if hot.unacked.is_empty() || hot.reliable { None } else { Some(now + hot.rto) };
+            self.rearm(h);
         }
     }
 
@@ -1174,7 +1223,9 @@ impl Engine {
         if completed_msg || hot.rx_since_ack >= 16 || !hot.ooo.is_empty() {
             hot.ack_now = true;
         } else if hot.ack_deadline.is_none() {
-            hot.ack_deadline = Some(now + ack_delay);
+            let d = now + ack_delay;
+            hot.ack_deadline = Some(d);
+            self.arm(h, d);
         }
     }
 
