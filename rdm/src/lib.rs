@@ -2,7 +2,7 @@
 //!
 //! Two halves, kept apart on purpose:
 //!
-//! * the **engine** ([`engine`], [`wire`], [`seq`], …): sans-IO. It owns per-peer
+//! * the **engine** ([`engine`] and its modules `wire`, `seq`, `recovery`, `reassembly`): sans-IO. It owns per-peer
 //!   state (handshake, sequence numbers, SACK, retransmission, credits, congestion
 //!   window, segmentation and reassembly) and is a pure function of its inputs: time
 //!   comes in as an argument ([`time::Instant`]), datagrams come in through
@@ -19,6 +19,8 @@
 
 pub mod device;
 pub mod engine;
+/// The deterministic network simulator (tests only: the `sim` feature).
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod time;
 

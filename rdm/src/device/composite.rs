@@ -140,7 +140,7 @@ impl<N: Device> Device for AutoDevice<N> {
         match (&self.net, &self.shm) {
             (Some(n), _) => n.local_addr(),
             (None, Some(s)) => s.local_addr(),
-            (None, None) => DevAddr::Sim(u32::MAX),
+            (None, None) => DevAddr::NONE,
         }
     }
 

@@ -28,8 +28,16 @@ pub enum DevAddr {
     Udp(SocketAddr),
     /// A shared-memory receive ring on this host.
     Shm(ShmAddr),
-    /// An endpoint of the in-process network simulator (tests).
+    /// An endpoint of the in-process network simulator (tests; the `sim`
+    /// feature, never in the shipped library).
+    #[cfg(feature = "sim")]
     Sim(u32),
+}
+
+impl DevAddr {
+    /// No address (0.0.0.0:0): what an empty composite reports, and a
+    /// placeholder in buffers.
+    pub const NONE: DevAddr = DevAddr::Udp(SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)));
 }
 
 /// Identity of a shared-memory endpoint: the host it lives on, the owning process

@@ -1,0 +1,99 @@
+//! The receive side: the reorder window of out-of-order segments, reassembly of
+//! segments into whole messages delivered exactly once and in order, and the
+//! acknowledgement policy (immediate on a completed message or a hole, delayed
+//! otherwise).
+use super::*;
+
+impl Engine {
+    pub(super) fn process_data(&mut self, h: u32, now: Instant, hdr: &Header, payload: &[u8]) {
+        let ack_delay = self.cfg.ack_delay;
+        let hot = &mut self.hot[h as usize];
+        let psn = Psn(hdr.psn_or_window);
+        let d = psn.diff(hot.rx_next);
+        if d < 0 {
+            self.stats.duplicates += 1;
+            hot.ack_now = true;
+            return;
+        }
+        if d as u32 >= RX_WINDOW {
+            self.stats.dropped_window += 1;
+            return;
+        }
+        if self.paused {
+            // Refuse without acknowledging: the sender keeps the data.
+            self.stats.dropped_window += 1;
+            hot.ack_now = true;
+            return;
+        }
+        if d > 0 {
+            if hot.ooo.contains_key(&psn.0) {
+                self.stats.duplicates += 1;
+            } else {
+                self.stats.out_of_order += 1;
+                let mut v = self.pool.pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(payload);
+                hot.ooo.insert(psn.0, RxSeg { first: hdr.first, last: hdr.last, payload: v });
+            }
+            // Out of order: tell the sender now so it can fill the hole.
+            hot.ack_now = true;
+            return;
+        }
+        // In order: accept it and whatever it unblocks.
+        let mut completed_msg = false;
+        let mut seg = RxSeg { first: hdr.first, last: hdr.last, payload: Vec::new() };
+        let mut borrowed = Some(payload);
+        loop {
+            let data: &[u8] = match borrowed.take() {
+                Some(p) => p,
+                None => &seg.payload,
+            };
+            let hot = &mut self.hot[h as usize];
+            if seg.first {
+                if let Some(old) = hot.assembling.take() {
+                    // A new message began before the previous one ended: the
+                    // sender violated the protocol; drop the partial message.
+                    self.stats.dropped_malformed += 1;
+                    self.pool.push(old);
+                }
+                let mut b = self.pool.pop().unwrap_or_default();
+                b.clear();
+                hot.assembling = Some(b);
+            }
+            match hot.assembling.as_mut() {
+                Some(b) => b.extend_from_slice(data),
+                None => self.stats.dropped_malformed += 1,
+            }
+            if seg.last {
+                if let Some(msg) = hot.assembling.take() {
+                    completed_msg = true;
+                    self.stats.delivered_msgs += 1;
+                    self.events.push_back(Event::Delivered { peer: hot.peer, msg });
+                }
+            }
+            if !seg.payload.is_empty() || seg.payload.capacity() > 0 {
+                let v = std::mem::take(&mut seg.payload);
+                if self.pool.len() < POOL_DEPTH {
+                    self.pool.push(v);
+                }
+            }
+            let hot = &mut self.hot[h as usize];
+            hot.rx_next = hot.rx_next.next();
+            hot.rx_since_ack += 1;
+            match hot.ooo.remove(&hot.rx_next.0) {
+                Some(next) => seg = next,
+                None => break,
+            }
+        }
+        let hot = &mut self.hot[h as usize];
+        // A completed message is acknowledged at once: the sender's completion
+        // must not depend on this side calling in again (manual progress).
+        if completed_msg || hot.rx_since_ack >= 16 || !hot.ooo.is_empty() {
+            hot.ack_now = true;
+        } else if hot.ack_deadline.is_none() {
+            let d = now + ack_delay;
+            hot.ack_deadline = Some(d);
+            self.arm(h, d);
+        }
+    }
+}
