@@ -6,6 +6,7 @@
 //! `FI_PROVIDER=rdmx`, exactly as an application would.
 #![allow(clippy::missing_safety_doc, clippy::undocumented_unsafe_blocks)]
 
+pub mod hosts;
 pub mod procs;
 
 pub use libfabric_sys as fi;

@@ -1,0 +1,110 @@
+//! Simulated hosts for multi-host tests: each "host" is a network namespace
+//! with its own address on a bridge (in a switch namespace of its own), its own
+//! `/etc/hosts` (through `ip netns exec`'s `/etc/netns/<ns>/hosts`) that maps its
+//! own host name to `127.0.1.1` as Debian does, and nftables dropping a share of
+//! the UDP datagrams it receives. Programs run on a host through
+//! [`Hosts::run_on`], which also gives them the host's name in a new UTS
+//! namespace. Needs root, iproute2, nftables and util-linux `unshare`.
+use std::path::PathBuf;
+use std::process::Command;
+
+fn sh(cmd: &str) -> bool {
+    Command::new("sh").arg("-c").arg(cmd).status().map(|s| s.success()).unwrap_or(false)
+}
+
+pub struct Host {
+    pub ns: String,
+    pub name: String,
+    pub ip: String,
+}
+
+pub struct Hosts {
+    pub hosts: Vec<Host>,
+    switch: String,
+    /// The `plm_rsh_agent` script for OpenMPI (and any launcher that calls
+    /// `<agent> <host> <command...>`).
+    pub agent: PathBuf,
+}
+
+impl Hosts {
+    /// `n` hosts `<prefix>-host-<i>` on 10.<net>.0.<i+1>/24, dropping
+    /// `drop_pct` % of incoming UDP. `None` (with a SKIP line) when the machine
+    /// cannot make namespaces.
+    pub fn create(prefix: &str, net: u8, n: usize, drop_pct: u32) -> Option<Hosts> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null") {
+            eprintln!("SKIP: multi-host test needs root, iproute2, nftables and unshare");
+            return None;
+        }
+        let hosts: Vec<Host> = (0..n)
+            .map(|i| Host { ns: format!("{prefix}_h{i}"), name: format!("{prefix}-host-{i}"), ip: format!("10.{net}.0.{}", i + 1) })
+            .collect();
+        let me = Hosts { switch: format!("{prefix}_sw"), agent: std::env::temp_dir().join(format!("{prefix}-agent.sh")), hosts };
+        me.destroy();
+        let mut script = format!("set -e\nip netns add {sw}\nip -n {sw} link add br0 type bridge\nip -n {sw} link set br0 up\n", sw = me.switch);
+        let all_hosts: String = me.hosts.iter().map(|h| format!("{} {}\\n", h.ip, h.name)).collect();
+        for (i, h) in me.hosts.iter().enumerate() {
+            script += &format!(
+                "mkdir -p /etc/netns/{ns}
+                 printf '127.0.0.1 localhost\\n127.0.1.1 {name}\\n{all_hosts}' | grep -v '^10.* {name}$' > /etc/netns/{ns}/hosts
+                 ip netns add {ns}
+                 ip link add {prefix}v{i} type veth peer name {prefix}p{i}
+                 ip link set {prefix}v{i} netns {ns}
+                 ip link set {prefix}p{i} netns {sw}
+                 ip -n {sw} link set {prefix}p{i} master br0 up
+                 ip -n {ns} addr add {ip}/24 dev {prefix}v{i}
+                 ip -n {ns} link set {prefix}v{i} up
+                 ip -n {ns} link set lo up
+                 ip netns exec {ns} nft add table inet rdmxloss
+                 ip netns exec {ns} nft add chain inet rdmxloss input '{{ type filter hook input priority 0; }}'
+                 ip netns exec {ns} nft add rule inet rdmxloss input meta l4proto udp numgen random mod 100 '<' {drop_pct} counter drop\n",
+                ns = h.ns,
+                name = h.name,
+                ip = h.ip,
+                sw = me.switch,
+            );
+        }
+        assert!(sh(&script), "creating the hosts failed");
+        let mut agent = String::from(
+            "#!/bin/sh\n# <agent> <host> <command...>: run the command on that simulated host.\nhost=$1; shift\ncase \"$host\" in\n",
+        );
+        for h in &me.hosts {
+            agent += &format!("  {}) ns={} ;;\n", h.name, h.ns);
+        }
+        agent += "  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $host; $*\"\n";
+        std::fs::write(&me.agent, agent).unwrap();
+        assert!(sh(&format!("chmod +x {}", me.agent.display())));
+        Some(me)
+    }
+
+    /// The words that run a command on host `i` (prefix them to the command).
+    pub fn run_on(&self, i: usize) -> Vec<String> {
+        vec![self.agent.display().to_string(), self.hosts[i].name.clone()]
+    }
+
+    /// UDP datagrams nftables dropped on host `i` so far.
+    pub fn dropped(&self, i: usize) -> u64 {
+        let out = Command::new("ip").args(["netns", "exec", &self.hosts[i].ns, "nft", "list", "ruleset"]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split("counter packets ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn destroy(&self) {
+        let mut cmd = format!("ip netns del {} 2>/dev/null;", self.switch);
+        for h in &self.hosts {
+            cmd += &format!(" ip netns del {ns} 2>/dev/null; rm -rf /etc/netns/{ns};", ns = h.ns);
+        }
+        sh(&format!("{cmd} true"));
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        self.destroy();
+        let _ = std::fs::remove_file(&self.agent);
+    }
+}

@@ -1,0 +1,81 @@
+//! A multi-host MPI job as users run it: OpenMPI 4.1 (`pml cm`, `mtl ofi`)
+//! launching ranks onto simulated hosts (network namespaces with their own host
+//! names, through a `plm_rsh_agent` instead of ssh), two ranks per host so that
+//! rdmx's default `auto` device uses shared memory and UDP at once, **no rdmx
+//! variable** but the fault injection that makes the network hostile: nftables
+//! drops 5% of UDP on every host, rdmx's fault device adds 25% reordering, 1%
+//! duplication and 0.1% corruption (seeded). Every byte is checksummed by the
+//! program; the job must finish within a bound.
+use fi_tests::hosts::Hosts;
+use fi_tests::procs::{self, text};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn build(name: &str) -> Option<PathBuf> {
+    if Command::new("mpicc").arg("--version").output().is_err() {
+        eprintln!("SKIP: mpicc (libopenmpi-dev) is not installed");
+        return None;
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(name);
+    assert!(Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).status().unwrap().success());
+    Some(exe)
+}
+
+fn lossy_job(n_hosts: usize, np: usize, seed: u32) {
+    fi_tests::init();
+    let Some(exe) = build("multihost") else { return };
+    let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, 5) else { return };
+    let hostfile = std::env::temp_dir().join("rdmxmh-hostfile");
+    let lines: String = hosts.hosts.iter().map(|h| format!("{} slots={}\n", h.name, np / n_hosts)).collect();
+    std::fs::write(&hostfile, lines).unwrap();
+    let dir = fi_tests::provider_dir();
+    // mpirun itself runs on host 0; the others are reached through the agent.
+    let mut c = Command::new(&hosts.run_on(0)[0]);
+    c.arg(&hosts.run_on(0)[1])
+        .arg("mpirun")
+        .args(["--allow-run-as-root", "-np", &np.to_string(), "--hostfile"])
+        .arg(&hostfile)
+        .args(["--mca", "plm_rsh_agent"])
+        .arg(&hosts.agent)
+        .args(["--mca", "oob_tcp_if_include", "10.198.0.0/24"]) // Hosts::create(.., 198, ..)
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "btl", "self"])
+        .args(["-x", "FI_PROVIDER=rdmx", "-x"])
+        .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
+        .args(["-x", "FI_RDMX_FAULT_REORDER=25", "-x", "FI_RDMX_FAULT_DUP=1", "-x", "FI_RDMX_FAULT_CORRUPT=0.1"])
+        .args(["-x", &format!("FI_RDMX_FAULT_SEED={seed}")])
+        .arg(&exe)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // No other rdmx variable reaches the ranks.
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+        c.env_remove(k);
+    }
+    let t0 = Instant::now();
+    let out = procs::wait_output(c.spawn().expect("mpirun"), Duration::from_secs(240));
+    let took = t0.elapsed();
+    let t = text(&out);
+    assert!(out.status.success(), "the job failed after {took:?}:\n{t}");
+    let want = format!("multihost: all checks passed on {n_hosts} hosts, {np} ranks");
+    assert!(t.contains(&want), "{t}");
+    assert!(took < Duration::from_secs(180), "the job took {took:?}");
+    for i in 0..n_hosts {
+        let d = hosts.dropped(i);
+        println!("{}: nftables dropped {d} UDP datagrams", hosts.hosts[i].name);
+        assert!(d > 0, "no loss on {}", hosts.hosts[i].name);
+    }
+    println!("{want} in {took:?}");
+}
+
+#[test]
+fn np4_on_two_lossy_hosts_with_default_settings() {
+    lossy_job(2, 4, 5);
+}
+
+#[test]
+fn np6_on_three_lossy_hosts_through_a_bridge() {
+    lossy_job(3, 6, 11);
+}
