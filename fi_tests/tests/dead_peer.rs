@@ -36,6 +36,10 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
         }
     }
     let took = started.elapsed();
+    // fi_cq_strerror names the peer, from the last error entry's err_data.
+    let last = errs.last().unwrap();
+    let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(a.cq, last.prov_errno, last.err_data, null_mut(), 0)) }.to_string_lossy().into_owned();
+    assert!(text.contains("(peer rdmx://"), "strerror: {text}");
     assert!(took < Duration::from_secs(3), "ICMP unreachable should fail the peer at once, took {took:?}");
     let send = errs.iter().find(|e| e.op_context == ctx(&mut sctx)).expect("send error entry carries its context");
     assert_ne!(send.flags & fi::FI_SEND as u64, 0);

@@ -601,12 +601,13 @@ impl EpState {
                 if let (true, Some(e)) = (c.meta.inject, err) {
                     self.report_contextless_error("inject", e as i32);
                 } else if c.meta.wanted || err.is_some() {
+                    let peer = self.failed_peer_addr(&c);
                     if let Some(b) = &self.tx_cq {
                         b.cq.push(Completion {
                             op_context: c.meta.context as usize,
                             flags,
                             len: c.len,
-                            err: err.map(CompletionError::new),
+                            err: err.map(|e| CompletionError { src_addr: peer, ..CompletionError::new(e) }),
                             ..Completion::default()
                         });
                     }
@@ -626,7 +627,7 @@ impl EpState {
                     .flatten();
                 let cerr = match c.err {
                     Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
-                    Some(e) => Some(CompletionError::new(errno_of(e))),
+                    Some(e) => Some(CompletionError { src_addr: self.failed_peer_addr(&c), ..CompletionError::new(errno_of(e)) }),
                     None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
                 };
                 // A peek's answer is not a receive: counters count receives only.
@@ -659,6 +660,16 @@ impl EpState {
                 }
             }
         }
+    }
+
+    /// The address of the peer whose failure failed `c` (handed out as the
+    /// error entry's `err_data`, so that `fi_cq_strerror` names it).
+    fn failed_peer_addr(&self, c: &rndv::Completion) -> Option<[u8; crate::addr::ADDR_LEN]> {
+        if !matches!(c.err, Some(OpError::PeerUnreachable | OpError::Io)) {
+            return None;
+        }
+        let r = self.running.as_ref()?;
+        Some(sender_addr(r.engine.rdm().peer_addr(c.src?)))
     }
 
     /// A failure of an operation that has no context (an inject): an EQ error

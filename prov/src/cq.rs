@@ -35,7 +35,9 @@ pub struct CompletionError {
     pub err: i32,
     pub olen: usize,
     pub prov_errno: i32,
-    /// FI_SOURCE_ERR: the sender's address, handed out as `err_data`.
+    /// An rdmx address handed out as `err_data`: the unknown sender
+    /// (FI_SOURCE_ERR, with FI_EADDRNOTAVAIL) or the peer whose failure failed
+    /// the operation (`fi_cq_strerror` then names it).
     pub src_addr: Option<[u8; crate::addr::ADDR_LEN]>,
 }
 
@@ -125,6 +127,11 @@ pub struct CqShared {
     /// Provider-owned `err_data` for callers that pass `err_data_size == 0`; valid
     /// until the next readerr, as libfabric specifies.
     err_data: Mutex<[u8; crate::addr::ADDR_LEN]>,
+    /// The last `err_data` handed out that holds a whole address (pointer,
+    /// size): `fi_cq_strerror` reads it back only if it gets this pointer.
+    last_err_data: Mutex<(usize, usize)>,
+    /// Provider-owned `fi_cq_strerror` text for callers that pass no buffer.
+    strerror_text: Mutex<std::ffi::CString>,
     eps: BoundEndpoints,
     signaled: AtomicBool,
 }
@@ -290,6 +297,8 @@ entry! {
                 format,
                 queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
                 err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
+                last_err_data: Mutex::new((0, 0)),
+                strerror_text: Mutex::new(std::ffi::CString::default()),
                 eps: BoundEndpoints::default(),
                 signaled: AtomicBool::new(false),
             }),
@@ -428,6 +437,7 @@ entry! {
                 }
                 None => out.err_data_size = 0,
             }
+            *cq.shared.last_err_data.lock() = if e.src_addr.is_some() { (out.err_data as usize, out.err_data_size) } else { (0, 0) };
             out.op_context = c.op_context as *mut _;
             out.flags = c.flags;
             out.len = c.len;
@@ -488,7 +498,35 @@ pub fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *co
 
 entry! {
     fn cq_strerror(cq: *mut fi::fid_cq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
-        let _ = (cq, err_data);
-        Ok(strerror_into(prov_errno, buf, len))
+        // SAFETY: our fid.
+        let cq = unsafe { cq_ref(cq) }?;
+        let (ptr, size) = *cq.shared.last_err_data.lock();
+        // Only the err_data this CQ handed out (whole) is read back: any other
+        // pointer may be shorter than an address.
+        let peer = (!err_data.is_null() && err_data as usize == ptr && size >= crate::addr::ADDR_LEN)
+            .then(|| {
+                // SAFETY: `ptr` is the err_data of the last readerr, `size` bytes
+                // long, which libfabric keeps valid until the next read.
+                let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, crate::addr::ADDR_LEN) };
+                crate::addr::RdmxAddr::decode(bytes)
+            })
+            .flatten();
+        let Some(peer) = peer else { return Ok(strerror_into(prov_errno, buf, len)) };
+        // SAFETY: fi_strerror returns a static string for any value.
+        let base = unsafe { std::ffi::CStr::from_ptr(fi::fi_strerror(prov_errno.abs())) }.to_string_lossy().into_owned();
+        let text = std::ffi::CString::new(format!("{base} (peer {})", peer.to_uri())).unwrap_or_default();
+        if !buf.is_null() && len > 0 {
+            let src = text.as_bytes();
+            let n = src.len().min(len - 1);
+            // SAFETY: `buf` holds `len` bytes; we write at most len - 1 plus NUL.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
+            return Ok(buf as *const libc::c_char);
+        }
+        let mut keep = cq.shared.strerror_text.lock();
+        *keep = text;
+        Ok(keep.as_ptr())
     }
 }

@@ -219,7 +219,7 @@ pub struct Completion {
     pub buf: u64,
     pub data: Option<u64>,
     pub tag: u64,
-    /// Receives: the sender.
+    /// Receives: the sender. Sends and one-sided operations: the target.
     pub src: Option<PeerId>,
     /// Multi-receive: the buffer is released (FI_MULTI_RECV).
     pub multi_done: bool,
@@ -515,7 +515,7 @@ impl MsgEngine {
 
     fn complete_send(&mut self, id: TxId, err: Option<OpError>) {
         let Some(t) = self.tx.try_remove(id.0 as usize) else { return };
-        self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, err, ..Completion::new(t.meta, OpKind::Send) });
+        self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, src: Some(t.peer), err, ..Completion::new(t.meta, OpKind::Send) });
     }
 
     // ------------------------------------------------------------- receives
@@ -826,7 +826,7 @@ impl MsgEngine {
         if err.is_none() && matches!(e.kind, OpKind::Read | OpKind::Atomic { fetch: true }) {
             e.result.scatter(mem, payload);
         }
-        self.completions.push_back(Completion { len: e.len, err, ..Completion::new(e.meta, e.kind) });
+        self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err, ..Completion::new(e.meta, e.kind) });
     }
 
     fn serve_rma(&mut self, now: Instant, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
@@ -962,7 +962,7 @@ impl MsgEngine {
                         Some(Token::Msg(id) | Token::Push(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
                         Some(Token::Rma(id)) => {
                             if let Some(e) = self.rma.try_remove(id.0 as usize) {
-                                self.completions.push_back(Completion { len: e.len, err: Some(err), ..Completion::new(e.meta, e.kind) });
+                                self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
                             }
                         }
                         _ => {}
@@ -1030,7 +1030,7 @@ impl MsgEngine {
         let rmas: Vec<usize> = self.rma.iter().filter(|(_, e)| e.peer == peer).map(|(k, _)| k).collect();
         for k in rmas {
             let e = self.rma.remove(k);
-            self.completions.push_back(Completion { len: e.len, err: Some(err), ..Completion::new(e.meta, e.kind) });
+            self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
         }
         let waiting: Vec<(PeerId, u64)> = self.awaiting_push.keys().filter(|(p, _)| *p == peer).copied().collect();
         for k in waiting {
@@ -1041,7 +1041,7 @@ impl MsgEngine {
         if unreachable {
             for post in self.matcher.take_posted_from(peer) {
                 if let Some(e) = self.rx.try_remove(post.token as usize) {
-                    self.completions.push_back(Completion { tag: post.tag, err: Some(err), ..recv_op(e.meta, post.kind) });
+                    self.completions.push_back(Completion { tag: post.tag, src: Some(peer), err: Some(err), ..recv_op(e.meta, post.kind) });
                 }
             }
             self.failed_peers.push_back(peer);
