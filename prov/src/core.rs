@@ -820,7 +820,7 @@ impl EpState {
                 }
             }
             while let Some(addr) = device.poll_unreachable() {
-                rdm.handle_unreachable(addr);
+                engine.handle_unreachable(addr);
                 active = true;
             }
         }
@@ -897,8 +897,12 @@ impl Running {
                 Ok(n) => n,
                 Err(e) => {
                     // The first datagram cannot go out (peer gone, unroutable): drop
-                    // it; reliability retransmits or times the peer out.
+                    // it; a destination the device calls unreachable fails the peer
+                    // now, anything else is retransmitted or times the peer out.
                     fi_warn!(Subsys::EpData, "device send to {:?} failed: {e}", self.stage_dst[0]);
+                    if let DeviceError::Unreachable(a) = e {
+                        self.engine.handle_unreachable(a);
+                    }
                     1
                 }
             };

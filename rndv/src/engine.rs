@@ -912,6 +912,16 @@ impl MsgEngine {
         let _ = self.rdm.send(now, peer, parts, Token::Reply.encode());
     }
 
+    /// The layer below reports `addr` unreachable (ICMP, a dead process): the
+    /// rdm engine fails it if data is in flight, and so does this engine if it
+    /// waits on an answer from it.
+    pub fn handle_unreachable(&mut self, addr: DevAddr) {
+        match self.rdm.peer_id_of(addr) {
+            Some(peer) if self.waits_on(peer) => self.rdm.fail_unreachable(addr),
+            _ => self.rdm.handle_unreachable(addr),
+        }
+    }
+
     // ------------------------------------------------------------ keepalive
 
     fn await_answer(&mut self, now: Instant, peer: PeerId) {

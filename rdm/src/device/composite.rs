@@ -232,7 +232,7 @@ impl<N: Device> Device for AutoDevice<N> {
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
-        self.net.as_mut().and_then(|n| n.poll_unreachable())
+        self.shm.as_mut().and_then(|s| s.poll_unreachable()).or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()))
     }
 
     fn max_mtu(&self) -> usize {

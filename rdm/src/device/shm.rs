@@ -486,6 +486,9 @@ pub struct ShmDevice {
     cma_ok: bool,
     peers: HashMap<ShmAddr, Peer>,
     touched: Vec<ShmAddr>,
+    /// Mapped peers found dead, not yet reported by `poll_unreachable`.
+    dead: std::collections::VecDeque<DevAddr>,
+    liveness_tick: u32,
     pub stats: ShmStats,
 }
 
@@ -494,9 +497,26 @@ pub fn segment_name(addr: &ShmAddr) -> String {
     format!("rdmx-{:016x}-{}-{:016x}", addr.host_id, addr.pid, addr.ring_id)
 }
 
+/// Whether process `pid` runs: it exists and is not a zombie (a SIGKILLed
+/// process stays in /proc until its parent reaps it, but will never drain its
+/// ring again).
 fn pid_alive(pid: u32) -> bool {
-    pid != 0 && Path::new("/proc").join(pid.to_string()).exists()
+    if pid == 0 {
+        return false;
+    }
+    match std::fs::read(Path::new("/proc").join(pid.to_string()).join("stat")) {
+        // "pid (comm) S ...": the state follows the last ')'.
+        Ok(stat) => {
+            let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)).copied();
+            !matches!(state, Some(b'Z' | b'X' | b'x'))
+        }
+        Err(_) => false,
+    }
 }
+
+/// Calls of `poll_unreachable` between two liveness checks of the mapped peers
+/// (a stat of /proc/<pid>/stat each), and before every sleep.
+const LIVENESS_EVERY: u32 = 4096;
 
 fn random_u64() -> u64 {
     use std::sync::atomic::AtomicU64 as A;
@@ -634,6 +654,8 @@ impl ShmDevice {
             cma_ok: false,
             peers: HashMap::new(),
             touched: Vec::new(),
+            dead: std::collections::VecDeque::new(),
+            liveness_tick: 0,
             stats: ShmStats::default(),
         };
         // Can this process use CMA at all (seccomp, kernel config)? Read our own
@@ -675,6 +697,17 @@ impl ShmDevice {
             p.can_read = Some(ok);
         }
         ok
+    }
+
+    /// Reports (through `poll_unreachable`) and unmaps the peers whose process
+    /// is gone: a SIGKILLed peer never closes its ring, and datagrams pushed
+    /// into it would wait for an acknowledgement until the peer timeout.
+    fn check_liveness(&mut self) {
+        let gone: Vec<ShmAddr> = self.peers.keys().filter(|a| !pid_alive(a.pid)).copied().collect();
+        for a in gone {
+            self.peers.remove(&a);
+            self.dead.push_back(DevAddr::Shm(a));
+        }
     }
 
     /// Forgets the mapping of `peer` (it is mapped again on the next send).
@@ -835,7 +868,17 @@ impl Device for ShmDevice {
             self.drain_fifo();
             self.seg.ring.arm();
         }
-        self.seg.ring.ready()
+        self.check_liveness();
+        self.seg.ring.ready() || !self.dead.is_empty()
+    }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.liveness_tick += 1;
+        if self.liveness_tick >= LIVENESS_EVERY {
+            self.liveness_tick = 0;
+            self.check_liveness();
+        }
+        self.dead.pop_front()
     }
 
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {

@@ -655,10 +655,21 @@ impl Engine {
     /// peer is left alone (the ICMP may answer an acknowledgement to a peer that
     /// has finished and gone, which costs nobody anything).
     pub fn handle_unreachable(&mut self, addr: DevAddr) {
+        self.unreachable(addr, false);
+    }
+
+    /// Like [`Engine::handle_unreachable`], but fails the peer even when
+    /// nothing is in flight to it: the layer above waits on an answer from it
+    /// (a rendezvous Fin, an RMA response) that will never come.
+    pub fn fail_unreachable(&mut self, addr: DevAddr) {
+        self.unreachable(addr, true);
+    }
+
+    fn unreachable(&mut self, addr: DevAddr, even_idle: bool) {
         let Some(peer) = self.peer_id_of(addr) else { return };
         let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
         let hot = &self.hot[h as usize];
-        if hot.failed || !hot.busy() {
+        if hot.failed || !(even_idle || hot.busy()) {
             return;
         }
         self.fail_peer(h, FailReason::Unreachable);

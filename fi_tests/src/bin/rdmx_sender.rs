@@ -1,0 +1,68 @@
+//! A sender for fault tests (`fi_tests/tests/faults.rs`): opens an rdmx endpoint
+//! (domain argv[1], default `auto`), prints `ADDR <hex>`, reads a peer's
+//! address (hex) from stdin,
+//! posts `count` (argv[2]) tagged sends of `size` bytes (argv[3]) to it, and
+//! reports every completion as it comes:
+//! `OK <i> <ms>` or `ERR <i> <ms> <errno> <fi_cq_strerror text>`, with the
+//! milliseconds since the sends were posted; `DONE` at the end. It uses only
+//! the system libfabric, like any application.
+use fi_tests::*;
+use std::io::{BufRead, Write};
+use std::ptr::null_mut;
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2).map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap_or(0)).collect()
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let domain = args.next().unwrap_or_else(|| "auto".into());
+    let count: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(4 << 20);
+    let s = Stack::open(Some(&domain), fi::FI_AV_MAP);
+    println!("ADDR {}", s.name().iter().map(|x| format!("{x:02x}")).collect::<String>());
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).expect("peer address");
+    let peer = s.insert(&unhex(line.trim()));
+    let bufs: Vec<Vec<u8>> = (0..count).map(|i| vec![i as u8; size]).collect();
+    let mut contexts: Vec<u64> = (0..count as u64).collect();
+    let t0 = std::time::Instant::now();
+    for (i, b) in bufs.iter().enumerate() {
+        let ctx = &mut contexts[i] as *mut u64 as *mut libc::c_void;
+        loop {
+            let r = unsafe { fi::fi_tsend(s.ep, b.as_ptr() as *const _, b.len(), null_mut(), peer, 0x77, ctx) };
+            if r == 0 {
+                break;
+            }
+            assert_eq!(r, -(fi::FI_EAGAIN as isize), "fi_tsend");
+            unsafe { fi::fi_cq_read(s.cq, null_mut(), 0) };
+        }
+    }
+    println!("SENT {count}");
+    let mut out = std::io::stdout();
+    let _ = out.flush();
+    let mut left = count;
+    while left > 0 {
+        let mut e = fi::fi_cq_tagged_entry::default();
+        let n = unsafe { fi::fi_cq_read(s.cq, &mut e as *mut _ as *mut _, 1) };
+        let ms = t0.elapsed().as_millis();
+        if n == 1 {
+            let i = unsafe { *(e.op_context as *const u64) };
+            println!("OK {i} {ms}");
+            left -= 1;
+        } else if n == -(fi::FI_EAVAIL as isize) {
+            let mut err = fi::fi_cq_err_entry::default();
+            assert_eq!(unsafe { fi::fi_cq_readerr(s.cq, &mut err, 0) }, 1);
+            let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(s.cq, err.prov_errno, err.err_data, null_mut(), 0)) };
+            let i = if err.op_context.is_null() { u64::MAX } else { unsafe { *(err.op_context as *const u64) } };
+            println!("ERR {i} {ms} {} {}", err.err, text.to_string_lossy());
+            left -= 1;
+        } else {
+            assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read");
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let _ = out.flush();
+    }
+    println!("DONE");
+}
