@@ -315,11 +315,9 @@ impl EpShared {
         let cfg = EngineConfig {
             mtu: caps.mtu,
             reliable: caps.reliable,
-            ordered: caps.ordered,
             job_key: st.profile.auth_key.map(|(k, _)| k).unwrap_or(p.job_key),
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
-            seed: st.local.incarnation,
             ..EngineConfig::default()
         };
         let local = st.local;
@@ -747,8 +745,8 @@ impl EpState {
     }
 
     pub fn atomic(&mut self, args: RmaArgs<'_>, datatype: u32, op: u32, count: usize, fetch: bool) -> Result<()> {
-        let dt = rndv::atomic::Datatype::from_fi(datatype).ok_or(Error::OpNotSupp)?;
-        let o = rndv::atomic::Op::from_fi(op).ok_or(Error::OpNotSupp)?;
+        let dt = crate::rma::datatype_from_fi(datatype).ok_or(Error::OpNotSupp)?;
+        let o = crate::rma::op_from_fi(op).ok_or(Error::OpNotSupp)?;
         let bytes = count.checked_mul(dt.size()).ok_or(Error::Inval("atomic count"))?;
         if args.inject && bytes > self.profile.inject_size {
             return Err(Error::Inval("inject larger than inject_size"));

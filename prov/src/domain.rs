@@ -110,9 +110,9 @@ pub const ATOMIC_MAX_BYTES: usize = 64 * 1024;
 
 /// Answers `fi_query_atomic` and the endpoint's `*valid` calls.
 pub fn atomic_count(datatype: fi::fi_datatype, op: fi::fi_op, flags: u64) -> Result<(usize, usize)> {
-    use rndv::atomic::{valid, Datatype, Family, Op};
-    let dt = Datatype::from_fi(datatype).ok_or(Error::OpNotSupp)?;
-    let o = Op::from_fi(op).ok_or(Error::OpNotSupp)?;
+    use rndv::atomic::{valid, Family};
+    let dt = crate::rma::datatype_from_fi(datatype).ok_or(Error::OpNotSupp)?;
+    let o = crate::rma::op_from_fi(op).ok_or(Error::OpNotSupp)?;
     let family = if flags & fi::FI_COMPARE_ATOMIC != 0 {
         Family::Compare
     } else if flags & fi::FI_FETCH_ATOMIC != 0 {

@@ -871,7 +871,7 @@ fn do_atomic(ep: *mut fi::fid_ep, c: AtomicCall) -> Result<isize> {
 }
 
 fn dt_size(datatype: fi::fi_datatype) -> Result<usize> {
-    rndv::atomic::Datatype::from_fi(datatype).map(|d| d.size()).ok_or(Error::OpNotSupp)
+    crate::rma::datatype_from_fi(datatype).map(|d| d.size()).ok_or(Error::OpNotSupp)
 }
 
 /// # Safety

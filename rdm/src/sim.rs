@@ -109,7 +109,7 @@ pub struct Node<E: SimEndpoint = Engine> {
 
 impl Sim<Engine> {
     pub fn new(n: usize, base: EngineConfig, link: Link, seed: u64) -> Sim {
-        let engines = (0..n).map(|i| Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() })).collect();
+        let engines = (0..n).map(|i| Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() })).collect();
         Sim::with_endpoints(engines, link, seed)
     }
 

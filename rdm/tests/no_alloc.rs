@@ -71,7 +71,7 @@ fn exchange(a: &mut Engine, b: &mut Engine, t: &mut Instant, count: usize, len: 
 #[test]
 fn warm_message_path_allocates_nothing() {
     for (reliable, len) in [(false, 64), (false, 5000), (true, 64), (true, 30000)] {
-        let cfg = |inc| EngineConfig { incarnation: inc, mtu: 1472, reliable, ordered: reliable, ..EngineConfig::default() };
+        let cfg = |inc| EngineConfig { incarnation: inc, mtu: 1472, reliable, ..EngineConfig::default() };
         let mut a = Engine::new(cfg(1));
         let mut b = Engine::new(cfg(2));
         let mut t = Instant::from_nanos(1_000_000);

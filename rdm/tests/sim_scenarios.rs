@@ -89,7 +89,7 @@ fn mtu_4096_device() {
 #[test]
 fn reliable_unordered_device_needs_no_retransmission() {
     // SRD-like: never loses, but reorders.
-    let cfg = EngineConfig { reliable: true, ordered: false, ..EngineConfig::default() };
+    let cfg = EngineConfig { reliable: true, ..EngineConfig::default() };
     let link = Link { reorder_pct: 30.0, jitter: Duration::from_micros(50), ..Link::default() };
     let sim = stream(cfg, link, 5, 5000, &SIZES);
     assert_eq!(sim.nodes[0].engine.stats().retransmits, 0);

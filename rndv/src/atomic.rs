@@ -3,8 +3,10 @@
 //! the result back under the endpoint lock, so rdmx atomics are atomic with
 //! respect to each other (emulation over messages, like every software RDM).
 //!
-//! Datatypes and operations use libfabric's numbering (`enum fi_datatype`,
-//! `enum fi_op`); complex and long-double types are not supported.
+//! Datatypes and operations travel on the wire as rdmx's own codes
+//! ([`Datatype::wire`], [`Op::wire`]), not libfabric's enum values: the
+//! provider translates `enum fi_datatype` / `enum fi_op` at its boundary.
+//! Complex and long-double types are not supported.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Datatype {
@@ -21,25 +23,37 @@ pub enum Datatype {
 }
 
 impl Datatype {
-    pub fn from_fi(v: u32) -> Option<Datatype> {
-        Some(match v {
-            0 => Datatype::I8,
-            1 => Datatype::U8,
-            2 => Datatype::I16,
-            3 => Datatype::U16,
-            4 => Datatype::I32,
-            5 => Datatype::U32,
-            6 => Datatype::I64,
-            7 => Datatype::U64,
-            8 => Datatype::F32,
-            9 => Datatype::F64,
-            _ => return None,
-        })
+    pub const ALL: [Datatype; 10] = [
+        Datatype::I8,
+        Datatype::U8,
+        Datatype::I16,
+        Datatype::U16,
+        Datatype::I32,
+        Datatype::U32,
+        Datatype::I64,
+        Datatype::U64,
+        Datatype::F32,
+        Datatype::F64,
+    ];
+
+    /// The datatype's code on the wire.
+    pub fn wire(self) -> u8 {
+        match self {
+            Datatype::U8 => 1,
+            Datatype::I8 => 2,
+            Datatype::U16 => 3,
+            Datatype::I16 => 4,
+            Datatype::U32 => 5,
+            Datatype::I32 => 6,
+            Datatype::U64 => 7,
+            Datatype::I64 => 8,
+            Datatype::F32 => 9,
+            Datatype::F64 => 10,
+        }
     }
 
-    /// libfabric's `fi_datatype` value.
-    pub fn to_fi(self) -> u32 {
-        self as u32
+    pub fn from_wire(code: u8) -> Option<Datatype> {
+        Datatype::ALL.into_iter().find(|d| d.wire() == code)
     }
 
     pub fn size(self) -> usize {
@@ -91,34 +105,55 @@ pub enum Family {
 }
 
 impl Op {
-    pub fn from_fi(v: u32) -> Option<Op> {
-        use Op::*;
-        Some(match v {
-            0 => Min,
-            1 => Max,
-            2 => Sum,
-            3 => Prod,
-            4 => Lor,
-            5 => Land,
-            6 => Bor,
-            7 => Band,
-            8 => Lxor,
-            9 => Bxor,
-            10 => Read,
-            11 => Write,
-            12 => Cswap,
-            13 => CswapNe,
-            14 => CswapLe,
-            15 => CswapLt,
-            16 => CswapGe,
-            17 => CswapGt,
-            18 => Mswap,
-            _ => return None,
-        })
+    pub const ALL: [Op; 19] = [
+        Op::Min,
+        Op::Max,
+        Op::Sum,
+        Op::Prod,
+        Op::Lor,
+        Op::Land,
+        Op::Bor,
+        Op::Band,
+        Op::Lxor,
+        Op::Bxor,
+        Op::Read,
+        Op::Write,
+        Op::Cswap,
+        Op::CswapNe,
+        Op::CswapLe,
+        Op::CswapLt,
+        Op::CswapGe,
+        Op::CswapGt,
+        Op::Mswap,
+    ];
+
+    /// The operation's code on the wire.
+    pub fn wire(self) -> u8 {
+        match self {
+            Op::Sum => 1,
+            Op::Prod => 2,
+            Op::Min => 3,
+            Op::Max => 4,
+            Op::Lor => 5,
+            Op::Land => 6,
+            Op::Lxor => 7,
+            Op::Bor => 8,
+            Op::Band => 9,
+            Op::Bxor => 10,
+            Op::Read => 11,
+            Op::Write => 12,
+            Op::Cswap => 13,
+            Op::CswapNe => 14,
+            Op::CswapLe => 15,
+            Op::CswapLt => 16,
+            Op::CswapGe => 17,
+            Op::CswapGt => 18,
+            Op::Mswap => 19,
+        }
     }
 
-    pub fn to_fi(self) -> u32 {
-        self as u32
+    pub fn from_wire(code: u8) -> Option<Op> {
+        Op::ALL.into_iter().find(|o| o.wire() == code)
     }
 
     fn is_compare(self) -> bool {
@@ -267,6 +302,22 @@ pub fn apply(dt: Datatype, op: Op, target: &mut [u8], operand: &[u8], compare: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_codes_are_unique_and_roundtrip() {
+        let mut seen = std::collections::HashSet::new();
+        for d in Datatype::ALL {
+            assert!(seen.insert(d.wire()));
+            assert_eq!(Datatype::from_wire(d.wire()), Some(d));
+        }
+        seen.clear();
+        for o in Op::ALL {
+            assert!(seen.insert(o.wire()));
+            assert_eq!(Op::from_wire(o.wire()), Some(o));
+        }
+        assert_eq!(Datatype::from_wire(0), None);
+        assert_eq!(Op::from_wire(0), None);
+    }
     use proptest::prelude::*;
 
     fn u64s(v: &[u64]) -> Vec<u8> {

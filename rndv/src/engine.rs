@@ -804,7 +804,7 @@ impl MsgEngine {
             return Err(PostError::AtomicOperands);
         }
         let count32 = u32::try_from(count).map_err(|_| PostError::AtomicOperands)?;
-        let hdr = rma_wire::encode_atomic(0, key, addr, dt.to_fi() as u8, op.to_fi() as u8, count32, fetch);
+        let hdr = rma_wire::encode_atomic(0, key, addr, dt.wire(), op.wire(), count32, fetch);
         let mut extra: [&[u8]; 2 * MAX_IOV] = [&[]; 2 * MAX_IOV];
         let mut n = 0;
         let operands: &[&[u8]] = if op == Op::Read { &[] } else { operand };
@@ -867,8 +867,8 @@ impl MsgEngine {
             Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload } => {
                 let mut old = Vec::new();
                 let status = (|| -> Result<(), Status> {
-                    let dt = Datatype::from_fi(datatype as u32).ok_or(Status::Invalid)?;
-                    let o = Op::from_fi(op as u32).ok_or(Status::Invalid)?;
+                    let dt = Datatype::from_wire(datatype).ok_or(Status::Invalid)?;
+                    let o = Op::from_wire(op).ok_or(Status::Invalid)?;
                     let bytes = (count as usize).checked_mul(dt.size()).ok_or(Status::Invalid)?;
                     let (operand, compare) = atomic::split_operands(o, payload, bytes).ok_or(Status::Invalid)?;
                     let pieces = mem.rma_target(key, addr, bytes as u64, Access::RemoteWrite)?;

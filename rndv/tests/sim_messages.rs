@@ -80,7 +80,7 @@ impl SimEndpoint for Node {
 }
 
 fn path(remote_read: bool) -> DeviceCaps {
-    DeviceCaps { reliable: false, ordered: false, mtu: 1400, max_inline: 0, remote_read }
+    DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read }
 }
 
 fn seeds(default: &[u64]) -> Vec<u64> {
@@ -94,7 +94,7 @@ fn net(n: usize, link: Link, seed: u64, cfg: Config) -> Sim<Node> {
     let base = EngineConfig { peer_timeout: Duration::from_secs(3), ..EngineConfig::default() };
     let nodes = (0..n)
         .map(|i| {
-            let rdm = Engine::new(EngineConfig { incarnation: 1000 + i as u64, seed: seed ^ i as u64, ..base.clone() });
+            let rdm = Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() });
             Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true }
         })
         .collect();

@@ -128,11 +128,11 @@ impl<N: Device> Device for AutoDevice<N> {
                     reliable: false,
                     ordered: false,
                     mtu: s.mtu.min(n.mtu),
-                    max_inline: s.max_inline.min(n.max_inline),
+                   
                     remote_read: false,
                 }
             }
-            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, max_inline: 0, remote_read: false },
+            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false },
         }
     }
 

@@ -364,7 +364,7 @@ mod tests {
 
     impl Device for Recorder {
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { reliable: true, ordered: true, mtu: 100, max_inline: 100, remote_read: false }
+            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false }
         }
         fn local_addr(&self) -> DevAddr {
             DevAddr::Sim(0)

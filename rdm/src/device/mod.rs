@@ -60,8 +60,6 @@ pub struct DeviceCaps {
     pub ordered: bool,
     /// Largest datagram payload the device carries.
     pub mtu: usize,
-    /// Largest datagram sent without an intermediate copy / doorbell cost concern.
-    pub max_inline: usize,
     /// The receiver can read the sender's memory directly ([`Device::remote_read`]).
     pub remote_read: bool,
 }

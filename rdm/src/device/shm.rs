@@ -785,7 +785,7 @@ impl ShmDevice {
 
 impl Device for ShmDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, max_inline: self.mtu, remote_read: self.cma_ok }
+        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok }
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -848,7 +848,7 @@ impl UdpDevice {
 
 impl Device for UdpDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, max_inline: self.mtu, remote_read: false }
+        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false }
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -59,13 +59,10 @@ pub struct EngineConfig {
     pub mtu: usize,
     /// The device never loses, duplicates or corrupts: no retransmission.
     pub reliable: bool,
-    /// The device delivers in order (informational; ordering is restored anyway).
-    pub ordered: bool,
     pub job_key: u64,
     pub incarnation: u64,
     /// A peer silent this long while data to it is unacknowledged is unreachable.
     pub peer_timeout: Duration,
-    pub seed: u64,
     /// Packets in flight per peer, at most.
     pub max_window: u32,
     /// Bytes queued per peer before `send` answers `WouldBlock` (a single
@@ -83,11 +80,9 @@ impl Default for EngineConfig {
         EngineConfig {
             mtu: 1472,
             reliable: false,
-            ordered: false,
             job_key: 0,
             incarnation: 1,
             peer_timeout: Duration::from_secs(30),
-            seed: 1,
             max_window: 1024,
             max_queued_bytes: 64 << 20,
             ack_delay: Duration::from_micros(200),
@@ -869,7 +864,7 @@ mod tests {
     #[test]
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, max_inline: 8192, remote_read: true };
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true };
         let near = a.peer_with_path(DevAddr::Sim(1), &shm);
         let far = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;
