@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 export RDMX_PROVIDER_DIR="$(pwd)/build-out/lib"
 # fi_tests spawn processes and bind fixed ports: one test thread per binary there.
+# Every target builds (benches and examples included), so none can rot unnoticed.
+cargo build --release --workspace --all-targets
 cargo test --release --workspace --exclude fi_tests
 # The shm ring's loom model checks (a separate build: loom replaces its atomics).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom

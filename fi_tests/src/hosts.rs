@@ -33,7 +33,7 @@ impl Hosts {
     pub fn create(prefix: &str, net: u8, n: usize, drop_pct: u32) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null") {
-            eprintln!("SKIP: multi-host test needs root, iproute2, nftables and unshare");
+            crate::skip("multi-host test needs root, iproute2, nftables and unshare");
             return None;
         }
         let hosts: Vec<Host> = (0..n)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 fn build(name: &str) -> Option<PathBuf> {
     if Command::new("mpicc").arg("--version").output().is_err() {
-        eprintln!("SKIP: mpicc (libopenmpi-dev) is not installed");
+        fi_tests::skip("mpicc (libopenmpi-dev) is not installed");
         return None;
     }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
@@ -82,9 +82,10 @@ fn one_sided_put_get_accumulate() {
 }
 
 /// osc/rdma over btl/ofi: OpenMPI's one-sided path drives rdmx's emulated RMA and
-/// atomics. rdmx logs each endpoint's RMA counts at close (FI_LOG_LEVEL=info);
-/// with pml ob1 nothing but btl/ofi opens rdmx endpoints, so non-zero counts
-/// prove btl/ofi selected rdmx rather than falling back.
+/// atomics. With FI_RDMX_STATS=1 each endpoint prints its counters at close
+/// (`rdmx: rma_started <n>`); with pml ob1 nothing but btl/ofi opens rdmx
+/// endpoints, so non-zero counts prove btl/ofi selected rdmx rather than falling
+/// back.
 #[test]
 fn btl_ofi_selects_rdmx_for_one_sided() {
     let Some(exe) = build("rma") else { return };
@@ -96,14 +97,14 @@ fn btl_ofi_selects_rdmx_for_one_sided() {
             &[],
             &[
                 "--mca", "pml", "ob1", "--mca", "btl", "self,vader,ofi", "--mca", "btl_ofi_provider_include", "rdmx",
-                "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi", "-x", "FI_LOG_LEVEL=info", "-x", "FI_LOG_PROV=rdmx",
+                "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi", "-x", "FI_RDMX_STATS=1",
             ],
         );
         assert!(out.contains("rma: all checks passed"), "{out}");
         let started: u64 = out
             .lines()
-            .filter_map(|l| l.split(" RMA/atomic operations started").next().and_then(|h| h.rsplit(' ').next()))
-            .filter_map(|n| n.parse::<u64>().ok())
+            .filter_map(|l| l.trim().strip_prefix("rdmx: rma_started "))
+            .filter_map(|n| n.trim().parse::<u64>().ok())
             .sum();
         assert!(started > 0, "btl/ofi did not use rdmx for RMA:\n{out}");
         println!("{dev}: btl/ofi started {started} RMA/atomic operations through rdmx");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 fn build(name: &str) -> Option<PathBuf> {
     if Command::new("mpicc").arg("--version").output().is_err() {
-        eprintln!("SKIP: mpicc (libopenmpi-dev) is not installed");
+        fi_tests::skip("mpicc (libopenmpi-dev) is not installed");
         return None;
     }
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));

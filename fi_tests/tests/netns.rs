@@ -28,7 +28,7 @@ impl Namespaces {
     fn create(drop_pct: u32) -> Option<Namespaces> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null && command -v nft >/dev/null") {
-            eprintln!("SKIP: network-namespace test needs root, iproute2 and nftables");
+            fi_tests::skip("network-namespace test needs root, iproute2 and nftables");
             return None;
         }
         Self::destroy();

@@ -785,6 +785,9 @@ impl EpState {
                 m.dropped_malformed,
                 m.stray
             );
+            if params().stats {
+                print_stats(&r.local, st, &m, r.engine.unexpected_bytes());
+            }
         }
     }
 
@@ -920,6 +923,41 @@ impl Running {
             }
         }
     }
+}
+
+/// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each
+/// (`rdmx: <name> <value>`), to stderr: the documented way for scripts and tests
+/// to read them.
+fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize) {
+    let lines = [
+        ("endpoint", local.to_uri()),
+        ("packets_sent", st.sent_data.to_string()),
+        ("acks_sent", st.sent_acks.to_string()),
+        ("packets_resent", st.retransmits.to_string()),
+        ("timeouts", st.timeouts.to_string()),
+        ("packets_received", st.received.to_string()),
+        ("messages_delivered", st.delivered_msgs.to_string()),
+        ("duplicates", st.duplicates.to_string()),
+        ("dropped_malformed_packets", st.dropped_malformed.to_string()),
+        ("dropped_checksum", st.dropped_checksum.to_string()),
+        ("dropped_job_key", st.dropped_job_key.to_string()),
+        ("dropped_stale", st.dropped_stale.to_string()),
+        ("peers_failed", st.peers_failed.to_string()),
+        ("eager_sent", m.eager_sent.to_string()),
+        ("rendezvous_sent", m.rts_sent.to_string()),
+        ("rendezvous_pulled", m.pulled.to_string()),
+        ("rendezvous_pushed", m.pushed.to_string()),
+        ("rma_started", m.rma_started.to_string()),
+        ("rma_served", m.rma_served.to_string()),
+        ("dropped_malformed_messages", m.dropped_malformed.to_string()),
+        ("dropped_stray_answers", m.stray.to_string()),
+        ("unexpected_bytes", unexpected_bytes.to_string()),
+    ];
+    let mut out = String::new();
+    for (k, v) in lines {
+        out.push_str(&format!("rdmx: {k} {v}\n"));
+    }
+    eprint!("{out}");
 }
 
 /// An insertable rdmx address for a sender known only by its device address.
