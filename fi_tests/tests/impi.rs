@@ -13,7 +13,7 @@ fn impi_dir() -> Option<PathBuf> {
     if dir.join("bin/mpiexec").exists() {
         Some(dir.canonicalize().unwrap_or(dir))
     } else {
-        fi_tests::skip(&format!("Intel MPI is not installed in {} (scripts/setup-impi.sh)", dir.display());
+        fi_tests::skip(&format!("Intel MPI is not installed in {} (scripts/setup-impi.sh)", dir.display()));
         None
     }
 }
