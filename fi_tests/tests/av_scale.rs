@@ -27,6 +27,7 @@ fn a_million_av_entries_cost_at_most_64_bytes_each() {
             a[8..12].copy_from_slice(&[10, (k >> 16) as u8, (k >> 8) as u8, k as u8]);
             a[32..40].copy_from_slice(&(k as u64 + 1).to_le_bytes());
         }
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let n = unsafe { fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, BATCH, out.as_mut_ptr(), 0, std::ptr::null_mut()) };
         assert_eq!(n, BATCH as i32);
         assert_eq!(out[BATCH - 1], (b * BATCH + BATCH - 1) as u64, "FI_AV_TABLE indices");
@@ -38,6 +39,7 @@ fn a_million_av_entries_cost_at_most_64_bytes_each() {
     // The last entry still round-trips.
     let mut back = [0u8; 48];
     let mut len = 48usize;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_av_lookup(s.av, (N - 1) as u64, back.as_mut_ptr() as *mut _, &mut len) }, 0);
     assert_eq!(&back[8..12], &[10, ((N - 1) >> 16) as u8, ((N - 1) >> 8) as u8, (N - 1) as u8]);
 }

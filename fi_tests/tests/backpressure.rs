@@ -16,11 +16,13 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
     let bodies: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; LEN]).collect();
     for body in &bodies {
         loop {
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             let r = unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, LEN, null_mut(), b_at_a, null_mut()) };
             if r == 0 {
                 break;
             }
             assert_eq!(r, -(fi::FI_EAGAIN as isize));
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
         }
     }
@@ -29,15 +31,18 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
     let until = std::time::Instant::now() + std::time::Duration::from_millis(500);
     while std::time::Instant::now() < until {
         let mut e = fi::fi_cq_tagged_entry::default();
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         if unsafe { fi::fi_cq_read(a.cq, &mut e as *mut _ as *mut _, 1) } == 1 {
             done += 1;
         }
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
     }
     assert!(done < N, "all {N} sends completed: the receiver buffered {} bytes past its limit", N * LEN);
     // Now receive everything, in order.
     let mut buf = vec![0u8; LEN];
     for (i, body) in bodies.iter().enumerate() {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0) };
         let c = b.wait_cq(&[&a]).expect("receive");
         assert_eq!(c.len, LEN);

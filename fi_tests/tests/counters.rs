@@ -23,6 +23,7 @@ impl CntrEp {
         let mut h = Hints::rdm();
         h.set_domain_name("udp");
         let info = getinfo(None, None, 0, Some(&h)).unwrap();
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         unsafe {
             let mut fabric = null_mut();
             assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -48,6 +49,7 @@ impl CntrEp {
     fn name(&self) -> Vec<u8> {
         let mut buf = vec![0u8; 64];
         let mut len = buf.len();
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         assert_eq!(unsafe { fi::fi_getname(&mut (*self.ep).fid, buf.as_mut_ptr() as *mut _, &mut len) }, 0);
         buf.truncate(len);
         buf
@@ -56,6 +58,7 @@ impl CntrEp {
 
 impl Drop for CntrEp {
     fn drop(&mut self) {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
             assert_eq!(fi::fi_close(&mut (*self.ep).fid), 0);
             assert_eq!(fi::fi_close(&mut (*self.tx).fid), 0);
@@ -74,31 +77,43 @@ fn send_and_receive_counters_without_a_cq() {
     let b = CntrEp::open();
     let mut b_at_a = 0u64;
     let name = b.name();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_av_insert(a.av, name.as_ptr() as *const _, 1, &mut b_at_a, 0, null_mut()) }, 1);
     let mut bufs = vec![[0u8; 32]; 10];
     for buf in bufs.iter_mut() {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         assert_eq!(unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 32, null_mut(), FI_ADDR_UNSPEC, null_mut()) }, 0);
     }
     for i in 0..10u8 {
         let body = [i; 32];
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         assert_eq!(unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, 32, null_mut(), b_at_a, null_mut()) }, 0);
     }
     // The receiver's wait drives its progress; the sender's completes on acks.
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cntr_wait(b.rx, 10, 10_000) }, 0);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cntr_wait(a.tx, 10, 10_000) }, 0);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cntr_read(b.rx) }, 10);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cntr_read(a.tx) }, 10);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cntr_readerr(a.tx) }, 0);
     for (i, buf) in bufs.iter().enumerate() {
         assert_eq!(buf, &[i as u8; 32]);
     }
     // A truncated receive counts as an error.
     let mut small = [0u8; 4];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_recv(b.ep, small.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()) }, 0);
     let body = [9u8; 32];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, 32, null_mut(), b_at_a, null_mut()) }, 0);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     while unsafe { fi::fi_cntr_readerr(b.rx) } == 0 {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_cntr_read(a.tx) };
         assert!(std::time::Instant::now() < deadline, "truncation never counted");
     }
@@ -111,8 +126,10 @@ fn counter_wait_fd_wakes_when_the_counter_moves() {
     let b = CntrEp::open_with(fi::FI_WAIT_FD);
     let mut b_at_a = 0u64;
     let name = b.name();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_av_insert(a.av, name.as_ptr() as *const _, 1, &mut b_at_a, 0, null_mut()) }, 1);
     let mut fd: libc::c_int = -1;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_control(&mut (*b.rx).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);
         assert!(fd >= 0);

@@ -24,6 +24,7 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     let (mut rctx, mut sctx) = (11u64, 22u64);
     let mut rbuf = vec![0u8; 64];
     let started = Instant::now();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_recv(a.ep, rbuf.as_mut_ptr() as *mut _, rbuf.len(), null_mut(), dead, ctx(&mut rctx)), 0);
         assert_eq!(fi::fi_send(a.ep, b"anyone?".as_ptr() as *const _, 7, null_mut(), dead, ctx(&mut sctx)), 0);
@@ -38,6 +39,7 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     let took = started.elapsed();
     // fi_cq_strerror names the peer, from the last error entry's err_data.
     let last = errs.last().unwrap();
+    // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
     let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(a.cq, last.prov_errno, last.err_data, null_mut(), 0)) }.to_string_lossy().into_owned();
     assert!(text.contains("(peer rdmx://"), "strerror: {text}");
     assert!(took < Duration::from_secs(3), "ICMP unreachable should fail the peer at once, took {took:?}");
@@ -48,6 +50,7 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     assert_ne!(recv.flags & fi::FI_RECV as u64, 0);
     // Nothing else is queued: in particular no entry without a context.
     let mut e = fi::fi_cq_tagged_entry::default();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_cq_read(a.cq, &mut e as *mut _ as *mut _, 1) }, -(fi::FI_EAGAIN as isize));
 }
 
@@ -57,6 +60,7 @@ fn failed_inject_goes_to_the_eq_never_to_the_cq_without_context() {
     let a = Stack::open_with_eq(Some("udp"), fi::FI_AV_MAP);
     let dead = a.insert(&dead_peer_name());
     let eq = a.eq;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_inject(a.ep, b"fire and forget".as_ptr() as *const _, 15, dead), 0);
     }
@@ -64,14 +68,18 @@ fn failed_inject_goes_to_the_eq_never_to_the_cq_without_context() {
     let mut eq_errs = Vec::new();
     while eq_errs.len() < 2 && Instant::now() < deadline {
         let mut c = fi::fi_cq_tagged_entry::default();
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let n = unsafe { fi::fi_cq_read(a.cq, &mut c as *mut _ as *mut _, 1) };
         assert_eq!(n, -(fi::FI_EAGAIN as isize), "an inject must produce no CQ entry, error or not");
         let mut ev = 0u32;
         let mut buf = [0u8; 64];
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let r = unsafe { fi::fi_eq_read(eq, &mut ev, buf.as_mut_ptr() as *mut _, buf.len(), 0) };
         if r == -(fi::FI_EAVAIL as isize) {
             let mut err = fi::fi_eq_err_entry::default();
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             assert_eq!(unsafe { fi::fi_eq_readerr(eq, &mut err, 0) }, 1);
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             assert_eq!(err.fid, unsafe { &mut (*a.ep).fid } as *mut fi::fid, "the error names the endpoint");
             eq_errs.push(err.err);
         } else {

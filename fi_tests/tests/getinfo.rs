@@ -7,18 +7,25 @@ fn no_hints_lists_rdm_entries_with_msg_and_tagged_and_a_src_addr() {
     let mut n = 0;
     for i in info.iter() {
         n += 1;
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert_eq!(unsafe { (*i.ep_attr).type_ }, fi::FI_EP_RDM);
         assert_ne!(i.caps & fi::FI_MSG as u64, 0);
         assert_ne!(i.caps & fi::FI_TAGGED as u64, 0);
         assert_eq!(i.mode, 0, "rdmx requires no mode bits");
         assert!(!i.src_addr.is_null() && i.src_addrlen == 48, "every entry carries a src_addr");
+        // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
         let fab = unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) };
         assert_eq!(fab.to_str().unwrap(), "rdmx");
+        // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
         let prov = unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).prov_name) };
         assert_eq!(prov.to_str().unwrap(), "rdmx");
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert!(unsafe { (*i.domain_attr).cq_data_size } >= 4);
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert_ne!(unsafe { (*i.ep_attr).mem_tag_format } & (1 << 63), 0);
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert_eq!(unsafe { (*i.domain_attr).mr_mode }, 0);
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert_eq!(unsafe { (*i.domain_attr).resource_mgmt }, fi::FI_RM_ENABLED);
     }
     assert!(n >= 1);
@@ -93,6 +100,7 @@ fn threading_progress_av_type_and_mr_mode_are_echoed() {
     h.dom().av_type = fi::FI_AV_TABLE;
     h.dom().mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let d = unsafe { &*info.first().domain_attr };
     assert_eq!(d.threading, fi::FI_THREAD_DOMAIN);
     assert_eq!(d.data_progress, fi::FI_PROGRESS_MANUAL);
@@ -102,6 +110,7 @@ fn threading_progress_av_type_and_mr_mode_are_echoed() {
         let mut h = Hints::rdm();
         h.dom().mr_mode = legacy;
         let info = getinfo(None, None, 0, Some(&h)).unwrap();
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         assert_eq!(unsafe { (*info.first().domain_attr).mr_mode }, legacy);
     }
 }
@@ -112,6 +121,7 @@ fn auto_progress_is_offered_and_echoed() {
     h.dom().data_progress = fi::FI_PROGRESS_AUTO;
     h.dom().control_progress = fi::FI_PROGRESS_AUTO;
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     assert_eq!(unsafe { (*info.first().domain_attr).data_progress }, fi::FI_PROGRESS_AUTO);
 }
 
@@ -126,6 +136,7 @@ fn sizes_and_order_beyond_ours_are_refused_and_smaller_ones_echoed() {
     h.tx().op_flags = (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64;
     h.tx().inject_size = 64;
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let tx = unsafe { &*info.first().tx_attr };
     assert_ne!(tx.msg_order & fi::FI_ORDER_SAS as u64, 0);
     assert_eq!(tx.op_flags, (fi::FI_COMPLETION | fi::FI_DELIVERY_COMPLETE) as u64);
@@ -144,6 +155,7 @@ fn fi_source_needs_node_or_service_and_sets_src_addr() {
     assert!(getinfo(None, None, fi::FI_SOURCE, Some(&h)).is_err());
     let info = getinfo(Some("127.0.0.1"), Some("45111"), fi::FI_SOURCE, Some(&h)).unwrap();
     let i = info.first();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let a = unsafe { std::slice::from_raw_parts(i.src_addr as *const u8, i.src_addrlen) };
     assert_eq!(&a[4..6], &45111u16.to_be_bytes(), "port in the address");
     assert_eq!(&a[8..12], &[127, 0, 0, 1]);
@@ -160,7 +172,9 @@ fn unresolvable_node_is_enodata() {
 #[test]
 fn returned_info_works_as_hints_again() {
     let info = getinfo(None, None, 0, None).unwrap();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let again = unsafe { fi::fi_dupinfo(info.0) };
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     unsafe {
         (*again).mode = fi::FI_CONTEXT;
         (*(*again).domain_attr).mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;

@@ -3,6 +3,7 @@ use fi_tests::*;
 use std::ptr::null_mut;
 
 unsafe fn close(f: *mut fi::fid) -> i32 {
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { fi::fi_close(f) }
 }
 
@@ -11,6 +12,7 @@ fn every_object_opens_binds_enables_and_closes_and_parents_with_children_are_bus
     let mut h = Hints::rdm();
     h.set_domain_name("udp");
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     unsafe {
         let mut fabric = null_mut();
         assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -124,6 +126,7 @@ fn bad_arguments_get_errors_not_crashes() {
     let mut h = Hints::rdm();
     h.set_domain_name("udp");
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     unsafe {
         let mut fabric = null_mut();
         assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -164,6 +167,7 @@ fn av_insert_lookup_remove_reinsert_and_straddr() {
     let a0 = s.insert(&me);
     let a1 = s.insert(&me);
     assert_eq!((a0, a1), (0, 1), "FI_AV_TABLE indices are consecutive");
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         let mut back = [0u8; 48];
         let mut len = back.len();
@@ -190,6 +194,7 @@ fn objects_close_in_any_legal_order() {
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
     let orders: [[usize; 4]; 6] = [[0, 1, 2, 3], [3, 2, 1, 0], [1, 0, 3, 2], [2, 3, 0, 1], [0, 2, 1, 3], [3, 1, 2, 0]];
     for order in orders {
+        // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
         unsafe {
             let mut fabric = null_mut();
             assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);

@@ -48,6 +48,7 @@ fn peek_len(s: &Stack, p: u64, tag: u64, flags: u64) -> usize {
     let mut ctx = 0u64;
     loop {
         let msg = fi::fi_msg_tagged { msg_iov: std::ptr::null(), desc: null_mut(), iov_count: 0, addr: p, tag, ignore: 0, context: &mut ctx as *mut _ as *mut _, data: 0 };
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64 | flags), 0) };
         match next_recv(s) {
             Ok(c) => {
@@ -100,6 +101,7 @@ fn run(domain: &str, cma: bool) {
         let send = [iov(a), iov(b), iov(c)];
         let (x, y) = back.split_at_mut(len / 2 + 4097);
         let recv = [iov(x), iov(y)];
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
             assert_eq!(fi::fi_trecvv(s.ep, recv.as_ptr(), null_mut(), 2, p, tag, 0, null_mut()), 0);
             let msg = fi::fi_msg_tagged { msg_iov: send.as_ptr(), desc: null_mut(), iov_count: 3, addr: p, tag, ignore: 0, context: null_mut(), data: 7 * i as u64 };
@@ -115,10 +117,12 @@ fn run(domain: &str, cma: bool) {
     // An unexpected long message: FI_PEEK reports its full length before any byte
     // moved, then a receive takes it.
     let data = pattern(200_000, 50);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_tsend(s.ep, data.as_ptr() as *const _, data.len(), null_mut(), p, 50, null_mut()), 0) };
     wait_send(&s);
     assert_eq!(peek_len(&s, p, 50, 0), 200_000);
     let mut back = vec![0u8; 200_000];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), p, 50, 0, null_mut()), 0) };
     assert_eq!(next_recv(&s).expect("unexpected long").len, 200_000);
     back.reverse();
@@ -127,6 +131,7 @@ fn run(domain: &str, cma: bool) {
     // Truncation: the receive takes the first 40,000 bytes and says how many more.
     let data = pattern(100_000, 9);
     let mut small = vec![0u8; 40_000];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_trecv(s.ep, small.as_mut_ptr() as *mut _, small.len(), null_mut(), p, 9, 0, null_mut()), 0);
         assert_eq!(fi::fi_tsend(s.ep, data.as_ptr() as *const _, data.len(), null_mut(), p, 9, null_mut()), 0);
@@ -140,10 +145,12 @@ fn run(domain: &str, cma: bool) {
     // FI_DISCARD of an unexpected long message still completes the peer's send:
     // the peer posts its next receive only after that, so the next echo works.
     let data = pattern(300_000, 11);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_tsend(s.ep, data.as_ptr() as *const _, data.len(), null_mut(), p, 11, null_mut()), 0) };
     wait_send(&s);
     assert_eq!(peek_len(&s, p, 11, fi::FI_DISCARD), 300_000);
     let mut v = [0u8; 8];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_trecv(s.ep, v.as_mut_ptr() as *mut _, 8, null_mut(), p, 12, 0, null_mut()), 0);
         assert_eq!(fi::fi_tsend(s.ep, b"after-11".as_ptr() as *const _, 8, null_mut(), p, 12, null_mut()), 0);
@@ -153,6 +160,7 @@ fn run(domain: &str, cma: bool) {
 
     // Stop the peer and read which path its endpoint used.
     let mut q = [0u8; 4];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_trecv(s.ep, q.as_mut_ptr() as *mut _, 4, null_mut(), p, 0xDEAD, 0, null_mut()), 0);
         assert_eq!(fi::fi_tsend(s.ep, b"quit".as_ptr() as *const _, 4, null_mut(), p, 0xDEAD, null_mut()), 0);

@@ -14,6 +14,7 @@ struct Target {
 fn register(s: &Stack, buf: &mut [u8], key: u64) -> Target {
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let ret = unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, key, 0, &mut mr, null_mut()) };
     assert_eq!(ret, 0);
     Target { mr }
@@ -21,6 +22,7 @@ fn register(s: &Stack, buf: &mut [u8], key: u64) -> Target {
 
 impl Drop for Target {
     fn drop(&mut self) {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_close(&mut (*self.mr).fid), 0) };
     }
 }
@@ -29,27 +31,32 @@ fn run(domain: &str, mr_mode: i32) {
     let a = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
     let b = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
     let b_at_a = a.insert(&b.name());
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let virt = unsafe { (*a.info.first().domain_attr).mr_mode } & fi::FI_MR_VIRT_ADDR as i32 != 0;
     let mut window = vec![0u8; 4096];
     let base = if virt { window.as_ptr() as u64 } else { 0 };
     let t = register(&b, &mut window, 0x77);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let key = unsafe { fi::fi_mr_key(t.mr) };
     let (ca, cb) = (&a, &b);
     let wait_ok = || ca.wait_cq(&[cb]).expect("RMA completion");
 
     // Write, then read back.
     let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
     let c = wait_ok();
     assert_ne!(c.flags & (fi::FI_RMA | fi::FI_WRITE) as u64, 0);
     assert_eq!(&window[100..1100], &data[..]);
     let mut back = vec![0u8; 1000];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
     let c = wait_ok();
     assert_ne!(c.flags & fi::FI_READ as u64, 0);
     assert_eq!(back, data);
 
     // writedata: the target sees the CQ data.
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_writedata(a.ep, data.as_ptr() as *const _, 8, null_mut(), 0xabc, b_at_a, base, key, null_mut()), 0) };
     wait_ok();
     let rc = b.wait_cq(&[&a]).expect("remote write completion");
@@ -60,10 +67,12 @@ fn run(domain: &str, mr_mode: i32) {
     let off = base + 2048;
     window[2048..2056].copy_from_slice(&40u64.to_le_bytes());
     let two = 2u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
     wait_ok();
     assert_eq!(u64::from_le_bytes(window[2048..2056].try_into().unwrap()), 42);
     let mut old = 0u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
             fi::fi_fetch_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()),
@@ -73,6 +82,7 @@ fn run(domain: &str, mr_mode: i32) {
     wait_ok();
     assert_eq!(old, 42);
     let (cmp, swap) = (44u64, 7u64);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
             fi::fi_compare_atomic(a.ep, &swap as *const _ as *const _, 1, null_mut(), &cmp as *const _ as *const _, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_CSWAP, null_mut()),
@@ -83,6 +93,7 @@ fn run(domain: &str, mr_mode: i32) {
     assert_eq!(old, 44);
     assert_eq!(u64::from_le_bytes(window[2048..2056].try_into().unwrap()), 7);
     let mut count = 0usize;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_atomicvalid(a.ep, fi::FI_UINT64, fi::FI_SUM, &mut count), 0);
         assert!(count >= 1);
@@ -91,16 +102,20 @@ fn run(domain: &str, mr_mode: i32) {
 
     // Wrong key, and out of range: error at the initiator, target untouched.
     let snapshot = window.clone();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base, key + 1, null_mut()), 0) };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base + 4090, key, null_mut()), 0) };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, base + 4095, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
     for _ in 0..20 {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
     }
     assert!(window == snapshot, "a refused access changed target memory");
@@ -130,24 +145,29 @@ fn gap_and_revoked_key(mr_mode: i32) {
     let a = Stack::open_caps(Some("udp"), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
     let b = Stack::open_caps(Some("udp"), fi::FI_AV_MAP, RMA_CAPS, mr_mode);
     let b_at_a = a.insert(&b.name());
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let virt = unsafe { (*a.info.first().domain_attr).mr_mode } & fi::FI_MR_VIRT_ADDR as i32 != 0;
     let mut buf = vec![0x5au8; 4096];
     let p = buf.as_mut_ptr();
     // Segment 1: [0, 1024); gap: [1024, 2048); segment 2: [2048, 3072).
     let iov = [
         libc::iovec { iov_base: p as *mut _, iov_len: 1024 },
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         libc::iovec { iov_base: unsafe { p.add(2048) } as *mut _, iov_len: 1024 },
     ];
     let offset = 0x4000u64;
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_mr_regv(b.domain, iov.as_ptr() as *const _, 2, access, offset, 0x99, 0, &mut mr, null_mut()), 0) };
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let key = unsafe { fi::fi_mr_key(mr) };
     // Remote addresses of the bytes: virtual addresses, or `offset` + position in
     // the segments laid back to back (honouring fi_mr_regv's offset).
     let seg1 = if virt { p as u64 } else { offset };
     let seg2 = if virt { p as u64 + 2048 } else { offset + 1024 };
     let write = |addr: u64, data: &[u8], key: u64| -> Result<(), i32> {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
         a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
     };
@@ -178,9 +198,11 @@ fn gap_and_revoked_key(mr_mode: i32) {
         assert!(buf == expect, "a write spanning segments did not skip the gap");
     }
     // Revoked: after fi_close of the MR the key reaches nothing.
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
     assert_eq!(write(seg1, &ones, key), Err(fi::FI_EACCES as i32));
     for _ in 0..20 {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
     }
     assert!(buf == expect, "a write through a revoked key changed target memory");

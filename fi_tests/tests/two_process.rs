@@ -44,6 +44,7 @@ fn run(domain: &str) {
     for (i, len) in [0usize, 1, 1000, 1500, 70_000, 1 << 20].into_iter().enumerate() {
         let data: Vec<u8> = (0..len).map(|j| (j * 13 + i) as u8).collect();
         let mut back = vec![0u8; len];
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
             assert_eq!(fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, len, null_mut(), p, 100 + i as u64, 0, null_mut()), 0);
             assert_eq!(fi::fi_tsenddata(s.ep, data.as_ptr() as *const _, len, null_mut(), 7 * i as u64, p, 100 + i as u64, null_mut()), 0);
@@ -64,6 +65,7 @@ fn run(domain: &str) {
 
     // Unexpected replies, matched later in reverse tag order, and FI_PEEK.
     for tag in [1u64, 2, 3] {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_tsend(s.ep, tag.to_le_bytes().as_ptr() as *const _, 8, null_mut(), p, tag, null_mut()), 0) };
     }
     let mut sends = 0;
@@ -77,6 +79,7 @@ fn run(domain: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let msg = fi::fi_msg_tagged { msg_iov: std::ptr::null(), desc: null_mut(), iov_count: 0, addr: p, tag: 3, ignore: 0, context: &mut probe_ctx as *mut _ as *mut _, data: 0 };
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64), 0) };
         match s.wait_cq(&[]) {
             Ok(c) => {
@@ -89,6 +92,7 @@ fn run(domain: &str) {
     }
     for tag in [3u64, 1, 2] {
         let mut v = [0u8; 8];
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_trecv(s.ep, v.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, tag, 0, null_mut()), 0) };
         let c = s.wait_cq(&[]).expect("unexpected reply");
         assert_eq!(c.tag, tag);
@@ -100,6 +104,7 @@ fn run(domain: &str) {
     // Truncation of a reply.
     let big = vec![5u8; 5000];
     let mut small = [0u8; 100];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_trecv(s.ep, small.as_mut_ptr() as *mut _, 100, null_mut(), p, 9, 0, null_mut()), 0);
         assert_eq!(fi::fi_tsend(s.ep, big.as_ptr() as *const _, 5000, null_mut(), p, 9, null_mut()), 0);
@@ -118,14 +123,17 @@ fn run(domain: &str) {
     // RMA and atomics into the peer's window (mr_mode 0: offsets, user keys).
     let _ = peer.base;
     let pattern: Vec<u8> = (0..16u8).collect();
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key, null_mut()), 0) };
     s.wait_cq(&[]).expect("write");
     let mut readback = [0u8; 16];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_read(s.ep, readback.as_mut_ptr() as *mut _, 16, null_mut(), p, 0, peer.key, null_mut()), 0) };
     s.wait_cq(&[]).expect("read");
     assert_eq!(&readback[..], &pattern[..]);
     let add = 5u64;
     let mut old = 0u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
             fi::fi_fetch_atomic(s.ep, &add as *const _ as *const _, 1, null_mut(), &mut old as *mut _ as *mut _, null_mut(), p, 1024, peer.key, fi::FI_UINT64, fi::FI_SUM, null_mut()),
@@ -134,14 +142,18 @@ fn run(domain: &str) {
     };
     s.wait_cq(&[]).expect("atomic");
     assert_eq!(old, 0);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 65530, peer.key, null_mut()), 0) };
     assert_eq!(s.wait_cq(&[]).unwrap_err().err, fi::FI_EACCES as i32, "out of range");
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key ^ 0xff, null_mut()), 0) };
     assert_eq!(s.wait_cq(&[]).unwrap_err().err, fi::FI_EACCES as i32, "wrong key");
 
     // Stop the peer; it reports its window, which holds exactly our write.
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_tsend(s.ep, b"quit".as_ptr() as *const _, 4, null_mut(), p, 0xDEAD, null_mut()), 0) };
     let mut v = [0u8; 4];
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_trecv(s.ep, v.as_mut_ptr() as *mut _, 4, null_mut(), p, 0xDEAD, 0, null_mut()), 0) };
     let mut recvd = false;
     while !recvd {

@@ -21,6 +21,7 @@ fn wait_fd_cq_sleeps_and_wakes_on(dev: &str) {
     let cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
     let b = Stack::open_with_cq(info, fi::FI_AV_MAP, 0, cq_attr);
     let b_at_a = a.insert(&b.name());
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         let mut fd: libc::c_int = -1;
         assert_eq!(fi::fi_control(&mut (*b.cq).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);

@@ -56,8 +56,30 @@ fn random_u64() -> u64 {
 /// (libfabric's contract for posted buffers).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct UserBuf {
-    pub ptr: usize,
-    pub len: usize,
+    ptr: usize,
+    len: usize,
+}
+
+impl UserBuf {
+    /// # Safety
+    /// `ptr..ptr+len` is application memory that stays valid (and, for a
+    /// receive or read target, unaliased) as long as libfabric's contract for
+    /// the operation requires: everything downstream dereferences it.
+    pub unsafe fn new(ptr: usize, len: usize) -> UserBuf {
+        UserBuf { ptr, len }
+    }
+
+    pub fn ptr(&self) -> usize {
+        self.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 const MAX_IOV: usize = crate::info::IOV_LIMIT;
@@ -202,6 +224,27 @@ fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
     Ok((dev, RdmxAddr { udp, host_id, incarnation, pid, has_shm }))
 }
 
+/// The progress thread's loop: while the application does not call in, sleep on
+/// the device and the engines' next timer, then progress.
+fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool) {
+    // The application counts as active if it called in during the last
+    // period; the thread then leaves progress to it.
+    const APP_ACTIVE: Duration = Duration::from_millis(2);
+    while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
+        let Some(ep) = weak.upgrade() else { break };
+        if ep.app_active.swap(false, Ordering::Relaxed) {
+            drop(ep);
+            std::thread::sleep(APP_ACTIVE);
+            continue;
+        }
+        wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        ep.progress_background();
+    }
+}
+
 impl EpShared {
     pub fn new(profile: Profile, mr_keys: Arc<Mutex<KeyTable>>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
         let (device, local) = open_device(&profile)?;
@@ -258,24 +301,14 @@ impl EpShared {
         let weak: Weak<EpShared> = Arc::downgrade(self);
         let stop = self.stop.clone();
         let spawned = std::thread::Builder::new().name("rdmx-progress".into()).spawn(move || {
-            // The application counts as active if it called in during the last
-            // period; the thread then leaves progress to it.
-            const APP_ACTIVE: Duration = Duration::from_millis(2);
-            while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
-                let Some(ep) = weak.upgrade() else { break };
-                if ep.app_active.swap(false, Ordering::Relaxed) {
-                    drop(ep);
-                    std::thread::sleep(APP_ACTIVE);
-                    continue;
-                }
-                wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                ep.progress_background();
+            // The same panic barrier as every C entry point: a bug here must not
+            // unwind out of a thread of the application's process. The endpoint
+            // keeps working under manual progress.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| progress_loop(&weak, &stop)));
+            if ran.is_err() {
+                fi_warn!(Subsys::EpCtrl, "the progress thread panicked and stopped; progress continues from application calls");
             }
-        });
-        match spawned {
+        });        match spawned {
             Ok(h) => {
                 *self.thread.lock() = Some(h);
                 let mut all = THREADED.lock();

@@ -478,17 +478,22 @@ unsafe fn user_iov(iov: *const fi::iovec, count: usize) -> Result<UserIov> {
         if v.iov_base.is_null() && v.iov_len != 0 {
             return Err(Error::Inval("NULL iov_base with non-zero length"));
         }
-        *o = UserBuf { ptr: v.iov_base as usize, len: v.iov_len };
+        // SAFETY: an entry of the application's iov (this function's contract).
+        *o = unsafe { UserBuf::new(v.iov_base as usize, v.iov_len) };
     }
     Ok(out)
 }
 
-fn single(buf: *const libc::c_void, len: usize) -> Result<UserIov> {
+/// # Safety
+/// `buf` is null (with `len` 0) or the application's buffer of `len` bytes,
+/// valid as long as libfabric's contract for the operation requires.
+unsafe fn single(buf: *const libc::c_void, len: usize) -> Result<UserIov> {
     if buf.is_null() && len != 0 {
         return Err(Error::Inval("NULL buffer with non-zero length"));
     }
     let mut out = UserIov { count: 1, ..UserIov::default() };
-    out.bufs[0] = UserBuf { ptr: buf as usize, len };
+    // SAFETY: per this function's contract.
+    out.bufs[0] = unsafe { UserBuf::new(buf as usize, len) };
     Ok(out)
 }
 
@@ -499,10 +504,10 @@ fn do_send(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64
     let flags = flags.unwrap_or(st.profile.tx_op_flags);
     let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
     for (s, b) in slices.iter_mut().zip(&iov.bufs[..iov.count]) {
-        if b.len > 0 {
-            // SAFETY: the application's buffer of `b.len` bytes, valid for the call
-            // (the engine copies it before we return).
-            *s = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, b.len) };
+        if b.len() > 0 {
+            // SAFETY: a UserBuf is the application's buffer of `len` bytes (its
+            // constructor's contract), valid for the call.
+            *s = unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) };
         }
     }
     st.send(SendArgs {
@@ -540,158 +545,130 @@ const SEND_MSG_FLAGS: u64 = (fi::FI_COMPLETION
     | fi::FI_MORE
     | fi::FI_FENCE) as u64;
 
-entry! {
-    fn msg_recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_recv(ep, MsgKind::Msg, single(buf, len)?, src, 0, 0, context, None)
+/// The `fi_msg` / `fi_msg_tagged` fields the two-sided `*msg` calls read.
+trait TwoSidedMsg {
+    fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64);
+}
+
+impl TwoSidedMsg for fi::fi_msg {
+    fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64) {
+        (self.msg_iov, self.iov_count, self.addr, self.context, self.data, 0, 0)
     }
 }
 
-entry! {
-    fn msg_recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_recv(ep, MsgKind::Msg, iov, src, 0, 0, context, None)
+impl TwoSidedMsg for fi::fi_msg_tagged {
+    fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64) {
+        (self.msg_iov, self.iov_count, self.addr, self.context, self.data, self.tag, self.ignore)
     }
 }
 
-entry! {
-    fn msg_recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
-        non_null!(msg);
-        // SAFETY: checked non-null.
-        let m = unsafe { &*msg };
-        // SAFETY: the message's iov array.
-        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
-        do_recv(ep, MsgKind::Msg, iov, m.addr, 0, 0, m.context, Some(flags))
-    }
-}
-
-entry! {
-    fn msg_send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, None, context, None, false)
-    }
-}
-
-entry! {
-    fn msg_sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_send(ep, MsgKind::Msg, iov, dest, 0, None, context, None, false)
-    }
-}
-
-entry! {
-    fn msg_sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg, flags: u64) -> isize {
-        non_null!(msg);
-        if flags & !SEND_MSG_FLAGS != 0 {
-            return Err(Error::BadFlags);
+/// The nine send/receive entry points of one two-sided family, from one
+/// definition: `FI_MSG` (no tag arguments) and `FI_TAGGED` (`tag` for sends,
+/// `tag, ignore` for receives, inserted before the context as in libfabric's
+/// prototypes). Every variant lands in [`do_send`] / [`do_recv`].
+macro_rules! two_sided_family {
+    (
+        kind: $kind:expr, msg: $msg:ty,
+        send_tag: [$($st:ident: $stt:ty),*] => $tag:expr,
+        recv_tag: [$($rt:ident: $rtt:ty),*] => ($rtag:expr, $rignore:expr),
+        $recv:ident, $recvv:ident, $recvmsg:ident, $send:ident, $sendv:ident, $sendmsg:ident, $inject:ident, $senddata:ident, $injectdata:ident
+    ) => {
+        entry! {
+            fn $recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: the application's buffer of `len` bytes, valid until the
+                // receive completes (libfabric's contract for posted buffers).
+                let iov = unsafe { single(buf, len) }?;
+                do_recv(ep, $kind, iov, src, $rtag, $rignore, context, None)
+            }
         }
-        // SAFETY: checked non-null.
-        let m = unsafe { &*msg };
-        // SAFETY: the message's iov array.
-        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
-        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-        do_send(ep, MsgKind::Msg, iov, m.addr, 0, data, m.context, Some(flags), false)
-    }
-}
-
-entry! {
-    fn msg_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64) -> isize {
-        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, None, std::ptr::null_mut(), Some(0), true)
-    }
-}
-
-entry! {
-    fn msg_senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, Some(data), context, None, false)
-    }
-}
-
-entry! {
-    fn msg_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64) -> isize {
-        do_send(ep, MsgKind::Msg, single(buf, len)?, dest, 0, Some(data), std::ptr::null_mut(), Some(0), true)
-    }
-}
-
-entry! {
-    fn tagged_recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, tag: u64, ignore: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_recv(ep, MsgKind::Tagged, single(buf, len)?, src, tag, ignore, context, None)
-    }
-}
-
-entry! {
-    fn tagged_recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, tag: u64, ignore: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_recv(ep, MsgKind::Tagged, iov, src, tag, ignore, context, None)
-    }
-}
-
-entry! {
-    fn tagged_recvmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
-        non_null!(msg);
-        // SAFETY: checked non-null.
-        let m = unsafe { &*msg };
-        // SAFETY: the message's iov array.
-        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
-        do_recv(ep, MsgKind::Tagged, iov, m.addr, m.tag, m.ignore, m.context, Some(flags))
-    }
-}
-
-entry! {
-    fn tagged_send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, tag: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, None, context, None, false)
-    }
-}
-
-entry! {
-    fn tagged_sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, tag: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_send(ep, MsgKind::Tagged, iov, dest, tag, None, context, None, false)
-    }
-}
-
-entry! {
-    fn tagged_sendmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_tagged, flags: u64) -> isize {
-        non_null!(msg);
-        if flags & !SEND_MSG_FLAGS != 0 {
-            return Err(Error::BadFlags);
+        entry! {
+            fn $recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: the application's iov array of `count` entries.
+                let iov = unsafe { user_iov(iov, count) }?;
+                do_recv(ep, $kind, iov, src, $rtag, $rignore, context, None)
+            }
         }
-        // SAFETY: checked non-null.
-        let m = unsafe { &*msg };
-        // SAFETY: the message's iov array.
-        let iov = unsafe { user_iov(m.msg_iov, m.iov_count) }?;
-        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(m.data);
-        do_send(ep, MsgKind::Tagged, iov, m.addr, m.tag, data, m.context, Some(flags), false)
-    }
+        entry! {
+            fn $recvmsg(ep: *mut fi::fid_ep, msg: *const $msg, flags: u64) -> isize {
+                non_null!(msg);
+                // SAFETY: checked non-null; the application's message.
+                let (iov, count, addr, context, _, tag, ignore) = unsafe { &*msg }.parts();
+                // SAFETY: the message's iov array of `count` entries.
+                let iov = unsafe { user_iov(iov, count) }?;
+                do_recv(ep, $kind, iov, addr, tag, ignore, context, Some(flags))
+            }
+        }
+        entry! {
+            fn $send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: the application's buffer of `len` bytes, valid for the
+                // call (the engine copies it, or keeps it until the send completes).
+                let iov = unsafe { single(buf, len) }?;
+                do_send(ep, $kind, iov, dest, $tag, None, context, None, false)
+            }
+        }
+        entry! {
+            fn $sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: the application's iov array of `count` entries.
+                let iov = unsafe { user_iov(iov, count) }?;
+                do_send(ep, $kind, iov, dest, $tag, None, context, None, false)
+            }
+        }
+        entry! {
+            fn $sendmsg(ep: *mut fi::fid_ep, msg: *const $msg, flags: u64) -> isize {
+                non_null!(msg);
+                if flags & !SEND_MSG_FLAGS != 0 {
+                    return Err(Error::BadFlags);
+                }
+                // SAFETY: checked non-null; the application's message.
+                let (iov, count, addr, context, data, tag, _) = unsafe { &*msg }.parts();
+                // SAFETY: the message's iov array of `count` entries.
+                let iov = unsafe { user_iov(iov, count) }?;
+                let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
+                do_send(ep, $kind, iov, addr, tag, data, context, Some(flags), false)
+            }
+        }
+        entry! {
+            fn $inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, $($st: $stt),*) -> isize {
+                // SAFETY: the application's buffer of `len` bytes, valid for the call
+                // (an inject is copied before it returns).
+                let iov = unsafe { single(buf, len) }?;
+                do_send(ep, $kind, iov, dest, $tag, None, std::ptr::null_mut(), Some(0), true)
+            }
+        }
+        entry! {
+            fn $senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: as for the plain send.
+                let iov = unsafe { single(buf, len) }?;
+                do_send(ep, $kind, iov, dest, $tag, Some(data), context, None, false)
+            }
+        }
+        entry! {
+            fn $injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, $($st: $stt),*) -> isize {
+                // SAFETY: as for the plain inject.
+                let iov = unsafe { single(buf, len) }?;
+                do_send(ep, $kind, iov, dest, $tag, Some(data), std::ptr::null_mut(), Some(0), true)
+            }
+        }
+    };
 }
 
-entry! {
-    fn tagged_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, tag: u64) -> isize {
-        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, None, std::ptr::null_mut(), Some(0), true)
-    }
+two_sided_family! {
+    kind: MsgKind::Msg, msg: fi::fi_msg,
+    send_tag: [] => 0,
+    recv_tag: [] => (0, 0),
+    msg_recv, msg_recvv, msg_recvmsg, msg_send, msg_sendv, msg_sendmsg, msg_inject, msg_senddata, msg_injectdata
 }
 
-entry! {
-    fn tagged_senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, tag: u64, context: Ctx) -> isize {
-        let _ = desc;
-        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, Some(data), context, None, false)
-    }
-}
-
-entry! {
-    fn tagged_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, tag: u64) -> isize {
-        do_send(ep, MsgKind::Tagged, single(buf, len)?, dest, tag, Some(data), std::ptr::null_mut(), Some(0), true)
-    }
+two_sided_family! {
+    kind: MsgKind::Tagged, msg: fi::fi_msg_tagged,
+    send_tag: [tag: u64] => tag,
+    recv_tag: [tag: u64, ignore: u64] => (tag, ignore),
+    tagged_recv, tagged_recvv, tagged_recvmsg, tagged_send, tagged_sendv, tagged_sendmsg, tagged_inject, tagged_senddata, tagged_injectdata
 }
 
 // ---- RMA and atomics (emulated over messages, see crate::rma) ----
@@ -703,9 +680,9 @@ use crate::rma::{one, RmaArgs};
 unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
     let mut out: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
     for (o, b) in out.iter_mut().zip(&iov.bufs[..iov.count]) {
-        if b.len > 0 {
+        if b.len() > 0 {
             // SAFETY: per contract.
-            *o = unsafe { std::slice::from_raw_parts(b.ptr as *const u8, b.len) };
+            *o = unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) };
         }
     }
     out
@@ -762,7 +739,10 @@ unsafe fn rma_msg(msg: *const fi::fi_msg_rma) -> Result<(UserIov, u64, u64, u64,
 entry! {
     fn rma_read(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
-        do_rma(ep, false, single(buf, len)?, src, addr, key, None, context, None, false)
+        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
+        // or until the read completes (a read target), by libfabric's contract.
+        let iov = unsafe { single(buf, len) }?;
+        do_rma(ep, false, iov, src, addr, key, None, context, None, false)
     }
 }
 
@@ -786,7 +766,10 @@ entry! {
 entry! {
     fn rma_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
-        do_rma(ep, true, single(buf, len)?, dest, addr, key, None, context, None, false)
+        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
+        // or until the read completes (a read target), by libfabric's contract.
+        let iov = unsafe { single(buf, len) }?;
+        do_rma(ep, true, iov, dest, addr, key, None, context, None, false)
     }
 }
 
@@ -810,20 +793,29 @@ entry! {
 
 entry! {
     fn rma_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, addr: u64, key: u64) -> isize {
-        do_rma(ep, true, single(buf, len)?, dest, addr, key, None, std::ptr::null_mut(), Some(0), true)
+        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
+        // or until the read completes (a read target), by libfabric's contract.
+        let iov = unsafe { single(buf, len) }?;
+        do_rma(ep, true, iov, dest, addr, key, None, std::ptr::null_mut(), Some(0), true)
     }
 }
 
 entry! {
     fn rma_writedata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
-        do_rma(ep, true, single(buf, len)?, dest, addr, key, Some(data), context, None, false)
+        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
+        // or until the read completes (a read target), by libfabric's contract.
+        let iov = unsafe { single(buf, len) }?;
+        do_rma(ep, true, iov, dest, addr, key, Some(data), context, None, false)
     }
 }
 
 entry! {
     fn rma_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, addr: u64, key: u64) -> isize {
-        do_rma(ep, true, single(buf, len)?, dest, addr, key, Some(data), std::ptr::null_mut(), Some(0), true)
+        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
+        // or until the read completes (a read target), by libfabric's contract.
+        let iov = unsafe { single(buf, len) }?;
+        do_rma(ep, true, iov, dest, addr, key, Some(data), std::ptr::null_mut(), Some(0), true)
     }
 }
 
@@ -890,7 +882,8 @@ unsafe fn ioc_iov(ioc: *const fi::fi_ioc, count: usize, datatype: fi::fi_datatyp
     let s = unsafe { std::slice::from_raw_parts(ioc, count) };
     let mut elems = 0;
     for (o, v) in out.bufs.iter_mut().zip(s) {
-        *o = UserBuf { ptr: v.addr as usize, len: v.count * size };
+        // SAFETY: an entry of the application's ioc (this function's contract).
+        *o = unsafe { UserBuf::new(v.addr as usize, v.count * size) };
         elems += v.count;
     }
     Ok((out, elems))
@@ -915,7 +908,8 @@ unsafe fn atomic_msg(msg: *const fi::fi_msg_atomic) -> Result<(UserIov, usize, &
 entry! {
     fn atomic_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = desc;
-        let operand = single(buf, count * dt_size(datatype)?)?;
+        // SAFETY: the application's operand buffer, valid for the call (copied).
+        let operand = unsafe { single(buf, count * dt_size(datatype)?) }?;
         do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
     }
 }
@@ -939,7 +933,8 @@ entry! {
 
 entry! {
     fn atomic_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize {
-        let operand = single(buf, count * dt_size(datatype)?)?;
+        // SAFETY: the application's operand buffer, valid for the call (copied).
+        let operand = unsafe { single(buf, count * dt_size(datatype)?) }?;
         do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count, context: std::ptr::null_mut(), flags: Some(0), inject: true })
     }
 }
@@ -948,9 +943,13 @@ entry! {
     fn atomic_readwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = (desc, result_desc);
         let size = count * dt_size(datatype)?;
-        let operand = if op == fi::FI_ATOMIC_READ { UserIov::default() } else { single(buf, size)? };
+        // SAFETY: the application's operand buffer, valid for the call (copied).
+        let operand = if op == fi::FI_ATOMIC_READ { UserIov::default() } else { unsafe { single(buf, size) }? };
         non_null!(result);
-        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: Some(one(result as usize, size)), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
+        // SAFETY: the application's result buffer of `size` bytes, valid until the
+        // atomic completes (libfabric's contract).
+        let result_iov = unsafe { one(result as usize, size) };
+        do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: Some(result_iov), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
     }
 }
 
@@ -983,7 +982,12 @@ entry! {
         let _ = (desc, compare_desc, result_desc);
         let size = count * dt_size(datatype)?;
         non_null!(result);
-        do_atomic(ep, AtomicCall { operand: single(buf, size)?, compare: single(compare, size)?, result: Some(one(result as usize, size)), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
+        // SAFETY: the application's result buffer of `size` bytes, valid until the
+        // atomic completes (libfabric's contract).
+        let result_iov = unsafe { one(result as usize, size) };
+        // SAFETY: the operand and compare buffers, valid for the call (copied).
+        let (operand, compare_iov) = unsafe { (single(buf, size)?, single(compare, size)?) };
+        do_atomic(ep, AtomicCall { operand, compare: compare_iov, result: Some(result_iov), peer: dest, addr, key, datatype, op, count, context, flags: None, inject: false })
     }
 }
 

@@ -66,8 +66,12 @@ pub struct RmaArgs<'a> {
 }
 
 /// One user buffer as an iov (helper for the C entry points).
-pub fn one(ptr: usize, len: usize) -> UserIov {
+///
+/// # Safety
+/// As for [`UserBuf::new`].
+pub unsafe fn one(ptr: usize, len: usize) -> UserIov {
     let mut v = UserIov { count: 1, ..UserIov::default() };
-    v.bufs[0] = UserBuf { ptr, len };
+    // SAFETY: this function's contract.
+    v.bufs[0] = unsafe { UserBuf::new(ptr, len) };
     v
 }

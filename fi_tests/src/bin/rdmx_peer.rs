@@ -25,8 +25,10 @@ fn main() {
     let mut window = vec![0u8; 65536];
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let ret = unsafe { fi::fi_mr_reg(s.domain, window.as_mut_ptr() as *const _, window.len(), access, 0, 0x77, 0, &mut mr, null_mut()) };
     assert_eq!(ret, 0);
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let key = unsafe { fi::fi_mr_key(mr) };
     println!("ADDR {} KEY {key} BASE {}", hex(&s.name()), window.as_ptr() as u64);
     let mut line = String::new();
@@ -34,6 +36,7 @@ fn main() {
     let parent = s.insert(&unhex(line.trim()));
     let mut buf = vec![0u8; 4 << 20];
     loop {
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let ret = unsafe { fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, buf.len(), null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()) };
         assert_eq!(ret, 0);
         let c = loop {
@@ -45,13 +48,19 @@ fn main() {
         };
         let mut reply: Vec<u8> = buf[..c.len].to_vec();
         reply.reverse();
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let ret = unsafe { fi::fi_tsenddata(s.ep, reply.as_ptr() as *const _, reply.len(), null_mut(), c.data.wrapping_add(1), parent, c.tag, null_mut()) };
         assert_eq!(ret, 0);
         loop {
             match s.wait_cq(&[]) {
                 Ok(x) if x.flags & fi::FI_SEND as u64 != 0 => break,
                 Ok(_) => continue,
-                Err(e) => panic!("peer: send error {}", e.err),
+                Err(e) => {
+                    // The parent is gone or unreachable (fault tests cut links):
+                    // say so and stop, as an application would.
+                    eprintln!("peer: send error {}; exiting", e.err);
+                    std::process::exit(1);
+                }
             }
         }
         if c.tag == 0xDEAD {
@@ -60,5 +69,6 @@ fn main() {
     }
     // The window must still hold what the parent wrote.
     println!("WINDOW {}", hex(&window[..16]));
+    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
 }

@@ -31,11 +31,13 @@ fn main() {
     for (i, b) in bufs.iter().enumerate() {
         let ctx = &mut contexts[i] as *mut u64 as *mut libc::c_void;
         loop {
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             let r = unsafe { fi::fi_tsend(s.ep, b.as_ptr() as *const _, b.len(), null_mut(), peer, 0x77, ctx) };
             if r == 0 {
                 break;
             }
             assert_eq!(r, -(fi::FI_EAGAIN as isize), "fi_tsend");
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             unsafe { fi::fi_cq_read(s.cq, null_mut(), 0) };
         }
     }
@@ -45,16 +47,21 @@ fn main() {
     let mut left = count;
     while left > 0 {
         let mut e = fi::fi_cq_tagged_entry::default();
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         let n = unsafe { fi::fi_cq_read(s.cq, &mut e as *mut _ as *mut _, 1) };
         let ms = t0.elapsed().as_millis();
         if n == 1 {
+            // SAFETY: the context points at a u64 this program passed with the operation and still owns.
             let i = unsafe { *(e.op_context as *const u64) };
             println!("OK {i} {ms}");
             left -= 1;
         } else if n == -(fi::FI_EAVAIL as isize) {
             let mut err = fi::fi_cq_err_entry::default();
+            // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
             assert_eq!(unsafe { fi::fi_cq_readerr(s.cq, &mut err, 0) }, 1);
+            // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
             let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(s.cq, err.prov_errno, err.err_data, null_mut(), 0)) };
+            // SAFETY: the context points at a u64 this program passed with the operation and still owns.
             let i = if err.op_context.is_null() { u64::MAX } else { unsafe { *(err.op_context as *const u64) } };
             println!("ERR {i} {ms} {} {}", err.err, text.to_string_lossy());
             left -= 1;
