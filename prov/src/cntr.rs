@@ -171,9 +171,7 @@ pub unsafe fn cntr_ref<'a>(c: *mut fi::fid_cntr) -> Result<&'a Cntr> {
 }
 
 entry! {
-    fn cntr_read(c: *mut fi::fid_cntr) -> u64 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_read(c: *mut fi::fid_cntr => &Cntr) -> u64 {
         c.shared.progress();
         c.shared.seen();
         Ok(c.shared.value.load(Ordering::Acquire))
@@ -181,9 +179,7 @@ entry! {
 }
 
 entry! {
-    fn cntr_readerr(c: *mut fi::fid_cntr) -> u64 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_readerr(c: *mut fi::fid_cntr => &Cntr) -> u64 {
         c.shared.progress();
         c.shared.seen();
         Ok(c.shared.errors.load(Ordering::Acquire))
@@ -191,45 +187,35 @@ entry! {
 }
 
 entry! {
-    fn cntr_add(c: *mut fi::fid_cntr, value: u64) -> i32 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_add(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
         c.shared.value.fetch_add(value, Ordering::AcqRel);
         Ok(0)
     }
 }
 
 entry! {
-    fn cntr_set(c: *mut fi::fid_cntr, value: u64) -> i32 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_set(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
         c.shared.value.store(value, Ordering::Release);
         Ok(0)
     }
 }
 
 entry! {
-    fn cntr_adderr(c: *mut fi::fid_cntr, value: u64) -> i32 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_adderr(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
         c.shared.errors.fetch_add(value, Ordering::AcqRel);
         Ok(0)
     }
 }
 
 entry! {
-    fn cntr_seterr(c: *mut fi::fid_cntr, value: u64) -> i32 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_seterr(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
         c.shared.errors.store(value, Ordering::Release);
         Ok(0)
     }
 }
 
 entry! {
-    fn cntr_wait(c: *mut fi::fid_cntr, threshold: u64, timeout: i32) -> i32 {
-        // SAFETY: our fid.
-        let c = unsafe { cntr_ref(c) }?;
+    fn cntr_wait(c: *mut fi::fid_cntr => &Cntr, threshold: u64, timeout: i32) -> i32 {
         let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
         let errors_before = c.shared.errors.load(Ordering::Acquire);
         loop {

@@ -356,17 +356,13 @@ fn read_with_progress(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u
 }
 
 entry! {
-    fn cq_read(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize) -> isize {
-        // SAFETY: our fid.
-        let cq = unsafe { cq_ref(cq) }?;
+    fn cq_read(cq: *mut fi::fid_cq => &Cq, buf: *mut libc::c_void, count: usize) -> isize {
         read_with_progress(cq, buf, count, std::ptr::null_mut())
     }
 }
 
 entry! {
-    fn cq_readfrom(cq: *mut fi::fid_cq, buf: *mut libc::c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
-        // SAFETY: our fid.
-        let cq = unsafe { cq_ref(cq) }?;
+    fn cq_readfrom(cq: *mut fi::fid_cq => &Cq, buf: *mut libc::c_void, count: usize, src: *mut fi::fi_addr_t) -> isize {
         read_with_progress(cq, buf, count, src)
     }
 }
@@ -453,9 +449,7 @@ entry! {
 }
 
 entry! {
-    fn cq_signal(cq: *mut fi::fid_cq) -> i32 {
-        // SAFETY: our fid.
-        let cq = unsafe { cq_ref(cq) }?;
+    fn cq_signal(cq: *mut fi::fid_cq => &Cq) -> i32 {
         cq.shared.signaled.store(true, Ordering::Release);
         Ok(0)
     }
@@ -497,9 +491,7 @@ pub fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *co
 }
 
 entry! {
-    fn cq_strerror(cq: *mut fi::fid_cq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
-        // SAFETY: our fid.
-        let cq = unsafe { cq_ref(cq) }?;
+    fn cq_strerror(cq: *mut fi::fid_cq => &Cq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
         let (ptr, size) = *cq.shared.last_err_data.lock();
         // Only the err_data this CQ handed out (whole) is read back: any other
         // pointer may be shorter than an address.

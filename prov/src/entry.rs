@@ -63,12 +63,24 @@ pub fn guard<R: CReturn>(name: &'static str, body: impl FnOnce() -> Result<R, Er
 }
 
 /// Defines a C entry point: `entry! { fn name(args) -> ret { body returning Result<ret> } }`.
+///
+/// An argument written `name: *mut fi::fid_cq => &Cq` is a fid libfabric hands
+/// back to one of rdmx's ops: the macro resolves it to the rdmx object (class
+/// checked, `-FI_EINVAL` for NULL or a wrong class) before the body runs, which
+/// sees `name: &Cq`.
 macro_rules! entry {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty $(=> $res:ty)?),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
         #[allow(clippy::missing_safety_doc)]
         pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            $crate::entry::guard::<$ret>(stringify!($name), move || -> $crate::error::Result<$ret> { $body })
+            $crate::entry::guard::<$ret>(stringify!($name), move || -> $crate::error::Result<$ret> {
+                $($(
+                    // SAFETY: libfabric calls rdmx's ops only with fids rdmx
+                    // created (from_fid also checks the class and NULL).
+                    let $arg: $res = unsafe { $crate::fid::resolve($arg as *const _ as *const libfabric_sys::fid) }?;
+                )?)*
+                $body
+            })
         }
     };
 }

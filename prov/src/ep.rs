@@ -373,13 +373,6 @@ entry! {
     }
 }
 
-/// # Safety
-/// `ep` is null or an endpoint from rdmx.
-unsafe fn ep_ref<'a>(ep: *const fi::fid_ep) -> Result<&'a Ep> {
-    // SAFETY: per contract.
-    unsafe { Ep::from_fid(ep as *const fi::fid) }
-}
-
 entry! {
     fn ep_getname(f: fi::fid_t, addr: *mut libc::c_void, addrlen: *mut usize) -> i32 {
         non_null!(addrlen);
@@ -497,9 +490,7 @@ unsafe fn single(buf: *const libc::c_void, len: usize) -> Result<UserIov> {
     Ok(out)
 }
 
-fn do_send(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
-    // SAFETY: libfabric passes our endpoint.
-    let ep = unsafe { ep_ref(ep) }?;
+fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.tx_op_flags);
     let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
@@ -523,9 +514,7 @@ fn do_send(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64
     Ok(0)
 }
 
-fn do_recv(ep: *mut fi::fid_ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64, ignore: u64, context: Ctx, flags: Option<u64>) -> Result<isize> {
-    // SAFETY: libfabric passes our endpoint.
-    let ep = unsafe { ep_ref(ep) }?;
+fn do_recv(ep: &Ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64, ignore: u64, context: Ctx, flags: Option<u64>) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.rx_op_flags);
     let supported = (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV | fi::FI_PEEK) as u64 | fi::FI_CLAIM | fi::FI_DISCARD;
@@ -574,7 +563,7 @@ macro_rules! two_sided_family {
         $recv:ident, $recvv:ident, $recvmsg:ident, $send:ident, $sendv:ident, $sendmsg:ident, $inject:ident, $senddata:ident, $injectdata:ident
     ) => {
         entry! {
-            fn $recv(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
+            fn $recv(ep: *mut fi::fid_ep => &Ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
                 let _ = desc;
                 // SAFETY: the application's buffer of `len` bytes, valid until the
                 // receive completes (libfabric's contract for posted buffers).
@@ -583,7 +572,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $recvv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
+            fn $recvv(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, $($rt: $rtt,)* context: Ctx) -> isize {
                 let _ = desc;
                 // SAFETY: the application's iov array of `count` entries.
                 let iov = unsafe { user_iov(iov, count) }?;
@@ -591,7 +580,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $recvmsg(ep: *mut fi::fid_ep, msg: *const $msg, flags: u64) -> isize {
+            fn $recvmsg(ep: *mut fi::fid_ep => &Ep, msg: *const $msg, flags: u64) -> isize {
                 non_null!(msg);
                 // SAFETY: checked non-null; the application's message.
                 let (iov, count, addr, context, _, tag, ignore) = unsafe { &*msg }.parts();
@@ -601,7 +590,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $send(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+            fn $send(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
                 let _ = desc;
                 // SAFETY: the application's buffer of `len` bytes, valid for the
                 // call (the engine copies it, or keeps it until the send completes).
@@ -610,7 +599,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $sendv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+            fn $sendv(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
                 let _ = desc;
                 // SAFETY: the application's iov array of `count` entries.
                 let iov = unsafe { user_iov(iov, count) }?;
@@ -618,7 +607,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $sendmsg(ep: *mut fi::fid_ep, msg: *const $msg, flags: u64) -> isize {
+            fn $sendmsg(ep: *mut fi::fid_ep => &Ep, msg: *const $msg, flags: u64) -> isize {
                 non_null!(msg);
                 if flags & !SEND_MSG_FLAGS != 0 {
                     return Err(Error::BadFlags);
@@ -632,7 +621,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, $($st: $stt),*) -> isize {
+            fn $inject(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, dest: u64, $($st: $stt),*) -> isize {
                 // SAFETY: the application's buffer of `len` bytes, valid for the call
                 // (an inject is copied before it returns).
                 let iov = unsafe { single(buf, len) }?;
@@ -640,7 +629,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $senddata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
+            fn $senddata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
                 let _ = desc;
                 // SAFETY: as for the plain send.
                 let iov = unsafe { single(buf, len) }?;
@@ -648,7 +637,7 @@ macro_rules! two_sided_family {
             }
         }
         entry! {
-            fn $injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, $($st: $stt),*) -> isize {
+            fn $injectdata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, $($st: $stt),*) -> isize {
                 // SAFETY: as for the plain inject.
                 let iov = unsafe { single(buf, len) }?;
                 do_send(ep, $kind, iov, dest, $tag, Some(data), std::ptr::null_mut(), Some(0), true)
@@ -689,9 +678,7 @@ unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn do_rma(ep: *mut fi::fid_ep, write: bool, iov: UserIov, peer: u64, addr: u64, key: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
-    // SAFETY: libfabric passes our endpoint.
-    let ep = unsafe { ep_ref(ep) }?;
+fn do_rma(ep: &Ep, write: bool, iov: UserIov, peer: u64, addr: u64, key: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
     let mut st = ep.shared.lock();
     if st.profile.caps & fi::FI_RMA as u64 == 0 {
         return Err(Error::OpNotSupp);
@@ -737,7 +724,7 @@ unsafe fn rma_msg(msg: *const fi::fi_msg_rma) -> Result<(UserIov, u64, u64, u64,
 }
 
 entry! {
-    fn rma_read(ep: *mut fi::fid_ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
+    fn rma_read(ep: *mut fi::fid_ep => &Ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
         // or until the read completes (a read target), by libfabric's contract.
@@ -747,7 +734,7 @@ entry! {
 }
 
 entry! {
-    fn rma_readv(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
+    fn rma_readv(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's iov array.
         let iov = unsafe { user_iov(iov, count) }?;
@@ -756,7 +743,7 @@ entry! {
 }
 
 entry! {
-    fn rma_readmsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+    fn rma_readmsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
         // SAFETY: the application's message.
         let (iov, peer, addr, key, ctx, _) = unsafe { rma_msg(msg) }?;
         do_rma(ep, false, iov, peer, addr, key, None, ctx, Some(flags), false)
@@ -764,7 +751,7 @@ entry! {
 }
 
 entry! {
-    fn rma_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+    fn rma_write(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
         // or until the read completes (a read target), by libfabric's contract.
@@ -774,7 +761,7 @@ entry! {
 }
 
 entry! {
-    fn rma_writev(ep: *mut fi::fid_ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+    fn rma_writev(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's iov array.
         let iov = unsafe { user_iov(iov, count) }?;
@@ -783,7 +770,7 @@ entry! {
 }
 
 entry! {
-    fn rma_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+    fn rma_writemsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
         // SAFETY: the application's message.
         let (iov, peer, addr, key, ctx, data) = unsafe { rma_msg(msg) }?;
         let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
@@ -792,7 +779,7 @@ entry! {
 }
 
 entry! {
-    fn rma_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, dest: u64, addr: u64, key: u64) -> isize {
+    fn rma_inject(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, dest: u64, addr: u64, key: u64) -> isize {
         // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
         // or until the read completes (a read target), by libfabric's contract.
         let iov = unsafe { single(buf, len) }?;
@@ -801,7 +788,7 @@ entry! {
 }
 
 entry! {
-    fn rma_writedata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
+    fn rma_writedata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
         // or until the read completes (a read target), by libfabric's contract.
@@ -811,7 +798,7 @@ entry! {
 }
 
 entry! {
-    fn rma_injectdata(ep: *mut fi::fid_ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, addr: u64, key: u64) -> isize {
+    fn rma_injectdata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, addr: u64, key: u64) -> isize {
         // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
         // or until the read completes (a read target), by libfabric's contract.
         let iov = unsafe { single(buf, len) }?;
@@ -835,9 +822,7 @@ struct AtomicCall {
     inject: bool,
 }
 
-fn do_atomic(ep: *mut fi::fid_ep, c: AtomicCall) -> Result<isize> {
-    // SAFETY: libfabric passes our endpoint.
-    let ep = unsafe { ep_ref(ep) }?;
+fn do_atomic(ep: &Ep, c: AtomicCall) -> Result<isize> {
     let mut st = ep.shared.lock();
     if st.profile.caps & fi::FI_ATOMIC as u64 == 0 {
         return Err(Error::OpNotSupp);
@@ -906,7 +891,7 @@ unsafe fn atomic_msg(msg: *const fi::fi_msg_atomic) -> Result<(UserIov, usize, &
 }
 
 entry! {
-    fn atomic_write(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_write(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, count: usize, desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's operand buffer, valid for the call (copied).
         let operand = unsafe { single(buf, count * dt_size(datatype)?) }?;
@@ -915,7 +900,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_writev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_writev(ep: *mut fi::fid_ep => &Ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = desc;
         // SAFETY: the application's ioc array.
         let (operand, n) = unsafe { ioc_iov(iov, count, datatype) }?;
@@ -924,7 +909,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_writemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, flags: u64) -> isize {
+    fn atomic_writemsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_atomic, flags: u64) -> isize {
         // SAFETY: the application's message.
         let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
         do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: m.addr, addr, key, datatype: m.datatype, op: m.op, count: n, context: m.context, flags: Some(flags), inject: false })
@@ -932,7 +917,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_inject(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize {
+    fn atomic_inject(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op) -> isize {
         // SAFETY: the application's operand buffer, valid for the call (copied).
         let operand = unsafe { single(buf, count * dt_size(datatype)?) }?;
         do_atomic(ep, AtomicCall { operand, compare: UserIov::default(), result: None, peer: dest, addr, key, datatype, op, count, context: std::ptr::null_mut(), flags: Some(0), inject: true })
@@ -940,7 +925,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_readwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_readwrite(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, count: usize, desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = (desc, result_desc);
         let size = count * dt_size(datatype)?;
         // SAFETY: the application's operand buffer, valid for the call (copied).
@@ -954,7 +939,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_readwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_readwritev(ep: *mut fi::fid_ep => &Ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = (desc, result_desc);
         // SAFETY: the application's ioc arrays.
         let (operand, n) = unsafe { ioc_iov(iov, count, datatype) }?;
@@ -966,7 +951,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_readwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
+    fn atomic_readwritemsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_atomic, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
         let _ = result_desc;
         // SAFETY: the application's message and result array.
         let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
@@ -978,7 +963,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_compwrite(ep: *mut fi::fid_ep, buf: *const libc::c_void, count: usize, desc: Desc, compare: *const libc::c_void, compare_desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_compwrite(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, count: usize, desc: Desc, compare: *const libc::c_void, compare_desc: Desc, result: *mut libc::c_void, result_desc: Desc, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = (desc, compare_desc, result_desc);
         let size = count * dt_size(datatype)?;
         non_null!(result);
@@ -992,7 +977,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_compwritev(ep: *mut fi::fid_ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
+    fn atomic_compwritev(ep: *mut fi::fid_ep => &Ep, iov: *const fi::fi_ioc, desc: DescV, count: usize, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, dest: u64, addr: u64, key: u64, datatype: fi::fi_datatype, op: fi::fi_op, context: Ctx) -> isize {
         let _ = (desc, compare_desc, result_desc);
         // SAFETY: the application's ioc arrays.
         let ((operand, n), (compare, _), (result, _)) = unsafe {
@@ -1003,7 +988,7 @@ entry! {
 }
 
 entry! {
-    fn atomic_compwritemsg(ep: *mut fi::fid_ep, msg: *const fi::fi_msg_atomic, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
+    fn atomic_compwritemsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_atomic, comparev: *const fi::fi_ioc, compare_desc: DescV, compare_count: usize, resultv: *mut fi::fi_ioc, result_desc: DescV, result_count: usize, flags: u64) -> isize {
         let _ = (compare_desc, result_desc);
         // SAFETY: the application's message and arrays.
         let (operand, n, m, addr, key) = unsafe { atomic_msg(msg) }?;
@@ -1013,9 +998,7 @@ entry! {
     }
 }
 
-fn valid_count(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize, flags: u64) -> Result<i32> {
-    // SAFETY: libfabric passes our endpoint.
-    let _ = unsafe { ep_ref(ep) }?;
+fn valid_count(_ep: &Ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize, flags: u64) -> Result<i32> {
     let (n, _) = crate::domain::atomic_count(datatype, op, flags)?;
     if !count.is_null() {
         // SAFETY: checked non-null.
@@ -1025,19 +1008,19 @@ fn valid_count(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, co
 }
 
 entry! {
-    fn atomic_writevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+    fn atomic_writevalid(ep: *mut fi::fid_ep => &Ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
         valid_count(ep, datatype, op, count, 0)
     }
 }
 
 entry! {
-    fn atomic_readwritevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+    fn atomic_readwritevalid(ep: *mut fi::fid_ep => &Ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
         valid_count(ep, datatype, op, count, fi::FI_FETCH_ATOMIC)
     }
 }
 
 entry! {
-    fn atomic_compwritevalid(ep: *mut fi::fid_ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
+    fn atomic_compwritevalid(ep: *mut fi::fid_ep => &Ep, datatype: fi::fi_datatype, op: fi::fi_op, count: *mut usize) -> i32 {
         valid_count(ep, datatype, op, count, fi::FI_COMPARE_ATOMIC)
     }
 }

@@ -148,17 +148,13 @@ fn pop(eq: &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64)
 }
 
 entry! {
-    fn eq_read(eq: *mut fi::fid_eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> isize {
-        // SAFETY: our fid.
-        let eq = unsafe { eq_ref(eq) }?;
+    fn eq_read(eq: *mut fi::fid_eq => &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> isize {
         pop(eq, event, buf, len, flags)
     }
 }
 
 entry! {
-    fn eq_sread(eq: *mut fi::fid_eq, event: *mut u32, buf: *mut libc::c_void, len: usize, timeout: i32, flags: u64) -> isize {
-        // SAFETY: our fid.
-        let eq = unsafe { eq_ref(eq) }?;
+    fn eq_sread(eq: *mut fi::fid_eq => &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, timeout: i32, flags: u64) -> isize {
         let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
         loop {
             match pop(eq, event, buf, len, flags) {
@@ -203,9 +199,7 @@ entry! {
 }
 
 entry! {
-    fn eq_write(eq: *mut fi::fid_eq, event: u32, buf: *const libc::c_void, len: usize, flags: u64) -> isize {
-        // SAFETY: our fid.
-        let eq = unsafe { eq_ref(eq) }?;
+    fn eq_write(eq: *mut fi::fid_eq => &Eq, event: u32, buf: *const libc::c_void, len: usize, flags: u64) -> isize {
         let data = if len == 0 {
             Vec::new()
         } else {

@@ -34,6 +34,16 @@ pub unsafe trait FidObject: Sized {
     }
 }
 
+/// `FidObject::from_fid` with the type inferred from the binding (for the
+/// `=> &T` receivers of the entry macro).
+///
+/// # Safety
+/// As for [`FidObject::from_fid`].
+pub unsafe fn resolve<'a, T: FidObject>(fid: *const fi::fid) -> Result<&'a T> {
+    // SAFETY: this function's contract.
+    unsafe { T::from_fid(fid) }
+}
+
 /// Counts live children / bindings of an object; closing with a non-zero count
 /// returns -FI_EBUSY.
 #[derive(Debug, Default)]

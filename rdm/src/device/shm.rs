@@ -514,6 +514,12 @@ fn pid_alive(pid: u32) -> bool {
     }
 }
 
+/// Whether a process `pid` exists at all (a zombie counts): the conservative
+/// test for removing a ring file, which a not yet reaped peer may still own.
+fn pid_exists(pid: u32) -> bool {
+    pid != 0 && Path::new("/proc").join(pid.to_string()).exists()
+}
+
 /// Calls of `poll_unreachable` between two liveness checks of the mapped peers
 /// (a stat of /proc/<pid>/stat each), and before every sleep.
 const LIVENESS_EVERY: u32 = 4096;
@@ -539,7 +545,7 @@ pub fn cleanup_stale(dir: &Path) -> usize {
         let Some(name) = name.to_str() else { continue };
         let Some(rest) = name.strip_prefix(&prefix) else { continue };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !pid_alive(pid) && std::fs::remove_file(e.path()).is_ok() && !name.ends_with(".fifo") {
+        if !pid_exists(pid) && std::fs::remove_file(e.path()).is_ok() && !name.ends_with(".fifo") {
             removed += 1;
         }
     }
