@@ -660,18 +660,16 @@ impl MsgEngine {
     // ------------------------------------------------------------ rendezvous
 
     fn start_pull(&mut self, now: Instant, peer: PeerId, rts: Rts, landing: Landing) {
-        if !self.path(peer).is_some_and(|p| p.remote_read) || landing.target.total() == 0 {
-            // Nothing to read with: have the bytes pushed (or, for an empty
-            // target, read nothing and finish).
-            if landing.target.total() == 0 {
-                self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
-                self.finish_recv(&landing, 0, None);
-            } else {
-                self.awaiting_push.insert((peer, rts.req), landing);
-                self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Push, 0)]);
-            }
+        if landing.target.total() == 0 {
+            // Nothing to read into: finish at once.
+            self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
+            self.finish_recv(&landing, 0, None);
             return;
         }
+        // Whether this process may read the sender is the layer below's to say
+        // (it answers NotPermitted, and the bytes are pushed): the sender only
+        // announces where its path can read, and a peer that sent first has no
+        // path recorded here.
         let addr = self.rdm.peer_addr(peer);
         let id = PullId(self.pulls.insert(Pull { peer, req: rts.req, landing }) as u32);
         self.actions.push_back(Action::RemoteRead { id, peer, addr, src: rts.iov, src_count: rts.iov_count, dst: landing.target });

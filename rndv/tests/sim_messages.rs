@@ -413,3 +413,23 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
     }
     assert_eq!(sim.nodes[0].engine.me.poll_failed_peer(), Some(to1));
 }
+
+/// A receiver that never sent to the sender (its peer entry was created by the
+/// sender's first datagram) still pulls: whether it may read is the layer
+/// below's to say, not a path recorded for sending.
+#[test]
+fn a_receiver_that_never_sent_pulls() {
+    let mut sim = net(2, Link::default(), 12, Config { rndv_threshold: 4096, ..Config::default() });
+    let to1 = peer(&mut sim, 0, 1, true);
+    let now = sim.now;
+    let data = pattern(50_000, 4);
+    let n0 = &mut sim.nodes[0].engine;
+    n0.mem.put(BASE, &data);
+    n0.me.send(now, to1, MsgHeader { kind: MsgKind::Tagged, tag: 1, data: None }, &[&data], IoList::one(BASE, 50_000), meta(1)).unwrap();
+    let n1 = &mut sim.nodes[1].engine;
+    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 1, ignore: 0, iov: IoList::one(BASE, 50_000), multi: false, meta: meta(2) };
+    n1.me.post_recv(now, spec, &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.nodes[1].engine.mem.at(BASE, 50_000) == data);
+    assert_eq!((sim.nodes[1].engine.me.stats().pulled, sim.nodes[1].engine.me.stats().pushed), (1, 0));
+}
