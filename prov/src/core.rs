@@ -24,7 +24,6 @@ use rdm::engine::{Engine, EngineConfig, PeerId};
 use rdm::{DevAddr, Device, DeviceError};
 use rndv::{Action, IoBuf, IoList, MsgEngine, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, ReadOutcome, RecvSpec, Src};
 use mr_cache::KeyTable;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use smallvec::SmallVec;
@@ -152,7 +151,7 @@ pub struct Running {
     pub(crate) stage_len: [usize; TX_BATCH],
     pub(crate) staged: usize,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
-    pub(crate) src_cache: HashMap<PeerId, u64>,
+    pub(crate) src_cache: rustc_hash::FxHashMap<PeerId, u64>,
     /// The AV generation `src_cache` was built against.
     pub(crate) src_cache_gen: u64,
 }
@@ -372,7 +371,7 @@ impl EpShared {
             stage_dst: [placeholder; TX_BATCH],
             stage_len: [0; TX_BATCH],
             staged: 0,
-            src_cache: HashMap::new(),
+            src_cache: Default::default(),
             src_cache_gen: 0,
         });
         Ok(auto)
@@ -858,7 +857,7 @@ impl EpState {
                 active = true;
             }
         }
-        if let Some(deadline) = r.engine.rdm().poll_timeout() {
+        if let Some(deadline) = r.engine.rdm_mut().next_timeout() {
             let t = *clock.get_or_insert_with(now);
             if deadline <= t {
                 r.engine.rdm_mut().handle_timeout(t);

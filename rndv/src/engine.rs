@@ -30,7 +30,8 @@ use crate::wire::Packet;
 use rdm::engine::{Engine, Event, FailReason, PeerId, SendError};
 use rdm::{DevAddr, DeviceCaps, Instant};
 use slab::Slab;
-use std::collections::{HashMap, HashSet, VecDeque};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
 
 /// What the engine and the protocols know about the way to one peer, fixed
 /// when the peer is first used: the device's caps for that peer (under `auto`, a
@@ -419,14 +420,14 @@ impl MsgEngine {
             rx: Slab::new(),
             rma: Slab::new(),
             pulls: Slab::new(),
-            claimed: HashMap::new(),
-            refused: HashSet::new(),
-            awaiting_push: HashMap::new(),
+            claimed: HashMap::default(),
+            refused: HashSet::default(),
+            awaiting_push: HashMap::default(),
             push_backlog: VecDeque::new(),
             completions: VecDeque::new(),
             actions: VecDeque::new(),
             failed_peers: VecDeque::new(),
-            awaiting: HashMap::new(),
+            awaiting: HashMap::default(),
             stats: Stats::default(),
         }
     }

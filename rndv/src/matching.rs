@@ -10,7 +10,8 @@
 //! own kind.
 use crate::wire::msg::MsgKind;
 use rdm::engine::PeerId;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Which senders a receive accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -44,7 +44,7 @@
 
 pub use super::host::host_id;
 use super::{DevAddr, Device, DeviceCaps, DeviceError, ShmAddr, TxDatagram};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -484,7 +484,7 @@ pub struct ShmDevice {
     _fifo_self: Option<File>,
     /// `process_vm_readv` works in this process at all.
     cma_ok: bool,
-    peers: HashMap<ShmAddr, Peer>,
+    peers: FxHashMap<ShmAddr, Peer>,
     touched: Vec<ShmAddr>,
     /// Mapped peers found dead, not yet reported by `poll_unreachable`.
     dead: std::collections::VecDeque<DevAddr>,
@@ -658,7 +658,7 @@ impl ShmDevice {
             fifo_rx,
             _fifo_self: fifo_self,
             cma_ok: false,
-            peers: HashMap::new(),
+            peers: FxHashMap::default(),
             touched: Vec::new(),
             dead: std::collections::VecDeque::new(),
             liveness_tick: 0,

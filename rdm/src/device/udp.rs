@@ -29,6 +29,9 @@ use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 
+/// Sleeps between two unconditional reads of the socket's error queue.
+const ERRQ_EVERY: u32 = 64;
+
 /// Datagrams moved per `sendmmsg` / `recvmmsg` call.
 pub const BATCH: usize = 32;
 /// Receive slots in the ring (one `recvmmsg` fills at most this many).
@@ -132,6 +135,8 @@ pub struct UdpDevice {
     errq_pending: bool,
     /// Destinations the network reported unreachable, not yet polled.
     unreachable: std::collections::VecDeque<DevAddr>,
+    /// Sleeps since the error queue was last read (see `prepare_wait`).
+    waits_since_errq: u32,
     pub stats: UdpStats,
 }
 
@@ -537,6 +542,7 @@ impl UdpDevice {
             txs: TxScratch::new(),
             errq_pending: false,
             unreachable: std::collections::VecDeque::new(),
+            waits_since_errq: 0,
             stats: UdpStats::default(),
         })
     }
@@ -933,9 +939,17 @@ impl Device for UdpDevice {
     /// next call, and the socket is then no longer readable for them.
     fn prepare_wait(&mut self) -> bool {
         // ICMP reports sit in the error queue until read, and keep the socket
-        // signalling EPOLLERR: read them before every sleep (one syscall), or the
-        // sleeper would spin.
-        self.read_error_queue();
+        // signalling EPOLLERR. The send and receive paths notice almost all of
+        // them (an asynchronous error or a short send marks the queue); for the
+        // rest, read it every ERRQ_EVERY sleeps, so that a sleeper woken by a
+        // report nobody noticed spins at most that often — instead of paying a
+        // syscall before every sleep on the latency path.
+        self.waits_since_errq += 1;
+        if self.errq_pending || self.waits_since_errq >= ERRQ_EVERY {
+            self.errq_pending = false;
+            self.waits_since_errq = 0;
+            self.read_error_queue();
+        }
         self.rxs.pending() || !self.unreachable.is_empty()
     }
 }

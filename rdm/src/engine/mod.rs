@@ -33,7 +33,8 @@ use crate::device::{DevAddr, DeviceCaps};
 use crate::time::Instant;
 use slab::Slab;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -308,7 +309,7 @@ pub struct Engine {
     paused: bool,
     payload_max: usize,
     cold: Vec<Cold>,
-    by_addr: HashMap<DevAddr, PeerId>,
+    by_addr: FxHashMap<DevAddr, PeerId>,
     hot: Slab<Hot>,
     /// Deadlines of hot peers, earliest first (see [`Engine::arm`]).
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -335,7 +336,7 @@ impl Engine {
             paused: false,
             payload_max,
             cold: Vec::new(),
-            by_addr: HashMap::new(),
+            by_addr: FxHashMap::default(),
             hot: Slab::new(),
             timers: BinaryHeap::new(),
             ready: VecDeque::new(),
@@ -871,7 +872,7 @@ mod tests {
         a.send(t, near, &[&[1u8; 20_000]], 1).unwrap();
         a.send(t, far, &[&[2u8; 20_000]], 2).unwrap();
         let mut buf = vec![0u8; 9000];
-        let mut sizes: HashMap<DevAddr, Vec<usize>> = HashMap::new();
+        let mut sizes: std::collections::HashMap<DevAddr, Vec<usize>> = std::collections::HashMap::new();
         while let Some(x) = a.poll_transmit(t, &mut buf) {
             sizes.entry(x.dst).or_default().push(x.len);
         }

@@ -7,9 +7,21 @@ use super::*;
 impl Engine {
     /// When `handle_timeout` must next be called (possibly a little early: a
     /// deadline that moved later leaves its old entry, which then fires and is
-    /// skipped).
+    /// skipped). [`Engine::next_timeout`] is exact.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Like [`Engine::poll_timeout`], after dropping stale entries from the top:
+    /// `None` when no peer has a deadline (callers then read no clock).
+    pub fn next_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, h))) = self.timers.peek() {
+            if self.hot.get(h as usize).is_some_and(|hot| hot.armed_at == Some(t)) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
     }
 
     /// Puts peer `h`'s deadline `t` on the timer heap if it is earlier than the
@@ -103,12 +115,21 @@ impl Engine {
         self.rearm(h);
     }
 
-    /// Arms peer `h`'s earliest pending deadline.
+    /// Keeps peer `h`'s heap entry no later than its earliest pending deadline,
+    /// and drops it (marks it stale) when the peer has none left: called after
+    /// deadlines are set or cleared. A deadline that moved later keeps the
+    /// earlier entry, which fires, finds nothing due and re-arms: one early
+    /// wake-up instead of a heap push per message.
     pub(super) fn rearm(&mut self, h: u32) {
-        let Some(hot) = self.hot.get(h as usize) else { return };
+        let Some(hot) = self.hot.get_mut(h as usize) else { return };
         let timeout = hot.busy().then(|| hot.last_heard + self.cfg.peer_timeout);
-        if let Some(t) = [hot.ack_deadline, hot.rto_deadline, timeout].into_iter().flatten().min() {
-            self.arm(h, t);
+        match ([hot.ack_deadline, hot.rto_deadline, timeout].into_iter().flatten().min(), hot.armed_at) {
+            (None, _) => hot.armed_at = None,
+            (Some(t), Some(a)) if a <= t => {}
+            (Some(t), _) => {
+                hot.armed_at = Some(t);
+                self.timers.push(Reverse((t, h)));
+            }
         }
     }
 
