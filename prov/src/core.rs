@@ -356,9 +356,14 @@ impl EpShared {
         fi_info!(Subsys::EpCtrl, "endpoint enabled at {} (mtu {}, reliable device: {})", local.to_uri(), caps.mtu, caps.reliable);
         let msg_cfg = rndv::Config {
             rndv_threshold: p.rndv_threshold,
+            window_threshold: p.window_threshold,
+            window: rndv::Config::default().window,
             min_multi_recv: st.min_multi_recv,
             unexpected_limit: p.unexpected_limit,
-            keepalive: p.peer_timeout / 4,
+            // Often enough that a peer which died while we wait on it draws an
+            // ICMP (UDP) or a device report within a second; rare enough to cost
+            // nothing (one small datagram per waited-on peer).
+            keepalive: (p.peer_timeout / 4).min(Duration::from_millis(500)),
         };
         let placeholder = device.local_addr();
         // Paths differ under auto (shm segments are larger than UDP's).
@@ -433,6 +438,15 @@ impl rndv::Memory for ProcessMemory<'_> {
         // SAFETY: as for `write`: a posted send buffer (valid until its send
         // completes) or a registered range checked by rma_target.
         out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
+    }
+
+    fn bytes(&self, addr: u64, len: usize) -> &[u8] {
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: the engine asks only for bytes of a send buffer whose send is
+        // still pending, which the application keeps valid until it completes.
+        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     }
 
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
@@ -978,7 +992,8 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
         ("eager_sent", m.eager_sent.to_string()),
         ("rendezvous_sent", m.rts_sent.to_string()),
         ("rendezvous_pulled", m.pulled.to_string()),
-        ("rendezvous_pushed", m.pushed.to_string()),
+        ("rendezvous_windowed", m.pushed.to_string()),
+        ("windows_granted", m.windows_granted.to_string()),
         ("rma_started", m.rma_started.to_string()),
         ("rma_served", m.rma_served.to_string()),
         ("dropped_malformed_messages", m.dropped_malformed.to_string()),

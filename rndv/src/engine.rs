@@ -24,7 +24,7 @@ use crate::atomic::{self, Datatype, Op};
 use crate::iov::zip_pieces;
 use crate::matching::{Arrived, Matcher, RecvPost, Src};
 use crate::wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
-use crate::wire::rendezvous::{encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
+use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use crate::wire::rma::{self as rma_wire, Status};
 use crate::wire::Packet;
 use rdm::engine::{Engine, Event, FailReason, PeerId, SendError};
@@ -83,11 +83,43 @@ impl IoList {
         off
     }
 
-    /// Appends the list's bytes to `out`.
-    fn gather(&self, mem: &dyn Memory, out: &mut Vec<u8>) {
+    /// Copies `data` into the list's memory starting at byte `offset` of the
+    /// list (its buffers laid back to back); returns the bytes written.
+    fn scatter_at(&self, mem: &mut dyn Memory, mut offset: u64, data: &[u8]) -> usize {
+        let mut done = 0usize;
         for b in self.iter() {
-            mem.read(b.addr, b.len as usize, out);
+            if done == data.len() {
+                break;
+            }
+            if offset >= b.len {
+                offset -= b.len;
+                continue;
+            }
+            let n = ((b.len - offset) as usize).min(data.len() - done);
+            mem.write(b.addr + offset, &data[done..done + n]);
+            done += n;
+            offset = 0;
         }
+        done
+    }
+
+    /// The pieces of the list's memory from byte `offset`, up to `len` bytes,
+    /// in order (at most one per buffer).
+    fn range(&self, mut offset: u64, mut len: u64) -> impl Iterator<Item = IoBuf> + '_ {
+        self.iter().filter_map(move |b| {
+            if len == 0 {
+                return None;
+            }
+            if offset >= b.len {
+                offset -= b.len;
+                return None;
+            }
+            let n = (b.len - offset).min(len);
+            let piece = IoBuf { addr: b.addr + offset, len: n };
+            offset = 0;
+            len -= n;
+            Some(piece)
+        })
     }
 }
 
@@ -106,6 +138,9 @@ pub trait Memory {
     fn write(&mut self, addr: u64, data: &[u8]);
     /// Appends `len` bytes of application memory at `addr` to `out`.
     fn read(&self, addr: u64, len: usize, out: &mut Vec<u8>);
+    /// `len` bytes of application memory at `addr`, borrowed (a posted send
+    /// buffer, valid until its send completes).
+    fn bytes(&self, addr: u64, len: usize) -> &[u8];
     /// Checks a remote access through `key` against the registrations: the local
     /// pieces it touches, in order, or the status to answer with.
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access) -> Result<Vec<IoBuf>, Status>;
@@ -275,8 +310,14 @@ impl From<SendError> for PostError {
 #[derive(Clone, Copy, Debug)]
 pub struct Config {
     /// Messages of at least this many bytes to a peer whose path can read
-    /// remotely go by rendezvous.
+    /// remotely go by rendezvous (the receiver pulls).
     pub rndv_threshold: usize,
+    /// Messages of at least this many bytes to a peer whose path cannot read
+    /// remotely (UDP) go by windowed rendezvous: the receiver grants windows and
+    /// the bytes land straight in the posted buffer.
+    pub window_threshold: usize,
+    /// Bytes a receiver grants at a time in a windowed rendezvous.
+    pub window: u64,
     /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer with less room is released.
     pub min_multi_recv: usize,
     /// Bytes of unexpected messages held before senders are paused.
@@ -285,13 +326,21 @@ pub struct Config {
     /// keepalive goes to it this often, so that a peer that died after
     /// acknowledging the request is declared unreachable by the rdm engine's
     /// peer timeout instead of leaving the operation pending forever. A quarter
-    /// of the peer timeout is a good value.
+    /// of the peer timeout, at most half a second (so that a dead peer behind
+    /// ICMP fails within a second), is a good value.
     pub keepalive: std::time::Duration,
 }
 
 impl Default for Config {
     fn default() -> Config {
-        Config { rndv_threshold: 65536, min_multi_recv: 0, unexpected_limit: 256 << 20, keepalive: std::time::Duration::from_millis(7500) }
+        Config {
+            rndv_threshold: 65536,
+            window_threshold: 256 << 10,
+            window: 2 << 20,
+            min_multi_recv: 0,
+            unexpected_limit: 256 << 20,
+            keepalive: std::time::Duration::from_millis(7500),
+        }
     }
 }
 
@@ -314,7 +363,10 @@ pub struct Stats {
     pub eager_sent: u64,
     pub rts_sent: u64,
     pub pulled: u64,
+    /// Long messages received through window grants (the receiver could not pull).
     pub pushed: u64,
+    /// Window grants sent.
+    pub windows_granted: u64,
     pub rma_started: u64,
     pub rma_served: u64,
     /// Messages with a header that does not parse, dropped.
@@ -369,6 +421,20 @@ struct Pull {
     landing: Landing,
 }
 
+/// A receive whose message arrives by window grants.
+struct WindowRx {
+    landing: Landing,
+    /// Bytes this receive takes: the message, or less if the buffer is shorter.
+    take: u64,
+    granted: u64,
+    received: u64,
+}
+
+/// Bytes per `Push` message of a granted window (rdm segments it further).
+/// Measured on loopback UDP, 1 MiB messages: 64 KiB pushes ran at half the
+/// eager bandwidth (per-message overheads), 1 MiB pushes at parity.
+const PUSH_CHUNK: u64 = 1 << 20;
+
 /// The message engine of one endpoint. See the module docs.
 pub struct MsgEngine {
     rdm: Engine,
@@ -384,10 +450,11 @@ pub struct MsgEngine {
     claimed: HashMap<u64, Arrived>,
     /// Peers that refused to pull: long messages to them go eagerly.
     refused: HashSet<PeerId>,
-    /// Matched receives waiting for the sender's Push, by (sender, its request).
-    awaiting_push: HashMap<(PeerId, u64), Landing>,
-    /// Sends whose Push the rdm engine could not queue yet.
-    push_backlog: VecDeque<TxId>,
+    /// Matched receives whose bytes arrive by window grants, by (sender, its
+    /// request).
+    windows: HashMap<(PeerId, u64), WindowRx>,
+    /// Granted ranges (send, offset, end) the rdm engine has not taken yet.
+    push_backlog: VecDeque<(TxId, u64, u64)>,
     completions: VecDeque<Completion>,
     actions: VecDeque<Action>,
     failed_peers: VecDeque<PeerId>,
@@ -422,7 +489,7 @@ impl MsgEngine {
             pulls: Slab::new(),
             claimed: HashMap::default(),
             refused: HashSet::default(),
-            awaiting_push: HashMap::default(),
+            windows: HashMap::default(),
             push_backlog: VecDeque::new(),
             completions: VecDeque::new(),
             actions: VecDeque::new(),
@@ -468,12 +535,17 @@ impl MsgEngine {
         self.paths.get(peer.index() as usize).and_then(|p| p.as_ref())
     }
 
-    /// The protocol of a message of `len` bytes to `peer`: rendezvous when the
-    /// path can read remotely, the message is long and the peer never refused.
+    /// The protocol of a message of `len` bytes to `peer`, from its path:
+    /// rendezvous pulled by the receiver from `rndv_threshold` where the path can
+    /// read remotely (and the peer never refused), windowed rendezvous from
+    /// `window_threshold` where it cannot; eager below.
     fn use_rendezvous(&self, peer: PeerId, len: usize) -> bool {
-        len >= self.cfg.rndv_threshold
-            && self.path(peer).is_some_and(|p| p.remote_read)
-            && !self.refused.contains(&peer)
+        let Some(path) = self.path(peer) else { return false };
+        if path.remote_read && !self.refused.contains(&peer) {
+            len >= self.cfg.rndv_threshold
+        } else {
+            len >= self.cfg.window_threshold
+        }
     }
 
     // ---------------------------------------------------------------- sends
@@ -685,10 +757,7 @@ impl MsgEngine {
                 self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
                 self.finish_recv(&p.landing, n as usize, None);
             }
-            ReadOutcome::NotPermitted => {
-                self.awaiting_push.insert((p.peer, p.req), p.landing);
-                self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Push, 0)]);
-            }
+            ReadOutcome::NotPermitted => self.start_window(now, p.peer, p.req, p.landing),
             ReadOutcome::Failed(n) => {
                 self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
                 self.finish_recv(&p.landing, n as usize, Some(OpError::Io));
@@ -706,29 +775,100 @@ impl MsgEngine {
         match status {
             FinStatus::Done | FinStatus::Discarded => self.complete_send(id, None),
             FinStatus::Failed => self.complete_send(id, Some(OpError::Io)),
-            FinStatus::Push => {
-                self.refused.insert(peer);
-                self.push_backlog.push_back(id);
-                self.retry_pushes(now, mem);
-            }
+        }
+        let _ = (mem, now);
+    }
+
+    /// The receiver cannot pull: grant the first window.
+    fn start_window(&mut self, now: Instant, peer: PeerId, req: u64, landing: Landing) {
+        let take = (landing.msg_len as u64).min(landing.target.total());
+        let mut w = WindowRx { landing, take, granted: 0, received: 0 };
+        self.grant(now, peer, req, &mut w);
+        self.windows.insert((peer, req), w);
+        self.await_answer(now, peer);
+    }
+
+    /// Grants the next window while at most half of the granted bytes are
+    /// still outstanding: the sender never waits for a grant round trip.
+    fn grant(&mut self, now: Instant, peer: PeerId, req: u64, w: &mut WindowRx) {
+        let window = self.cfg.window.max(1);
+        while w.granted < w.take && w.granted - w.received <= window / 2 {
+            let len = (w.take - w.granted).min(window);
+            self.reply(now, peer, &[&encode_cts(req, w.granted, len)]);
+            w.granted += len;
+            self.stats.windows_granted += 1;
         }
     }
 
-    /// Queues the Push messages of refused rendezvous sends, in order, while the
-    /// rdm engine takes them.
+    /// A `Push` of a granted range landed.
+    fn handle_push(&mut self, now: Instant, peer: PeerId, req: u64, offset: u64, payload: &[u8], mem: &mut dyn Memory) {
+        let Some(mut w) = self.windows.remove(&(peer, req)) else {
+            self.stats.stray += 1;
+            return;
+        };
+        let end = offset.checked_add(payload.len() as u64);
+        if end.is_none_or(|e| e > w.granted) {
+            // Outside what was granted: a confused or hostile sender.
+            self.stats.stray += 1;
+            self.windows.insert((peer, req), w);
+            return;
+        }
+        let written = w.landing.target.scatter_at(mem, offset, payload);
+        w.received += written as u64;
+        if w.received >= w.take {
+            self.stats.pushed += 1;
+            self.reply(now, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
+            self.finish_recv(&w.landing, w.received as usize, None);
+        } else {
+            self.grant(now, peer, req, &mut w);
+            self.windows.insert((peer, req), w);
+        }
+    }
+
+    /// A window grant for one of our rendezvous sends.
+    fn handle_cts(&mut self, now: Instant, peer: PeerId, req: u64, offset: u64, len: u64, mem: &dyn Memory) {
+        let id = TxId(req as u32);
+        let fits = u32::try_from(req).is_ok()
+            && self.tx.get(id.0 as usize).is_some_and(|t| t.peer == peer && t.rndv.is_some() && offset.checked_add(len).is_some_and(|e| e <= t.len as u64));
+        if !fits {
+            self.stats.stray += 1;
+            return;
+        }
+        if self.path(peer).is_some_and(|p| p.remote_read) {
+            // The path could read, the receiver may not: long messages to it go
+            // eagerly from now on.
+            self.refused.insert(peer);
+        }
+        self.push_backlog.push_back((id, offset, offset + len));
+        self.retry_pushes(now, mem);
+    }
+
+    /// Sends the granted ranges as `Push` messages of at most [`PUSH_CHUNK`]
+    /// bytes, in order, while the rdm engine takes them.
     fn retry_pushes(&mut self, now: Instant, mem: &dyn Memory) {
-        let mut bytes = Vec::new();
-        while let Some(&id) = self.push_backlog.front() {
+        while let Some(&(id, offset, end)) = self.push_backlog.front() {
             let Some((peer, iov)) = self.tx.get(id.0 as usize).and_then(|t| t.rndv.map(|iov| (t.peer, iov))) else {
                 self.push_backlog.pop_front();
                 continue;
             };
-            bytes.clear();
-            iov.gather(mem, &mut bytes);
-            let hdr = encode_push(id.0 as u64);
-            match self.rdm.send(now, peer, &[&hdr, &bytes], Token::Push(id).encode()) {
+            if offset >= end {
+                self.push_backlog.pop_front();
+                continue;
+            }
+            let n = (end - offset).min(PUSH_CHUNK);
+            let hdr = encode_push(id.0 as u64, offset);
+            let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+            parts[0] = &hdr;
+            let mut k = 1;
+            for piece in iov.range(offset, n) {
+                parts[k] = mem.bytes(piece.addr, piece.len as usize);
+                k += 1;
+            }
+            match self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode()) {
                 Ok(()) => {
-                    self.push_backlog.pop_front();
+                    if let Some(front) = self.push_backlog.front_mut() {
+                        front.1 = offset + n;
+                    }
                 }
                 Err(_) => return,
             }
@@ -929,7 +1069,9 @@ impl MsgEngine {
     }
 
     fn waits_on(&self, peer: PeerId) -> bool {
-        self.tx.iter().any(|(_, t)| t.peer == peer && t.rndv.is_some()) || self.rma.iter().any(|(_, e)| e.peer == peer)
+        self.tx.iter().any(|(_, t)| t.peer == peer && t.rndv.is_some())
+            || self.rma.iter().any(|(_, e)| e.peer == peer)
+            || self.windows.keys().any(|(p, _)| *p == peer)
     }
 
     /// The next time [`MsgEngine::handle_timeout`] has work (a keepalive due).
@@ -960,9 +1102,9 @@ impl MsgEngine {
             match ev {
                 Event::Delivered { peer, msg } => self.handle_message(now, peer, msg, mem),
                 Event::SendComplete { token } => match Token::decode(token) {
-                    Some(Token::Msg(id) | Token::Push(id)) => self.complete_send(id, None),
-                    // An RTS completes on the receiver's Fin; an RMA request on
-                    // its answer.
+                    Some(Token::Msg(id)) => self.complete_send(id, None),
+                    // An RTS and its pushes complete on the receiver's Fin; an
+                    // RMA request on its answer.
                     _ => {}
                 },
                 Event::SendFailed { token, peer: _, reason } => {
@@ -1008,14 +1150,8 @@ impl MsgEngine {
         }
         match pkt {
             Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, now),
-            Packet::Push { req, payload } => match self.awaiting_push.remove(&(peer, req)) {
-                Some(l) => {
-                    let written = l.target.scatter(mem, payload);
-                    self.stats.pushed += 1;
-                    self.finish_recv(&l, written, None);
-                }
-                None => self.stats.stray += 1,
-            },
+            Packet::Push { req, offset, payload } => self.handle_push(now, peer, req, offset, payload, mem),
+            Packet::Cts { req, offset, len } => self.handle_cts(now, peer, req, offset, len, mem),
             Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => self.finish_rma(peer, req, status, payload, mem),
             Packet::WriteAck { req, status } => self.finish_rma(peer, req, status, &[], mem),
             Packet::Keepalive => {}
@@ -1041,12 +1177,13 @@ impl MsgEngine {
             let e = self.rma.remove(k);
             self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
         }
-        let waiting: Vec<(PeerId, u64)> = self.awaiting_push.keys().filter(|(p, _)| *p == peer).copied().collect();
+        let waiting: Vec<(PeerId, u64)> = self.windows.keys().filter(|(p, _)| *p == peer).copied().collect();
         for k in waiting {
-            if let Some(l) = self.awaiting_push.remove(&k) {
-                self.finish_recv(&l, 0, Some(err));
+            if let Some(w) = self.windows.remove(&k) {
+                self.finish_recv(&w.landing, w.received as usize, Some(err));
             }
         }
+        self.push_backlog.retain(|(id, _, _)| self.tx.contains(id.0 as usize));
         if unreachable {
             for post in self.matcher.take_posted_from(peer) {
                 if let Some(e) = self.rx.try_remove(post.token as usize) {
@@ -1088,7 +1225,7 @@ impl MsgEngine {
 
     /// Whether anything is pending in the message layer (operations, answers).
     pub fn idle(&self) -> bool {
-        self.tx.is_empty() && self.rma.is_empty() && self.pulls.is_empty() && self.awaiting_push.is_empty() && self.completions.is_empty()
+        self.tx.is_empty() && self.rma.is_empty() && self.pulls.is_empty() && self.windows.is_empty() && self.completions.is_empty()
     }
 
     pub fn unexpected_bytes(&self) -> usize {

@@ -40,6 +40,9 @@ impl Memory for Mem {
     fn read(&self, addr: u64, len: usize, out: &mut Vec<u8>) {
         out.extend_from_slice(self.at(addr, len));
     }
+    fn bytes(&self, addr: u64, len: usize) -> &[u8] {
+        self.at(addr, len)
+    }
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, _access: Access) -> Result<Vec<IoBuf>, Status> {
         let &(a, l) = self.regs.get(&key).ok_or(Status::NoKey)?;
         if addr < a || addr.checked_add(len).is_none_or(|e| e > a + l) {
@@ -56,6 +59,8 @@ struct Node {
     /// Remote reads this process may do (false: every pull is refused, so the
     /// sender must push).
     may_read: bool,
+    /// Peers whose memory this process cannot read at all (a UDP path).
+    unreadable: Vec<u32>,
 }
 
 impl SimEndpoint for Node {
@@ -95,7 +100,7 @@ fn net(n: usize, link: Link, seed: u64, cfg: Config) -> Sim<Node> {
     let nodes = (0..n)
         .map(|i| {
             let rdm = Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() });
-            Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true }
+            Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true, unreadable: Vec::new() }
         })
         .collect();
     Sim::with_endpoints(nodes, link, seed)
@@ -125,7 +130,7 @@ fn serve_actions(sim: &mut Sim<Node>) -> bool {
         while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = sim.nodes[i].engine.me.poll_action() {
             any = true;
             let DevAddr::Sim(j) = addr else { panic!("sim address expected") };
-            let outcome = if !sim.nodes[i].engine.may_read {
+            let outcome = if !sim.nodes[i].engine.may_read || sim.nodes[i].engine.unreadable.contains(&j) {
                 ReadOutcome::NotPermitted
             } else if !sim.nodes[j as usize].alive {
                 ReadOutcome::Failed(0)
@@ -182,6 +187,8 @@ fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
     for seed in seeds(&[1, 2, 3]) {
         let cfg = Config { rndv_threshold: 16 << 10, ..Config::default() };
         let mut sim = net(3, lossy(), seed, cfg);
+        // Node 2 is reached over a path without remote read (as UDP).
+        sim.nodes[1].engine.unreadable.push(2);
         let sizes = [0usize, 1, 100, 1399, 5000, 16 << 10, 100_000, 300_000];
         let to1_from0 = peer(&mut sim, 0, 1, true);
         let to1_from2 = peer(&mut sim, 2, 1, false);
@@ -244,17 +251,19 @@ fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
             assert_eq!(c.err, None, "seed {seed}: {c:?}");
         }
         // Node 0's long messages were pulled (its path can read); node 2's path
-        // cannot, so they went eagerly.
+        // cannot, so its messages from the window threshold (256 KiB) up came by
+        // window grants, the rest eagerly.
         let s0 = sim.nodes[0].engine.me.stats();
         let s2 = sim.nodes[2].engine.me.stats();
         assert_eq!(s0.rts_sent, 3, "seed {seed}");
         assert_eq!(sim.nodes[1].engine.me.stats().pulled, 3, "seed {seed}");
-        assert_eq!(s2.rts_sent, 0, "seed {seed}");
+        assert_eq!(s2.rts_sent, 1, "seed {seed}");
+        assert_eq!(sim.nodes[1].engine.me.stats().pushed, 1, "seed {seed}");
     }
 }
 
 /// A receiver that may not read the sender (different user, Yama): the
-/// rendezvous falls back to a push of the bytes; later long messages to it go
+/// rendezvous falls back to window grants; later long messages to it go
 /// eagerly. Truncation of a long message reports the lost length.
 #[test]
 fn rendezvous_push_fallback_and_truncation() {
@@ -284,7 +293,8 @@ fn rendezvous_push_fallback_and_truncation() {
             assert_eq!(c.err, want, "seed {seed}");
             assert!(sim.nodes[1].engine.mem.at(BASE + (i as u64) * (1 << 20), c.len) == &pattern(lens[i], i as u64)[..c.len], "seed {seed}: message {i}");
         }
-        // All three were announced before the first refusal came back; each was pushed.
+        // All three were announced before the first refusal came back; each came
+        // by window grants.
         assert_eq!(sim.nodes[0].engine.me.stats().rts_sent, 3);
         assert_eq!(sim.nodes[1].engine.me.stats().pushed, 3);
         // After the refusal, later long messages to that peer go eagerly.
@@ -432,4 +442,85 @@ fn a_receiver_that_never_sent_pulls() {
     assert!(run(&mut sim, Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].engine.mem.at(BASE, 50_000) == data);
     assert_eq!((sim.nodes[1].engine.me.stats().pulled, sim.nodes[1].engine.me.stats().pushed), (1, 0));
+}
+
+/// Long messages over a path that cannot read remotely (UDP): windowed
+/// rendezvous under loss, reordering, duplication and corruption. The receiver
+/// grants 64 KiB windows (so a 1 MiB message needs many, granted while earlier
+/// ones arrive); the bytes land at their offsets in the posted buffer; a
+/// message longer than its buffer is truncated with the lost length reported;
+/// an unexpected announcement costs the receiver no payload memory.
+#[test]
+fn windowed_rendezvous_over_a_path_without_remote_read() {
+    for seed in seeds(&[13, 14, 15]) {
+        let cfg = Config { window_threshold: 32 << 10, window: 64 << 10, ..Config::default() };
+        let mut sim = net(2, lossy(), seed, cfg);
+        sim.nodes[1].engine.unreadable.push(0);
+        let to1 = peer(&mut sim, 0, 1, false);
+        let lens = [40_000usize, 1 << 20, 300_000];
+        let now = sim.now;
+        for (i, &len) in lens.iter().enumerate() {
+            let addr = BASE + (i as u64) * (2 << 20);
+            let data = pattern(len, 20 + i as u64);
+            let n0 = &mut sim.nodes[0].engine;
+            n0.mem.put(addr, &data);
+            n0.me.send(now, to1, MsgHeader { kind: MsgKind::Tagged, tag: i as u64, data: None }, &[&data], IoList::one(addr, len as u64), meta(i as u64)).unwrap();
+        }
+        // Let the announcements arrive unexpected first.
+        assert!(run(&mut sim, Duration::from_secs(10), |s| s.nodes[1].engine.me.unexpected_bytes() > 0 && s.now > Instant::from_nanos(50_000_000)));
+        assert!(sim.nodes[1].engine.me.unexpected_bytes() < 1000, "only announcements are held: {}", sim.nodes[1].engine.me.unexpected_bytes());
+        let now = sim.now;
+        let n1 = &mut sim.nodes[1].engine;
+        for (i, &len) in lens.iter().enumerate() {
+            // The last buffer is 1000 bytes short: truncated.
+            let room = if i == 2 { len - 1000 } else { len };
+            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: i as u64, ignore: 0, iov: IoList::one(BASE + (i as u64) * (2 << 20), room as u64), multi: false, meta: meta(10 + i as u64) };
+            n1.me.post_recv(now, spec, &mut n1.mem);
+        }
+        assert!(
+            run(&mut sim, Duration::from_secs(120), |s| completions(s, 1, OpKind::Recv).len() == 3 && completions(s, 0, OpKind::Send).len() == 3),
+            "seed {seed}: recv {} send {}",
+            completions(&sim, 1, OpKind::Recv).len(),
+            completions(&sim, 0, OpKind::Send).len()
+        );
+        for c in completions(&sim, 1, OpKind::Recv) {
+            let i = (c.meta.context - 10) as usize;
+            let want = if i == 2 { Some(OpError::Truncated { olen: 1000 }) } else { None };
+            assert_eq!(c.err, want, "seed {seed}");
+            assert!(sim.nodes[1].engine.mem.at(BASE + (i as u64) * (2 << 20), c.len) == &pattern(lens[i], 20 + i as u64)[..c.len], "seed {seed}: message {i}");
+        }
+        for c in completions(&sim, 0, OpKind::Send) {
+            assert_eq!(c.err, None, "seed {seed}");
+        }
+        let s1 = sim.nodes[1].engine.me.stats();
+        assert_eq!((s1.pushed, s1.pulled), (3, 0), "seed {seed}");
+        assert!(s1.windows_granted >= 16 + 5 + 1, "1 MiB in 64 KiB windows: {} grants", s1.windows_granted);
+        assert_eq!(sim.nodes[0].engine.me.stats().rts_sent, 3, "no refusal: the path never claimed remote read");
+    }
+}
+
+/// A sender that dies in the middle of a windowed transfer: the receiver's
+/// receive fails with the peer (it sends keepalives while it waits).
+#[test]
+fn a_sender_that_dies_mid_window_fails_the_receive() {
+    let cfg = Config { window_threshold: 32 << 10, window: 64 << 10, keepalive: Duration::from_millis(500), ..Config::default() };
+    let mut sim = net(2, Link { bandwidth: 50_000_000, ..Link::default() }, 16, cfg);
+    sim.nodes[1].engine.unreadable.push(0);
+    let to1 = peer(&mut sim, 0, 1, false);
+    let now = sim.now;
+    let data = pattern(4 << 20, 1);
+    let n0 = &mut sim.nodes[0].engine;
+    n0.mem.put(BASE, &data);
+    n0.me.send(now, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&data], IoList::one(BASE, 4 << 20), meta(1)).unwrap();
+    let n1 = &mut sim.nodes[1].engine;
+    let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE, 4 << 20), multi: false, meta: meta(2) };
+    n1.me.post_recv(now, spec, &mut n1.mem);
+    // Some windows in, then the sender dies.
+    assert!(run(&mut sim, Duration::from_secs(10), |s| s.nodes[1].engine.me.stats().windows_granted >= 4));
+    sim.nodes[0].alive = false;
+    let died = sim.now;
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1), "the receive still waits");
+    let c = completions(&sim, 1, OpKind::Recv)[0];
+    assert_eq!(c.err, Some(OpError::PeerUnreachable));
+    assert!(sim.now.saturating_duration_since(died) <= Duration::from_secs(5));
 }

@@ -11,7 +11,7 @@ pub mod rma;
 pub use msg::HeaderError as WireError;
 use msg::HeaderError;
 use msg::MsgHeader;
-use rendezvous::{FinStatus, Rts, FIN, PUSH, RTS};
+use rendezvous::{FinStatus, Rts, CTS, FIN, PUSH, RTS};
 use rma::{Status, ATOMIC, ATOMIC_RESP, READ_REQ, READ_RESP, WRITE, WRITE_ACK};
 
 /// Every packet kind, by its first byte: the one place kinds are numbered.
@@ -36,6 +36,8 @@ pub enum Kind {
     /// proves the peer alive, its absence lets the rdm engine declare the peer
     /// unreachable. Carries nothing; the receiver ignores it.
     Keepalive = 11,
+    /// A window grant of a rendezvous the receiver cannot pull ([`rendezvous`]).
+    Cts = 12,
 }
 
 /// The bytes of a keepalive.
@@ -56,7 +58,9 @@ pub enum Packet<'a> {
     /// The receiver finished (or redirected) a rendezvous.
     Fin { req: u64, status: FinStatus, read: u64 },
     /// The bytes of a long message the receiver could not pull.
-    Push { req: u64, payload: &'a [u8] },
+    Push { req: u64, offset: u64, payload: &'a [u8] },
+    /// The receiver grants bytes `offset..offset+len` of a long message.
+    Cts { req: u64, offset: u64, len: u64 },
     Keepalive,
 }
 
@@ -132,7 +136,13 @@ impl<'a> Packet<'a> {
             }
             PUSH => {
                 let (h, payload) = split(b, rendezvous::PUSH_HEADER_LEN)?;
-                Ok(Packet::Push { req: u64_at(h, 8), payload })
+                Ok(Packet::Push { req: u64_at(h, 8), offset: u64_at(h, 16), payload })
+            }
+            CTS => {
+                if b.len() != rendezvous::CTS_LEN {
+                    return Err(HeaderError::Malformed("cts length"));
+                }
+                Ok(Packet::Cts { req: u64_at(b, 8), offset: u64_at(b, 16), len: u64_at(b, 24) })
             }
             11 => {
                 if b.len() != KEEPALIVE.len() {

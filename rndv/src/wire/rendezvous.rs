@@ -9,19 +9,25 @@
 //! (`process_vm_readv` on the shared-memory device: one copy, no bytes through
 //! the ring) and answers with a [`Fin`]; the sender's send completes on the `Fin`.
 //!
-//! If the receiver may not read the sender's memory (a different user, Yama
-//! `ptrace_scope`, or a device without remote read), it answers `Fin` with
-//! [`FinStatus::Push`]: the sender then sends the bytes through the reliable
-//! datagram path as one [`Packet::Push`](super::Packet::Push) message ("copy
-//! through": into the ring and out again), which lands in the receive the RTS
-//! already matched. The sender remembers the refusal per peer and sends its later
-//! long messages to that peer eagerly.
+//! If the receiver cannot read the sender's memory (a path without remote read,
+//! such as UDP; or a different user, Yama `ptrace_scope`), it grants the sender
+//! windows instead: a [`Packet::Cts`](super::Packet::Cts) names a byte range of
+//! the message, and the sender streams that range as
+//! [`Packet::Push`](super::Packet::Push) messages, each carrying its offset, which
+//! the receiver places straight into the posted buffer (no reassembly of the
+//! whole message, no unexpected-message memory). The receiver grants the next
+//! window while the current one is still arriving (a sliding window), and
+//! answers `Fin(Done)` when every byte it can take has landed; the send
+//! completes on the `Fin`. A sender told to push to a peer its path claimed it
+//! could read remembers the refusal and sends later long messages to that peer
+//! eagerly.
 //!
 //! | kind | packet | layout |
 //! |----:|--------|--------|
 //! | 8 | `Rts` | flags (bit0 remote CQ data, bit1 tagged), iov count (1..=4) at byte 2; req id, tag, data, total length at 8, 16, 24, 32; then per iov (address, length) |
 //! | 9 | `Fin` | status at byte 1; req id at 8; bytes read at 16 |
-//! | 10 | `Push` | req id at 8; payload = the message bytes |
+//! | 10 | `Push` | req id at 8, offset at 16; payload = those bytes of the message |
+//! | 12 | `Cts` | req id at 8, offset at 16, length at 24: "send me these bytes" |
 //!
 //! All integers little-endian. The request id is the sender's operation id: the
 //! receiver echoes it and never interprets it.
@@ -32,6 +38,7 @@ use super::{u64_at, Kind};
 pub(crate) const RTS: u8 = Kind::Rts as u8;
 pub(crate) const FIN: u8 = Kind::Fin as u8;
 pub(crate) const PUSH: u8 = Kind::Push as u8;
+pub(crate) const CTS: u8 = Kind::Cts as u8;
 
 /// Most pieces a long message is gathered from (libfabric's iov limit).
 pub const MAX_IOV: usize = 4;
@@ -42,7 +49,9 @@ pub const RTS_MAX: usize = RTS_FIXED + 16 * MAX_IOV;
 /// Bytes of a `Fin`.
 pub const FIN_LEN: usize = 24;
 /// Bytes of a `Push` header before the payload.
-pub const PUSH_HEADER_LEN: usize = 16;
+pub const PUSH_HEADER_LEN: usize = 24;
+/// Bytes of a `Cts`.
+pub const CTS_LEN: usize = 32;
 
 const FLAG_DATA: u8 = 1;
 const FLAG_TAGGED: u8 = 2;
@@ -126,10 +135,8 @@ impl Rts {
 /// How the receiver finished a rendezvous.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinStatus {
-    /// The receiver read the bytes (or as many as its buffer took): complete.
+    /// The receiver has the bytes (or as many as its buffer took): complete.
     Done,
-    /// The receiver may not read the sender's memory: send the bytes as a `Push`.
-    Push,
     /// The receiver discarded the message (FI_DISCARD): complete, nothing read.
     Discarded,
     /// Reading the sender's memory failed (bad address, peer gone): complete the
@@ -141,7 +148,6 @@ impl FinStatus {
     fn to_byte(self) -> u8 {
         match self {
             FinStatus::Done => 0,
-            FinStatus::Push => 1,
             FinStatus::Discarded => 2,
             FinStatus::Failed => 3,
         }
@@ -150,7 +156,6 @@ impl FinStatus {
     fn from_byte(b: u8) -> Result<FinStatus, HeaderError> {
         Ok(match b {
             0 => FinStatus::Done,
-            1 => FinStatus::Push,
             2 => FinStatus::Discarded,
             3 => FinStatus::Failed,
             other => return Err(HeaderError::Flags(other)),
@@ -174,10 +179,20 @@ pub(crate) fn decode_fin(b: &[u8]) -> Result<(u64, FinStatus, u64), HeaderError>
     Ok((u64_at(b, 8), FinStatus::from_byte(b[1])?, u64_at(b, 16)))
 }
 
-pub fn encode_push(req: u64) -> [u8; PUSH_HEADER_LEN] {
+pub fn encode_push(req: u64, offset: u64) -> [u8; PUSH_HEADER_LEN] {
     let mut h = [0u8; PUSH_HEADER_LEN];
     h[0] = PUSH;
     h[8..16].copy_from_slice(&req.to_le_bytes());
+    h[16..24].copy_from_slice(&offset.to_le_bytes());
+    h
+}
+
+pub fn encode_cts(req: u64, offset: u64, len: u64) -> [u8; CTS_LEN] {
+    let mut h = [0u8; CTS_LEN];
+    h[0] = CTS;
+    h[8..16].copy_from_slice(&req.to_le_bytes());
+    h[16..24].copy_from_slice(&offset.to_le_bytes());
+    h[24..32].copy_from_slice(&len.to_le_bytes());
     h
 }
 
@@ -206,11 +221,16 @@ mod tests {
             assert_eq!(b.len(), RTS_FIXED + 16 * count);
             assert_eq!(Packet::decode(b), Ok(Packet::Rts(r)));
         }
-        let f = encode_fin(5, FinStatus::Push, 77);
-        assert_eq!(Packet::decode(&f), Ok(Packet::Fin { req: 5, status: FinStatus::Push, read: 77 }));
-        let mut p = encode_push(6).to_vec();
+        let f = encode_fin(5, FinStatus::Discarded, 77);
+        assert_eq!(Packet::decode(&f), Ok(Packet::Fin { req: 5, status: FinStatus::Discarded, read: 77 }));
+        let mut p = encode_push(6, 4096).to_vec();
         p.extend_from_slice(b"abc");
-        assert_eq!(Packet::decode(&p), Ok(Packet::Push { req: 6, payload: b"abc" }));
+        assert_eq!(Packet::decode(&p), Ok(Packet::Push { req: 6, offset: 4096, payload: b"abc" }));
+        assert_eq!(Packet::decode(&encode_cts(7, 8, 9)), Ok(Packet::Cts { req: 7, offset: 8, len: 9 }));
+        assert!(Packet::decode(&encode_cts(7, 8, 9)[..31]).is_err());
+        let mut old_push = encode_fin(5, FinStatus::Done, 0);
+        old_push[1] = 1;
+        assert!(Packet::decode(&old_push).is_err(), "status 1 (the old Push) is no longer valid");
     }
 
     #[test]
