@@ -101,3 +101,18 @@ pub fn pingpong(
 pub fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
+
+/// Builds `fi_tests/mpi/<name>.c` with OpenMPI's `mpicc` into the test target
+/// directory `out_dir`; `None` (a skip, or a failure under CI) without mpicc.
+pub fn build_mpi(name: &str, out_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    if Command::new("mpicc").arg("--version").output().is_err() {
+        crate::skip("mpicc (libopenmpi-dev) is not installed");
+        return None;
+    }
+    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
+    std::fs::create_dir_all(out_dir).unwrap();
+    let exe = out_dir.join(name);
+    let st = Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
+    assert!(st.success(), "mpicc {name}.c failed");
+    Some(exe)
+}

@@ -6,17 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 fn build(name: &str) -> Option<PathBuf> {
-    if Command::new("mpicc").arg("--version").output().is_err() {
-        fi_tests::skip("mpicc (libopenmpi-dev) is not installed");
-        return None;
-    }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(name);
-    let st = Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
-    assert!(st.success(), "mpicc {name}.c failed");
-    Some(exe)
+    procs::build_mpi(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi"))
 }
 
 fn mpirun(exe: &PathBuf, np: u32, device: &str, args: &[&str], extra_mca: &[&str]) -> String {

@@ -13,16 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn build(name: &str) -> Option<PathBuf> {
-    if Command::new("mpicc").arg("--version").output().is_err() {
-        fi_tests::skip("mpicc (libopenmpi-dev) is not installed");
-        return None;
-    }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(name);
-    assert!(Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).status().unwrap().success());
-    Some(exe)
+    procs::build_mpi(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi"))
 }
 
 fn lossy_job(n_hosts: usize, np: usize, seed: u32) {
