@@ -149,6 +149,8 @@ pub struct Running {
     pub(crate) stage: Vec<Vec<u8>>,
     pub(crate) stage_dst: [DevAddr; TX_BATCH],
     pub(crate) stage_len: [usize; TX_BATCH],
+    /// Bytes per datagram of each staged transmit (less than its length for a run).
+    pub(crate) stage_seg: [usize; TX_BATCH],
     pub(crate) staged: usize,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
     pub(crate) src_cache: rustc_hash::FxHashMap<PeerId, u64>,
@@ -367,7 +369,7 @@ impl EpShared {
         };
         let placeholder = device.local_addr();
         // Paths differ under auto (shm segments are larger than UDP's).
-        let max_mtu = device.max_mtu();
+        let max_mtu = device.max_transmit();
         st.running = Some(Running {
             device,
             engine: MsgEngine::new(Engine::new(cfg), msg_cfg),
@@ -375,6 +377,7 @@ impl EpShared {
             stage: (0..TX_BATCH).map(|_| vec![0u8; max_mtu.max(64)]).collect(),
             stage_dst: [placeholder; TX_BATCH],
             stage_len: [0; TX_BATCH],
+            stage_seg: [0; TX_BATCH],
             staged: 0,
             src_cache: Default::default(),
             src_cache_gen: 0,
@@ -928,6 +931,7 @@ impl Running {
                     Some(tx) => {
                         self.stage_dst[i] = tx.dst;
                         self.stage_len[i] = tx.len;
+                        self.stage_seg[i] = tx.seg;
                         self.staged += 1;
                     }
                     None => break,
@@ -936,9 +940,9 @@ impl Running {
             if self.staged == 0 {
                 return;
             }
-            let mut batch = [TxDatagram { dst: self.stage_dst[0], data: &[] }; TX_BATCH];
+            let mut batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
             for i in 0..self.staged {
-                batch[i] = TxDatagram { dst: self.stage_dst[i], data: &self.stage[i][..self.stage_len[i]] };
+                batch[i] = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
             }
             let taken = match self.device.send_batch(&batch[..self.staged]) {
                 Ok(n) => n,
@@ -947,8 +951,12 @@ impl Running {
                     // it; a destination the device calls unreachable fails the peer
                     // now, anything else is retransmitted or times the peer out.
                     fi_warn!(Subsys::EpData, "device send to {:?} failed: {e}", self.stage_dst[0]);
-                    if let DeviceError::Unreachable(a) = e {
-                        self.engine.handle_unreachable(a);
+                    match e {
+                        DeviceError::Unreachable(a) => self.engine.handle_unreachable(a),
+                        // A run the device can no longer send whole (its offload
+                        // was refused): single datagrams from now on.
+                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.engine.rdm_mut().disable_runs(),
+                        _ => {}
                     }
                     1
                 }
@@ -962,6 +970,7 @@ impl Running {
                 self.stage.swap(i - taken, i);
                 self.stage_dst[i - taken] = self.stage_dst[i];
                 self.stage_len[i - taken] = self.stage_len[i];
+                self.stage_seg[i - taken] = self.stage_seg[i];
             }
             self.staged -= taken;
             if self.staged > 0 {

@@ -84,7 +84,7 @@ fn payload(i: usize, len: usize) -> Vec<u8> {
 fn send_and_receive_batch((mut a, mut b): Pair) {
     let dst = b.local_addr();
     let msgs: Vec<Vec<u8>> = (0..100).map(|i| payload(i, 1 + i * 13 % 1000)).collect();
-    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
     send_all(a.as_mut(), &batch);
     let got = recv_n(b.as_mut(), msgs.len());
     assert_eq!(got.len(), msgs.len(), "all datagrams arrive on an idle local path");
@@ -102,7 +102,7 @@ fn send_and_receive_batch((mut a, mut b): Pair) {
     }
     // The receiver answers to the address it saw.
     let src = a.local_addr();
-    send_all(b.as_mut(), &[TxDatagram { dst: src, data: b"pong" }]);
+    send_all(b.as_mut(), &[TxDatagram::new(src, b"pong")]);
     let back = recv_n(a.as_mut(), 1);
     assert_eq!(back, vec![(b.local_addr(), b"pong".to_vec())]);
 }
@@ -111,19 +111,19 @@ fn mtu_edges((mut a, mut b): Pair) {
     let mtu = a.caps().mtu;
     let dst = b.local_addr();
     let big = payload(1, mtu);
-    send_all(a.as_mut(), &[TxDatagram { dst, data: &big }]);
+    send_all(a.as_mut(), &[TxDatagram::new(dst, &big)]);
     let got = recv_n(b.as_mut(), 1);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].1, big);
     let too_big = payload(2, mtu + 1);
-    match a.send_batch(&[TxDatagram { dst, data: &too_big }]) {
+    match a.send_batch(&[TxDatagram::new(dst, &too_big)]) {
         Err(DeviceError::TooLarge { len, mtu: m }) => assert_eq!((len, m), (mtu + 1, mtu)),
         other => panic!("mtu + 1 must be rejected with TooLarge, got {other:?}"),
     }
     // An oversized datagram in the middle stops the batch there.
     let ok = payload(3, 10);
     let n = a
-        .send_batch(&[TxDatagram { dst, data: &ok }, TxDatagram { dst, data: &too_big }, TxDatagram { dst, data: &ok }])
+        .send_batch(&[TxDatagram::new(dst, &ok), TxDatagram::new(dst, &too_big), TxDatagram::new(dst, &ok)])
         .expect("a valid head is sent");
     assert_eq!(n, 1);
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
@@ -131,7 +131,7 @@ fn mtu_edges((mut a, mut b): Pair) {
 
 fn zero_length((mut a, mut b): Pair) {
     let dst = b.local_addr();
-    send_all(a.as_mut(), &[TxDatagram { dst, data: &[] }, TxDatagram { dst, data: b"x" }]);
+    send_all(a.as_mut(), &[TxDatagram::new(dst, &[]), TxDatagram::new(dst, b"x")]);
     let mut got: Vec<Vec<u8>> = recv_n(b.as_mut(), 2).into_iter().map(|(_, d)| d).collect();
     got.sort();
     assert_eq!(got, vec![Vec::new(), b"x".to_vec()]);
@@ -140,7 +140,7 @@ fn zero_length((mut a, mut b): Pair) {
 fn lending_and_max((mut a, mut b): Pair) {
     let dst = b.local_addr();
     let msgs: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 100 + i)).collect();
-    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
     send_all(a.as_mut(), &batch);
     // recv_batch honours `max`, and each lent slice is intact inside the callback.
     let deadline = Instant::now() + PATIENCE;
@@ -168,13 +168,13 @@ fn wait_fd_wakes((mut a, mut b): Pair) {
     assert!(!b.prepare_wait(), "nothing waiting");
     assert!(!readable(fd, 0), "idle device is not readable");
     let dst = b.local_addr();
-    send_all(a.as_mut(), &[TxDatagram { dst, data: b"wake" }]);
+    send_all(a.as_mut(), &[TxDatagram::new(dst, b"wake")]);
     assert!(readable(fd, 2000), "wait_fd becomes readable after a send");
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
     // Data that arrived before the arm: prepare_wait says so (the fd of a device
     // that arms lazily may not be readable for it).
     drain(b.as_mut());
-    send_all(a.as_mut(), &[TxDatagram { dst, data: b"early" }]);
+    send_all(a.as_mut(), &[TxDatagram::new(dst, b"early")]);
     let deadline = Instant::now() + PATIENCE;
     let mut noticed = false;
     while !noticed && Instant::now() < deadline {
@@ -195,7 +195,7 @@ fn flood_never_errors((mut a, b): Pair) {
     // retried later.
     let dst = b.local_addr();
     let data = payload(0, 1000.min(a.caps().mtu));
-    let batch: Vec<TxDatagram> = (0..4096).map(|_| TxDatagram { dst, data: &data }).collect();
+    let batch: Vec<TxDatagram> = (0..4096).map(|_| TxDatagram::new(dst, &data)).collect();
     let mut total = 0;
     for _ in 0..4 {
         let n = a.send_batch(&batch).expect("flooding is not an error");
@@ -314,7 +314,7 @@ fn shm_polling_receiver_costs_senders_no_wakeups() {
     let mut b = ShmDevice::new().unwrap();
     let dst = b.local_addr();
     for i in 0..200u32 {
-        send_all(&mut a, &[TxDatagram { dst, data: &i.to_le_bytes() }]);
+        send_all(&mut a, &[TxDatagram::new(dst, &i.to_le_bytes())]);
         let mut got = 0;
         while got == 0 {
             got = b.recv_batch(8, &mut |_, m| assert_eq!(m, i.to_le_bytes())).unwrap();
@@ -323,8 +323,8 @@ fn shm_polling_receiver_costs_senders_no_wakeups() {
     assert_eq!(a.stats.wakeups_sent, 0, "no receiver armed, no FIFO writes");
     let fd = b.wait_fd().unwrap();
     assert!(!b.prepare_wait());
-    send_all(&mut a, &[TxDatagram { dst, data: b"one" }]);
-    send_all(&mut a, &[TxDatagram { dst, data: b"two" }]);
+    send_all(&mut a, &[TxDatagram::new(dst, b"one")]);
+    send_all(&mut a, &[TxDatagram::new(dst, b"two")]);
     assert!(readable(fd, 2000));
     assert_eq!(a.stats.wakeups_sent, 1, "one wake-up per arm");
     assert_eq!(recv_n(&mut b, 2).len(), 2);
@@ -377,10 +377,10 @@ fn udp_wrong_address_kind_is_unreachable() {
     let mut a = udp("127.0.0.1:0").unwrap();
     let b = udp("127.0.0.1:0").unwrap();
     let sim = DevAddr::Sim(3);
-    assert!(matches!(a.send_batch(&[TxDatagram { dst: sim, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(sim, b"x")]), Err(DeviceError::Unreachable(_))));
     // A bad address after a good one shortens the batch instead.
     let n = a
-        .send_batch(&[TxDatagram { dst: b.local_addr(), data: b"x" }, TxDatagram { dst: sim, data: b"x" }])
+        .send_batch(&[TxDatagram::new(b.local_addr(), b"x"), TxDatagram::new(sim, b"x")])
         .unwrap();
     assert_eq!(n, 1);
 }
@@ -394,11 +394,11 @@ fn udp_dead_peer_does_not_poison_the_socket() {
         d.local_addr()
     };
     for _ in 0..5 {
-        let _ = a.send_batch(&[TxDatagram { dst: dead, data: b"to nobody" }]);
+        let _ = a.send_batch(&[TxDatagram::new(dead, b"to nobody")]);
         std::thread::sleep(Duration::from_millis(2));
     }
     drain(a.as_mut());
-    send_all(a.as_mut(), &[TxDatagram { dst: b.local_addr(), data: b"alive" }]);
+    send_all(a.as_mut(), &[TxDatagram::new(b.local_addr(), b"alive")]);
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
 }
 
@@ -432,7 +432,7 @@ fn gso_groups(a: &mut UdpDevice, b: &mut UdpDevice, c: &mut UdpDevice, groups: &
             })
             .collect();
         let (db, dc) = (b.local_addr(), c.local_addr());
-        let batch: Vec<TxDatagram> = msgs.iter().map(|(to_b, m)| TxDatagram { dst: if *to_b { db } else { dc }, data: m }).collect();
+        let batch: Vec<TxDatagram> = msgs.iter().map(|(to_b, m)| TxDatagram::new(if *to_b { db } else { dc }, m)).collect();
         send_all(a, &batch);
         sent += batch.len() as u64;
         for (dev, want_b) in [(&mut *b, true), (&mut *c, false)] {
@@ -583,7 +583,7 @@ fn udp_gso_run_to_unreachable_does_not_poison() {
     let refused = DevAddr::Udp("255.255.255.255:9".parse().unwrap());
     let data: Vec<Vec<u8>> = (0..30).map(|i| tagged(i, 1000)).collect();
     let dsts = [refused, dead, b.local_addr()];
-    let batch: Vec<TxDatagram> = data.iter().enumerate().map(|(i, m)| TxDatagram { dst: dsts[i / 10], data: m }).collect();
+    let batch: Vec<TxDatagram> = data.iter().enumerate().map(|(i, m)| TxDatagram::new(dsts[i / 10], m)).collect();
     // What the provider does: a failing head datagram is dropped, the rest retried.
     let mut done = 0;
     let mut errors = 0;
@@ -645,7 +645,7 @@ fn udp_gso_refused_falls_back() {
     assert_eq!(r, 0);
     let data: Vec<Vec<u8>> = (0..25).map(|i| tagged(i, if i < 20 { 1000 } else { 500 })).collect();
     let dst = b.local_addr();
-    let batch: Vec<TxDatagram> = data.iter().map(|m| TxDatagram { dst, data: m }).collect();
+    let batch: Vec<TxDatagram> = data.iter().map(|m| TxDatagram::new(dst, m)).collect();
     assert_eq!(a.send_batch(&batch).unwrap(), batch.len(), "refused GSO is resent without it, in the same call");
     let got: Vec<Vec<u8>> = recv_n(&mut b, data.len()).into_iter().map(|(_, m)| m).collect();
     assert_eq!(sorted(got), sorted(data));
@@ -679,7 +679,7 @@ fn udp_throughput_run(mut a: UdpDevice, mut b: UdpDevice, per_call: usize, len: 
         (n, bytes, b.stats.gro_messages)
     });
     let data = payload(7, len);
-    let batch: Vec<TxDatagram> = (0..per_call).map(|_| TxDatagram { dst, data: &data }).collect();
+    let batch: Vec<TxDatagram> = (0..per_call).map(|_| TxDatagram::new(dst, &data)).collect();
     let start = Instant::now();
     let mut sent = 0u64;
     while start.elapsed().as_secs_f64() < secs {
@@ -747,7 +747,7 @@ fn shm_full_ring_is_back_pressure() {
     let mut a = ShmDevice::open(&cfg).unwrap();
     let mut b = ShmDevice::open(&cfg).unwrap();
     let dst = b.local_addr();
-    let batch: Vec<TxDatagram> = (0..20).map(|_| TxDatagram { dst, data: b"0123456789" }).collect();
+    let batch: Vec<TxDatagram> = (0..20).map(|_| TxDatagram::new(dst, b"0123456789")).collect();
     assert_eq!(a.send_batch(&batch).unwrap(), 8);
     assert_eq!(a.send_batch(&batch).unwrap(), 0, "full ring: short count, not an error");
     assert_eq!(recv_n(&mut b, 8).len(), 8);
@@ -760,25 +760,25 @@ fn shm_dead_peer_is_unreachable() {
     // A peer that closed (cached mapping and fresh lookup both fail).
     let b = ShmDevice::new().unwrap();
     let dst = b.local_addr();
-    send_all(&mut a, &[TxDatagram { dst, data: b"hi" }]);
+    send_all(&mut a, &[TxDatagram::new(dst, b"hi")]);
     drop(b);
-    assert!(matches!(a.send_batch(&[TxDatagram { dst, data: b"hi" }]), Err(DeviceError::Unreachable(_))));
-    assert!(matches!(a.send_batch(&[TxDatagram { dst, data: b"hi" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
     // A peer whose process does not exist.
     let DevAddr::Shm(mut ghost) = a.local_addr() else { panic!() };
     ghost.pid = 0x3fff_fff0;
     let ghost = DevAddr::Shm(ghost);
-    assert!(matches!(a.send_batch(&[TxDatagram { dst: ghost, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(ghost, b"x")]), Err(DeviceError::Unreachable(_))));
     // Another host, or another kind of address.
     let DevAddr::Shm(mut remote) = a.local_addr() else { panic!() };
     remote.host_id ^= 0x10;
     let remote = DevAddr::Shm(remote);
-    assert!(matches!(a.send_batch(&[TxDatagram { dst: remote, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(remote, b"x")]), Err(DeviceError::Unreachable(_))));
     let udp: DevAddr = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
-    assert!(matches!(a.send_batch(&[TxDatagram { dst: udp, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
     // After a good datagram, the bad one shortens the batch.
     let me = a.local_addr();
-    assert_eq!(a.send_batch(&[TxDatagram { dst: me, data: b"x" }, TxDatagram { dst: ghost, data: b"x" }]).unwrap(), 1);
+    assert_eq!(a.send_batch(&[TxDatagram::new(me, b"x"), TxDatagram::new(ghost, b"x")]).unwrap(), 1);
 }
 
 #[test]
@@ -845,9 +845,9 @@ fn auto_routes_by_address_kind() {
     assert!(!b.prepare_wait());
     assert!(!readable(fd, 0));
     let batch = [
-        TxDatagram { dst: b_shm, data: b"s1" },
-        TxDatagram { dst: b_udp, data: b"u1" },
-        TxDatagram { dst: b_shm, data: b"s2" },
+        TxDatagram::new(b_shm, b"s1"),
+        TxDatagram::new(b_udp, b"u1"),
+        TxDatagram::new(b_shm, b"s2"),
     ];
     send_all(&mut a, &batch);
     assert!(readable(fd, 2000));
@@ -862,7 +862,7 @@ fn auto_routes_by_address_kind() {
     drain(&mut b);
     assert!(!b.prepare_wait());
     assert!(!readable(fd, 0));
-    send_all(&mut a, &[TxDatagram { dst: b_shm, data: b"s3" }]);
+    send_all(&mut a, &[TxDatagram::new(b_shm, b"s3")]);
     assert!(readable(fd, 2000));
     assert_eq!(recv_n(&mut b, 1), vec![(a_shm, b"s3".to_vec())]);
     // Remote read goes through the shm half.
@@ -882,9 +882,9 @@ fn auto_dead_shm_peer_stops_the_batch() {
     let dead = DevAddr::Shm(b.shm_addr().unwrap());
     let b_udp = b.local_addr();
     drop(b);
-    assert!(matches!(a.send_batch(&[TxDatagram { dst: dead, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(&[TxDatagram::new(dead, b"x")]), Err(DeviceError::Unreachable(_))));
     assert_eq!(
-        a.send_batch(&[TxDatagram { dst: b_udp, data: b"x" }, TxDatagram { dst: dead, data: b"x" }]).unwrap(),
+        a.send_batch(&[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(),
         1
     );
     let only_net: AutoDevice = AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
@@ -945,7 +945,7 @@ fn shm_child(mode: &str) {
         })
         .unwrap();
         if let Some(src) = reply {
-            send_all(&mut d, &[TxDatagram { dst: src, data: b"pong" }]);
+            send_all(&mut d, &[TxDatagram::new(src, b"pong")]);
         }
         sleep_on(&mut d, 10);
     }
@@ -961,7 +961,7 @@ fn shm_cross_process() {
     let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
     let dst = DevAddr::Shm(peer);
     let mut d = ShmDevice::new().unwrap();
-    send_all(&mut d, &[TxDatagram { dst, data: b"ping" }]);
+    send_all(&mut d, &[TxDatagram::new(dst, b"ping")]);
     // Sleep on the wait fd between receive attempts (prepare_wait arms the
     // wake-up); the child's answer must arrive.
     let fd = d.wait_fd().unwrap();
@@ -981,9 +981,9 @@ fn shm_cross_process() {
     } else {
         eprintln!("cross-process remote read refused (ptrace policy); skipped");
     }
-    send_all(&mut d, &[TxDatagram { dst, data: b"bye" }]);
+    send_all(&mut d, &[TxDatagram::new(dst, b"bye")]);
     assert!(child.wait().unwrap().success());
-    assert!(matches!(d.send_batch(&[TxDatagram { dst, data: b"x" }]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(d.send_batch(&[TxDatagram::new(dst, b"x")]), Err(DeviceError::Unreachable(_))));
 }
 
 #[test]
@@ -995,14 +995,14 @@ fn shm_crashed_peer() {
     let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
     let dst = DevAddr::Shm(peer);
     let mut d = ShmDevice::open(&ShmConfig { slots: 4, ..ShmConfig::default() }).unwrap();
-    send_all(&mut d, &[TxDatagram { dst, data: b"1" }]);
+    send_all(&mut d, &[TxDatagram::new(dst, b"1")]);
     child.kill().unwrap();
     child.wait().unwrap();
     let path = std::path::Path::new(rdm::device::shm::DEFAULT_DIR).join(rdm::device::shm::segment_name(&peer));
     assert!(path.exists(), "a killed process leaves its ring behind");
     // Cached mapping: the dead owner's ring fills (nobody drains it), then the
     // dead owner is noticed.
-    let batch = [TxDatagram { dst, data: b"2" }; 8];
+    let batch = [TxDatagram::new(dst, b"2"); 8];
     let err = (0..10_000).find_map(|_| d.send_batch(&batch).err());
     assert!(matches!(err, Some(DeviceError::Unreachable(_))), "{err:?}");
     // The next open removes the stale ring.

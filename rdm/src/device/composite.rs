@@ -128,11 +128,11 @@ impl<N: Device> Device for AutoDevice<N> {
                     reliable: false,
                     ordered: false,
                     mtu: s.mtu.min(n.mtu),
-                   
                     remote_read: false,
+                    gso: false,
                 }
             }
-            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false },
+            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false },
         }
     }
 
@@ -238,6 +238,12 @@ impl<N: Device> Device for AutoDevice<N> {
     fn max_mtu(&self) -> usize {
         let s = self.shm.as_ref().map_or(0, |s| s.max_mtu());
         let n = self.net.as_ref().map_or(0, |n| n.max_mtu());
+        s.max(n)
+    }
+
+    fn max_transmit(&self) -> usize {
+        let s = self.shm.as_ref().map_or(0, |s| s.max_transmit());
+        let n = self.net.as_ref().map_or(0, |n| n.max_transmit());
         s.max(n)
     }
 }

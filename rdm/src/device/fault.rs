@@ -173,7 +173,7 @@ impl<D: Device> FaultDevice<D> {
     /// inner device does not take stay held.
     pub fn flush_held(&mut self) -> Result<(), DeviceError> {
         while let Some((dst, data)) = self.held.front() {
-            match self.inner.send_batch(&[TxDatagram { dst: *dst, data }]) {
+            match self.inner.send_batch(&[TxDatagram::new(*dst, data)]) {
                 Ok(1) => {
                     self.held.pop_front();
                 }
@@ -192,7 +192,7 @@ impl<D: Device> FaultDevice<D> {
 impl<D: Device> Device for FaultDevice<D> {
     fn caps(&self) -> DeviceCaps {
         // Whatever the inner device promises, this one may break it.
-        DeviceCaps { reliable: false, ordered: false, ..self.inner.caps() }
+        DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps() }
     }
 
     fn local_addr(&self) -> DevAddr {
@@ -265,14 +265,16 @@ impl<D: Device> Device for FaultDevice<D> {
         } else {
             let tx: Vec<TxDatagram<'_>> = plan
                 .iter()
-                .map(|&(dst, src)| TxDatagram {
-                    dst,
-                    data: match src {
-                        Src::Batch(i) => batch[i].data,
-                        Src::Corrupted(c) => &corrupted[c],
-                        Src::Held(j) => &self.held[j].1,
-                        Src::NewHeld(j) => &new_held[j].2,
-                    },
+                .map(|&(dst, src)| {
+                    TxDatagram::new(
+                        dst,
+                        match src {
+                            Src::Batch(i) => batch[i].data,
+                            Src::Corrupted(c) => &corrupted[c],
+                            Src::Held(j) => &self.held[j].1,
+                            Src::NewHeld(j) => &new_held[j].2,
+                        },
+                    )
                 })
                 .collect();
             self.inner.send_batch(&tx)
@@ -326,7 +328,8 @@ impl<D: Device> Device for FaultDevice<D> {
     }
 
     fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, ..self.inner.caps_for(peer) }
+        // Faults apply per datagram: no runs through this decorator.
+        DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps_for(peer) }
     }
 
     fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
@@ -350,6 +353,7 @@ impl<D: Device> Device for FaultDevice<D> {
     fn max_mtu(&self) -> usize {
         self.inner.max_mtu()
     }
+    // max_transmit stays max_mtu: no runs through this decorator.
 }
 
 #[cfg(test)]
@@ -364,7 +368,7 @@ mod tests {
 
     impl Device for Recorder {
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false }
+            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false }
         }
         fn local_addr(&self) -> DevAddr {
             DevAddr::Sim(0)
@@ -402,7 +406,7 @@ mod tests {
     fn run(cfg: FaultConfig, n: usize) -> (FaultDevice<Recorder>, usize) {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(n);
-        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst: DevAddr::Sim(1), data: m }).collect();
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(DevAddr::Sim(1), m)).collect();
         let taken = d.send_batch(&tx).unwrap();
         d.recv_batch(1, &mut |_, _| {}).unwrap();
         (d, taken)
@@ -441,7 +445,7 @@ mod tests {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(3);
         for m in &msgs {
-            assert_eq!(d.send_batch(&[TxDatagram { dst: DevAddr::Sim(1), data: m }]).unwrap(), 1);
+            assert_eq!(d.send_batch(&[TxDatagram::new(DevAddr::Sim(1), m)]).unwrap(), 1);
         }
         // Everything is held (up to MAX_HELD) until the receive side runs.
         assert!(d.inner.sent.is_empty());
@@ -453,12 +457,12 @@ mod tests {
     fn back_pressure_and_errors_keep_their_meaning() {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: 3 }, FaultConfig::default());
         let msgs = data(5);
-        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram { dst: DevAddr::Sim(1), data: m }).collect();
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(DevAddr::Sim(1), m)).collect();
         assert_eq!(d.send_batch(&tx).unwrap(), 3);
         let big = vec![0u8; 101];
         d.inner.room = 10;
-        assert!(matches!(d.send_batch(&[TxDatagram { dst: DevAddr::Sim(1), data: &big }]), Err(DeviceError::TooLarge { .. })));
-        assert_eq!(d.send_batch(&[tx[0], TxDatagram { dst: DevAddr::Sim(1), data: &big }]).unwrap(), 1);
+        assert!(matches!(d.send_batch(&[TxDatagram::new(DevAddr::Sim(1), &big)]), Err(DeviceError::TooLarge { .. })));
+        assert_eq!(d.send_batch(&[tx[0], TxDatagram::new(DevAddr::Sim(1), &big)]).unwrap(), 1);
     }
 
     #[test]

@@ -62,13 +62,37 @@ pub struct DeviceCaps {
     pub mtu: usize,
     /// The receiver can read the sender's memory directly ([`Device::remote_read`]).
     pub remote_read: bool,
+    /// The device takes a run of equal-size datagrams to one destination as one
+    /// [`TxDatagram`] (`seg` < `data.len()`), e.g. as one UDP GSO send.
+    pub gso: bool,
 }
 
-/// One outgoing datagram.
+/// One outgoing datagram, or a run of them: `data` cut every `seg` bytes (the
+/// last piece may be shorter) gives datagrams of one destination. A run is
+/// passed only to devices whose caps say `gso`; the engine forms it, so the
+/// device need not rediscover it.
 #[derive(Clone, Copy, Debug)]
 pub struct TxDatagram<'a> {
     pub dst: DevAddr,
     pub data: &'a [u8],
+    pub seg: usize,
+}
+
+impl<'a> TxDatagram<'a> {
+    /// One datagram.
+    pub fn new(dst: DevAddr, data: &'a [u8]) -> TxDatagram<'a> {
+        TxDatagram { dst, data, seg: data.len() }
+    }
+
+    /// A run of datagrams of `seg` bytes (the last may be shorter).
+    pub fn run(dst: DevAddr, data: &'a [u8], seg: usize) -> TxDatagram<'a> {
+        TxDatagram { dst, data, seg: seg.clamp(1, data.len().max(1)) }
+    }
+
+    /// Whether this is a run of more than one datagram.
+    pub fn is_run(&self) -> bool {
+        self.seg < self.data.len()
+    }
 }
 
 /// Errors of a device operation; each names what failed.
@@ -112,6 +136,11 @@ pub trait Device: Send {
     /// halves differ): what a transmit buffer must hold.
     fn max_mtu(&self) -> usize {
         self.caps().mtu
+    }
+    /// The largest `TxDatagram::data` the device takes: `max_mtu`, or a whole
+    /// run where it takes runs.
+    fn max_transmit(&self) -> usize {
+        self.max_mtu()
     }
     /// The address peers use to reach this endpoint.
     fn local_addr(&self) -> DevAddr;
@@ -179,6 +208,9 @@ impl<D: Device + ?Sized> Device for Box<D> {
     }
     fn max_mtu(&self) -> usize {
         (**self).max_mtu()
+    }
+    fn max_transmit(&self) -> usize {
+        (**self).max_transmit()
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -211,7 +211,10 @@ struct TxScratch {
     msgs: [libc::mmsghdr; BATCH],
     addrs: [libc::sockaddr_storage; BATCH],
     cmsgs: [CmsgBuf; BATCH],
+    /// Batch elements per entry.
     dgrams: [usize; BATCH],
+    /// Datagrams per entry (differs from `dgrams` for an engine-formed run).
+    segs: [usize; BATCH],
     iovs: [libc::iovec; TX_IOVS],
 }
 
@@ -590,6 +593,32 @@ impl UdpDevice {
                 break;
             };
             let len = d.data.len();
+            if d.is_run() {
+                // A run the engine formed: one entry of its own, cut by the kernel
+                // every `seg` bytes. Without GSO (refused since) it cannot go out
+                // whole: report it, and the sender falls back to single datagrams.
+                let segments = len.div_ceil(d.seg);
+                if !self.gso || d.seg > self.mtu || segments > GSO_MAX_SEGMENTS || len > GSO_MAX_BYTES {
+                    bad = Some(if self.gso { DeviceError::TooLarge { len, mtu: self.mtu } } else { DeviceError::Unsupported });
+                    break;
+                }
+                if entries == BATCH {
+                    break;
+                }
+                let e = entries;
+                txs.msgs[e].msg_hdr.msg_namelen = to_sockaddr(&dst, &mut txs.addrs[e]);
+                let c = &mut txs.cmsgs[e];
+                c.hdr.cmsg_len = CMSG_SEGMENT_LEN as _;
+                c.hdr.cmsg_level = libc::SOL_UDP;
+                c.hdr.cmsg_type = libc::UDP_SEGMENT;
+                c.data[..2].copy_from_slice(&(d.seg as u16).to_ne_bytes());
+                txs.dgrams[e] = 1;
+                txs.segs[e] = segments;
+                txs.iovs[i] = libc::iovec { iov_base: d.data.as_ptr() as *mut libc::c_void, iov_len: len };
+                entries += 1;
+                open = false;
+                continue;
+            }
             if len > self.mtu {
                 bad = Some(DeviceError::TooLarge { len, mtu: self.mtu });
                 break;
@@ -615,6 +644,7 @@ impl UdpDevice {
                 c.hdr.cmsg_type = libc::UDP_SEGMENT;
                 c.data[..2].copy_from_slice(&(len as u16).to_ne_bytes());
                 txs.dgrams[e] = 0;
+                txs.segs[e] = 0;
                 entries += 1;
                 run_dst = Some(dst);
                 seg = len;
@@ -624,6 +654,7 @@ impl UdpDevice {
             let e = entries - 1;
             txs.iovs[i] = libc::iovec { iov_base: d.data.as_ptr() as *mut libc::c_void, iov_len: len };
             txs.dgrams[e] += 1;
+            txs.segs[e] += 1;
             bytes += len;
             // A shorter datagram ends its run.
             open &= len == seg;
@@ -639,7 +670,7 @@ impl UdpDevice {
             hdr.msg_iov = iovs.wrapping_add(first);
             hdr.msg_iovlen = n as _;
             first += n;
-            if n > 1 {
+            if txs.segs[e] > 1 {
                 hdr.msg_control = &mut txs.cmsgs[e] as *mut CmsgBuf as *mut libc::c_void;
                 hdr.msg_controllen = CMSG_SEGMENT_SPACE as _;
             } else {
@@ -743,16 +774,19 @@ impl UdpDevice {
     }
 
     /// Counts the datagrams of the first `sent` entries (the ones the kernel took).
+    /// Counts the batch elements of the first `sent` entries (the ones the
+    /// kernel took), and their datagrams in the statistics.
     fn count_sent(&mut self, sent: usize) -> usize {
         let mut n = 0;
-        for &d in &self.txs.dgrams[..sent] {
+        for e in 0..sent {
+            let (d, segs) = (self.txs.dgrams[e], self.txs.segs[e]);
             n += d;
-            if d > 1 {
+            if segs > 1 {
                 self.stats.gso_sends += 1;
-                self.stats.gso_segments += d as u64;
+                self.stats.gso_segments += segs as u64;
             }
+            self.stats.sent += segs as u64;
         }
-        self.stats.sent += n as u64;
         n
     }
 
@@ -854,7 +888,7 @@ impl UdpDevice {
 
 impl Device for UdpDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false }
+        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso }
     }
 
     fn local_addr(&self) -> DevAddr {
@@ -884,7 +918,7 @@ impl Device for UdpDevice {
                     self.stats.send_would_block += 1;
                     return Ok(total);
                 }
-                Err(e) if self.txs.dgrams[0] > 1 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
+                Err(e) if self.txs.segs[0] > 1 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) => {
                     // The kernel refused segmentation offload for the first entry
                     // (nothing was sent): send each datagram on its own from now on.
                     self.gso = false;
@@ -927,6 +961,14 @@ impl Device for UdpDevice {
         Some(self.sock.as_raw_fd())
     }
 
+    fn max_transmit(&self) -> usize {
+        if self.gso {
+            GSO_MAX_BYTES
+        } else {
+            self.mtu
+        }
+    }
+
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         if self.errq_pending {
             self.errq_pending = false;
@@ -958,6 +1000,31 @@ impl Device for UdpDevice {
 mod tests {
     use super::*;
 
+    /// A run formed by the sender (one GSO send) arrives as its datagrams, each
+    /// intact; a device without GSO refuses a run instead of mangling it.
+    #[test]
+    fn a_run_leaves_as_its_datagrams() {
+        let mut tx = UdpDevice::open(&UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut rx = UdpDevice::open(&UdpConfig { gro: false, ..UdpConfig::new("127.0.0.1:0".parse().unwrap()) }).unwrap();
+        let dst = rx.local_addr();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        if !tx.offloads().gso {
+            eprintln!("kernel without UDP GSO: runs are never formed here");
+            return;
+        }
+        assert_eq!(tx.send_batch(&[TxDatagram::run(dst, &data, 1400)]).unwrap(), 1);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while got.len() < 4 && std::time::Instant::now() < deadline {
+            rx.recv_batch(16, &mut |_, d| got.push(d.to_vec())).unwrap();
+        }
+        let want: Vec<Vec<u8>> = data.chunks(1400).map(|c| c.to_vec()).collect();
+        assert_eq!(got, want);
+        assert_eq!(tx.stats.gso_sends, 1);
+        tx.gso = false;
+        assert!(matches!(tx.send_batch(&[TxDatagram::run(dst, &data, 1400)]), Err(DeviceError::Unsupported)));
+    }
+
     /// A datagram to a port nobody listens on draws an ICMP port unreachable;
     /// the device reads it from the error queue and names the destination.
     #[test]
@@ -969,7 +1036,7 @@ mod tests {
         };
         let live = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let data = [7u8; 32];
-        let batch = [TxDatagram { dst: DevAddr::Udp(closed), data: &data }, TxDatagram { dst: DevAddr::Udp(live.local_addr().unwrap()), data: &data }];
+        let batch = [TxDatagram::new(DevAddr::Udp(closed), &data), TxDatagram::new(DevAddr::Udp(live.local_addr().unwrap()), &data)];
         let mut sent = 0;
         while sent < batch.len() {
             sent += dev.send_batch(&batch[sent..]).unwrap_or(1);

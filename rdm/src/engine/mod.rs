@@ -127,7 +127,15 @@ pub enum SendError {
 pub struct Transmit {
     pub dst: DevAddr,
     pub len: usize,
+    /// Bytes per datagram: `len` for one datagram; less for a run of datagrams
+    /// to `dst` written back to back (the last may be shorter), formed only for
+    /// paths whose device takes runs (`DeviceCaps::gso`).
+    pub seg: usize,
 }
+
+/// Most datagrams in one run, and most bytes (what one UDP GSO send takes).
+pub const RUN_MAX_SEGMENTS: usize = 64;
+pub const RUN_MAX_BYTES: usize = 65507;
 
 /// Counters (monotonic).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,6 +177,8 @@ struct PeerPath {
     /// The path never loses, duplicates or corrupts: no retransmission timers,
     /// no SACK recovery, a full window from the start.
     reliable: bool,
+    /// The device takes runs of datagrams to this peer (UDP GSO).
+    gso: bool,
 }
 
 struct TxSeg {
@@ -245,6 +255,7 @@ struct Hot {
     /// Per-path parameters (see [`PeerPath`]).
     payload_max: usize,
     reliable: bool,
+    gso: bool,
 }
 
 const RX_WINDOW: u32 = 4096;
@@ -280,6 +291,7 @@ impl Hot {
             armed_at: None,
             payload_max: path.payload_max as usize,
             reliable: path.reliable,
+            gso: path.gso,
         }
     }
 
@@ -313,6 +325,8 @@ pub struct Engine {
     hot: Slab<Hot>,
     /// Deadlines of hot peers, earliest first (see [`Engine::arm`]).
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Runs of datagrams may be formed (off once a device refused one).
+    runs: bool,
     ready: VecDeque<u32>,
     events: VecDeque<Event>,
     pool: Vec<Vec<u8>>,
@@ -339,6 +353,7 @@ impl Engine {
             by_addr: FxHashMap::default(),
             hot: Slab::new(),
             timers: BinaryHeap::new(),
+            runs: true,
             ready: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
@@ -376,13 +391,14 @@ impl Engine {
         let id = self.peer(addr);
         let cold = &mut self.cold[id.0 as usize];
         if cold.path.is_none() {
-            let path = PeerPath { payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: caps.reliable };
+            let path = PeerPath { payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: caps.reliable, gso: caps.gso };
             cold.path = Some(path);
             if let Some(h) = cold.hot {
                 let hot = &mut self.hot[h as usize];
                 if hot.next_psn == Psn(0) {
                     hot.payload_max = path.payload_max as usize;
                     hot.reliable = path.reliable;
+                    hot.gso = path.gso;
                     if path.reliable {
                         hot.cwnd = self.cfg.max_window as f64;
                     }
@@ -450,7 +466,7 @@ impl Engine {
         if let Some(h) = cold.hot {
             return h;
         }
-        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable });
+        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable, gso: false });
         let h = self.hot.insert(Hot::new(peer, &self.cfg, path, now)) as u32;
         cold.hot = Some(h);
         h
@@ -561,19 +577,37 @@ impl Engine {
             let hot = &mut self.hot[h as usize];
             let reliable = hot.reliable;
             let dst = self.cold[hot.peer.0 as usize].addr;
-            while let Some(psn) = hot.to_send.pop_front() {
-                let Some(front) = hot.unacked.front() else { break };
+            // Data: one datagram, or a run of them back to back in `buf` where the
+            // path's device takes runs (each `seg` bytes, the last maybe shorter).
+            let run_room = if hot.gso && self.runs { buf.len().min(RUN_MAX_BYTES) } else { 0 };
+            let (mut total, mut seg_len, mut count) = (0usize, 0usize, 0usize);
+            while let Some(&psn) = hot.to_send.front() {
+                let Some(front) = hot.unacked.front() else {
+                    hot.to_send.pop_front();
+                    break;
+                };
                 let idx = psn.diff(front.psn);
-                if idx < 0 || idx as usize >= hot.unacked.len() {
-                    continue; // acknowledged meanwhile
+                if idx < 0 || idx as usize >= hot.unacked.len() || hot.unacked[idx as usize].sacked {
+                    // Acknowledged meanwhile.
+                    hot.to_send.pop_front();
+                    if let Some(seg) = usize::try_from(idx).ok().and_then(|i| hot.unacked.get_mut(i)) {
+                        seg.queued = false;
+                    }
+                    continue;
                 }
+                let wire_len = HEADER_LEN + hot.unacked[idx as usize].len as usize;
+                if total == 0 {
+                    if buf.len() < wire_len {
+                        return None;
+                    }
+                } else if wire_len > seg_len || total + wire_len > run_room || count >= RUN_MAX_SEGMENTS {
+                    break;
+                }
+                hot.to_send.pop_front();
                 let sack = hot.sack_bits();
                 let (rx_next, peer_inc) = (hot.rx_next, hot.peer_inc);
                 let seg = &mut hot.unacked[idx as usize];
                 seg.queued = false;
-                if seg.sacked {
-                    continue;
-                }
                 let header = Header {
                     ptype: PacketType::Data,
                     first: seg.first,
@@ -586,10 +620,7 @@ impl Engine {
                     sack,
                 };
                 let payload = &seg.data[seg.off as usize..(seg.off + seg.len) as usize];
-                if buf.len() < HEADER_LEN + payload.len() {
-                    return None;
-                }
-                let len = header.encode(payload, buf);
+                let len = header.encode(payload, &mut buf[total..]);
                 if seg.sent_at.is_some() {
                     seg.retransmitted = true;
                     self.stats.retransmits += 1;
@@ -609,7 +640,18 @@ impl Engine {
                 hot.ack_deadline = None;
                 hot.rx_since_ack = 0;
                 self.stats.sent_data += 1;
-                return Some(Transmit { dst, len });
+                if total == 0 {
+                    seg_len = len;
+                }
+                total += len;
+                count += 1;
+                // A shorter datagram ends a run; without runs, one datagram.
+                if len < seg_len || run_room == 0 {
+                    break;
+                }
+            }
+            if total > 0 {
+                return Some(Transmit { dst, len: total, seg: seg_len });
             }
             if hot.ack_now {
                 hot.ack_now = false;
@@ -631,12 +673,18 @@ impl Engine {
                 }
                 let len = header.encode(&[], buf);
                 self.stats.sent_acks += 1;
-                return Some(Transmit { dst, len });
+                return Some(Transmit { dst, len, seg: len });
             }
             hot.scheduled = false;
             self.ready.pop_front();
         }
         None
+    }
+
+    /// A device refused a run of datagrams (its offload went away): form no
+    /// more runs; everything goes as single datagrams.
+    pub fn disable_runs(&mut self) {
+        self.runs = false;
     }
 
     /// Whether `poll_transmit` may have a datagram (some peer is scheduled); a
@@ -865,7 +913,7 @@ mod tests {
     #[test]
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true };
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false };
         let near = a.peer_with_path(DevAddr::Sim(1), &shm);
         let far = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;
@@ -887,6 +935,48 @@ mod tests {
             resent.push(x.dst);
         }
         assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
+    }
+
+    #[test]
+    fn runs_of_datagrams_only_where_the_device_takes_them() {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
+        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true };
+        let gso_peer = a.peer_with_path(DevAddr::Sim(1), &udp_gso);
+        let plain = a.peer(DevAddr::Sim(2));
+        let t = Instant::ZERO;
+        let msg: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        a.send(t, gso_peer, &[&msg], 1).unwrap();
+        a.send(t, plain, &[&msg], 2).unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut runs = Vec::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            // Every datagram of a run parses on its own.
+            let mut off = 0;
+            while off < x.len {
+                let n = x.seg.min(x.len - off);
+                assert!(Header::decode(&buf[off..off + n]).is_ok(), "datagram at {off} of a run");
+                off += n;
+            }
+            runs.push((x.dst, x.len, x.seg));
+        }
+        let seg = 1472;
+        let segments = 10_000usize.div_ceil(1472 - HEADER_LEN);
+        let gso: Vec<_> = runs.iter().filter(|r| r.0 == DevAddr::Sim(1)).collect();
+        assert_eq!(gso.len(), 1, "one run carries the whole message: {gso:?}");
+        assert_eq!(gso[0].2, seg);
+        assert_eq!(gso[0].1, 10_000 + segments * HEADER_LEN);
+        let single: Vec<_> = runs.iter().filter(|r| r.0 == DevAddr::Sim(2)).collect();
+        assert_eq!(single.len(), segments);
+        assert!(single.iter().all(|r| r.1 == r.2), "no runs to a path without gso");
+        // After a device refused a run, single datagrams only.
+        a.disable_runs();
+        a.send(t, gso_peer, &[&msg], 3).unwrap();
+        let mut n = 0;
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            assert_eq!(x.len, x.seg);
+            n += 1;
+        }
+        assert_eq!(n, segments);
     }
 
     #[test]
