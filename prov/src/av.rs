@@ -4,7 +4,7 @@
 //! remove + re-insert.
 use crate::addr::{RdmxAddr, ADDR_LEN};
 use crate::domain::{self, Domain};
-use crate::entry::{entry, entry_unsupported, non_null};
+use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use crate::log::{fi_warn, Subsys};
@@ -144,8 +144,8 @@ entry_unsupported! {
 }
 
 entry! {
-    fn rdmx_av_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_av_attr, out: *mut *mut fi::fid_av, context: *mut libc::c_void) -> i32 {
-        non_null!(attr, out);
+    fn rdmx_av_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_av_attr, out: *mut *mut fi::fid_av => Out<*mut fi::fid_av>, context: *mut libc::c_void) -> i32 {
+        non_null!(attr);
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
         // SAFETY: checked non-null.
@@ -173,8 +173,7 @@ entry! {
             av_type,
             table: Arc::new(RwLock::new(AvTable::default())),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = av as *mut fi::fid_av };
+        out.set(av as *mut fi::fid_av);
         Ok(0)
     }
 }

@@ -4,7 +4,7 @@
 use crate::core::{self, BoundEndpoints, EpShared};
 use crate::cq::WaitFd;
 use crate::domain::{self, Domain};
-use crate::entry::{entry, non_null};
+use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
@@ -87,8 +87,7 @@ static CNTR_OPS: fi::fi_ops_cntr = fi::fi_ops_cntr {
 };
 
 entry! {
-    fn rdmx_cntr_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cntr_attr, out: *mut *mut fi::fid_cntr, context: *mut libc::c_void) -> i32 {
-        non_null!(out);
+    fn rdmx_cntr_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cntr_attr, out: *mut *mut fi::fid_cntr => Out<*mut fi::fid_cntr>, context: *mut libc::c_void) -> i32 {
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
         // SAFETY: null or the application's attr.
@@ -114,8 +113,7 @@ entry! {
             bound: Refs::default(),
             shared: Arc::new(CntrShared { wait, ..CntrShared::default() }),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = c as *mut fi::fid_cntr };
+        out.set(c as *mut fi::fid_cntr);
         Ok(0)
     }
 }

@@ -4,7 +4,7 @@
 //! `FI_RM_ENABLED` a completion is never dropped.
 use crate::core::{self, BoundEndpoints, EpShared};
 use crate::domain::{self, Domain};
-use crate::entry::{entry, non_null};
+use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
@@ -265,8 +265,8 @@ static CQ_OPS: fi::fi_ops_cq = fi::fi_ops_cq {
 };
 
 entry! {
-    fn rdmx_cq_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cq_attr, out: *mut *mut fi::fid_cq, context: *mut libc::c_void) -> i32 {
-        non_null!(attr, out);
+    fn rdmx_cq_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_cq_attr, out: *mut *mut fi::fid_cq => Out<*mut fi::fid_cq>, context: *mut libc::c_void) -> i32 {
+        non_null!(attr);
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
         // SAFETY: checked non-null.
@@ -303,8 +303,7 @@ entry! {
                 signaled: AtomicBool::new(false),
             }),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = cq as *mut fi::fid_cq };
+        out.set(cq as *mut fi::fid_cq);
         Ok(0)
     }
 }

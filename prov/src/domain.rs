@@ -1,6 +1,6 @@
 //! The domain: one per device choice (`auto`, `udp`, `shm`); parent of AVs, CQs,
 //! counters, endpoints and memory registrations.
-use crate::entry::{entry, entry_unsupported, non_null};
+use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fabric::{self, Fabric};
 use crate::fid::{self, FidObject, Refs};
@@ -60,8 +60,8 @@ entry_unsupported! {
 
 entry! {
     /// `fi_domain`.
-    fn rdmx_domain(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, out: *mut *mut fi::fid_domain, context: *mut libc::c_void) -> i32 {
-        non_null!(info, out);
+    fn rdmx_domain(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, out: *mut *mut fi::fid_domain => Out<*mut fi::fid_domain>, context: *mut libc::c_void) -> i32 {
+        non_null!(info);
         // SAFETY: libfabric passes our fabric.
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: the application passes an fi_info (normally one we returned).
@@ -78,8 +78,7 @@ entry! {
             profile,
             mr_keys: Arc::new(Mutex::new(KeyTable::new())),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = d as *mut fi::fid_domain };
+        out.set(d as *mut fi::fid_domain);
         Ok(0)
     }
 }

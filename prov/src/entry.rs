@@ -67,7 +67,8 @@ pub fn guard<R: CReturn>(name: &'static str, body: impl FnOnce() -> Result<R, Er
 /// An argument written `name: *mut fi::fid_cq => &Cq` is a fid libfabric hands
 /// back to one of rdmx's ops: the macro resolves it to the rdmx object (class
 /// checked, `-FI_EINVAL` for NULL or a wrong class) before the body runs, which
-/// sees `name: &Cq`.
+/// sees `name: &Cq`. An out-pointer written `out: *mut T => Out<T>` is checked
+/// non-null (`-FI_EINVAL`) and reaches the body as an [`Out`] to `set`.
 macro_rules! entry {
     ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty $(=> $res:ty)?),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
@@ -77,7 +78,7 @@ macro_rules! entry {
                 $($(
                     // SAFETY: libfabric calls rdmx's ops only with fids rdmx
                     // created (from_fid also checks the class and NULL).
-                    let $arg: $res = unsafe { $crate::fid::resolve($arg as *const _ as *const libfabric_sys::fid) }?;
+                    let $arg: $res = unsafe { <$res as $crate::entry::FromRaw<$ty>>::from_raw($arg) }?;
                 )?)*
                 $body
             })
@@ -85,6 +86,47 @@ macro_rules! entry {
     };
 }
 pub(crate) use entry;
+
+/// How the entry macro turns a raw argument into what the body sees.
+pub trait FromRaw<P>: Sized {
+    /// # Safety
+    /// `p` is what libfabric passed for this argument of an rdmx op.
+    unsafe fn from_raw(p: P) -> Result<Self, Error>;
+}
+
+/// A fid of rdmx's, resolved to its object (class checked).
+impl<'a, T: crate::fid::FidObject, P> FromRaw<*mut P> for &'a T {
+    unsafe fn from_raw(p: *mut P) -> Result<Self, Error> {
+        // SAFETY: per the trait's contract, a fid rdmx handed out (or NULL);
+        // from_fid checks NULL and the class.
+        unsafe { crate::fid::resolve(p as *const libfabric_sys::fid) }
+    }
+}
+
+impl<'a, T: crate::fid::FidObject, P> FromRaw<*const P> for &'a T {
+    unsafe fn from_raw(p: *const P) -> Result<Self, Error> {
+        // SAFETY: as above.
+        unsafe { crate::fid::resolve(p as *const libfabric_sys::fid) }
+    }
+}
+
+/// An out-pointer of the caller's, checked non-null.
+pub struct Out<'a, T>(&'a mut T);
+
+impl<T> Out<'_, T> {
+    /// Writes the result.
+    pub fn set(self, v: T) {
+        *self.0 = v;
+    }
+}
+
+impl<'a, T> FromRaw<*mut T> for Out<'a, T> {
+    unsafe fn from_raw(p: *mut T) -> Result<Self, Error> {
+        // SAFETY: per the trait's contract, the caller's out-pointer: NULL
+        // (refused here) or valid for a write of T.
+        unsafe { p.as_mut() }.map(Out).ok_or(Error::Inval("NULL out-pointer"))
+    }
+}
 
 /// Defines the ops-table slots rdmx does not support: each returns `-FI_ENOSYS`
 /// (or the given error) through the same barrier.

@@ -7,7 +7,7 @@ use crate::cntr::Cntr;
 use crate::core::{CqBinding, EpShared, RecvArgs, SendArgs, UserBuf, UserIov};
 use crate::cq::Cq;
 use crate::domain::{self, Domain};
-use crate::entry::{entry, entry_unsupported, non_null};
+use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::eq::Eq;
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject};
@@ -167,8 +167,8 @@ entry_unsupported! {
 
 entry! {
     /// `fi_endpoint`.
-    fn rdmx_endpoint(domain: *mut fi::fid_domain, info: *mut fi::fi_info, out: *mut *mut fi::fid_ep, context: Ctx) -> i32 {
-        non_null!(info, out);
+    fn rdmx_endpoint(domain: *mut fi::fid_domain, info: *mut fi::fi_info, out: *mut *mut fi::fid_ep => Out<*mut fi::fid_ep>, context: Ctx) -> i32 {
+        non_null!(info);
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
         // SAFETY: the application's info (normally from fi_getinfo).
@@ -198,8 +198,7 @@ entry! {
             shared,
             bound: Mutex::new(Bound::default()),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = ep as *mut fi::fid_ep };
+        out.set(ep as *mut fi::fid_ep);
         Ok(0)
     }
 }
@@ -723,88 +722,58 @@ unsafe fn rma_msg(msg: *const fi::fi_msg_rma) -> Result<(UserIov, u64, u64, u64,
     Ok((iov, m.addr, r.addr, r.key, m.context, m.data))
 }
 
-entry! {
-    fn rma_read(ep: *mut fi::fid_ep => &Ep, buf: *mut libc::c_void, len: usize, desc: Desc, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
-        // or until the read completes (a read target), by libfabric's contract.
-        let iov = unsafe { single(buf, len) }?;
-        do_rma(ep, false, iov, src, addr, key, None, context, None, false)
-    }
+/// The RMA entry points from one definition: each reads its arguments into a
+/// gather/scatter list and lands in [`do_rma`] (`write` = direction, `data` =
+/// remote CQ data, `inject` = no completion).
+macro_rules! rma_op {
+    ($name:ident(buf: $buft:ty, len: usize $(, desc: $desc:ident: Desc)?, $(data: $data:ident,)? peer: $peer:ident, addr: u64, key: u64 $(, context: $ctx:ident)?) => write: $write:expr, inject: $inject:expr) => {
+        entry! {
+            fn $name(ep: *mut fi::fid_ep => &Ep, buf: $buft, len: usize, $($desc: Desc,)? $($data: u64,)? $peer: u64, addr: u64, key: u64 $(, $ctx: Ctx)?) -> isize {
+                $(let _ = $desc;)?
+                // SAFETY: the application's buffer of `len` bytes, valid for the call
+                // (a write is copied) or until the read completes (its target), by
+                // libfabric's contract.
+                let iov = unsafe { single(buf as *const libc::c_void, len) }?;
+                // The context if the call has one (injects do not), the CQ data
+                // likewise: the first of each list.
+                let context: Ctx = [$($ctx,)? std::ptr::null_mut()][0];
+                let data: Option<u64> = [$(Some($data),)? None][0];
+                let flags = if $inject { Some(0) } else { None };
+                do_rma(ep, $write, iov, $peer, addr, key, data, context, flags, $inject)
+            }
+        }
+    };
+    ($name:ident(iov, peer: $peer:ident) => write: $write:expr) => {
+        entry! {
+            fn $name(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, $peer: u64, addr: u64, key: u64, context: Ctx) -> isize {
+                let _ = desc;
+                // SAFETY: the application's iov array of `count` entries.
+                let iov = unsafe { user_iov(iov, count) }?;
+                do_rma(ep, $write, iov, $peer, addr, key, None, context, None, false)
+            }
+        }
+    };
+    ($name:ident(msg) => write: $write:expr) => {
+        entry! {
+            fn $name(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
+                // SAFETY: the application's message.
+                let (iov, peer, addr, key, ctx, data) = unsafe { rma_msg(msg) }?;
+                let data = ($write && flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
+                do_rma(ep, $write, iov, peer, addr, key, data, ctx, Some(flags), false)
+            }
+        }
+    };
 }
 
-entry! {
-    fn rma_readv(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, src: u64, addr: u64, key: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_rma(ep, false, iov, src, addr, key, None, context, None, false)
-    }
-}
-
-entry! {
-    fn rma_readmsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
-        // SAFETY: the application's message.
-        let (iov, peer, addr, key, ctx, _) = unsafe { rma_msg(msg) }?;
-        do_rma(ep, false, iov, peer, addr, key, None, ctx, Some(flags), false)
-    }
-}
-
-entry! {
-    fn rma_write(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
-        // or until the read completes (a read target), by libfabric's contract.
-        let iov = unsafe { single(buf, len) }?;
-        do_rma(ep, true, iov, dest, addr, key, None, context, None, false)
-    }
-}
-
-entry! {
-    fn rma_writev(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's iov array.
-        let iov = unsafe { user_iov(iov, count) }?;
-        do_rma(ep, true, iov, dest, addr, key, None, context, None, false)
-    }
-}
-
-entry! {
-    fn rma_writemsg(ep: *mut fi::fid_ep => &Ep, msg: *const fi::fi_msg_rma, flags: u64) -> isize {
-        // SAFETY: the application's message.
-        let (iov, peer, addr, key, ctx, data) = unsafe { rma_msg(msg) }?;
-        let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
-        do_rma(ep, true, iov, peer, addr, key, data, ctx, Some(flags), false)
-    }
-}
-
-entry! {
-    fn rma_inject(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, dest: u64, addr: u64, key: u64) -> isize {
-        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
-        // or until the read completes (a read target), by libfabric's contract.
-        let iov = unsafe { single(buf, len) }?;
-        do_rma(ep, true, iov, dest, addr, key, None, std::ptr::null_mut(), Some(0), true)
-    }
-}
-
-entry! {
-    fn rma_writedata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, addr: u64, key: u64, context: Ctx) -> isize {
-        let _ = desc;
-        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
-        // or until the read completes (a read target), by libfabric's contract.
-        let iov = unsafe { single(buf, len) }?;
-        do_rma(ep, true, iov, dest, addr, key, Some(data), context, None, false)
-    }
-}
-
-entry! {
-    fn rma_injectdata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, addr: u64, key: u64) -> isize {
-        // SAFETY: the application's buffer of `len` bytes, valid for the call (a write)
-        // or until the read completes (a read target), by libfabric's contract.
-        let iov = unsafe { single(buf, len) }?;
-        do_rma(ep, true, iov, dest, addr, key, Some(data), std::ptr::null_mut(), Some(0), true)
-    }
-}
+rma_op!(rma_read(buf: *mut libc::c_void, len: usize, desc: desc: Desc, peer: src, addr: u64, key: u64, context: context) => write: false, inject: false);
+rma_op!(rma_readv(iov, peer: src) => write: false);
+rma_op!(rma_readmsg(msg) => write: false);
+rma_op!(rma_write(buf: *const libc::c_void, len: usize, desc: desc: Desc, peer: dest, addr: u64, key: u64, context: context) => write: true, inject: false);
+rma_op!(rma_writev(iov, peer: dest) => write: true);
+rma_op!(rma_writemsg(msg) => write: true);
+rma_op!(rma_inject(buf: *const libc::c_void, len: usize, peer: dest, addr: u64, key: u64) => write: true, inject: true);
+rma_op!(rma_writedata(buf: *const libc::c_void, len: usize, desc: desc: Desc, data: data, peer: dest, addr: u64, key: u64, context: context) => write: true, inject: false);
+rma_op!(rma_injectdata(buf: *const libc::c_void, len: usize, data: data, peer: dest, addr: u64, key: u64) => write: true, inject: true);
 
 /// One atomic operation, from any of the fi_atomic entry points.
 struct AtomicCall {

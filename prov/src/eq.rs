@@ -1,7 +1,7 @@
 //! Event queues. rdmx's RDM endpoints never need connection events, but
 //! applications (fabtests, MPICH) open an EQ anyway and `fi_eq_write`/`read`/
 //! `sread`/`readerr` must behave.
-use crate::entry::{entry, non_null};
+use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fabric;
 use crate::fid::{self, FidObject, Refs};
@@ -67,8 +67,8 @@ static EQ_OPS: fi::fi_ops_eq = fi::fi_ops_eq {
 };
 
 entry! {
-    fn rdmx_eq_open(fabric: *mut fi::fid_fabric, attr: *mut fi::fi_eq_attr, out: *mut *mut fi::fid_eq, context: *mut libc::c_void) -> i32 {
-        non_null!(attr, out);
+    fn rdmx_eq_open(fabric: *mut fi::fid_fabric, attr: *mut fi::fi_eq_attr, out: *mut *mut fi::fid_eq => Out<*mut fi::fid_eq>, context: *mut libc::c_void) -> i32 {
+        non_null!(attr);
         // SAFETY: libfabric passes our fabric.
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: checked non-null.
@@ -87,8 +87,7 @@ entry! {
             bound: Refs::default(),
             shared: Arc::new(EqQueue::default()),
         });
-        // SAFETY: checked non-null.
-        unsafe { *out = eq as *mut fi::fid_eq };
+        out.set(eq as *mut fi::fid_eq);
         Ok(0)
     }
 }

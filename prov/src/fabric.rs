@@ -1,6 +1,6 @@
 //! The fabric object: the root every domain and EQ hangs from.
 use crate::domain;
-use crate::entry::{entry, entry_unsupported, non_null};
+use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::eq;
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
@@ -67,8 +67,8 @@ entry! {
 
 entry! {
     /// The provider's `fabric` callback (`fi_fabric`).
-    fn rdmx_fabric(attr: *mut fi::fi_fabric_attr, out: *mut *mut fi::fid_fabric, context: *mut libc::c_void) -> i32 {
-        non_null!(attr, out);
+    fn rdmx_fabric(attr: *mut fi::fi_fabric_attr, out: *mut *mut fi::fid_fabric => Out<*mut fi::fid_fabric>, context: *mut libc::c_void) -> i32 {
+        non_null!(attr);
         // SAFETY: libfabric passes a valid attr.
         let attr = unsafe { &*attr };
         if attr.name.is_null() {
@@ -87,8 +87,7 @@ entry! {
             },
             children: Refs::default(),
         });
-        // SAFETY: `out` checked non-null.
-        unsafe { *out = f as *mut fi::fid_fabric };
+        out.set(f as *mut fi::fid_fabric);
         Ok(0)
     }
 }
