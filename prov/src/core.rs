@@ -887,7 +887,9 @@ impl EpState {
                 r.engine.handle_timeout(t);
             }
         }
-        if active || r.engine.rdm().has_events() {
+        // A receive posted for an announced (rendezvous) message queues a remote
+        // read with no datagram arriving: run it now, not at the next input.
+        if active || r.engine.rdm().has_events() || r.engine.has_actions() {
             let t = *clock.get_or_insert_with(now);
             let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
             r.engine.handle_events(t, &mut mem);

@@ -1218,6 +1218,13 @@ impl MsgEngine {
         self.actions.pop_front()
     }
 
+    /// Whether work for the layer below is waiting: a receive posted for an
+    /// announced message queues a remote read without any datagram arriving,
+    /// so a caller that runs actions only after input must check this too.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
     /// A peer declared unreachable since the last call.
     pub fn poll_failed_peer(&mut self) -> Option<PeerId> {
         self.failed_peers.pop_front()
