@@ -36,6 +36,8 @@ pub struct Eq {
 pub struct EqQueue {
     queue: Mutex<VecDeque<Event>>,
     cond: Condvar,
+    /// `FI_WAIT_FD`: an eventfd that is readable exactly while events are queued.
+    wait_fd: Option<std::os::fd::OwnedFd>,
 }
 
 impl EqQueue {
@@ -46,8 +48,33 @@ impl EqQueue {
         e.fid = fid as *mut fi::fid;
         e.err = err as i32;
         e.prov_errno = err as i32;
-        self.queue.lock().push_back(Event { kind: 0, data: Vec::new(), err: Some(e) });
+        self.push(Event { kind: 0, data: Vec::new(), err: Some(e) });
+    }
+
+    fn push(&self, ev: Event) {
+        let mut q = self.queue.lock();
+        q.push_back(ev);
+        if q.len() == 1 {
+            self.signal(true);
+        }
+        drop(q);
         self.cond.notify_all();
+    }
+
+    /// Keeps the wait fd readable exactly while `non_empty` (called under the
+    /// queue lock when the queue's emptiness changes).
+    fn signal(&self, non_empty: bool) {
+        let Some(fd) = &self.wait_fd else { return };
+        use std::os::fd::AsRawFd;
+        let mut v: u64 = 1;
+        // SAFETY: an eventfd we own; 8-byte reads and writes of a local u64.
+        unsafe {
+            if non_empty {
+                libc::write(fd.as_raw_fd(), &v as *const u64 as *const libc::c_void, 8);
+            } else {
+                libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8);
+            }
+        }
     }
 }
 
@@ -73,11 +100,21 @@ entry! {
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: checked non-null.
         let attr = unsafe { &*attr };
-        match attr.wait_obj {
-            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => {}
+        let wait_fd = match attr.wait_obj {
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => None,
+            fi::FI_WAIT_FD => {
+                // SAFETY: eventfd has no memory preconditions; a valid fd is owned below.
+                let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+                if fd < 0 {
+                    return Err(Error::Other(format!("eventfd: {}", std::io::Error::last_os_error())));
+                }
+                // SAFETY: a fresh fd nobody else owns.
+                Some(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+            }
             _ => return Err(Error::NoSys),
-        }
-        if attr.flags != 0 {
+        };
+        // FI_WRITE: the application inserts its own events (always possible here).
+        if attr.flags & !(fi::FI_WRITE as u64) != 0 {
             return Err(Error::BadFlags);
         }
         fab.children.get();
@@ -85,7 +122,7 @@ entry! {
             fid: fi::fid_eq { fid: fid::new_fid(fi::FI_CLASS_EQ, context, &EQ_FI_OPS), ops: &EQ_OPS as *const _ as *mut _ },
             fabric: fab,
             bound: Refs::default(),
-            shared: Arc::new(EqQueue::default()),
+            shared: Arc::new(EqQueue { wait_fd, ..EqQueue::default() }),
         });
         out.set(eq as *mut fi::fid_eq);
         Ok(0)
@@ -107,8 +144,19 @@ entry! {
 
 entry! {
     fn eq_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
-        let _ = (f, command, arg);
-        Err(Error::NoSys)
+        // SAFETY: our fid.
+        let eq = unsafe { Eq::from_fid(f) }?;
+        match (command as u32, &eq.shared.wait_fd) {
+            (fi::FI_GETWAIT, Some(fd)) => {
+                non_null!(arg);
+                use std::os::fd::AsRawFd;
+                // SAFETY: for FI_WAIT_FD, FI_GETWAIT's argument is an int *.
+                unsafe { *(arg as *mut libc::c_int) = fd.as_raw_fd() };
+                Ok(0)
+            }
+            (fi::FI_GETWAIT, None) => Err(Error::NoSys),
+            _ => Err(Error::NoSys),
+        }
     }
 }
 
@@ -140,6 +188,9 @@ fn pop(eq: &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64)
             }
             if flags & fi::FI_PEEK as u64 == 0 {
                 q.pop_front();
+                if q.is_empty() {
+                    eq.shared.signal(false);
+                }
             }
             Ok(n as isize)
         }
@@ -189,6 +240,9 @@ entry! {
                 unsafe { *buf = err };
                 if flags & fi::FI_PEEK as u64 == 0 {
                     q.pop_front();
+                    if q.is_empty() {
+                        eq.shared.signal(false);
+                    }
                 }
                 Ok(1)
             }
@@ -210,8 +264,7 @@ entry! {
         // the provider (none today).
         let _ = flags;
         let err = None;
-        eq.shared.queue.lock().push_back(Event { kind: event, data, err });
-        eq.shared.cond.notify_all();
+        eq.shared.push(Event { kind: event, data, err });
         Ok(len as isize)
     }
 }
