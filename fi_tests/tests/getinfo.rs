@@ -183,3 +183,24 @@ fn returned_info_works_as_hints_again() {
     let h = Hints(again);
     assert!(getinfo(None, None, 0, Some(&h)).is_ok());
 }
+
+/// fi_getinfo(3): the RMA ordering sizes are reported (rdmx orders RMA and
+/// atomics of any size up to max_msg_size per peer), a hint up to them is met,
+/// and a hint beyond them is refused.
+#[test]
+fn rma_ordering_sizes_are_reported_and_matched() {
+    let info = getinfo(None, None, 0, None).unwrap();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
+    let ep = unsafe { &*info.first().ep_attr };
+    assert!(ep.max_order_raw_size > 0 && ep.max_order_war_size > 0 && ep.max_order_waw_size > 0, "ordering sizes not reported");
+    assert_eq!(ep.max_order_raw_size, ep.max_msg_size);
+    let mut h = Hints::rdm();
+    h.ep().max_order_raw_size = 4096;
+    h.ep().max_order_waw_size = 1 << 20;
+    let got = getinfo(None, None, 0, Some(&h)).expect("hint within the sizes");
+    // SAFETY: as above.
+    assert!(unsafe { (*got.first().ep_attr).max_order_raw_size } >= 4096);
+    let mut h = Hints::rdm();
+    h.ep().max_order_war_size = usize::MAX;
+    assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
+}

@@ -273,6 +273,12 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if ep.max_msg_size > MAX_MSG_SIZE {
             return Err(Error::NoData);
         }
+        // RMA and atomic requests are messages delivered in order per peer, and
+        // the target serves them in that order: any size up to max_msg_size is
+        // ordered. A hint asking for more than that cannot be met.
+        if ep.max_order_raw_size > MAX_MSG_SIZE || ep.max_order_war_size > MAX_MSG_SIZE || ep.max_order_waw_size > MAX_MSG_SIZE {
+            return Err(Error::NoData);
+        }
         if ep.tx_ctx_cnt > 1 || ep.rx_ctx_cnt > 1 {
             // Includes FI_SHARED_CONTEXT (usize::MAX): no shared or scalable contexts.
             return Err(Error::NoData);
@@ -623,6 +629,9 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         ep.protocol = fi::FI_PROTO_UNSPEC;
         ep.protocol_version = 1;
         ep.max_msg_size = MAX_MSG_SIZE;
+        ep.max_order_raw_size = MAX_MSG_SIZE;
+        ep.max_order_war_size = MAX_MSG_SIZE;
+        ep.max_order_waw_size = MAX_MSG_SIZE;
         ep.msg_prefix_size = 0;
         ep.mem_tag_format = p.mem_tag_format;
         ep.tx_ctx_cnt = 1;
