@@ -1,10 +1,16 @@
 //! # mr_cache — memory registrations for rdmx
 //!
-//! Today: the key table behind `fi_mr_reg` ([`KeyTable`]): provider-chosen or
-//! user-chosen keys mapped to registered ranges, with access checks used by RMA
-//! emulation. The interval cache with LRU and userfaultfd invalidation (ROADMAP) will
-//! sit beside it; registration goes through this crate so that it can.
+//! Two parts:
+//! - the key table behind `fi_mr_reg` ([`KeyTable`]): provider-chosen or
+//!   user-chosen keys mapped to exactly the registered segments, with the access
+//!   checks of RMA emulation;
+//! - the registration cache ([`cache::MrCache`]): interval lookup, reference
+//!   counts, an LRU of unused entries under count and byte limits, and
+//!   invalidation of unmapped ranges, over a device [`cache::Registrar`]. Its
+//!   unmap monitor (userfaultfd) and its use on the data path come next.
 #![forbid(unsafe_code)]
+
+pub mod cache;
 
 use std::collections::HashMap;
 

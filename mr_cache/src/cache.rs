@@ -1,0 +1,412 @@
+//! The registration cache: a lookup of `(address, length, access)` that returns
+//! a cached registration covering the request, so the data path pays a device
+//! registration (tens of microseconds on a NIC) once per buffer, not per
+//! message.
+//!
+//! Policy:
+//! - **Coverage, no merging.** A request is served by any valid cached entry
+//!   whose range covers it and whose access includes the requested access. When
+//!   none does, exactly the requested range is registered as a new entry;
+//!   overlapping entries coexist. (Merging would register memory the
+//!   application never asked for, and a merged entry's lifetime would tie
+//!   unrelated buffers together.)
+//! - **References.** [`MrCache::acquire`] returns an entry in use;
+//!   [`MrCache::release`] gives it back. Only unused entries are evicted.
+//! - **LRU and limits.** Unused entries are kept, least recently released
+//!   first out, while the cache holds at most `max_count` entries and
+//!   `max_bytes` bytes; entries in use count toward the limits but are never
+//!   evicted (the limits may be exceeded while they are in use).
+//! - **Invalidation.** [`MrCache::invalidate`] (called by the unmap monitor for
+//!   every unmap, remap and `MADV_DONTNEED` of a range) removes every entry that
+//!   overlaps the range from the index at once, so no later lookup can return
+//!   it; an entry still in use is deregistered when its last user releases it
+//!   (deferred deregistration).
+//!
+//! The guarantee that matters: **a lookup never returns a registration whose
+//! pages were unmapped before the lookup began**, provided the monitor's
+//! invalidation of an unmap happens-before any lookup that starts after the
+//! unmap. The cache provides the other half: invalidate removes from the index
+//! under the same `&mut self` a lookup needs, so a lookup either completes
+//! before the invalidation (the registration was valid when it began) or sees
+//! the index without the entry. The monitor (userfaultfd, in a later change)
+//! must deliver the unmap before the unmapping thread continues; that argument
+//! is written down with it.
+use slab::Slab;
+use std::collections::BTreeMap;
+
+/// The device side: registers and deregisters memory. Verbs, SRD and the
+/// emulated RMA keys implement it; tests use a model.
+pub trait Registrar {
+    type Handle;
+    type Error;
+    fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<Self::Handle, Self::Error>;
+    fn deregister(&mut self, handle: Self::Handle);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Off: every acquire registers and every release deregisters.
+    pub enabled: bool,
+    pub max_count: usize,
+    pub max_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { enabled: true, max_count: 1024, max_bytes: 1 << 30 }
+    }
+}
+
+/// Counters (monotonic but `bytes_cached`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub invalidations: u64,
+    /// Bytes of the entries in the cache now.
+    pub bytes_cached: u64,
+}
+
+/// An entry handed out by [`MrCache::acquire`]; give it back with
+/// [`MrCache::release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct EntryId(usize);
+
+struct Entry<H> {
+    addr: u64,
+    len: u64,
+    access: u64,
+    handle: Option<H>,
+    refs: u32,
+    /// Still in the index (not invalidated).
+    indexed: bool,
+    /// Position in the LRU of unused entries (when `refs == 0`).
+    lru_tick: Option<u64>,
+}
+
+pub struct MrCache<R: Registrar> {
+    reg: R,
+    cfg: CacheConfig,
+    entries: Slab<Entry<R::Handle>>,
+    /// Indexed entries by start address (several may share a start).
+    by_start: BTreeMap<(u64, usize), ()>,
+    /// Longest indexed entry: how far left a covering entry can start.
+    max_len: u64,
+    /// Unused indexed entries, least recently released first.
+    lru: BTreeMap<u64, usize>,
+    tick: u64,
+    count: usize,
+    stats: CacheStats,
+}
+
+impl<R: Registrar> MrCache<R> {
+    pub fn new(reg: R, cfg: CacheConfig) -> Self {
+        MrCache {
+            reg,
+            cfg,
+            entries: Slab::new(),
+            by_start: BTreeMap::new(),
+            max_len: 0,
+            lru: BTreeMap::new(),
+            tick: 0,
+            count: 0,
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    pub fn registrar(&self) -> &R {
+        &self.reg
+    }
+
+    /// Entries in the cache (in use or not), not counting invalidated ones
+    /// still in use.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The device handle of an acquired entry.
+    pub fn handle(&self, id: EntryId) -> Option<&R::Handle> {
+        self.entries.get(id.0).and_then(|e| e.handle.as_ref())
+    }
+
+    /// The range an acquired entry covers.
+    pub fn range(&self, id: EntryId) -> Option<(u64, u64)> {
+        self.entries.get(id.0).map(|e| (e.addr, e.len))
+    }
+
+    /// A registration covering `[addr, addr+len)` with at least `access`: a
+    /// cached one (a hit), or a new one (a miss).
+    pub fn acquire(&mut self, addr: u64, len: u64, access: u64) -> Result<EntryId, R::Error> {
+        let end = addr.saturating_add(len);
+        if self.cfg.enabled {
+            let lo = addr.saturating_sub(self.max_len);
+            let found = self
+                .by_start
+                .range((lo, 0)..=(addr, usize::MAX))
+                .rev()
+                .map(|(&(_, id), _)| id)
+                .find(|&id| {
+                    let e = &self.entries[id];
+                    e.addr <= addr && e.addr.saturating_add(e.len) >= end && e.access & access == access
+                });
+            if let Some(id) = found {
+                let e = &mut self.entries[id];
+                if let Some(t) = e.lru_tick.take() {
+                    self.lru.remove(&t);
+                }
+                e.refs += 1;
+                self.stats.hits += 1;
+                return Ok(EntryId(id));
+            }
+        }
+        self.stats.misses += 1;
+        let handle = self.reg.register(addr, len, access)?;
+        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: self.cfg.enabled, lru_tick: None });
+        if self.cfg.enabled {
+            self.by_start.insert((addr, id), ());
+            self.max_len = self.max_len.max(len);
+            self.count += 1;
+            self.stats.bytes_cached += len;
+            self.evict();
+        }
+        Ok(EntryId(id))
+    }
+
+    /// Gives back an acquired entry. An unused entry stays cached (LRU) unless
+    /// it was invalidated or the cache is off, then it is deregistered now.
+    pub fn release(&mut self, id: EntryId) {
+        let Some(e) = self.entries.get_mut(id.0) else { return };
+        if e.refs == 0 {
+            return;
+        }
+        e.refs -= 1;
+        if e.refs > 0 {
+            return;
+        }
+        if !e.indexed {
+            self.drop_entry(id.0);
+            return;
+        }
+        self.tick += 1;
+        e.lru_tick = Some(self.tick);
+        self.lru.insert(self.tick, id.0);
+        self.evict();
+    }
+
+    /// Removes every entry overlapping `[addr, addr+len)` (unmapped or remapped
+    /// memory): no later lookup returns it; unused ones are deregistered now,
+    /// used ones at their last release.
+    pub fn invalidate(&mut self, addr: u64, len: u64) {
+        let end = addr.saturating_add(len);
+        let lo = addr.saturating_sub(self.max_len);
+        let hit: Vec<usize> = self
+            .by_start
+            .range((lo, 0)..(end, 0))
+            .map(|(&(_, id), _)| id)
+            .filter(|&id| {
+                let e = &self.entries[id];
+                e.addr < end && e.addr.saturating_add(e.len) > addr
+            })
+            .collect();
+        for id in hit {
+            self.unindex(id);
+            self.stats.invalidations += 1;
+            if self.entries[id].refs == 0 {
+                self.drop_entry(id);
+            }
+        }
+    }
+
+    /// Evicts least recently released unused entries while over a limit.
+    fn evict(&mut self) {
+        while self.count > self.cfg.max_count || self.stats.bytes_cached > self.cfg.max_bytes {
+            let Some((_, id)) = self.lru.pop_first() else { break };
+            self.entries[id].lru_tick = None;
+            self.unindex(id);
+            self.drop_entry(id);
+            self.stats.evictions += 1;
+        }
+    }
+
+    fn unindex(&mut self, id: usize) {
+        let e = &mut self.entries[id];
+        if !e.indexed {
+            return;
+        }
+        e.indexed = false;
+        if let Some(t) = e.lru_tick.take() {
+            self.lru.remove(&t);
+        }
+        self.by_start.remove(&(e.addr, id));
+        self.count -= 1;
+        self.stats.bytes_cached -= e.len;
+    }
+
+    fn drop_entry(&mut self, id: usize) {
+        let e = self.entries.remove(id);
+        if let Some(h) = e.handle {
+            self.reg.deregister(h);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    /// A registrar that tracks live handles and their ranges.
+    #[derive(Default)]
+    struct Model {
+        next: u64,
+        live: std::collections::HashMap<u64, (u64, u64, u64)>,
+        registered: u64,
+    }
+
+    impl Registrar for Model {
+        type Handle = u64;
+        type Error = ();
+        fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, ()> {
+            self.next += 1;
+            self.registered += 1;
+            self.live.insert(self.next, (addr, len, access));
+            Ok(self.next)
+        }
+        fn deregister(&mut self, h: u64) {
+            assert!(self.live.remove(&h).is_some(), "handle {h} deregistered twice or never registered");
+        }
+    }
+
+    #[test]
+    fn hit_miss_cover_and_access() {
+        let mut c = MrCache::new(Model::default(), CacheConfig::default());
+        let a = c.acquire(0x1000, 0x1000, 1).unwrap();
+        c.release(a);
+        let b = c.acquire(0x1100, 0x100, 1).unwrap();
+        assert_eq!(a, b, "covered: a hit");
+        assert_eq!(c.stats().hits, 1);
+        let d = c.acquire(0x1100, 0x100, 3).unwrap();
+        assert_ne!(d, b, "more access: a new registration");
+        let e = c.acquire(0x1f00, 0x200, 1).unwrap();
+        assert_ne!(e, b, "past the end: a new registration");
+        assert_eq!(c.registrar().live.len(), 3);
+    }
+
+    #[test]
+    fn invalidation_hides_entries_at_once_and_defers_deregistration_of_used_ones() {
+        let mut c = MrCache::new(Model::default(), CacheConfig::default());
+        let used = c.acquire(0x1000, 0x1000, 1).unwrap();
+        let idle = c.acquire(0x4000, 0x1000, 1).unwrap();
+        c.release(idle);
+        c.invalidate(0x1800, 0x3000); // overlaps both
+        assert_eq!(c.registrar().live.len(), 1, "the unused one is gone now");
+        let again = c.acquire(0x1000, 0x100, 1).unwrap();
+        assert_ne!(again, used, "an invalidated entry is never returned");
+        c.release(used);
+        assert_eq!(c.registrar().live.len(), 1, "the used one went at its release");
+        assert_eq!(c.stats().invalidations, 2);
+    }
+
+    #[test]
+    fn limits_evict_least_recently_released_unused_entries_only() {
+        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX });
+        let held = c.acquire(0, 10, 1).unwrap();
+        let a = c.acquire(100, 10, 1).unwrap();
+        let b = c.acquire(200, 10, 1).unwrap();
+        c.release(a);
+        c.release(b);
+        // Over the limit by one: `a` (released first) goes, `held` stays.
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.stats().evictions, 1);
+        assert_eq!(c.acquire(205, 1, 1).unwrap(), b, "b is still cached");
+        assert!(c.handle(held).is_some());
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Acquire { page: u8, pages: u8, access: u8 },
+        Release(u8),
+        Invalidate { page: u8, pages: u8 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..32, 1u8..6, 1u8..4).prop_map(|(page, pages, access)| Op::Acquire { page, pages, access }),
+            any::<u8>().prop_map(Op::Release),
+            (0u8..32, 1u8..8).prop_map(|(page, pages)| Op::Invalidate { page, pages }),
+        ]
+    }
+
+    proptest! {
+        /// Against a naive model: every returned entry covers the request with
+        /// the access asked for, and no returned entry overlaps memory
+        /// invalidated after it was registered; in-use handles are never
+        /// deregistered; the count limit holds whenever unused entries could be
+        /// evicted; at the end every handle is deregistered exactly once.
+        #[test]
+        fn agrees_with_a_naive_model(ops in proptest::collection::vec(op(), 1..200), max_count in 1usize..8) {
+            const PAGE: u64 = 4096;
+            let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count, max_bytes: u64::MAX });
+            // Handle -> the invalidation generation when it was registered.
+            let mut born: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+            // Invalidations: (generation, start, end).
+            let mut invals: Vec<(u64, u64, u64)> = Vec::new();
+            let mut held: Vec<EntryId> = Vec::new();
+            for op in ops {
+                match op {
+                    Op::Acquire { page, pages, access } => {
+                        let (addr, len, access) = (page as u64 * PAGE, pages as u64 * PAGE, access as u64);
+                        let before = c.registrar().registered;
+                        let id = c.acquire(addr, len, access).unwrap();
+                        let h = *c.handle(id).unwrap();
+                        if c.registrar().registered > before {
+                            born.insert(h, invals.len() as u64);
+                        }
+                        let (ea, el, eacc) = c.registrar().live[&h];
+                        prop_assert!(ea <= addr && ea + el >= addr + len, "does not cover");
+                        prop_assert_eq!(eacc & access, access);
+                        for &(g, s, e) in &invals {
+                            if g >= born[&h] {
+                                prop_assert!(!(ea < e && ea + el > s), "returned a registration invalidated after it was made");
+                            }
+                        }
+                        held.push(id);
+                    }
+                    Op::Release(i) => {
+                        if !held.is_empty() {
+                            let id = held.remove(i as usize % held.len());
+                            c.release(id);
+                        }
+                    }
+                    Op::Invalidate { page, pages } => {
+                        let (s, len) = (page as u64 * PAGE, pages as u64 * PAGE);
+                        c.invalidate(s, len);
+                        invals.push((invals.len() as u64, s, s + len));
+                    }
+                }
+                // In-use entries keep their handles.
+                for id in &held {
+                    let h = *c.handle(*id).unwrap();
+                    prop_assert!(c.registrar().live.contains_key(&h));
+                }
+                let in_use: HashSet<EntryId> = held.iter().copied().collect();
+                prop_assert!(c.len() <= max_count.max(in_use.len()), "count {} over limit {} with {} in use", c.len(), max_count, in_use.len());
+            }
+            for id in held.drain(..) {
+                c.release(id);
+            }
+            c.invalidate(0, u64::MAX / 2);
+            prop_assert!(c.registrar().live.is_empty(), "leaked registrations: {:?}", c.registrar().live);
+        }
+    }
+}
