@@ -81,8 +81,10 @@ struct Entry<H> {
     refs: u32,
     /// Still in the index (not invalidated).
     indexed: bool,
-    /// Position in the LRU of unused entries (when `refs == 0`).
-    lru_tick: Option<u64>,
+    /// Links in the LRU list of unused entries (intrusive: O(1) moves).
+    in_lru: bool,
+    prev: Option<usize>,
+    next: Option<usize>,
 }
 
 pub struct MrCache<R: Registrar> {
@@ -93,9 +95,9 @@ pub struct MrCache<R: Registrar> {
     by_start: BTreeMap<(u64, usize), ()>,
     /// Longest indexed entry: how far left a covering entry can start.
     max_len: u64,
-    /// Unused indexed entries, least recently released first.
-    lru: BTreeMap<u64, usize>,
-    tick: u64,
+    /// Unused indexed entries, least recently released at the head.
+    lru_head: Option<usize>,
+    lru_tail: Option<usize>,
     count: usize,
     stats: CacheStats,
 }
@@ -108,8 +110,8 @@ impl<R: Registrar> MrCache<R> {
             entries: Slab::new(),
             by_start: BTreeMap::new(),
             max_len: 0,
-            lru: BTreeMap::new(),
-            tick: 0,
+            lru_head: None,
+            lru_tail: None,
             count: 0,
             stats: CacheStats::default(),
         }
@@ -159,18 +161,15 @@ impl<R: Registrar> MrCache<R> {
                     e.addr <= addr && e.addr.saturating_add(e.len) >= end && e.access & access == access
                 });
             if let Some(id) = found {
-                let e = &mut self.entries[id];
-                if let Some(t) = e.lru_tick.take() {
-                    self.lru.remove(&t);
-                }
-                e.refs += 1;
+                self.lru_unlink(id);
+                self.entries[id].refs += 1;
                 self.stats.hits += 1;
                 return Ok(EntryId(id));
             }
         }
         self.stats.misses += 1;
         let handle = self.reg.register(addr, len, access)?;
-        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: self.cfg.enabled, lru_tick: None });
+        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: self.cfg.enabled, in_lru: false, prev: None, next: None });
         if self.cfg.enabled {
             self.by_start.insert((addr, id), ());
             self.max_len = self.max_len.max(len);
@@ -196,9 +195,7 @@ impl<R: Registrar> MrCache<R> {
             self.drop_entry(id.0);
             return;
         }
-        self.tick += 1;
-        e.lru_tick = Some(self.tick);
-        self.lru.insert(self.tick, id.0);
+        self.lru_push_back(id.0);
         self.evict();
     }
 
@@ -229,8 +226,7 @@ impl<R: Registrar> MrCache<R> {
     /// Evicts least recently released unused entries while over a limit.
     fn evict(&mut self) {
         while self.count > self.cfg.max_count || self.stats.bytes_cached > self.cfg.max_bytes {
-            let Some((_, id)) = self.lru.pop_first() else { break };
-            self.entries[id].lru_tick = None;
+            let Some(id) = self.lru_head else { break };
             self.unindex(id);
             self.drop_entry(id);
             self.stats.evictions += 1;
@@ -243,12 +239,41 @@ impl<R: Registrar> MrCache<R> {
             return;
         }
         e.indexed = false;
-        if let Some(t) = e.lru_tick.take() {
-            self.lru.remove(&t);
-        }
-        self.by_start.remove(&(e.addr, id));
+        let (addr, len) = (e.addr, e.len);
+        self.lru_unlink(id);
+        self.by_start.remove(&(addr, id));
         self.count -= 1;
-        self.stats.bytes_cached -= e.len;
+        self.stats.bytes_cached -= len;
+    }
+
+    fn lru_push_back(&mut self, id: usize) {
+        let tail = self.lru_tail;
+        let e = &mut self.entries[id];
+        e.in_lru = true;
+        e.prev = tail;
+        e.next = None;
+        match tail {
+            Some(t) => self.entries[t].next = Some(id),
+            None => self.lru_head = Some(id),
+        }
+        self.lru_tail = Some(id);
+    }
+
+    fn lru_unlink(&mut self, id: usize) {
+        let e = &mut self.entries[id];
+        if !e.in_lru {
+            return;
+        }
+        e.in_lru = false;
+        let (prev, next) = (e.prev.take(), e.next.take());
+        match prev {
+            Some(p) => self.entries[p].next = next,
+            None => self.lru_head = next,
+        }
+        match next {
+            Some(n) => self.entries[n].prev = prev,
+            None => self.lru_tail = prev,
+        }
     }
 
     fn drop_entry(&mut self, id: usize) {
