@@ -472,7 +472,10 @@ pub fn trywait(cq: &Cq) -> Result<()> {
 }
 
 /// Writes the text for `prov_errno` into `buf` (if given) and returns it.
-pub fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
+///
+/// # Safety
+/// `buf` is null or the caller's buffer of `len` bytes.
+pub unsafe fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
     // SAFETY: fi_strerror returns a static string for any value.
     let s = unsafe { fi::fi_strerror(prov_errno.abs()) };
     if !buf.is_null() && len > 0 && !s.is_null() {
@@ -502,7 +505,8 @@ entry! {
                 crate::addr::RdmxAddr::decode(bytes)
             })
             .flatten();
-        let Some(peer) = peer else { return Ok(strerror_into(prov_errno, buf, len)) };
+        // SAFETY: the application's buffer of `len` bytes, or null (fi_cq_strerror's contract).
+        let Some(peer) = peer else { return Ok(unsafe { strerror_into(prov_errno, buf, len) }) };
         // SAFETY: fi_strerror returns a static string for any value.
         let base = unsafe { std::ffi::CStr::from_ptr(fi::fi_strerror(prov_errno.abs())) }.to_string_lossy().into_owned();
         let text = std::ffi::CString::new(format!("{base} (peer {})", peer.to_uri())).unwrap_or_default();

@@ -95,7 +95,7 @@ pub trait FromRaw<P>: Sized {
 }
 
 /// A fid of rdmx's, resolved to its object (class checked).
-impl<'a, T: crate::fid::FidObject, P> FromRaw<*mut P> for &'a T {
+impl<T: crate::fid::FidObject, P> FromRaw<*mut P> for &T {
     unsafe fn from_raw(p: *mut P) -> Result<Self, Error> {
         // SAFETY: per the trait's contract, a fid rdmx handed out (or NULL);
         // from_fid checks NULL and the class.
@@ -103,7 +103,7 @@ impl<'a, T: crate::fid::FidObject, P> FromRaw<*mut P> for &'a T {
     }
 }
 
-impl<'a, T: crate::fid::FidObject, P> FromRaw<*const P> for &'a T {
+impl<T: crate::fid::FidObject, P> FromRaw<*const P> for &T {
     unsafe fn from_raw(p: *const P) -> Result<Self, Error> {
         // SAFETY: as above.
         unsafe { crate::fid::resolve(p as *const libfabric_sys::fid) }
@@ -120,7 +120,7 @@ impl<T> Out<'_, T> {
     }
 }
 
-impl<'a, T> FromRaw<*mut T> for Out<'a, T> {
+impl<T> FromRaw<*mut T> for Out<'_, T> {
     unsafe fn from_raw(p: *mut T) -> Result<Self, Error> {
         // SAFETY: per the trait's contract, the caller's out-pointer: NULL
         // (refused here) or valid for a write of T.

@@ -272,6 +272,7 @@ entry! {
 entry! {
     fn eq_strerror(eq: *mut fi::fid_eq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
         let _ = (eq, err_data);
-        Ok(crate::cq::strerror_into(prov_errno, buf, len))
+        // SAFETY: the application's buffer of `len` bytes, or null (fi_eq_strerror's contract).
+        Ok(unsafe { crate::cq::strerror_into(prov_errno, buf, len) })
     }
 }
