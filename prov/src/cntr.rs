@@ -59,6 +59,16 @@ impl CntrShared {
     fn progress(&self) {
         self.eps.progress();
     }
+
+    /// For poll sets: one round of progress of the bound endpoints.
+    pub(crate) fn progress_now(&self) {
+        self.progress();
+    }
+
+    /// For poll sets: (value, errors) now.
+    pub(crate) fn snapshot(&self) -> (u64, u64) {
+        (self.value.load(Ordering::Acquire), self.errors.load(Ordering::Acquire))
+    }
 }
 
 #[repr(C)]

@@ -151,6 +151,16 @@ impl CqShared {
         self.queue.lock().is_empty()
     }
 
+    /// For poll sets: whether entries are queued.
+    pub(crate) fn is_empty_now(&self) -> bool {
+        self.is_empty()
+    }
+
+    /// For poll sets: one round of progress of the bound endpoints.
+    pub(crate) fn progress_now(&self) {
+        self.progress();
+    }
+
     pub fn attach(&self, ep: &Arc<EpShared>) {
         self.eps.attach(ep);
     }

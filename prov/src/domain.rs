@@ -34,7 +34,7 @@ static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
     endpoint: Some(ep::rdmx_endpoint),
     scalable_ep: Some(no_scalable_ep),
     cntr_open: Some(cntr::rdmx_cntr_open),
-    poll_open: Some(no_poll_open),
+    poll_open: Some(crate::poll::rdmx_poll_open),
     stx_ctx: Some(no_stx_ctx),
     srx_ctx: Some(no_srx_ctx),
     query_atomic: Some(domain_query_atomic),
@@ -51,7 +51,6 @@ static MR_OPS: fi::fi_ops_mr = fi::fi_ops_mr {
 
 entry_unsupported! {
     fn no_scalable_ep(domain: *mut fi::fid_domain, info: *mut fi::fi_info, sep: *mut *mut fi::fid_ep, context: *mut libc::c_void) -> i32 = Error::NoSys;
-    fn no_poll_open(domain: *mut fi::fid_domain, attr: *mut fi::fi_poll_attr, pollset: *mut *mut fi::fid_poll) -> i32 = Error::NoSys;
     fn no_stx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_tx_attr, stx: *mut *mut fi::fid_stx, context: *mut libc::c_void) -> i32 = Error::NoSys;
     fn no_srx_ctx(domain: *mut fi::fid_domain, attr: *mut fi::fi_rx_attr, rx_ep: *mut *mut fi::fid_ep, context: *mut libc::c_void) -> i32 = Error::NoSys;
     fn no_query_collective(domain: *mut fi::fid_domain, coll: fi::fi_collective_op, attr: *mut fi::fi_collective_attr, flags: u64) -> i32 = Error::NoSys;

@@ -33,6 +33,7 @@ pub mod info;
 pub mod log;
 pub mod mr;
 pub mod params;
+pub mod poll;
 pub mod rma;
 
 use entry::entry;
