@@ -445,7 +445,7 @@ pub fn default_ip() -> IpAddr {
         if let Ok(ip) = iface.parse::<IpAddr>() {
             return ip;
         }
-        if let Some(ip) = rdm::device::iface::named(iface, true) {
+        if let Some(ip) = rdm::device::iface::addrs_of(iface, true).ok().and_then(|v| v.first().copied()) {
             return ip;
         }
         fi_warn!(Subsys::Core, "FI_RDMX_IFACE={iface:?}: no such interface with an address; choosing one as if unset");

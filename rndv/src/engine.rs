@@ -1230,22 +1230,12 @@ impl MsgEngine {
         self.failed_peers.pop_front()
     }
 
-    /// Whether anything is pending in the message layer (operations, answers).
-    pub fn idle(&self) -> bool {
-        self.tx.is_empty() && self.rma.is_empty() && self.pulls.is_empty() && self.windows.is_empty() && self.completions.is_empty()
-    }
-
     pub fn unexpected_bytes(&self) -> usize {
         self.matcher.unexpected_bytes()
     }
 
     pub fn pending_sends(&self) -> usize {
         self.tx.len()
-    }
-
-    /// Endpoint close: the posted receives, for their contexts.
-    pub fn posted_len(&self) -> usize {
-        self.matcher.posted_len()
     }
 }
 

@@ -17,6 +17,7 @@
 //!    asked for IPv6); global addresses before IPv6 link-local ones;
 //! 3. else an address of the other family by the same rule;
 //! 4. else loopback: a host without a network can still talk to itself.
+use super::DeviceError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 
 /// One address of one interface, as `getifaddrs` reports it.
@@ -115,17 +116,18 @@ pub fn default_choice(want_v4: bool) -> Choice {
     choose(&local_addrs(), &hostname_ips(), want_v4)
 }
 
-/// The first address of interface `name` (wanted family first, global before
-/// link-local), whatever its state: the user named it.
-pub fn named(name: &str, want_v4: bool) -> Option<IpAddr> {
-    let mut mine: Vec<IfaceAddr> = local_addrs().into_iter().filter(|a| a.name == name).collect();
-    mine.sort_by_key(|a| (a.ip.is_ipv4() != want_v4, is_link_local(&a.ip)));
-    mine.first().map(|a| a.ip)
-}
-
-/// Whether `ip` is assigned to an interface of this host (loopback included).
-pub fn is_local_ip(ip: &IpAddr) -> bool {
-    ip.is_loopback() || local_addrs().iter().any(|a| a.ip == *ip)
+/// The addresses of interface `name` (`FI_RDMX_IFACE`), whatever its state
+/// (the user named it): the wanted family first, global before link-local.
+pub fn addrs_of(name: &str, want_v4: bool) -> Result<Vec<IpAddr>, DeviceError> {
+    if nix::net::if_::if_nametoindex(name).is_err() {
+        return Err(DeviceError::Config(format!("FI_RDMX_IFACE: no network interface named {name:?}")));
+    }
+    let mut mine: Vec<IpAddr> = local_addrs().into_iter().filter(|a| a.name == name).map(|a| a.ip).collect();
+    if mine.is_empty() {
+        return Err(DeviceError::Config(format!("FI_RDMX_IFACE: interface {name:?} has no IP address")));
+    }
+    mine.sort_by_key(|ip| (ip.is_ipv4() != want_v4, is_link_local(ip)));
+    Ok(mine)
 }
 
 #[cfg(test)]

@@ -257,6 +257,17 @@ impl TxScratch {
         // pointers, zero lengths) and for the integers.
         Box::new(unsafe { zeroed() })
     }
+
+    /// Starts entry `e`: its destination, and the UDP_SEGMENT control message
+    /// with segment size `seg` (attached only if the entry turns out a run).
+    fn open_entry(&mut self, e: usize, dst: &SocketAddr, seg: usize) {
+        self.msgs[e].msg_hdr.msg_namelen = to_sockaddr(dst, &mut self.addrs[e]);
+        let c = &mut self.cmsgs[e];
+        c.hdr.cmsg_len = CMSG_SEGMENT_LEN as _;
+        c.hdr.cmsg_level = libc::SOL_UDP;
+        c.hdr.cmsg_type = libc::UDP_SEGMENT;
+        c.data[..2].copy_from_slice(&(seg as u16).to_ne_bytes());
+    }
 }
 
 impl RxScratch {
@@ -364,43 +375,6 @@ fn config_err(msg: String) -> DeviceError {
     DeviceError::Config(msg)
 }
 
-/// The addresses of interface `name`, IPv4 first if `want_v4`, else IPv6 first;
-/// global addresses before link-local ones.
-fn iface_addrs(name: &str, want_v4: bool) -> Result<Vec<IpAddr>, DeviceError> {
-    let mut v4 = Vec::new();
-    let mut v6 = Vec::new();
-    let mut v6_ll = Vec::new();
-    let mut found = false;
-    let ifs = nix::ifaddrs::getifaddrs().map_err(|e| DeviceError::io("getifaddrs", e.into()))?;
-    for ifa in ifs {
-        if ifa.interface_name != name {
-            continue;
-        }
-        found = true;
-        let Some(addr) = ifa.address else { continue };
-        if let Some(sin) = addr.as_sockaddr_in() {
-            v4.push(IpAddr::V4(sin.ip()));
-        } else if let Some(sin6) = addr.as_sockaddr_in6() {
-            let ip = sin6.ip();
-            // Link-local addresses need a scope; the caller recovers it by name.
-            if ip.segments()[0] & 0xffc0 == 0xfe80 {
-                v6_ll.push(IpAddr::V6(ip));
-            } else {
-                v6.push(IpAddr::V6(ip));
-            }
-        }
-    }
-    if !found {
-        return Err(config_err(format!("FI_RDMX_IFACE: no network interface named {name:?}")));
-    }
-    v6.extend(v6_ll);
-    let all = if want_v4 { [v4, v6].concat() } else { [v6, v4].concat() };
-    if all.is_empty() {
-        return Err(config_err(format!("FI_RDMX_IFACE: interface {name:?} has no IP address")));
-    }
-    Ok(all)
-}
-
 fn scope_for(ip: &Ipv6Addr, iface: Option<&str>) -> u32 {
     if ip.segments()[0] & 0xffc0 != 0xfe80 {
         return 0;
@@ -448,7 +422,7 @@ pub fn resolve_bind_addr(cfg: &UdpConfig) -> Result<SocketAddr, DeviceError> {
         if let Ok(ip) = iface.parse::<IpAddr>() {
             return Ok(with_port(ip, port, None));
         }
-        let ips = iface_addrs(iface, want_v4)?;
+        let ips = super::iface::addrs_of(iface, want_v4)?;
         return Ok(with_port(ips[0], port, Some(iface)));
     }
     let choice = super::iface::default_choice(want_v4);
@@ -606,12 +580,7 @@ impl UdpDevice {
                     break;
                 }
                 let e = entries;
-                txs.msgs[e].msg_hdr.msg_namelen = to_sockaddr(&dst, &mut txs.addrs[e]);
-                let c = &mut txs.cmsgs[e];
-                c.hdr.cmsg_len = CMSG_SEGMENT_LEN as _;
-                c.hdr.cmsg_level = libc::SOL_UDP;
-                c.hdr.cmsg_type = libc::UDP_SEGMENT;
-                c.data[..2].copy_from_slice(&(d.seg as u16).to_ne_bytes());
+                txs.open_entry(e, &dst, d.seg);
                 txs.dgrams[e] = 1;
                 txs.segs[e] = segments;
                 txs.iovs[i] = libc::iovec { iov_base: d.data.as_ptr() as *mut libc::c_void, iov_len: len };
@@ -635,14 +604,9 @@ impl UdpDevice {
                     break;
                 }
                 let e = entries;
-                txs.msgs[e].msg_hdr.msg_namelen = to_sockaddr(&dst, &mut txs.addrs[e]);
                 // The segment size, attached below if a run forms: the kernel cuts
                 // the payload (the entry's iovecs, back to back) every `len` bytes.
-                let c = &mut txs.cmsgs[e];
-                c.hdr.cmsg_len = CMSG_SEGMENT_LEN as _;
-                c.hdr.cmsg_level = libc::SOL_UDP;
-                c.hdr.cmsg_type = libc::UDP_SEGMENT;
-                c.data[..2].copy_from_slice(&(len as u16).to_ne_bytes());
+                txs.open_entry(e, &dst, len);
                 txs.dgrams[e] = 0;
                 txs.segs[e] = 0;
                 entries += 1;
