@@ -21,8 +21,8 @@ pub struct Host {
 pub struct Hosts {
     pub hosts: Vec<Host>,
     switch: String,
-    /// The `plm_rsh_agent` script for OpenMPI (and any launcher that calls
-    /// `<agent> <host> <command...>`).
+    /// The `plm_rsh_agent` script for OpenMPI, and Intel MPI's `-bootstrap-exec`
+    /// (any launcher that calls `<agent> [ssh options] <host> <command...>`).
     pub agent: PathBuf,
 }
 
@@ -66,7 +66,7 @@ impl Hosts {
         }
         assert!(sh(&script), "creating the hosts failed");
         let mut agent = String::from(
-            "#!/bin/sh\n# <agent> <host> <command...>: run the command on that simulated host.\nhost=$1; shift\ncase \"$host\" in\n",
+            "#!/bin/sh\n# <agent> [ssh options] <host> <command...>: run the command on that simulated host.\nwhile [ $# -gt 0 ]; do case \"$1\" in -o|-p|-l|-i) shift 2;; -*) shift;; *) break;; esac; done\nhost=$1; shift\ncase \"$host\" in\n",
         );
         for h in &me.hosts {
             agent += &format!("  {}) ns={} ;;\n", h.name, h.ns);

@@ -61,6 +61,60 @@ fn lossy_job(n_hosts: usize, np: usize, seed: u32) {
     println!("{want} in {took:?}");
 }
 
+/// The same job under Intel MPI (hydra, `-bootstrap-exec` through the hosts'
+/// agent), from the PyPI install of scripts/setup-impi.sh.
+#[test]
+fn intel_mpi_np4_on_two_lossy_hosts_with_default_settings() {
+    fi_tests::init();
+    let impi = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build-out/impi");
+    if !impi.join("bin/mpiexec").exists() {
+        fi_tests::skip("Intel MPI is not installed (scripts/setup-impi.sh)");
+        return;
+    }
+    let impi = impi.canonicalize().unwrap();
+    let bin = impi.join("bin");
+    let lib = impi.join("lib");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("impi");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join("multihost");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi/multihost.c");
+    let st = Command::new(bin.join("mpicc")).args(["-O2", "-o"]).arg(&exe).arg(&src).env("I_MPI_ROOT", &impi).env("PATH", &path).env("LD_LIBRARY_PATH", &lib).status().unwrap();
+    assert!(st.success(), "Intel MPI mpicc failed");
+    let Some(hosts) = Hosts::create("rdmxim", 196, 2, 5) else { return };
+    let dir = fi_tests::provider_dir();
+    let names = format!("{},{}", hosts.hosts[0].name, hosts.hosts[1].name);
+    let mut c = Command::new(&hosts.run_on(0)[0]);
+    c.arg(&hosts.run_on(0)[1])
+        .arg(bin.join("mpiexec"))
+        .args(["-n", "4", "-ppn", "2", "-hosts", &names, "-bootstrap", "ssh", "-bootstrap-exec"])
+        .arg(&hosts.agent)
+        .args(["-genv", "I_MPI_FABRICS", "ofi", "-genv", "FI_PROVIDER", "rdmx", "-genv", "FI_PROVIDER_PATH"])
+        .arg(&dir)
+        .args(["-genv", "I_MPI_ROOT"])
+        .arg(&impi)
+        .args(["-genv", "LD_LIBRARY_PATH"])
+        .arg(&lib)
+        .arg(&exe)
+        .env("I_MPI_ROOT", &impi)
+        .env("PATH", &path)
+        .env("LD_LIBRARY_PATH", &lib)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+        c.env_remove(k);
+    }
+    let t0 = Instant::now();
+    let out = procs::wait_output(c.spawn().expect("mpiexec"), Duration::from_secs(240));
+    let t = text(&out);
+    assert!(out.status.success(), "Intel MPI job failed after {:?}:\n{t}", t0.elapsed());
+    assert!(t.contains("multihost: all checks passed on 2 hosts, 4 ranks"), "{t}");
+    for i in 0..2 {
+        assert!(hosts.dropped(i) > 0, "no loss on {}", hosts.hosts[i].name);
+    }
+    println!("Intel MPI: np 4 on 2 lossy hosts in {:?}", t0.elapsed());
+}
+
 #[test]
 fn np4_on_two_lossy_hosts_with_default_settings() {
     lossy_job(2, 4, 5);
