@@ -9,6 +9,14 @@
 //! emulated as request/answer messages, cancel, peek/claim/discard, multi-receive,
 //! and failure of everything that waits on a peer that died.
 //!
+//! With [`Config::datagram`] the same engine gives `FI_EP_DGRAM` semantics
+//! instead: each message, header included, travels as one unreliable `rdm`
+//! datagram ([`Engine::send_datagram`]; larger is [`PostError::TooLarge`]), a
+//! send completes once written out for the device, and an arriving message
+//! that matches no posted receive is dropped and counted
+//! ([`Stats::dropped_unmatched`]), never held. Matching (tags, directed
+//! receives) is the same; rendezvous, RMA and multi-receive are not used.
+//!
 //! Inputs are calls with the time as an argument; outputs are pulled:
 //! [`MsgEngine::poll_completion`] (what the provider reports on CQs and
 //! counters), [`MsgEngine::poll_action`] (work for the layer below: remote reads)
@@ -298,11 +306,17 @@ pub enum PostError {
     AtomicUnsupported,
     #[error("atomic operands do not match the count")]
     AtomicOperands,
+    /// A datagram-mode message larger than one datagram of the peer's path.
+    #[error("message larger than one datagram")]
+    TooLarge,
 }
 
 impl From<SendError> for PostError {
-    fn from(_: SendError) -> PostError {
-        PostError::Again
+    fn from(e: SendError) -> PostError {
+        match e {
+            SendError::WouldBlock => PostError::Again,
+            SendError::TooLarge { .. } => PostError::TooLarge,
+        }
     }
 }
 
@@ -329,6 +343,8 @@ pub struct Config {
     /// of the peer timeout, at most half a second (so that a dead peer behind
     /// ICMP fails within a second), is a good value.
     pub keepalive: std::time::Duration,
+    /// Unreliable-datagram semantics (`FI_EP_DGRAM`; see the module docs).
+    pub datagram: bool,
 }
 
 impl Default for Config {
@@ -340,6 +356,7 @@ impl Default for Config {
             min_multi_recv: 0,
             unexpected_limit: 256 << 20,
             keepalive: std::time::Duration::from_millis(7500),
+            datagram: false,
         }
     }
 }
@@ -372,7 +389,12 @@ pub struct Stats {
     /// Messages with a header that does not parse, dropped.
     pub dropped_malformed: u64,
     /// Answers (Fin, Push, RMA responses) that match nothing of that peer, dropped.
+    /// Also messages of the other kind of endpoint (a reliable message at a
+    /// datagram endpoint, a datagram at a reliable one).
     pub stray: u64,
+    /// Datagram mode: messages that arrived with no matching receive posted,
+    /// dropped.
+    pub dropped_unmatched: u64,
 }
 
 struct TxEntry {
@@ -555,7 +577,7 @@ impl MsgEngine {
     /// bytes as slices.
     pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
-        let long = !meta.inject && user.count > 0 && self.use_rendezvous(peer, len);
+        let long = !self.cfg.datagram && !meta.inject && user.count > 0 && self.use_rendezvous(peer, len);
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);
         if long {
@@ -579,7 +601,11 @@ impl MsgEngine {
             parts[0] = &hdr;
             let n = payload.len().min(MAX_IOV);
             parts[1..=n].copy_from_slice(&payload[..n]);
-            self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+            if self.cfg.datagram {
+                self.rdm.send_datagram(peer, &parts[..=n], Token::Msg(id).encode())?;
+            } else {
+                self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+            }
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None });
             self.stats.eager_sent += 1;
         }
@@ -1100,7 +1126,12 @@ impl MsgEngine {
         self.retry_pushes(now, mem);
         while let Some(ev) = self.rdm.poll_event() {
             match ev {
-                Event::Delivered { peer, msg } => self.handle_message(now, peer, msg, mem),
+                Event::Delivered { peer, msg } if !self.cfg.datagram => self.handle_message(now, peer, msg, mem),
+                Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(now, peer, msg, mem),
+                Event::Delivered { msg, .. } | Event::Datagram { msg, .. } => {
+                    self.stats.stray += 1;
+                    self.rdm.recycle(msg);
+                }
                 Event::SendComplete { token } => match Token::decode(token) {
                     Some(Token::Msg(id)) => self.complete_send(id, None),
                     // An RTS and its pushes complete on the receiver's Fin; an
@@ -1158,6 +1189,32 @@ impl MsgEngine {
             other => self.serve_rma(now, peer, other, mem),
         }
         self.rdm.recycle(msg);
+    }
+
+    /// Datagram mode: a message lands in the oldest posted receive it matches,
+    /// or is dropped (counted); only plain messages are expected.
+    fn handle_datagram(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+        let h = match Packet::decode(&msg) {
+            Ok(Packet::Msg(h, _)) => h,
+            Ok(_) => {
+                self.stats.stray += 1;
+                self.rdm.recycle(msg);
+                return;
+            }
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                self.rdm.recycle(msg);
+                return;
+            }
+        };
+        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
+        match self.matcher.match_posted(arrived) {
+            Ok((post, arrived)) => self.land(now, RxId(post.token as u32), arrived, mem),
+            Err(arrived) => {
+                self.stats.dropped_unmatched += 1;
+                self.rdm.recycle(arrived.msg);
+            }
+        }
     }
 
     /// Everything that waits on an answer from `peer` fails: rendezvous sends

@@ -160,6 +160,22 @@ impl Matcher {
     /// persistent one stays posted), or keeps the message as unexpected
     /// (returning `None`).
     pub fn arrive(&mut self, msg: Arrived) -> Option<(RecvPost, Arrived)> {
+        match self.match_posted(msg) {
+            Ok(m) => Some(m),
+            Err(msg) => {
+                let seq = self.next_seq();
+                self.unexpected_bytes += msg.msg.len();
+                self.unexpected_order.insert(seq, msg.peer);
+                self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
+                None
+            }
+        }
+    }
+
+    /// Returns the oldest posted receive `msg` matches (a persistent one stays
+    /// posted), or gives the message back untouched: the unexpected queue is
+    /// not involved (datagram endpoints drop what nothing awaits).
+    pub fn match_posted(&mut self, msg: Arrived) -> Result<(RecvPost, Arrived), Arrived> {
         let accepts = |r: &RecvPost| r.accepts(msg.peer, msg.kind, msg.tag);
         let in_bin = self.posted_by_src.get(&msg.peer).and_then(|q| first_match(q, accepts));
         let in_any = first_match(&self.posted_any, accepts);
@@ -171,33 +187,28 @@ impl Matcher {
         };
         match from_bin {
             Some(true) => {
-                let (i, _) = in_bin?;
-                let q = self.posted_by_src.get_mut(&msg.peer)?;
+                let (Some((i, _)), Some(q)) = (in_bin, self.posted_by_src.get_mut(&msg.peer)) else { return Err(msg) };
                 let r = if q[i].1.persistent {
                     q[i].1
                 } else {
+                    let Some((_, r)) = q.remove(i) else { return Err(msg) };
                     self.posted_count -= 1;
-                    q.remove(i)?.1
+                    r
                 };
-                Some((r, msg))
+                Ok((r, msg))
             }
             Some(false) => {
-                let (i, _) = in_any?;
+                let Some((i, _)) = in_any else { return Err(msg) };
                 let r = if self.posted_any[i].1.persistent {
                     self.posted_any[i].1
                 } else {
+                    let Some((_, r)) = self.posted_any.remove(i) else { return Err(msg) };
                     self.posted_count -= 1;
-                    self.posted_any.remove(i)?.1
+                    r
                 };
-                Some((r, msg))
+                Ok((r, msg))
             }
-            None => {
-                let seq = self.next_seq();
-                self.unexpected_bytes += msg.msg.len();
-                self.unexpected_order.insert(seq, msg.peer);
-                self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
-                None
-            }
+            None => Err(msg),
         }
     }
 

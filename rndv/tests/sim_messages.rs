@@ -524,3 +524,65 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
     assert_eq!(c.err, Some(OpError::PeerUnreachable));
     assert!(sim.now.saturating_duration_since(died) <= Duration::from_secs(5));
 }
+
+/// Datagram mode (`FI_EP_DGRAM`): over a clean link, a message that finds a
+/// matching posted receive lands whole (tags and directed receives match as
+/// usual); one that finds none is dropped and counted, never held for a later
+/// receive; sends complete without any answer from the receiver, and a message
+/// larger than one datagram is refused. Over a lossy link nothing is
+/// retransmitted: some messages are lost, and every one that lands is intact.
+#[test]
+fn datagram_mode_matches_or_drops_and_never_retransmits() {
+    let cfg = Config { datagram: true, ..Config::default() };
+    let mut sim = net(2, Link::default(), 1, cfg);
+    let to1 = peer(&mut sim, 0, 1, false);
+    let at1 = peer(&mut sim, 1, 0, false);
+    let max = 1400 - rdm::engine::HEADER_LEN - rndv::HEADER_LEN;
+    let now = sim.now;
+    let send = |sim: &mut Sim<Node>, tag: u64, len: usize, ctx: u64| {
+        let node = &mut sim.nodes[0].engine;
+        let data = pattern(len, tag);
+        node.me.send(sim.now, to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &[&data], IoList::default(), meta(ctx))
+    };
+    assert_eq!(send(&mut sim, 1, max + 1, 1).err(), Some(rndv::PostError::TooLarge));
+    // No receive posted: sent, completed, dropped at the receiver.
+    send(&mut sim, 2, 100, 2).expect("send");
+    assert!(run(&mut sim, Duration::from_secs(1), |s| completions(s, 0, OpKind::Send).len() == 1));
+    run(&mut sim, Duration::from_millis(10), |_| false);
+    assert_eq!(sim.nodes[1].engine.me.stats().dropped_unmatched, 1);
+    assert_eq!(sim.nodes[1].engine.me.unexpected_bytes(), 0);
+    // A receive posted now does not see it; a directed one takes the next.
+    let node1 = &mut sim.nodes[1].engine;
+    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Peer(at1), tag: 3, ignore: 0, iov: IoList::one(BASE, max as u64), multi: false, meta: meta(10) };
+    node1.me.post_recv(now, spec, &mut node1.mem);
+    send(&mut sim, 3, max, 3).expect("send");
+    assert!(run(&mut sim, Duration::from_secs(1), |s| completions(s, 1, OpKind::Recv).len() == 1));
+    let c = completions(&sim, 1, OpKind::Recv)[0];
+    assert_eq!((c.err, c.len, c.tag, c.meta.context), (None, max, 3, 10));
+    assert!(sim.nodes[1].engine.mem.at(BASE, max) == pattern(max, 3));
+    assert_eq!(sim.nodes[0].engine.me.rdm().stats().sent_data, 0, "nothing went over the reliable stream");
+    assert_eq!(sim.nodes[1].engine.me.rdm().stats().sent_acks, 0, "nothing is acknowledged");
+
+    // Lossy: 200 datagrams, receives for all of them posted; none is resent.
+    let mut sim = net(2, lossy(), 7, cfg);
+    let to1 = peer(&mut sim, 0, 1, false);
+    let now = sim.now;
+    let node1 = &mut sim.nodes[1].engine;
+    for i in 0..200u64 {
+        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: i, ignore: 0, iov: IoList::one(BASE + i * 2048, 2048), multi: false, meta: meta(i) };
+        node1.me.post_recv(now, spec, &mut node1.mem);
+    }
+    for i in 0..200u64 {
+        let data = pattern(1000, i);
+        sim.nodes[0].engine.me.send(now, to1, MsgHeader { kind: MsgKind::Tagged, tag: i, data: None }, &[&data], IoList::default(), meta(i)).expect("send");
+    }
+    run(&mut sim, Duration::from_secs(1), |_| false);
+    assert_eq!(completions(&sim, 0, OpKind::Send).len(), 200);
+    let got = completions(&sim, 1, OpKind::Recv);
+    assert!(got.len() < 200 && got.len() > 150, "{} of 200 arrived over a 5% lossy link", got.len());
+    for c in &got {
+        assert_eq!((c.err, c.len), (None, 1000));
+        assert!(sim.nodes[1].engine.mem.at(BASE + c.tag * 2048, 1000) == pattern(1000, c.tag), "tag {}", c.tag);
+    }
+    assert_eq!(sim.nodes[0].engine.me.rdm().stats().retransmits, 0);
+}

@@ -5,7 +5,14 @@
 //! devices (UDP, verbs UD) and keeps the same protocol, minus retransmission,
 //! on reliable ones (shared memory, EFA SRD).
 //!
-//! Inputs: [`Engine::send`], [`Engine::handle_datagram`], [`Engine::handle_timeout`].
+//! Beside that reliable stream, [`Engine::send_datagram`] carries a message as
+//! one unreliable datagram (`FI_EP_DGRAM` endpoints): no sequence number, no
+//! acknowledgement, no segmentation; it completes once handed to the device and
+//! arrives as [`Event::Datagram`] at most once per copy the network delivers.
+//! It shares the header, checksum and job-key check, and creates no per-peer
+//! state beyond the cold entry that names the sender.
+//!
+//! Inputs: [`Engine::send`], [`Engine::send_datagram`], [`Engine::handle_datagram`], [`Engine::handle_timeout`].
 //! Outputs, pulled: [`Engine::poll_transmit`], [`Engine::poll_timeout`],
 //! [`Engine::poll_event`]. Time is always an argument; nothing here reads a clock,
 //! touches a socket, or uses `unsafe`. The wire format is specified in
@@ -114,12 +121,18 @@ pub enum Event {
     SendFailed { token: u64, peer: PeerId, reason: FailReason },
     PeerUnreachable { peer: PeerId },
     PeerRestarted { peer: PeerId },
+    /// An unreliable datagram ([`Engine::send_datagram`]) arrived: its whole
+    /// payload. It may be lost, duplicated or reordered by the network.
+    Datagram { peer: PeerId, msg: Vec<u8> },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SendError {
     #[error("send queue to this peer is full; progress and retry")]
     WouldBlock,
+    /// A datagram larger than one packet of the peer's path can carry.
+    #[error("datagram of {len} bytes exceeds the path's {max}-byte payload")]
+    TooLarge { len: usize, max: usize },
 }
 
 /// A datagram `poll_transmit` wrote into the caller's buffer.
@@ -156,6 +169,9 @@ pub struct Stats {
     pub dropped_window: u64,
     pub peers_failed: u64,
     pub peer_restarts: u64,
+    /// Unreliable datagrams handed to the device / received (job key checked).
+    pub sent_datagrams: u64,
+    pub received_datagrams: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -213,6 +229,13 @@ struct SpareQueues {
 
 /// Spare queues larger than this (entries) are freed rather than kept.
 const SPARE_MAX_ENTRIES: usize = 256;
+
+/// An unreliable datagram waiting for `poll_transmit`.
+struct DgramTx {
+    dst: DevAddr,
+    payload: Vec<u8>,
+    token: u64,
+}
 
 struct RxSeg {
     first: bool,
@@ -334,6 +357,9 @@ pub struct Engine {
     /// queueing a message allocates nothing once the pool is warm.
     tx_pool: Vec<Arc<Vec<u8>>>,
     spare_queues: Vec<SpareQueues>,
+    /// Unreliable datagrams not yet written out, oldest first, and their bytes.
+    dgram_tx: VecDeque<DgramTx>,
+    dgram_bytes: usize,
     stats: Stats,
 }
 
@@ -359,6 +385,8 @@ impl Engine {
             pool: Vec::new(),
             tx_pool: Vec::new(),
             spare_queues: Vec::new(),
+            dgram_tx: VecDeque::new(),
+            dgram_bytes: 0,
             stats: Stats::default(),
         }
     }
@@ -527,6 +555,68 @@ impl Engine {
         Ok(())
     }
 
+    /// The largest payload one datagram to `peer` carries: its path's (see
+    /// [`Engine::peer_with_path`]), else the engine's.
+    pub fn datagram_max(&self, peer: PeerId) -> usize {
+        match self.cold.get(peer.0 as usize).and_then(|c| c.path) {
+            Some(p) => p.payload_max as usize,
+            None => self.payload_max,
+        }
+    }
+
+    /// Queues the gather list, concatenated, as one unreliable datagram to
+    /// `peer`: no sequence number, no retransmission, no segmentation (larger
+    /// than [`Engine::datagram_max`] is refused). `SendComplete { token }`
+    /// follows once `poll_transmit` has written it out for the device; whether
+    /// it arrives is never known.
+    pub fn send_datagram(&mut self, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
+        let Some(cold) = self.cold.get(peer.0 as usize) else { return Err(SendError::WouldBlock) };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let max = self.datagram_max(peer);
+        if len > max {
+            return Err(SendError::TooLarge { len, max });
+        }
+        if !self.dgram_tx.is_empty() && self.dgram_bytes + len > self.cfg.max_queued_bytes {
+            return Err(SendError::WouldBlock);
+        }
+        let dst = cold.addr;
+        let mut payload = self.pool.pop().unwrap_or_default();
+        payload.clear();
+        for p in parts {
+            payload.extend_from_slice(p);
+        }
+        self.dgram_bytes += len;
+        self.dgram_tx.push_back(DgramTx { dst, payload, token });
+        Ok(())
+    }
+
+    /// Writes the oldest queued unreliable datagram into `buf`, if any, and
+    /// reports its send complete.
+    fn transmit_datagram(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let d = self.dgram_tx.front()?;
+        if buf.len() < HEADER_LEN + d.payload.len() {
+            return None;
+        }
+        let d = self.dgram_tx.pop_front()?;
+        let header = Header {
+            ptype: PacketType::Datagram,
+            first: false,
+            last: false,
+            job_key: self.cfg.job_key,
+            src_inc: self.cfg.incarnation,
+            dst_inc: 0,
+            psn_or_window: 0,
+            ack: Psn(0),
+            sack: 0,
+        };
+        let len = header.encode(&d.payload, buf);
+        self.dgram_bytes -= d.payload.len();
+        self.stats.sent_datagrams += 1;
+        self.events.push_back(Event::SendComplete { token: d.token });
+        self.recycle(d.payload);
+        Some(Transmit { dst: d.dst, len, seg: len })
+    }
+
     /// Moves pending messages into segments while the window allows.
     fn fill_window(&mut self, h: u32) {
         let hot = &mut self.hot[h as usize];
@@ -565,6 +655,11 @@ impl Engine {
 
     /// Writes the next datagram to send into `buf` (at least `mtu` bytes).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.dgram_tx.is_empty() {
+            if let Some(t) = self.transmit_datagram(buf) {
+                return Some(t);
+            }
+        }
         while let Some(&h) = self.ready.front() {
             if !self.hot.contains(h as usize) {
                 self.ready.pop_front();
@@ -690,7 +785,7 @@ impl Engine {
     /// Whether `poll_transmit` may have a datagram (some peer is scheduled); a
     /// caller may skip reading the clock and polling when not.
     pub fn wants_transmit(&self) -> bool {
-        !self.ready.is_empty()
+        !self.ready.is_empty() || !self.dgram_tx.is_empty()
     }
 
     /// The device reports `addr` unreachable (the kernel got an ICMP port or host
@@ -784,6 +879,17 @@ impl Engine {
         };
         if hdr.job_key != self.cfg.job_key {
             self.stats.dropped_job_key += 1;
+            return;
+        }
+        if hdr.ptype == PacketType::Datagram {
+            // Stateless: no incarnation, order or acknowledgement to track;
+            // the cold entry names the sender for the layer above.
+            self.stats.received_datagrams += 1;
+            let peer = self.peer(from);
+            let mut msg = self.pool.pop().unwrap_or_default();
+            msg.clear();
+            msg.extend_from_slice(payload);
+            self.events.push_back(Event::Datagram { peer, msg });
             return;
         }
         self.stats.received += 1;
@@ -977,6 +1083,46 @@ mod tests {
             n += 1;
         }
         assert_eq!(n, segments);
+    }
+
+    #[test]
+    fn datagrams_are_stateless_whole_and_isolated_by_job_key() {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, job_key: 5, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, job_key: 5, ..EngineConfig::default() });
+        let mut other_job = Engine::new(EngineConfig { incarnation: 3, job_key: 6, ..EngineConfig::default() });
+        let t = Instant::ZERO;
+        let pb = a.peer(DevAddr::Sim(1));
+        let max = a.datagram_max(pb);
+        assert_eq!(max, 1472 - HEADER_LEN);
+        assert_eq!(a.send_datagram(pb, &[&[1u8; 1472 - HEADER_LEN], &[2]], 9), Err(SendError::TooLarge { len: max + 1, max }));
+        a.send_datagram(pb, &[b"hel", b"lo"], 7).unwrap();
+        a.send_datagram(pb, &[&[3u8; 1472 - HEADER_LEN]], 8).unwrap();
+        assert!(a.wants_transmit());
+        // Not complete before it is written out for the device.
+        assert_eq!(a.poll_event(), None);
+        let mut buf = vec![0u8; 2000];
+        let mut wire = Vec::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            assert_eq!(x.dst, DevAddr::Sim(1));
+            wire.push(buf[..x.len].to_vec());
+        }
+        assert_eq!(wire.len(), 2, "one datagram each, no acks or segments");
+        assert_eq!(a.poll_event(), Some(Event::SendComplete { token: 7 }));
+        assert_eq!(a.poll_event(), Some(Event::SendComplete { token: 8 }));
+        assert!(!a.wants_transmit() && a.poll_timeout().is_none() && a.hot_peers() == 0, "no state, no timer");
+        // Delivered whole, in any order, once per copy; nothing is sent back.
+        for d in wire.iter().rev() {
+            b.handle_datagram(t, DevAddr::Sim(0), d);
+            other_job.handle_datagram(t, DevAddr::Sim(0), d);
+        }
+        let pa = b.peer_id_of(DevAddr::Sim(0)).unwrap();
+        assert_eq!(b.poll_event(), Some(Event::Datagram { peer: pa, msg: vec![3u8; 1472 - HEADER_LEN] }));
+        assert_eq!(b.poll_event(), Some(Event::Datagram { peer: pa, msg: b"hello".to_vec() }));
+        assert!(b.poll_transmit(t, &mut buf).is_none() && b.hot_peers() == 0);
+        assert_eq!((b.stats().received_datagrams, a.stats().sent_datagrams), (2, 2));
+        // Another job's endpoint drops them.
+        assert_eq!(other_job.poll_event(), None);
+        assert_eq!(other_job.stats().dropped_job_key, 2);
     }
 
     #[test]

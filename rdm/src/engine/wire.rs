@@ -8,6 +8,7 @@ pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 48;
 const T_DATA: u8 = 1;
 const T_ACK: u8 = 2;
+const T_DGRAM: u8 = 3;
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
 
@@ -32,6 +33,9 @@ pub struct Header {
 pub enum PacketType {
     Data,
     Ack,
+    /// An unreliable datagram (`FI_EP_DGRAM`): one whole message, no sequence
+    /// number, never acknowledged or retransmitted.
+    Datagram,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -92,9 +96,10 @@ impl Header {
         let ptype = match b[2] {
             T_DATA => PacketType::Data,
             T_ACK => PacketType::Ack,
+            T_DGRAM => PacketType::Datagram,
             t => return Err(DecodeError::Type(t)),
         };
-        if b[3] & !(F_FIRST | F_LAST) != 0 || (ptype == PacketType::Ack && b[3] != 0) {
+        if b[3] & !(F_FIRST | F_LAST) != 0 || (ptype != PacketType::Data && b[3] != 0) {
             return Err(DecodeError::Flags(b[3]));
         }
         let h = Header {
@@ -120,6 +125,7 @@ impl Header {
         b[2] = match self.ptype {
             PacketType::Data => T_DATA,
             PacketType::Ack => T_ACK,
+            PacketType::Datagram => T_DGRAM,
         };
         b[3] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
         b[4..8].fill(0);
