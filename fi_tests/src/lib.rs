@@ -112,6 +112,16 @@ impl Hints {
         }
         h
     }
+    /// `FI_EP_DGRAM` with `FI_MSG`, on the named domain if any.
+    pub fn dgram(domain_name: Option<&str>) -> Hints {
+        let mut h = Hints::new();
+        h.ep().type_ = fi::FI_EP_DGRAM;
+        h.get().caps = fi::FI_MSG as u64;
+        if let Some(d) = domain_name {
+            h.set_domain_name(d);
+        }
+        h
+    }
     pub fn get(&mut self) -> &mut fi::fi_info {
         unsafe { &mut *self.0 }
     }
@@ -272,6 +282,29 @@ impl Stack {
         let n = unsafe { fi::fi_av_insert(self.av, addr.as_ptr() as *const _, 1, &mut fa, 0, null_mut()) };
         assert_eq!(n, 1, "fi_av_insert");
         fa
+    }
+
+    /// Reads one completion within `limit`: `None` if none came (no panic, for
+    /// tests where nothing must arrive).
+    pub fn poll_cq(&self, limit: std::time::Duration) -> Option<Result<fi::fi_cq_tagged_entry, fi::fi_cq_err_entry>> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let mut e = fi::fi_cq_tagged_entry::default();
+            let n = unsafe { fi::fi_cq_read(self.cq, &mut e as *mut _ as *mut _, 1) };
+            if n == 1 {
+                return Some(Ok(e));
+            }
+            if n == -(fi::FI_EAVAIL as isize) {
+                let mut err = fi::fi_cq_err_entry::default();
+                let r = unsafe { fi::fi_cq_readerr(self.cq, &mut err, 0) };
+                assert_eq!(r, 1);
+                return Some(Err(err));
+            }
+            assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read");
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+        }
     }
 
     /// Reads one completion, driving progress of `others` too (so two endpoints

@@ -77,7 +77,12 @@ pub fn pingpong(
             None => ("fi_pingpong", vec![]),
         };
         let mut c = command(prog, env);
-        c.args(pre).args(["-p", "rdmx", "-e", "rdm"]).args(args).args(extra);
+        c.args(pre).args(["-p", "rdmx"]);
+        // RDM unless the test names an endpoint type (`-e dgram`).
+        if !args.contains(&"-e") {
+            c.args(["-e", "rdm"]);
+        }
+        c.args(args).args(extra);
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };

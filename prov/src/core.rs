@@ -366,6 +366,7 @@ impl EpShared {
             // ICMP (UDP) or a device report within a second; rare enough to cost
             // nothing (one small datagram per waited-on peer).
             keepalive: (p.peer_timeout / 4).min(Duration::from_millis(500)),
+            datagram: st.profile.ep_type == fi::FI_EP_DGRAM,
         };
         let placeholder = device.local_addr();
         // Paths differ under auto (shm segments are larger than UDP's).
@@ -488,6 +489,7 @@ fn post_error(e: PostError) -> Error {
         PostError::NotClaimed => Error::Inval("FI_CLAIM without a claimed message"),
         PostError::AtomicUnsupported => Error::OpNotSupp,
         PostError::AtomicOperands => Error::Inval("atomic operand size"),
+        PostError::TooLarge => Error::MsgSize,
     }
 }
 
@@ -521,8 +523,10 @@ impl EpState {
 
     pub fn send(&mut self, args: SendArgs<'_>) -> Result<()> {
         let total: usize = args.payload.iter().map(|s| s.len()).sum();
-        if total > crate::info::MAX_MSG_SIZE {
-            return Err(Error::Inval("message larger than max_msg_size"));
+        if total > self.profile.max_msg_size {
+            // DGRAM: one datagram is the limit, and libfabric's code for it is
+            // EMSGSIZE (RDM keeps its historical EINVAL beyond 1 GiB).
+            return Err(if self.profile.ep_type == fi::FI_EP_DGRAM { Error::MsgSize } else { Error::Inval("message larger than max_msg_size") });
         }
         let inject = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
         if inject && total > self.profile.inject_size {
@@ -561,6 +565,9 @@ impl EpState {
         let claim = args.flags & fi::FI_CLAIM != 0;
         let discard = args.flags & fi::FI_DISCARD != 0;
         let multi = args.flags & fi::FI_MULTI_RECV as u64 != 0;
+        if multi && self.profile.caps & fi::FI_MULTI_RECV as u64 == 0 {
+            return Err(Error::BadFlags);
+        }
         if multi && (args.kind != MsgKind::Msg || args.iov.count != 1) {
             return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
         }
@@ -834,6 +841,9 @@ impl EpState {
                 m.dropped_malformed,
                 m.stray
             );
+            if m.dropped_unmatched > 0 {
+                fi_info!(Subsys::EpCtrl, "endpoint {}: {} datagrams dropped (no receive posted)", r.local.to_uri(), m.dropped_unmatched);
+            }
             if params().stats {
                 print_stats(&r.local, st, &m, r.engine.unexpected_bytes());
             }

@@ -1,6 +1,8 @@
-//! Endpoints (`FI_EP_RDM`): binding, enabling, addressing, and the message and
-//! tagged operation tables. Each operation validates its arguments here and hands
-//! a typed request to [`crate::core`].
+//! Endpoints (`FI_EP_RDM`, and `FI_EP_DGRAM` through the same objects and
+//! tables: the profile's type selects the message engine's datagram mode in
+//! [`crate::core`]): binding, enabling, addressing, and the message and tagged
+//! operation tables. Each operation validates its arguments here and hands a
+//! typed request to [`crate::core`].
 use crate::addr::ADDR_LEN;
 use crate::av::Av;
 use crate::cntr::Cntr;
@@ -175,8 +177,8 @@ entry! {
         let mut profile = unsafe { info::profile_from_info(info) }?;
         // SAFETY: checked non-null.
         let ep_type = unsafe { (*info).ep_attr.as_ref().map(|a| a.type_) }.unwrap_or(fi::FI_EP_RDM);
-        if ep_type != fi::FI_EP_RDM {
-            return Err(Error::Inval("rdmx endpoints are FI_EP_RDM"));
+        if ep_type != fi::FI_EP_RDM && ep_type != fi::FI_EP_DGRAM {
+            return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM"));
         }
         // The endpoint lives in its domain's device family.
         profile.device = d.profile.device;

@@ -35,6 +35,8 @@ pub enum Error {
     Io(String),
     #[error("internal error: {0}")]
     Other(String),
+    #[error("message larger than max_msg_size")]
+    MsgSize,
 }
 
 impl Error {
@@ -56,6 +58,7 @@ impl Error {
             Error::OpNotSupp => fi::FI_EOPNOTSUPP,
             Error::Io(_) => fi::FI_EIO,
             Error::Other(_) => fi::FI_EOTHER,
+            Error::MsgSize => fi::FI_EMSGSIZE,
         }) as i32
     }
 }
@@ -64,6 +67,7 @@ impl From<rdm::engine::SendError> for Error {
     fn from(e: rdm::engine::SendError) -> Error {
         match e {
             rdm::engine::SendError::WouldBlock => Error::Again,
+            rdm::engine::SendError::TooLarge { .. } => Error::MsgSize,
         }
     }
 }

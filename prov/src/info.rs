@@ -78,6 +78,71 @@ const MR_MODE_ACCEPTED: i32 = (fi::FI_MR_LOCAL
     | fi::FI_MR_VIRT_ADDR) as i32;
 
 pub const MAX_MSG_SIZE: usize = 1 << 30;
+
+/// What `FI_EP_DGRAM` endpoints offer: plain and tagged messages as single
+/// unreliable datagrams. No RMA or atomics (they are request/answer messages
+/// that need the reliable stream), no multi-receive, no ordering: UDP reorders.
+const DGRAM_PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV;
+const DGRAM_SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM;
+const DGRAM_DIRECTION_CAPS: u64 = SEND | RECV;
+/// A send completes once handed to the device: its buffer is free and the
+/// datagram is on its way (inject and transmit complete); delivery is never
+/// known, so `FI_DELIVERY_COMPLETE` is not offered.
+const DGRAM_TX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_INJECT | fi::FI_INJECT_COMPLETE | fi::FI_TRANSMIT_COMPLETE | fi::FI_MORE) as u64;
+const DGRAM_RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
+
+/// The capability and flag sets of one endpoint type, for hint matching.
+struct TypeCaps {
+    primary: u64,
+    secondary: u64,
+    direction: u64,
+    tx_op_flags: u64,
+    rx_op_flags: u64,
+    msg_order: u64,
+}
+
+impl TypeCaps {
+    fn of(ep_type: fi::fi_ep_type) -> TypeCaps {
+        if ep_type == fi::FI_EP_DGRAM {
+            TypeCaps {
+                primary: DGRAM_PRIMARY_CAPS,
+                secondary: DGRAM_SECONDARY_CAPS,
+                direction: DGRAM_DIRECTION_CAPS,
+                tx_op_flags: DGRAM_TX_OP_FLAGS,
+                rx_op_flags: DGRAM_RX_OP_FLAGS,
+                msg_order: 0,
+            }
+        } else {
+            TypeCaps {
+                primary: PRIMARY_CAPS,
+                secondary: SECONDARY_CAPS,
+                direction: DIRECTION_CAPS,
+                tx_op_flags: TX_OP_FLAGS,
+                rx_op_flags: RX_OP_FLAGS,
+                msg_order: MSG_ORDER,
+            }
+        }
+    }
+
+    fn all(&self) -> u64 {
+        self.primary | self.secondary | self.direction
+    }
+}
+
+/// The largest `FI_EP_DGRAM` message on `device`: one datagram of the device
+/// minus rdm's and the message layer's headers. Under `auto` the smaller of the
+/// two paths (UDP), since every peer must take it.
+pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
+    let headers = rdm::engine::HEADER_LEN + rndv::HEADER_LEN;
+    let udp = params().udp_mtu;
+    let shm = rdm::device::shm::DEFAULT_MTU;
+    let mtu = match device {
+        DeviceChoice::Udp => udp,
+        DeviceChoice::Shm => shm,
+        DeviceChoice::Auto => udp.min(shm),
+    };
+    mtu.saturating_sub(headers)
+}
 pub const TX_SIZE: usize = 1024;
 pub const RX_SIZE: usize = 1024;
 pub const IOV_LIMIT: usize = 4;
@@ -87,6 +152,10 @@ pub const CQ_DATA_SIZE: usize = 8;
 #[derive(Clone, Debug)]
 pub struct Profile {
     pub device: DeviceChoice,
+    /// `FI_EP_RDM`, or `FI_EP_DGRAM` (unreliable datagrams over the same devices).
+    pub ep_type: fi::fi_ep_type,
+    /// Largest message: 1 GiB for RDM, one datagram for DGRAM.
+    pub max_msg_size: usize,
     pub caps: u64,
     pub tx_caps: u64,
     pub rx_caps: u64,
@@ -130,9 +199,26 @@ pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
     }
 }
 
-fn base_profile(device: DeviceChoice) -> Profile {
+fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
+    if ep_type == fi::FI_EP_DGRAM {
+        let max_msg_size = dgram_max_msg_size(device);
+        let p = base_profile(device, fi::FI_EP_RDM);
+        let caps = DGRAM_PRIMARY_CAPS | DGRAM_SECONDARY_CAPS | DGRAM_DIRECTION_CAPS;
+        return Profile {
+            ep_type,
+            max_msg_size,
+            caps,
+            tx_caps: caps & TX_CAPS,
+            rx_caps: caps & RX_CAPS,
+            msg_order: 0,
+            inject_size: p.inject_size.min(max_msg_size),
+            ..p
+        };
+    }
     Profile {
         device,
+        ep_type: fi::FI_EP_RDM,
+        max_msg_size: MAX_MSG_SIZE,
         caps: ALL_CAPS,
         tx_caps: TX_CAPS,
         rx_caps: RX_CAPS,
@@ -254,8 +340,9 @@ unsafe fn auth_key(key: *const u8, len: usize) -> Option<(u64, usize)> {
 /// otherwise the altered profile (ofi_check_info + ofi_alter_info).
 fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     let hi = h.info;
+    let tc = TypeCaps::of(p.ep_type);
     // Capabilities.
-    if hi.caps & !(ALL_CAPS | SOURCE_ERR) != 0 || (hi.caps & SOURCE_ERR != 0 && hi.caps & SOURCE == 0) {
+    if hi.caps & !(tc.all() | SOURCE_ERR) != 0 || (hi.caps & SOURCE_ERR != 0 && hi.caps & SOURCE == 0) {
         return Err(Error::NoData);
     }
     // Modes: rdmx requires none, so any hinted mode set is fine.
@@ -264,19 +351,21 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         return Err(Error::NoData);
     }
     if let Some(ep) = h.ep {
-        if ep.type_ != fi::FI_EP_UNSPEC && ep.type_ != fi::FI_EP_RDM {
+        if ep.type_ != fi::FI_EP_UNSPEC && ep.type_ != p.ep_type {
             return Err(Error::NoData);
         }
         if ep.protocol != fi::FI_PROTO_UNSPEC {
             return Err(Error::NoData);
         }
-        if ep.max_msg_size > MAX_MSG_SIZE {
+        if ep.max_msg_size > p.max_msg_size {
             return Err(Error::NoData);
         }
         // RMA and atomic requests are messages delivered in order per peer, and
         // the target serves them in that order: any size up to max_msg_size is
-        // ordered. A hint asking for more than that cannot be met.
-        if ep.max_order_raw_size > MAX_MSG_SIZE || ep.max_order_war_size > MAX_MSG_SIZE || ep.max_order_waw_size > MAX_MSG_SIZE {
+        // ordered. A hint asking for more than that cannot be met (nor any for
+        // DGRAM endpoints, which have no RMA).
+        let order_max = max_order_size(&p);
+        if ep.max_order_raw_size > order_max || ep.max_order_war_size > order_max || ep.max_order_waw_size > order_max {
             return Err(Error::NoData);
         }
         if ep.tx_ctx_cnt > 1 || ep.rx_ctx_cnt > 1 {
@@ -364,9 +453,9 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     }
     // Direction-specific attributes.
     if let Some(tx) = h.tx {
-        if tx.caps & !(TX_CAPS | RX_CAPS | SECONDARY_CAPS) != 0
-            || tx.op_flags & !TX_OP_FLAGS != 0
-            || tx.msg_order & !MSG_ORDER != 0
+        if tx.caps & !(tc.all() | SOURCE_ERR) != 0
+            || tx.op_flags & !tc.tx_op_flags != 0
+            || tx.msg_order & !tc.msg_order != 0
             || tx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
             || tx.inject_size > p.inject_size
             || tx.size > TX_SIZE
@@ -387,9 +476,9 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
     }
     if let Some(rx) = h.rx {
-        if rx.caps & !(TX_CAPS | RX_CAPS | SECONDARY_CAPS) != 0
-            || rx.op_flags & !RX_OP_FLAGS != 0
-            || rx.msg_order & !MSG_ORDER != 0
+        if rx.caps & !(tc.all() | SOURCE_ERR) != 0
+            || rx.op_flags & !tc.rx_op_flags != 0
+            || rx.msg_order & !tc.msg_order != 0
             || rx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
             || rx.size > RX_SIZE
             || rx.iov_limit > IOV_LIMIT
@@ -405,17 +494,47 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
     }
     // Output capabilities: what was asked (or everything), plus secondary caps.
-    let primary_req = hi.caps & (PRIMARY_CAPS | DIRECTION_CAPS);
-    let mut caps = if hi.caps & PRIMARY_CAPS != 0 { primary_req } else { PRIMARY_CAPS | (hi.caps & DIRECTION_CAPS) };
-    if caps & DIRECTION_CAPS == 0 {
-        caps |= DIRECTION_CAPS;
+    let primary_req = hi.caps & (tc.primary | tc.direction);
+    let mut caps = if hi.caps & tc.primary != 0 { primary_req } else { tc.primary | (hi.caps & tc.direction) };
+    if caps & tc.direction == 0 {
+        caps |= tc.direction;
     }
-    caps |= SECONDARY_CAPS | (hi.caps & SOURCE_ERR);
+    caps |= tc.secondary | (hi.caps & SOURCE_ERR);
     p.caps = caps;
     p.tx_caps = caps & TX_CAPS;
     p.rx_caps = caps & RX_CAPS;
     p.handle = hi.handle as usize;
     Ok(p)
+}
+
+/// The largest RMA/atomic size ordered (`max_order_*_size`): everything for
+/// RDM, nothing for DGRAM (no RMA, no order).
+fn max_order_size(p: &Profile) -> usize {
+    if p.ep_type == fi::FI_EP_DGRAM {
+        0
+    } else {
+        p.max_msg_size
+    }
+}
+
+/// libfabric's internal `fi_getinfo` flag (`ofi.h`) with which a utility
+/// provider asks for core providers to layer on.
+const OFI_CORE_PROV_ONLY: u64 = 1 << 59;
+
+/// The endpoint types a hint asks for: the one it names; unnamed, only RDM. An
+/// application with no preference wants the reliable endpoint, and one entry
+/// per domain keeps MPI libraries from taking a DGRAM entry for another rail.
+///
+/// DGRAM is not offered to utility providers (`OFI_CORE_PROV_ONLY`): ofi_rxd
+/// would layer an RDM endpoint on it, and every RDM answer of `FI_PROVIDER=rdmx`
+/// would carry an `rdmx;ofi_rxd` entry beside rdmx's own (MPI libraries spread
+/// ranks over entries) that only adds a second reliability layer.
+fn ep_types(hints: Option<&Hints<'_>>, flags: u64) -> Vec<fi::fi_ep_type> {
+    match hints.and_then(|h| h.ep).map(|e| e.type_) {
+        Some(fi::FI_EP_DGRAM) if flags & OFI_CORE_PROV_ONLY == 0 => vec![fi::FI_EP_DGRAM],
+        Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => vec![fi::FI_EP_RDM],
+        Some(_) => vec![],
+    }
 }
 
 /// Resolves `node`/`service` to a socket address (service = UDP port).
@@ -526,8 +645,8 @@ pub unsafe fn getinfo(
     let mut out = Vec::new();
     // SAFETY: hints come from the application; the name is a C string or null.
     let hinted_domain = hints.as_ref().and_then(|h| h.dom).and_then(|d| unsafe { opt_cstr(d.name) });
-    for dev in usable_devices(hinted_domain.as_deref()) {
-        let mut p = base_profile(dev);
+    for (dev, ep_type) in usable_devices(hinted_domain).into_iter().flat_map(|d| ep_types(hints.as_ref(), flags).into_iter().map(move |t| (d, t))) {
+        let mut p = base_profile(dev, ep_type);
         if let Some(h) = &hints {
             match match_hints(p, h, version) {
                 Ok(m) => p = m,
@@ -614,7 +733,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         tx.inject_size = p.inject_size;
         tx.size = p.tx_size;
         tx.iov_limit = p.tx_iov_limit;
-        tx.rma_iov_limit = 1;
+        tx.rma_iov_limit = if p.caps & RMA != 0 { 1 } else { 0 };
         let rx = &mut *i.rx_attr;
         rx.caps = p.rx_caps;
         rx.mode = 0;
@@ -625,13 +744,13 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         rx.size = p.rx_size;
         rx.iov_limit = p.rx_iov_limit;
         let ep = &mut *i.ep_attr;
-        ep.type_ = fi::FI_EP_RDM;
+        ep.type_ = p.ep_type;
         ep.protocol = fi::FI_PROTO_UNSPEC;
         ep.protocol_version = 1;
-        ep.max_msg_size = MAX_MSG_SIZE;
-        ep.max_order_raw_size = MAX_MSG_SIZE;
-        ep.max_order_war_size = MAX_MSG_SIZE;
-        ep.max_order_waw_size = MAX_MSG_SIZE;
+        ep.max_msg_size = p.max_msg_size;
+        ep.max_order_raw_size = max_order_size(p);
+        ep.max_order_war_size = max_order_size(p);
+        ep.max_order_waw_size = max_order_size(p);
         ep.msg_prefix_size = 0;
         ep.mem_tag_format = p.mem_tag_format;
         ep.tx_ctx_cnt = 1;
@@ -681,7 +800,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
 pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
     // SAFETY: per contract.
     let Some(i) = (unsafe { info.as_ref() }) else {
-        return Ok(base_profile(params().device));
+        return Ok(base_profile(params().device, fi::FI_EP_RDM));
     };
     // SAFETY: per contract, attrs are null or valid.
     let h = unsafe { Hints::new(i) };
@@ -692,7 +811,12 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
         .map(|n| device_from_domain_name(n).ok_or(Error::Inval("unknown rdmx domain name")))
         .transpose()?
         .unwrap_or(params().device);
-    let mut p = match_hints(base_profile(dev), &h, API_VERSION).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
+    let ep_type = match h.ep.map(|e| e.type_) {
+        Some(fi::FI_EP_DGRAM) => fi::FI_EP_DGRAM,
+        Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => fi::FI_EP_RDM,
+        Some(_) => return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM")),
+    };
+    let mut p = match_hints(base_profile(dev, ep_type), &h, API_VERSION).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
     // SAFETY: as above.
     unsafe {
         if let Some(src) = addr_from_raw(i.src_addr, i.src_addrlen) {

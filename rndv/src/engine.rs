@@ -1207,12 +1207,14 @@ impl MsgEngine {
                 return;
             }
         };
-        let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
-        match self.matcher.match_posted(arrived) {
-            Ok((post, arrived)) => self.land(now, RxId(post.token as u32), arrived, mem),
-            Err(arrived) => {
+        match self.matcher.match_posted(peer, h.kind, h.tag) {
+            Some(post) => {
+                let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
+                self.land(now, RxId(post.token as u32), arrived, mem);
+            }
+            None => {
                 self.stats.dropped_unmatched += 1;
-                self.rdm.recycle(arrived.msg);
+                self.rdm.recycle(msg);
             }
         }
     }

@@ -160,55 +160,44 @@ impl Matcher {
     /// persistent one stays posted), or keeps the message as unexpected
     /// (returning `None`).
     pub fn arrive(&mut self, msg: Arrived) -> Option<(RecvPost, Arrived)> {
-        match self.match_posted(msg) {
-            Ok(m) => Some(m),
-            Err(msg) => {
-                let seq = self.next_seq();
-                self.unexpected_bytes += msg.msg.len();
-                self.unexpected_order.insert(seq, msg.peer);
-                self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
-                None
-            }
+        if let Some(r) = self.match_posted(msg.peer, msg.kind, msg.tag) {
+            return Some((r, msg));
         }
+        let seq = self.next_seq();
+        self.unexpected_bytes += msg.msg.len();
+        self.unexpected_order.insert(seq, msg.peer);
+        self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
+        None
     }
 
-    /// Returns the oldest posted receive `msg` matches (a persistent one stays
-    /// posted), or gives the message back untouched: the unexpected queue is
-    /// not involved (datagram endpoints drop what nothing awaits).
-    pub fn match_posted(&mut self, msg: Arrived) -> Result<(RecvPost, Arrived), Arrived> {
-        let accepts = |r: &RecvPost| r.accepts(msg.peer, msg.kind, msg.tag);
-        let in_bin = self.posted_by_src.get(&msg.peer).and_then(|q| first_match(q, accepts));
+    /// Takes the oldest posted receive a message from `peer` of `kind` and
+    /// `tag` matches (a persistent one stays posted), if any; the unexpected
+    /// queue is not involved (datagram endpoints drop what nothing awaits).
+    pub fn match_posted(&mut self, peer: PeerId, kind: MsgKind, tag: u64) -> Option<RecvPost> {
+        let accepts = |r: &RecvPost| r.accepts(peer, kind, tag);
+        let in_bin = self.posted_by_src.get(&peer).and_then(|q| first_match(q, accepts));
         let in_any = first_match(&self.posted_any, accepts);
         let from_bin = match (in_bin, in_any) {
-            (Some((_, a)), Some((_, b))) => Some(a < b),
-            (Some(_), None) => Some(true),
-            (None, Some(_)) => Some(false),
-            (None, None) => None,
+            (Some((_, a)), Some((_, b))) => a < b,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => return None,
         };
-        match from_bin {
-            Some(true) => {
-                let (Some((i, _)), Some(q)) = (in_bin, self.posted_by_src.get_mut(&msg.peer)) else { return Err(msg) };
-                let r = if q[i].1.persistent {
-                    q[i].1
-                } else {
-                    let Some((_, r)) = q.remove(i) else { return Err(msg) };
-                    self.posted_count -= 1;
-                    r
-                };
-                Ok((r, msg))
+        if from_bin {
+            let (i, _) = in_bin?;
+            let q = self.posted_by_src.get_mut(&peer)?;
+            if q[i].1.persistent {
+                return Some(q[i].1);
             }
-            Some(false) => {
-                let Some((i, _)) = in_any else { return Err(msg) };
-                let r = if self.posted_any[i].1.persistent {
-                    self.posted_any[i].1
-                } else {
-                    let Some((_, r)) = self.posted_any.remove(i) else { return Err(msg) };
-                    self.posted_count -= 1;
-                    r
-                };
-                Ok((r, msg))
+            self.posted_count -= 1;
+            q.remove(i).map(|(_, r)| r)
+        } else {
+            let (i, _) = in_any?;
+            if self.posted_any[i].1.persistent {
+                return Some(self.posted_any[i].1);
             }
-            None => Err(msg),
+            self.posted_count -= 1;
+            self.posted_any.remove(i).map(|(_, r)| r)
         }
     }
 
