@@ -52,8 +52,13 @@ impl CntrShared {
         self.eps.detach(ep);
     }
 
-    fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
+    pub(crate) fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
         self.eps.endpoints()
+    }
+
+    /// For wait sets: the counter changed since it was last read.
+    pub(crate) fn changed_unseen(&self) -> bool {
+        self.wait.as_ref().is_some_and(|w| w.is_set())
     }
 
     fn progress(&self) {
@@ -77,6 +82,8 @@ pub struct Cntr {
     domain: *const Domain,
     pub bound: Refs,
     pub shared: Arc<CntrShared>,
+    /// The wait set this counter belongs to (`FI_WAIT_SET`), released at close.
+    wait_set: Option<Arc<crate::wait::WaitSetShared>>,
 }
 
 // SAFETY: #[repr(C)] with fid_cntr first.
@@ -106,7 +113,7 @@ entry! {
                 return Err(Error::NoSys);
             }
             match attr.wait_obj {
-                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+                fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD | fi::FI_WAIT_SET => {}
                 _ => return Err(Error::NoSys),
             }
             if attr.flags != 0 {
@@ -114,14 +121,26 @@ entry! {
             }
         }
         // SAFETY: null or the application's attr.
-        let wait_fd = unsafe { attr.as_ref() }.is_some_and(|a| a.wait_obj == fi::FI_WAIT_FD);
-        let wait = if wait_fd { Some(WaitFd::new()?) } else { None };
+        let attr = unsafe { attr.as_ref() };
+        let wait_obj = attr.map_or(fi::FI_WAIT_NONE, |a| a.wait_obj);
+        let wait_set = match attr {
+            // SAFETY: the application's wait set (checked by class).
+            Some(a) if a.wait_obj == fi::FI_WAIT_SET => Some(unsafe { crate::wait::set_of(a.wait_set) }?),
+            _ => None,
+        };
+        // A member of a wait set has the fd FI_WAIT_FD would give it.
+        let wait = if wait_obj == fi::FI_WAIT_FD || wait_set.is_some() { Some(WaitFd::new()?) } else { None };
+        let shared = Arc::new(CntrShared { wait, ..CntrShared::default() });
+        if let Some(s) = &wait_set {
+            s.join_cntr(&shared);
+        }
         d.children.get();
         let c = fid::leak(Cntr {
             fid: fi::fid_cntr { fid: fid::new_fid(fi::FI_CLASS_CNTR, context, &CNTR_FI_OPS), ops: &CNTR_OPS as *const _ as *mut _ },
             domain: d,
             bound: Refs::default(),
-            shared: Arc::new(CntrShared { wait, ..CntrShared::default() }),
+            shared,
+            wait_set,
         });
         out.set(c as *mut fi::fid_cntr);
         Ok(0)
@@ -133,6 +152,9 @@ entry! {
         // SAFETY: our fid.
         let c = unsafe { Cntr::from_fid(f) }?;
         c.bound.busy()?;
+        if let Some(s) = &c.wait_set {
+            s.refs.put();
+        }
         // SAFETY: the domain outlives its children.
         unsafe { (*c.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_cntr_open.

@@ -1094,7 +1094,15 @@ impl BoundEndpoints {
 /// Sleeps until one of the endpoints' devices has input, an engine timer is due,
 /// or `max` has passed.
 pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len());
+    wait_any_or_fd(eps, None, max);
+}
+
+/// Like [`wait_any`], also waking when `extra` turns readable (a wait set's fd).
+pub fn wait_any_or_fd(eps: &[Arc<EpShared>], extra: Option<RawFd>, max: Duration) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len() + 1);
+    if let Some(fd) = extra {
+        fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    }
     let mut wait = max;
     let t = now();
     for ep in eps {

@@ -169,7 +169,7 @@ impl CqShared {
         self.eps.detach(ep);
     }
 
-    fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
+    pub(crate) fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
         self.eps.endpoints()
     }
 
@@ -255,6 +255,8 @@ pub struct Cq {
     domain: *const Domain,
     pub bound: Refs,
     pub shared: Arc<CqShared>,
+    /// The wait set this CQ belongs to (`FI_WAIT_SET`), released at close.
+    wait_set: Option<Arc<crate::wait::WaitSetShared>>,
 }
 
 // SAFETY: #[repr(C)] with fid_cq first.
@@ -290,28 +292,37 @@ entry! {
             _ => return Err(Error::Inval("cq format")),
         };
         match attr.wait_obj {
-            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD => {}
+            fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD | fi::FI_WAIT_FD | fi::FI_WAIT_SET => {}
             _ => return Err(Error::NoSys),
         }
-        let wait = if attr.wait_obj == fi::FI_WAIT_FD { Some(WaitFd::new()?) } else { None };
+        // SAFETY: the application's wait set (checked by class) when it names one.
+        let wait_set = if attr.wait_obj == fi::FI_WAIT_SET { Some(unsafe { crate::wait::set_of(attr.wait_set) }?) } else { None };
+        // A member of a wait set has the fd FI_WAIT_FD would give it; the set
+        // watches that fd.
+        let wait = if attr.wait_obj == fi::FI_WAIT_FD || wait_set.is_some() { Some(WaitFd::new()?) } else { None };
         if attr.wait_cond != fi::FI_CQ_COND_NONE && attr.wait_cond != fi::FI_CQ_COND_THRESHOLD {
             return Err(Error::Inval("wait_cond"));
+        }
+        let shared = Arc::new(CqShared {
+            wait,
+            format,
+            queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
+            err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
+            last_err_data: Mutex::new((0, 0)),
+            strerror_text: Mutex::new(std::ffi::CString::default()),
+            eps: BoundEndpoints::default(),
+            signaled: AtomicBool::new(false),
+        });
+        if let Some(s) = &wait_set {
+            s.join_cq(&shared);
         }
         d.children.get();
         let cq = fid::leak(Cq {
             fid: fi::fid_cq { fid: fid::new_fid(fi::FI_CLASS_CQ, context, &CQ_FI_OPS), ops: &CQ_OPS as *const _ as *mut _ },
             domain: d,
             bound: Refs::default(),
-            shared: Arc::new(CqShared {
-                wait,
-                format,
-                queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
-                err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
-                last_err_data: Mutex::new((0, 0)),
-                strerror_text: Mutex::new(std::ffi::CString::default()),
-                eps: BoundEndpoints::default(),
-                signaled: AtomicBool::new(false),
-            }),
+            shared,
+            wait_set,
         });
         out.set(cq as *mut fi::fid_cq);
         Ok(0)
@@ -323,6 +334,9 @@ entry! {
         // SAFETY: our fid.
         let cq = unsafe { Cq::from_fid(f) }?;
         cq.bound.busy()?;
+        if let Some(s) = &cq.wait_set {
+            s.refs.put();
+        }
         // SAFETY: the domain outlives its children.
         unsafe { (*cq.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_cq_open.

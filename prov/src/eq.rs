@@ -27,6 +27,8 @@ pub struct Eq {
     fabric: *const fabric::Fabric,
     pub bound: Refs,
     pub shared: Arc<EqQueue>,
+    /// The wait set this EQ belongs to (`FI_WAIT_SET`), released at close.
+    wait_set: Option<Arc<crate::wait::WaitSetShared>>,
 }
 
 /// The queue of an EQ, shared with the endpoints bound to it: they report there
@@ -49,6 +51,17 @@ impl EqQueue {
         e.err = err as i32;
         e.prov_errno = err as i32;
         self.push(Event { kind: 0, data: Vec::new(), err: Some(e) });
+    }
+
+    /// For wait sets: whether events are queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.lock().is_empty()
+    }
+
+    /// For wait sets: the eventfd (FI_WAIT_FD or FI_WAIT_SET), if any.
+    pub(crate) fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.wait_fd.as_ref().map(|f| f.as_raw_fd())
     }
 
     fn push(&self, ev: Event) {
@@ -100,9 +113,16 @@ entry! {
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: checked non-null.
         let attr = unsafe { &*attr };
+        let wait_set = if attr.wait_obj == fi::FI_WAIT_SET {
+            // SAFETY: the application's wait set (checked by class).
+            Some(unsafe { crate::wait::set_of(attr.wait_set) }?)
+        } else {
+            None
+        };
         let wait_fd = match attr.wait_obj {
             fi::FI_WAIT_NONE | fi::FI_WAIT_UNSPEC | fi::FI_WAIT_YIELD => None,
-            fi::FI_WAIT_FD => {
+            // A member of a wait set has the eventfd FI_WAIT_FD would give it.
+            fi::FI_WAIT_FD | fi::FI_WAIT_SET => {
                 // SAFETY: eventfd has no memory preconditions; a valid fd is owned below.
                 let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
                 if fd < 0 {
@@ -117,12 +137,17 @@ entry! {
         if attr.flags & !(fi::FI_WRITE as u64) != 0 {
             return Err(Error::BadFlags);
         }
+        let shared = Arc::new(EqQueue { wait_fd, ..EqQueue::default() });
+        if let Some(s) = &wait_set {
+            s.join_eq(&shared);
+        }
         fab.children.get();
         let eq = fid::leak(Eq {
             fid: fi::fid_eq { fid: fid::new_fid(fi::FI_CLASS_EQ, context, &EQ_FI_OPS), ops: &EQ_OPS as *const _ as *mut _ },
             fabric: fab,
             bound: Refs::default(),
-            shared: Arc::new(EqQueue { wait_fd, ..EqQueue::default() }),
+            shared,
+            wait_set,
         });
         out.set(eq as *mut fi::fid_eq);
         Ok(0)
@@ -134,6 +159,9 @@ entry! {
         // SAFETY: our fid.
         let eq = unsafe { Eq::from_fid(f) }?;
         eq.bound.busy()?;
+        if let Some(s) = &eq.wait_set {
+            s.refs.put();
+        }
         // SAFETY: the fabric outlives its children (its close checks the count).
         unsafe { (*eq.fabric).children.put() };
         // SAFETY: created by fid::leak in rdmx_eq_open.

@@ -26,20 +26,20 @@ static FABRIC_OPS: fi::fi_ops_fabric = fi::fi_ops_fabric {
     domain: Some(domain::rdmx_domain),
     passive_ep: Some(no_passive_ep),
     eq_open: Some(eq::rdmx_eq_open),
-    wait_open: Some(no_wait_open),
+    wait_open: Some(crate::wait::rdmx_wait_open),
     trywait: Some(fabric_trywait),
     domain2: Some(no_domain2),
 };
 
 entry_unsupported! {
     fn no_passive_ep(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, pep: *mut *mut fi::fid_pep, context: *mut libc::c_void) -> i32 = Error::NoSys;
-    fn no_wait_open(fabric: *mut fi::fid_fabric, attr: *mut fi::fi_wait_attr, waitset: *mut *mut fi::fid_wait) -> i32 = Error::NoSys;
     fn no_domain2(fabric: *mut fi::fid_fabric, info: *mut fi::fi_info, dom: *mut *mut fi::fid_domain, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
 }
 
 entry! {
-    /// `fi_trywait`: 0 when every listed CQ is empty and every counter unchanged
-    /// after a round of progress (the application may sleep on the fds),
+    /// `fi_trywait`: 0 when every listed CQ is empty, every counter unchanged
+    /// and every wait set's members likewise after a round of progress (the
+    /// application may sleep on the fds),
     /// -FI_EAGAIN otherwise.
     fn fabric_trywait(fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: i32) -> i32 {
         let _ = fabric;
@@ -58,6 +58,8 @@ entry! {
                 fi::FI_CLASS_CQ => crate::cq::trywait(unsafe { crate::cq::Cq::from_fid(f) }?)?,
                 // SAFETY: class checked.
                 fi::FI_CLASS_CNTR => crate::cntr::trywait(unsafe { crate::cntr::Cntr::from_fid(f) }?)?,
+                // SAFETY: class checked.
+                fi::FI_CLASS_WAIT => crate::wait::trywait(unsafe { crate::wait::WaitSet::from_fid(f) }?)?,
                 _ => return Err(Error::NoSys),
             }
         }

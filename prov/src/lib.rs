@@ -35,6 +35,7 @@ pub mod mr;
 pub mod params;
 pub mod poll;
 pub mod rma;
+pub mod wait;
 
 use entry::entry;
 use libfabric_sys as fi;
