@@ -22,17 +22,22 @@
 //!   it; an entry still in use is deregistered when its last user releases it
 //!   (deferred deregistration).
 //!
+//! - **Only watched memory is cached.** On a miss the cache asks the unmap
+//!   [`Monitor`] to watch the range *before* registering it (an unmap between
+//!   the two is then reported, never missed); memory the monitor cannot watch
+//!   is registered for this use only and deregistered at its release.
+//!
 //! The guarantee that matters: **a lookup never returns a registration whose
-//! pages were unmapped before the lookup began**, provided the monitor's
-//! invalidation of an unmap happens-before any lookup that starts after the
-//! unmap. The cache provides the other half: invalidate removes from the index
-//! under the same `&mut self` a lookup needs, so a lookup either completes
-//! before the invalidation (the registration was valid when it began) or sees
-//! the index without the entry. The monitor (userfaultfd, in a later change)
-//! must deliver the unmap before the unmapping thread continues; that argument
-//! is written down with it.
+//! pages were unmapped before the lookup began.** Every acquire and release
+//! first applies the monitor's log of unmapped ranges; the monitor module
+//! explains why an unmap that returned before the lookup began is always in
+//! that log by then. Invalidation removes entries from the index under the
+//! same `&mut self` a lookup needs, so a lookup sees the index with or without
+//! an entry, never half of an update.
 use slab::Slab;
 use std::collections::BTreeMap;
+
+use crate::monitor::{Changes, Monitor};
 
 /// The device side: registers and deregisters memory. Verbs, SRD and the
 /// emulated RMA keys implement it; tests use a model.
@@ -64,6 +69,10 @@ pub struct CacheStats {
     pub misses: u64,
     pub evictions: u64,
     pub invalidations: u64,
+    /// Times the cache fell behind the monitor's log and dropped everything.
+    pub flushes: u64,
+    /// Registrations of memory the monitor cannot watch (registered per use).
+    pub uncached: u64,
     /// Bytes of the entries in the cache now.
     pub bytes_cached: u64,
 }
@@ -81,6 +90,8 @@ struct Entry<H> {
     refs: u32,
     /// Still in the index (not invalidated).
     indexed: bool,
+    /// The monitor watches its pages for it (unwatch when it goes).
+    watched: bool,
     /// Links in the LRU list of unused entries (intrusive: O(1) moves).
     in_lru: bool,
     prev: Option<usize>,
@@ -100,11 +111,18 @@ pub struct MrCache<R: Registrar> {
     lru_tail: Option<usize>,
     count: usize,
     stats: CacheStats,
+    monitor: &'static Monitor,
+    /// How far into the monitor's log this cache has applied.
+    seen: u64,
 }
 
 impl<R: Registrar> MrCache<R> {
-    pub fn new(reg: R, cfg: CacheConfig) -> Self {
+    /// A cache over `reg`, told of unmaps by `monitor` (normally
+    /// [`Monitor::global`]).
+    pub fn new(reg: R, cfg: CacheConfig, monitor: &'static Monitor) -> Self {
         MrCache {
+            seen: monitor.position(),
+            monitor,
             reg,
             cfg,
             entries: Slab::new(),
@@ -148,6 +166,7 @@ impl<R: Registrar> MrCache<R> {
     /// A registration covering `[addr, addr+len)` with at least `access`: a
     /// cached one (a hit), or a new one (a miss).
     pub fn acquire(&mut self, addr: u64, len: u64, access: u64) -> Result<EntryId, R::Error> {
+        self.sync();
         let end = addr.saturating_add(len);
         if self.cfg.enabled {
             let lo = addr.saturating_sub(self.max_len);
@@ -168,9 +187,23 @@ impl<R: Registrar> MrCache<R> {
             }
         }
         self.stats.misses += 1;
-        let handle = self.reg.register(addr, len, access)?;
-        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: self.cfg.enabled, in_lru: false, prev: None, next: None });
-        if self.cfg.enabled {
+        // Watch first: an unmap from here on is in the log, so the next lookup
+        // drops this entry if it races with the registration below.
+        let watched = self.cfg.enabled && self.monitor.watch(addr, len);
+        let handle = match self.reg.register(addr, len, access) {
+            Ok(h) => h,
+            Err(e) => {
+                if watched {
+                    self.monitor.unwatch(addr, len);
+                }
+                return Err(e);
+            }
+        };
+        if self.cfg.enabled && !watched {
+            self.stats.uncached += 1;
+        }
+        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: watched, watched, in_lru: false, prev: None, next: None });
+        if watched {
             self.by_start.insert((addr, id), ());
             self.max_len = self.max_len.max(len);
             self.count += 1;
@@ -183,6 +216,7 @@ impl<R: Registrar> MrCache<R> {
     /// Gives back an acquired entry. An unused entry stays cached (LRU) unless
     /// it was invalidated or the cache is off, then it is deregistered now.
     pub fn release(&mut self, id: EntryId) {
+        self.sync();
         let Some(e) = self.entries.get_mut(id.0) else { return };
         if e.refs == 0 {
             return;
@@ -219,6 +253,28 @@ impl<R: Registrar> MrCache<R> {
             self.stats.invalidations += 1;
             if self.entries[id].refs == 0 {
                 self.drop_entry(id);
+            }
+        }
+    }
+
+    /// Applies the monitor's log: drops entries over memory unmapped since the
+    /// last call. Acquire and release call it; call it when idle to give back
+    /// registrations of freed memory sooner.
+    pub fn sync(&mut self) {
+        // On the stack, not under any lock: invalidating deregisters, and that
+        // may free (and so unmap) memory, which must not happen while the
+        // monitor's log is locked (see the monitor module on deadlocks).
+        let mut buf = [(0, 0); crate::monitor::LOG_CAPACITY];
+        match self.monitor.changes_since(&mut self.seen, &mut buf) {
+            None => {}
+            Some(Changes::Ranges(len)) => {
+                for &(start, end) in &buf[..len] {
+                    self.invalidate(start, end.saturating_sub(start));
+                }
+            }
+            Some(Changes::Everything) => {
+                self.stats.flushes += 1;
+                self.invalidate(0, u64::MAX);
             }
         }
     }
@@ -278,6 +334,9 @@ impl<R: Registrar> MrCache<R> {
 
     fn drop_entry(&mut self, id: usize) {
         let e = self.entries.remove(id);
+        if e.watched {
+            self.monitor.unwatch(e.addr, e.len);
+        }
         if let Some(h) = e.handle {
             self.reg.deregister(h);
         }
@@ -312,9 +371,14 @@ mod tests {
         }
     }
 
+    /// A monitor that watches everything and reports only what a test records.
+    fn manual() -> &'static Monitor {
+        Box::leak(Box::new(Monitor::manual()))
+    }
+
     #[test]
     fn hit_miss_cover_and_access() {
-        let mut c = MrCache::new(Model::default(), CacheConfig::default());
+        let mut c = MrCache::new(Model::default(), CacheConfig::default(), manual());
         let a = c.acquire(0x1000, 0x1000, 1).unwrap();
         c.release(a);
         let b = c.acquire(0x1100, 0x100, 1).unwrap();
@@ -329,7 +393,7 @@ mod tests {
 
     #[test]
     fn invalidation_hides_entries_at_once_and_defers_deregistration_of_used_ones() {
-        let mut c = MrCache::new(Model::default(), CacheConfig::default());
+        let mut c = MrCache::new(Model::default(), CacheConfig::default(), manual());
         let used = c.acquire(0x1000, 0x1000, 1).unwrap();
         let idle = c.acquire(0x4000, 0x1000, 1).unwrap();
         c.release(idle);
@@ -344,7 +408,7 @@ mod tests {
 
     #[test]
     fn limits_evict_least_recently_released_unused_entries_only() {
-        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX });
+        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX }, manual());
         let held = c.acquire(0, 10, 1).unwrap();
         let a = c.acquire(100, 10, 1).unwrap();
         let b = c.acquire(200, 10, 1).unwrap();
@@ -355,6 +419,54 @@ mod tests {
         assert_eq!(c.stats().evictions, 1);
         assert_eq!(c.acquire(205, 1, 1).unwrap(), b, "b is still cached");
         assert!(c.handle(held).is_some());
+    }
+
+    #[test]
+    fn unmaps_in_the_log_reach_the_next_lookup_and_a_cache_far_behind_flushes() {
+        let monitor = manual();
+        let mut c = MrCache::new(Model::default(), CacheConfig::default(), monitor);
+        let a = c.acquire(0x1000, 0x1000, 1).unwrap();
+        let first = *c.handle(a).unwrap();
+        c.release(a);
+        monitor.record(0x1000, 0x2000);
+        let b = c.acquire(0x1000, 0x1000, 1).unwrap();
+        assert_ne!(*c.handle(b).unwrap(), first, "the unmap was applied before the lookup: a new registration");
+        assert_eq!(c.stats().invalidations, 1);
+        c.release(b);
+        for i in 0..=crate::monitor::LOG_CAPACITY as u64 {
+            monitor.record(0x100000 + i * 0x1000, 0x100000 + (i + 1) * 0x1000);
+        }
+        c.sync();
+        assert_eq!((c.stats().flushes, c.len()), (1, 0), "more than a ring behind: everything goes");
+        assert!(c.registrar().live.is_empty());
+    }
+
+    #[test]
+    fn without_a_monitor_nothing_is_cached() {
+        let monitor: &'static Monitor = Box::leak(Box::new(Monitor::unavailable("test".into())));
+        let mut c = MrCache::new(Model::default(), CacheConfig::default(), monitor);
+        let a = c.acquire(0x1000, 0x1000, 1).unwrap();
+        assert_eq!(c.registrar().live.len(), 1);
+        c.release(a);
+        assert!(c.registrar().live.is_empty(), "deregistered at its release");
+        let b = c.acquire(0x1000, 0x1000, 1).unwrap();
+        c.release(b);
+        let st = c.stats();
+        assert_eq!((st.hits, st.misses, st.uncached, c.len()), (0, 2, 2, 0));
+    }
+
+    #[test]
+    fn watches_follow_the_entries() {
+        let monitor = manual();
+        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 1, max_bytes: u64::MAX }, monitor);
+        let a = c.acquire(0x1000, 0x1000, 1).unwrap();
+        let b = c.acquire(0x1800, 0x2000, 3).unwrap();
+        assert_eq!(monitor.watched_runs(), 3, "0x1000.., 0x2000.. (both), 0x4000 end");
+        c.release(a);
+        c.release(b); // over the count limit: `a` goes
+        assert_eq!(monitor.watched_runs(), 2, "only b's pages stay watched");
+        c.invalidate(0, u64::MAX);
+        assert_eq!(monitor.watched_runs(), 0);
     }
 
     #[derive(Clone, Debug)]
@@ -381,7 +493,8 @@ mod tests {
         #[test]
         fn agrees_with_a_naive_model(ops in proptest::collection::vec(op(), 1..200), max_count in 1usize..8) {
             const PAGE: u64 = 4096;
-            let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count, max_bytes: u64::MAX });
+            let monitor = manual();
+            let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count, max_bytes: u64::MAX }, monitor);
             // Handle -> the invalidation generation when it was registered.
             let mut born: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
             // Invalidations: (generation, start, end).
@@ -414,8 +527,10 @@ mod tests {
                         }
                     }
                     Op::Invalidate { page, pages } => {
+                        // As the kernel reports it: through the monitor's log,
+                        // applied by the next acquire or release.
                         let (s, len) = (page as u64 * PAGE, pages as u64 * PAGE);
-                        c.invalidate(s, len);
+                        monitor.record(s, s + len);
                         invals.push((invals.len() as u64, s, s + len));
                     }
                 }

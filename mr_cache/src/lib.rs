@@ -6,11 +6,15 @@
 //!   checks of RMA emulation;
 //! - the registration cache ([`cache::MrCache`]): interval lookup, reference
 //!   counts, an LRU of unused entries under count and byte limits, and
-//!   invalidation of unmapped ranges, over a device [`cache::Registrar`]. Its
-//!   unmap monitor (userfaultfd) and its use on the data path come next.
+//!   invalidation of unmapped ranges, over a device [`cache::Registrar`];
+//! - the unmap monitor ([`monitor::Monitor`]): userfaultfd events of unmapped
+//!   and dropped pages, and the argument why no lookup returns a registration
+//!   of memory unmapped before it began.
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod monitor;
+mod watch;
 
 use std::collections::HashMap;
 
