@@ -261,6 +261,9 @@ impl<R: Registrar> MrCache<R> {
     /// last call. Acquire and release call it; call it when idle to give back
     /// registrations of freed memory sooner.
     pub fn sync(&mut self) {
+        if !self.monitor.may_have_changes(self.seen) {
+            return;
+        }
         // On the stack, not under any lock: invalidating deregisters, and that
         // may free (and so unmap) memory, which must not happen while the
         // monitor's log is locked (see the monitor module on deadlocks).
@@ -339,6 +342,21 @@ impl<R: Registrar> MrCache<R> {
         }
         if let Some(h) = e.handle {
             self.reg.deregister(h);
+        }
+    }
+}
+
+impl<R: Registrar> Drop for MrCache<R> {
+    /// Deregisters every entry and stops watching its pages (the owner drops
+    /// the cache when nothing uses its registrations any more).
+    fn drop(&mut self) {
+        for e in self.entries.drain() {
+            if e.watched {
+                self.monitor.unwatch(e.addr, e.len);
+            }
+            if let Some(h) = e.handle {
+                self.reg.deregister(h);
+            }
         }
     }
 }
@@ -465,8 +483,9 @@ mod tests {
         c.release(a);
         c.release(b); // over the count limit: `a` goes
         assert_eq!(monitor.watched_runs(), 2, "only b's pages stay watched");
-        c.invalidate(0, u64::MAX);
-        assert_eq!(monitor.watched_runs(), 0);
+        let _b_again = c.acquire(0x1800, 0x100, 1).unwrap();
+        drop(c);
+        assert_eq!(monitor.watched_runs(), 0, "dropping the cache unwatches everything");
     }
 
     #[derive(Clone, Debug)]

@@ -68,6 +68,7 @@
 //! device behind on an old page). Devices that pin (verbs, SRD) mark their
 //! registrations `MADV_DONTFORK` or rely on the kernel's fork support (verbs'
 //! `ibv_fork_init`, automatic with `FOLL_PIN` kernels >= 5.13).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use userfaultfd::{Event, EventBuffer, FeatureFlags, RegisterMode, Uffd, UffdBuilder};
 
@@ -114,6 +115,12 @@ enum Source {
 pub struct Monitor {
     source: Source,
     log: Mutex<Log>,
+    /// The log's head, published after each batch is appended (the lock-free
+    /// check of [`Monitor::may_have_changes`]).
+    head: AtomicU64,
+    /// Set before each read of the userfaultfd, cleared after what it read is
+    /// in the log and `head` published.
+    reading: AtomicBool,
     watched: Mutex<WatchCounts>,
 }
 
@@ -148,7 +155,7 @@ impl Monitor {
     }
 
     fn with_source(source: Source) -> Monitor {
-        Monitor { source, log: Mutex::new(Log { ranges: [(0, 0); LOG_CAPACITY], head: 0 }), watched: Mutex::new(WatchCounts::new()) }
+        Monitor { source, log: Mutex::new(Log { ranges: [(0, 0); LOG_CAPACITY], head: 0 }), head: AtomicU64::new(0), reading: AtomicBool::new(false), watched: Mutex::new(WatchCounts::new()) }
     }
 
     fn open() -> Monitor {
@@ -215,6 +222,18 @@ impl Monitor {
         lock(&self.log).head
     }
 
+    /// False only when nothing was unmapped since `seen`, without taking the
+    /// log lock (a hit's fast path). Why this is enough: an unmap that returned
+    /// was read by the monitor while `reading` was set (it is set before the
+    /// read, so the unmapping thread, woken by that read, sees it set or sees
+    /// a later clear); it is cleared only after the event is in the log and
+    /// `head` moved past it. So a caller that started after the unmap
+    /// returned sees `reading` set (and then waits on the log lock in
+    /// [`Monitor::changes_since`]) or `head` beyond `seen`.
+    pub fn may_have_changes(&self, seen: u64) -> bool {
+        self.reading.load(Ordering::SeqCst) || self.head.load(Ordering::SeqCst) != seen
+    }
+
     /// What was unmapped since `seen` (copied into `buf`); moves `seen` to
     /// the present.
     pub fn changes_since(&self, seen: &mut u64, buf: &mut [(u64, u64); LOG_CAPACITY]) -> Option<Changes> {
@@ -238,36 +257,49 @@ impl Monitor {
     /// Appends an unmapped range as the monitor thread does (for
     /// [`Monitor::manual`] monitors that tests drive by hand).
     pub fn record(&self, start: u64, end: u64) {
-        lock(&self.log).push(start, end);
+        let mut log = lock(&self.log);
+        log.push(start, end);
+        self.head.store(log.head, Ordering::SeqCst);
     }
 
     /// The monitor thread: wait for events without the lock, then read and
     /// log them with it (see the module docs for why in that order).
-    fn run(&'static self) {
-        let Source::Uffd(uffd) = &self.source else { return };
+    fn run(&'static self) -> ! {
+        let Source::Uffd(uffd) = &self.source else { unreachable!("the thread runs only for a userfaultfd") };
         let mut events = EventBuffer::new(64);
+        // This thread must never stop while anything is watched: an unmap of
+        // watched memory waits for it. So errors are retried, not fatal.
         loop {
             if !wait_readable(uffd) {
-                return;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                continue;
             }
             let mut log = lock(&self.log);
             loop {
                 let mut n = 0;
+                self.reading.store(true, Ordering::SeqCst);
                 match uffd.read_events(&mut events) {
                     Ok(iter) => {
-                        for event in iter.flatten() {
+                        for event in iter {
                             n += 1;
                             match event {
-                                Event::Unmap { start, end } | Event::Remove { start, end } => log.push(start as u64, end as u64),
-                                Event::Remap { from, len, .. } => log.push(from as u64, from as u64 + len as u64),
+                                Ok(Event::Unmap { start, end } | Event::Remove { start, end }) => log.push(start as u64, end as u64),
+                                Ok(Event::Remap { from, len, .. }) => log.push(from as u64, (from as u64).saturating_add(len as u64)),
                                 // No fault can come (nothing is write-protected)
                                 // and fork events were not asked for.
-                                Event::Pagefault { .. } | Event::Fork { .. } => {}
+                                Ok(Event::Pagefault { .. } | Event::Fork { .. }) => {}
+                                // An event it cannot parse may have been an
+                                // unmap: forget everything rather than miss it.
+                                Err(_) => log.push(0, u64::MAX),
                             }
                         }
                     }
-                    Err(_) => return,
+                    // EINTR and the like: `reading` stays set (lookups take
+                    // the slow path meanwhile), poll again.
+                    Err(_) => break,
                 }
+                self.head.store(log.head, Ordering::SeqCst);
+                self.reading.store(false, Ordering::SeqCst);
                 if n == 0 {
                     break;
                 }
