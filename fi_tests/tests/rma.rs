@@ -217,3 +217,88 @@ fn multi_segment_registration_exposes_no_gap_with_virtual_addresses() {
 fn multi_segment_registration_honours_offset_without_virtual_addresses() {
     gap_and_revoked_key(0);
 }
+
+/// The application unmaps memory whose registration is still open (a bug
+/// libfabric leaves undefined, and a NIC survives: its registration pins the
+/// old pages). rdmx's emulated keys must not write into the hole (that killed
+/// the target process) nor into whatever is mapped at that address now (that
+/// corrupted it): the unmap monitor revokes the key, and remote accesses
+/// through it fail at the initiator with `FI_EACCES`.
+fn unmapped_while_registered(domain: &str) {
+    const LEN: usize = 64 << 10;
+    let a = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
+    let b = Stack::open_caps(Some(domain), fi::FI_AV_MAP, RMA_CAPS, (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
+    let b_at_a = a.insert(&b.name());
+    let map = |at: usize, fill: u8| -> usize {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if at != 0 { libc::MAP_FIXED_NOREPLACE } else { 0 };
+        // SAFETY: an anonymous mapping; MAP_FIXED_NOREPLACE never replaces one.
+        let p = unsafe { libc::mmap(at as *mut _, LEN, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
+        assert_ne!(p, libc::MAP_FAILED);
+        assert!(at == 0 || p as usize == at, "the address was taken meanwhile");
+        // SAFETY: the mapping just made, LEN bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, fill, LEN) };
+        p as usize
+    };
+    let write = |addr: u64, key: u64| -> Result<(), i32> {
+        let ones = [1u8; 256];
+        // SAFETY: a libfabric call on objects this test opened and still holds; `ones` outlives the completion.
+        unsafe { assert_eq!(fi::fi_write(a.ep, ones.as_ptr() as *const _, ones.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
+    };
+    let read = |addr: u64, key: u64| -> Result<(), i32> {
+        let mut back = [0u8; 256];
+        // SAFETY: as above; `back` outlives the completion.
+        unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
+    };
+    let register = |at: usize| -> (*mut fi::fid_mr, u64) {
+        let mut mr = null_mut();
+        let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+        // SAFETY: a libfabric call on objects this test opened; the memory is the test's mapping.
+        unsafe { assert_eq!(fi::fi_mr_reg(b.domain, at as *const _, LEN, access, 0, 0, 0, &mut mr, null_mut()), 0) };
+        // SAFETY: the MR just opened.
+        (mr, unsafe { fi::fi_mr_key(mr) })
+    };
+    let unmap = |at: usize| {
+        // SAFETY: the test's own mapping; only the (revoked) registration refers to it.
+        assert_eq!(unsafe { libc::munmap(at as *mut _, LEN) }, 0);
+    };
+
+    // Unmapped and mapped again at the same address: the new memory is never touched.
+    let buf = map(0, 0);
+    let (mr, key) = register(buf);
+    assert_eq!(write(buf as u64 + 100, key), Ok(()), "a write while it is mapped works");
+    unmap(buf);
+    map(buf, 0x33);
+    assert_eq!(write(buf as u64 + 100, key), Err(fi::FI_EACCES as i32), "a write through the key of unmapped memory");
+    assert_eq!(read(buf as u64, key), Err(fi::FI_EACCES as i32), "a read through it");
+    // SAFETY: the new mapping, LEN bytes.
+    let now = unsafe { std::slice::from_raw_parts(buf as *const u8, LEN) };
+    assert!(now.iter().all(|&x| x == 0x33), "the memory mapped there now was changed");
+    // SAFETY: closing the MR this test opened.
+    unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
+    let (mr, key) = register(buf);
+    assert_eq!(write(buf as u64, key), Ok(()), "a new registration of the new memory works");
+    // SAFETY: as above.
+    unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
+    unmap(buf);
+
+    // Unmapped and left a hole: the target survives and the access fails.
+    let buf = map(0, 0);
+    let (mr, key) = register(buf);
+    unmap(buf);
+    assert_eq!(write(buf as u64 + 8, key), Err(fi::FI_EACCES as i32));
+    assert_eq!(read(buf as u64 + 8, key), Err(fi::FI_EACCES as i32));
+    // SAFETY: as above.
+    unsafe { assert_eq!(fi::fi_close(&mut (*mr).fid), 0) };
+}
+
+#[test]
+fn memory_unmapped_under_an_open_registration_is_never_touched_udp() {
+    unmapped_while_registered("udp");
+}
+
+#[test]
+fn memory_unmapped_under_an_open_registration_is_never_touched_shm() {
+    unmapped_while_registered("shm");
+}

@@ -3,7 +3,12 @@
 //! Two parts:
 //! - the key table behind `fi_mr_reg` ([`KeyTable`]): provider-chosen or
 //!   user-chosen keys mapped to exactly the registered segments, with the access
-//!   checks of RMA emulation;
+//!   checks of RMA emulation. Its segments are watched by the unmap monitor:
+//!   memory the application unmaps while its registration is still open is
+//!   revoked, so a remote access through the key fails instead of writing into
+//!   a hole (a crash of the target) or into whatever is mapped there now (a
+//!   NIC's registration pins the old pages and never reaches new memory
+//!   either);
 //! - the registration cache ([`cache::MrCache`]): interval lookup, reference
 //!   counts, an LRU of unused entries under count and byte limits, and
 //!   invalidation of unmapped ranges, over a device [`cache::Registrar`];
@@ -16,6 +21,7 @@ pub mod cache;
 pub mod monitor;
 mod watch;
 
+use monitor::{Changes, Monitor};
 use std::collections::HashMap;
 
 /// One contiguous range of the application's address space.
@@ -115,18 +121,36 @@ pub enum MrError {
     OutOfRange { addr: u64, len: u64 },
     #[error("registration does not allow this access")]
     Access,
+    #[error("the memory of key {0:#x} was unmapped while registered")]
+    Unmapped(u64),
+}
+
+/// A registration in the table, with what the monitor knows of its memory.
+#[derive(Debug)]
+struct Registered {
+    region: Region,
+    /// Segments the monitor watches (unwatch them at removal).
+    watched: Vec<Segment>,
+    /// Some of its memory was unmapped: every access through the key fails.
+    unmapped: bool,
 }
 
 /// Keys to registered regions.
-#[derive(Debug, Default)]
 pub struct KeyTable {
-    regions: HashMap<u64, Region>,
+    regions: HashMap<u64, Registered>,
     next_key: u64,
+    monitor: &'static Monitor,
+    /// How far into the monitor's log this table has applied.
+    seen: u64,
+    /// Registrations revoked because their memory was unmapped.
+    revoked_by_unmap: u64,
 }
 
 impl KeyTable {
-    pub fn new() -> Self {
-        KeyTable { regions: HashMap::new(), next_key: 1 }
+    /// An empty table whose registrations `monitor` watches (normally
+    /// [`Monitor::global`]).
+    pub fn new(monitor: &'static Monitor) -> Self {
+        KeyTable { regions: HashMap::new(), next_key: 1, seen: monitor.position(), monitor, revoked_by_unmap: 0 }
     }
 
     /// Registers `region`. With `requested_key` the user chooses the key (must be
@@ -148,28 +172,72 @@ impl KeyTable {
                 k
             }
         };
-        self.regions.insert(key, region);
+        // Memory the monitor cannot watch (file-backed mappings, a kernel
+        // without userfaultfd) is registered all the same, unprotected as
+        // before: unmapping it under an open registration is the
+        // application's error, which libfabric leaves undefined.
+        let watched: Vec<Segment> = region.segments.iter().copied().filter(|s| self.monitor.watch(s.addr, s.len)).collect();
+        self.regions.insert(key, Registered { region, watched, unmapped: false });
         Ok(key)
     }
 
     pub fn remove(&mut self, key: u64) -> Result<Region, MrError> {
-        self.regions.remove(&key).ok_or(MrError::NoKey(key))
+        let r = self.regions.remove(&key).ok_or(MrError::NoKey(key))?;
+        for s in &r.watched {
+            self.monitor.unwatch(s.addr, s.len);
+        }
+        Ok(r.region)
     }
 
     /// The registration behind `key`.
     pub fn get(&self, key: u64) -> Option<&Region> {
-        self.regions.get(&key)
+        self.regions.get(&key).map(|r| &r.region)
     }
 
-    /// Checks a remote access through `key`: the registration allows `access`
-    /// and covers every byte of `[addr, addr+len)` (see [`Region::resolve`]).
+    /// Checks a remote access through `key`: the registration allows `access`,
+    /// covers every byte of `[addr, addr+len)` (see [`Region::resolve`]), and
+    /// none of its memory was unmapped before this check began (the monitor's
+    /// log is applied first, with the argument of the monitor module).
     /// Returns the local pieces to copy to or from, in order.
-    pub fn check(&self, key: u64, addr: u64, len: u64, access: u64, virt_addr: bool) -> Result<Vec<Segment>, MrError> {
+    pub fn check(&mut self, key: u64, addr: u64, len: u64, access: u64, virt_addr: bool) -> Result<Vec<Segment>, MrError> {
+        self.sync();
         let r = self.regions.get(&key).ok_or(MrError::NoKey(key))?;
-        if r.access & access != access {
+        if r.unmapped {
+            return Err(MrError::Unmapped(key));
+        }
+        if r.region.access & access != access {
             return Err(MrError::Access);
         }
-        r.resolve(addr, len, virt_addr)
+        r.region.resolve(addr, len, virt_addr)
+    }
+
+    /// Applies the monitor's log: registrations overlapping unmapped memory are
+    /// revoked (the key stays taken until the application closes it).
+    pub fn sync(&mut self) {
+        if !self.monitor.may_have_changes(self.seen) {
+            return;
+        }
+        let mut buf = [(0, 0); monitor::LOG_CAPACITY];
+        let ranges: &[(u64, u64)] = match self.monitor.changes_since(&mut self.seen, &mut buf) {
+            None => return,
+            Some(Changes::Ranges(n)) => &buf[..n],
+            Some(Changes::Everything) => &[(0, u64::MAX)],
+        };
+        for r in self.regions.values_mut() {
+            if r.unmapped {
+                continue;
+            }
+            let hit = r.watched.iter().any(|s| ranges.iter().any(|&(start, end)| s.addr < end && s.addr.saturating_add(s.len) > start));
+            if hit {
+                r.unmapped = true;
+                self.revoked_by_unmap += 1;
+            }
+        }
+    }
+
+    /// Registrations revoked because their memory was unmapped.
+    pub fn revoked_by_unmap(&self) -> u64 {
+        self.revoked_by_unmap
     }
 
     pub fn len(&self) -> usize {
@@ -181,13 +249,27 @@ impl KeyTable {
     }
 }
 
+impl Drop for KeyTable {
+    fn drop(&mut self) {
+        for r in self.regions.values() {
+            for s in &r.watched {
+                self.monitor.unwatch(s.addr, s.len);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn manual() -> &'static Monitor {
+        Box::leak(Box::new(Monitor::manual()))
+    }
+
     #[test]
     fn user_keys_must_be_unique_and_ranges_are_checked() {
-        let mut t = KeyTable::new();
+        let mut t = KeyTable::new(manual());
         let r = Region::contiguous(0x1000, 0x100, 3);
         assert_eq!(t.insert(r.clone(), Some(7)), Ok(7));
         assert_eq!(t.insert(r.clone(), Some(7)), Err(MrError::KeyInUse(7)));
@@ -199,6 +281,22 @@ mod tests {
         assert_eq!(t.check(99, 0x1000, 1, 1, true), Err(MrError::NoKey(99)));
         assert_eq!(t.remove(7).map(|r| r.len()), Ok(0x100));
         assert_eq!(t.remove(7), Err(MrError::NoKey(7)));
+    }
+
+    #[test]
+    fn an_unmap_of_any_segment_revokes_the_key_until_it_is_closed() {
+        let monitor = manual();
+        let mut t = KeyTable::new(monitor);
+        let k = t.insert(two_segments(), None).unwrap();
+        let other = t.insert(Region::contiguous(0x8000, 0x1000, 3), None).unwrap();
+        assert!(t.check(k, 0x1000, 0x10, 1, true).is_ok());
+        monitor.record(0x3000, 0x4000); // the second segment's page
+        assert_eq!(t.check(k, 0x1000, 0x10, 1, true), Err(MrError::Unmapped(k)), "the whole key, not just that segment");
+        assert!(t.check(other, 0x8000, 0x10, 1, true).is_ok(), "other keys are untouched");
+        assert_eq!(t.revoked_by_unmap(), 1);
+        assert_eq!(t.insert(Region::contiguous(0, 1, 1), Some(k)), Err(MrError::KeyInUse(k)), "still the application's key");
+        assert!(t.remove(k).is_ok());
+        assert_eq!(monitor.watched_runs(), 2, "only `other`'s pages stay watched");
     }
 
     fn two_segments() -> Region {

@@ -430,8 +430,9 @@ impl rndv::Memory for ProcessMemory<'_> {
     fn write(&mut self, addr: u64, data: &[u8]) {
         // SAFETY: the engine writes only into buffers the application posted
         // (receives, read results) or registered (RMA targets, checked by
-        // rma_target), which libfabric's contract keeps valid and unaliased
-        // until the operation completes or the MR is closed.
+        // rma_target, which also refuses registrations whose memory was
+        // unmapped before the check), which libfabric's contract keeps valid
+        // and unaliased until the operation completes or the MR is closed.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
     }
 
@@ -454,7 +455,7 @@ impl rndv::Memory for ProcessMemory<'_> {
     }
 
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
-        let keys = self.keys.lock();
+        let mut keys = self.keys.lock();
         let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
         let want = match access {
             rndv::Access::RemoteRead => fi::FI_REMOTE_READ as u64,
@@ -464,7 +465,9 @@ impl rndv::Memory for ProcessMemory<'_> {
         let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
         let want = if region.access & access_flags == 0 { 0 } else { want };
         let pieces = keys.check(key, addr, len, want, self.virt_addr).map_err(|e| match e {
-            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) => rndv::Status::NoKey,
+            // A key whose memory the application unmapped reaches nothing,
+            // like a closed one.
+            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::Unmapped(_) => rndv::Status::NoKey,
             _ => rndv::Status::Access,
         })?;
         Ok(pieces.into_iter().map(|p| IoBuf { addr: p.addr, len: p.len }).collect())

@@ -75,11 +75,23 @@ entry! {
             fabric: fab,
             children: Refs::default(),
             profile,
-            mr_keys: Arc::new(Mutex::new(KeyTable::new())),
+            mr_keys: Arc::new(Mutex::new(KeyTable::new(unmap_monitor()))),
         });
         out.set(d as *mut fi::fid_domain);
         Ok(0)
     }
+}
+
+/// The process's unmap monitor; says once in the log when it cannot watch
+/// memory (registrations then stay unprotected against the application
+/// unmapping their memory while they are open).
+fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let m = mr_cache::monitor::Monitor::global();
+    if let Some(why) = m.unavailable_reason() {
+        SAID.call_once(|| crate::log::warn(crate::log::Subsys::Mr, "unmap_monitor", why));
+    }
+    m
 }
 
 entry! {

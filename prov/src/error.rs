@@ -85,7 +85,7 @@ impl From<rdm::DeviceError> for Error {
 impl From<mr_cache::MrError> for Error {
     fn from(e: mr_cache::MrError) -> Self {
         match e {
-            mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::NoKey(_) => Error::NoKey,
+            mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::NoKey(_) | mr_cache::MrError::Unmapped(_) => Error::NoKey,
             mr_cache::MrError::OutOfRange { .. } | mr_cache::MrError::Access => Error::Inval("mr access"),
         }
     }
