@@ -848,7 +848,8 @@ impl EpState {
                 fi_info!(Subsys::EpCtrl, "endpoint {}: {} datagrams dropped (no receive posted)", r.local.to_uri(), m.dropped_unmatched);
             }
             if params().stats {
-                print_stats(&r.local, st, &m, r.engine.unexpected_bytes());
+                let revoked = self.mr_keys.lock().revoked_by_unmap();
+                print_stats(&r.local, st, &m, r.engine.unexpected_bytes(), revoked);
             }
         }
     }
@@ -998,7 +999,7 @@ impl Running {
 /// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each
 /// (`rdmx: <name> <value>`), to stderr: the documented way for scripts and tests
 /// to read them.
-fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize) {
+fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize, mr_revoked_by_unmap: u64) {
     let lines = [
         ("endpoint", local.to_uri()),
         ("packets_sent", st.sent_data.to_string()),
@@ -1023,6 +1024,9 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
         ("dropped_malformed_messages", m.dropped_malformed.to_string()),
         ("dropped_stray_answers", m.stray.to_string()),
         ("unexpected_bytes", unexpected_bytes.to_string()),
+        // The domain's registrations whose memory the application unmapped
+        // while they were open (remote accesses through them now fail).
+        ("mr_keys_revoked_by_unmap", mr_revoked_by_unmap.to_string()),
     ];
     let mut out = String::new();
     for (k, v) in lines {
