@@ -302,3 +302,69 @@ fn memory_unmapped_under_an_open_registration_is_never_touched_udp() {
 fn memory_unmapped_under_an_open_registration_is_never_touched_shm() {
     unmapped_while_registered("shm");
 }
+
+/// fork() in the target process: the parent's registration keeps naming the
+/// parent's memory (its writes after the fork are what a remote read sees,
+/// remote writes land in it), and the child — which writes its copy of the
+/// buffer, unmaps it and exits without touching rdmx — revokes nothing: a
+/// child's mappings carry no userfaultfd registration, so its unmaps are not
+/// reported. (rdmx's devices do not pin pages; devices that do will mark
+/// registrations MADV_DONTFORK, see mr_cache's monitor module.)
+#[test]
+fn a_registration_stays_the_parents_across_fork() {
+    const LEN: usize = 16 << 10;
+    let a = Stack::open_caps(Some("shm"), fi::FI_AV_MAP, RMA_CAPS, (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
+    let b = Stack::open_caps(Some("shm"), fi::FI_AV_MAP, RMA_CAPS, (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
+    let b_at_a = a.insert(&b.name());
+    // SAFETY: a fresh anonymous mapping of the test's.
+    let p = unsafe { libc::mmap(null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    assert_ne!(p, libc::MAP_FAILED);
+    let buf = p as *mut u8;
+    // SAFETY: the mapping just made.
+    unsafe { std::ptr::write_bytes(buf, 0x11, LEN) };
+    let mut mr = null_mut();
+    let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+    // SAFETY: a libfabric call on objects this test opened; the memory is the test's mapping.
+    unsafe { assert_eq!(fi::fi_mr_reg(b.domain, p as *const _, LEN, access, 0, 0, 0, &mut mr, null_mut()), 0) };
+    // SAFETY: the MR just opened.
+    let key = unsafe { fi::fi_mr_key(mr) };
+
+    // SAFETY: the child only writes its copy of the buffer (no allocation, no
+    // lock, no rdmx call), unmaps it and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0);
+    if child == 0 {
+        // SAFETY: in the child: its private copy of the mapping.
+        unsafe {
+            std::ptr::write_bytes(buf, 0xcc, LEN);
+            libc::munmap(p, LEN);
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just forked.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    // The parent writes after the fork (copy-on-write gives it its own pages).
+    // SAFETY: the parent's mapping.
+    unsafe { std::ptr::write_bytes(buf, 0x22, LEN / 2) };
+
+    let mut back = vec![0u8; LEN];
+    // SAFETY: a libfabric call on objects this test opened; `back` outlives the completion.
+    unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, LEN, null_mut(), b_at_a, p as u64, key, null_mut()), 0) };
+    a.wait_cq(&[&b]).expect("the key still works after the child exited");
+    assert!(back[..LEN / 2].iter().all(|&x| x == 0x22), "a remote read sees the parent's writes after the fork");
+    assert!(back[LEN / 2..].iter().all(|&x| x == 0x11), "and never the child's");
+    let ones = [0x5au8; 64];
+    // SAFETY: as above; `ones` outlives the completion.
+    unsafe { assert_eq!(fi::fi_write(a.ep, ones.as_ptr() as *const _, 64, null_mut(), b_at_a, p as u64 + 100, key, null_mut()), 0) };
+    a.wait_cq(&[&b]).expect("a remote write after the fork");
+    // SAFETY: the parent's mapping.
+    let now = unsafe { std::slice::from_raw_parts(buf, LEN) };
+    assert!(now[100..164].iter().all(|&x| x == 0x5a), "the remote write landed in the parent's memory");
+    // SAFETY: closing the MR this test opened, then unmapping its memory.
+    unsafe {
+        assert_eq!(fi::fi_close(&mut (*mr).fid), 0);
+        libc::munmap(p, LEN);
+    }
+}
