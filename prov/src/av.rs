@@ -148,8 +148,8 @@ entry! {
         non_null!(attr);
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
-        // SAFETY: checked non-null.
-        let attr = unsafe { &*attr };
+        // SAFETY: checked non-null; the application's attr, written back below.
+        let attr = unsafe { &mut *attr };
         if !attr.name.is_null() {
             // Named (shared) AVs are not supported; MPICH falls back to a local AV.
             return Err(Error::NoSys);
@@ -165,6 +165,9 @@ entry! {
             t @ (fi::FI_AV_MAP | fi::FI_AV_TABLE) => t,
             _ => return Err(Error::Inval("av type")),
         };
+        // fi_av(3): with FI_AV_UNSPEC "the AV type used will be returned
+        // through the type field".
+        attr.type_ = av_type;
         d.children.get();
         let av = fid::leak(Av {
             fid: fi::fid_av { fid: fid::new_fid(fi::FI_CLASS_AV, context, &AV_FI_OPS), ops: &AV_OPS as *const _ as *mut _ },
@@ -200,12 +203,9 @@ pub unsafe fn av_ref<'a>(av: *mut fi::fid_av) -> Result<&'a Av> {
 
 entry! {
     fn av_insert(av: *mut fi::fid_av, addr: *const libc::c_void, count: usize, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 {
-        let _ = context;
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
-        if flags & !(fi::FI_SYNC_ERR as u64 | fi::FI_MORE as u64) != 0 {
-            return Err(Error::BadFlags);
-        }
+        check_insert_flags(flags, context)?;
         if count == 0 {
             return Ok(0);
         }
@@ -226,17 +226,45 @@ entry! {
                 // SAFETY: the application's output array has `count` entries.
                 unsafe { *fi_addr.add(i) = out };
             }
+            // SAFETY: with FI_SYNC_ERR, `context` is the application's array of
+            // `count` ints (checked non-null).
+            unsafe { sync_err(flags, context, i, out != FI_ADDR_NOTAVAIL) };
         }
         Ok(inserted)
     }
 }
 
+/// Insert flags (fi_av(3)): `FI_MORE` (a hint, ignored) and `FI_SYNC_ERR`,
+/// whose status array is the context and must be there.
+fn check_insert_flags(flags: u64, context: *mut libc::c_void) -> Result<()> {
+    if flags & !(fi::FI_SYNC_ERR as u64 | fi::FI_MORE as u64) != 0 {
+        return Err(Error::BadFlags);
+    }
+    if flags & fi::FI_SYNC_ERR as u64 != 0 && context.is_null() {
+        return Err(Error::Inval("FI_SYNC_ERR needs the status array as context"));
+    }
+    Ok(())
+}
+
+/// FI_SYNC_ERR: writes address `i`'s status into the application's int array,
+/// 0 when inserted, else the fabric errno (`FI_EINVAL`: not an rdmx address).
+///
+/// # Safety
+/// With `FI_SYNC_ERR` in `flags`, `context` is non-null and valid for more than
+/// `i` ints.
+unsafe fn sync_err(flags: u64, context: *mut libc::c_void, i: usize, ok: bool) {
+    if flags & fi::FI_SYNC_ERR as u64 != 0 {
+        // SAFETY: per contract.
+        unsafe { *(context as *mut libc::c_int).add(i) = if ok { 0 } else { fi::FI_EINVAL as libc::c_int } };
+    }
+}
+
 entry! {
     fn av_insertsvc(av: *mut fi::fid_av, node: *const libc::c_char, service: *const libc::c_char, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 {
-        let _ = (flags, context);
         non_null!(node, service);
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
+        check_insert_flags(flags, context)?;
         // SAFETY: non-null C strings.
         let (node, service) = unsafe { (std::ffi::CStr::from_ptr(node).to_string_lossy(), std::ffi::CStr::from_ptr(service).to_string_lossy()) };
         let port: u16 = service.parse().map_err(|_| Error::Inval("service must be a UDP port"))?;
@@ -252,6 +280,8 @@ entry! {
             // SAFETY: the application's output slot.
             unsafe { *fi_addr = idx };
         }
+        // SAFETY: with FI_SYNC_ERR the context is an int array (checked non-null).
+        unsafe { sync_err(flags, context, 0, true) };
         Ok(1)
     }
 }

@@ -361,12 +361,41 @@ entry! {
 
 entry! {
     fn ep_control(f: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 {
-        let _ = arg;
         // SAFETY: our fid.
         let ep = unsafe { Ep::from_fid(f) }?;
         match command as u32 {
             fi::FI_ENABLE => {
                 ep.shared.enable()?;
+                Ok(0)
+            }
+            // fi_endpoint(3): the argument is a uint64_t * holding FI_TRANSMIT
+            // or FI_RECV (not both); GET returns that direction's default
+            // operation flags, SET replaces them with the other bits given.
+            fi::FI_GETOPSFLAG | fi::FI_SETOPSFLAG => {
+                non_null!(arg);
+                // SAFETY: checked non-null; the argument is a uint64_t *.
+                let given = unsafe { std::ptr::read_unaligned(arg as *const u64) };
+                let dir = given & (fi::FI_TRANSMIT | fi::FI_RECV) as u64;
+                let transmit = dir == fi::FI_TRANSMIT as u64;
+                if !transmit && dir != fi::FI_RECV as u64 {
+                    return Err(Error::BadFlags);
+                }
+                let mut st = ep.shared.lock();
+                if command as u32 == fi::FI_GETOPSFLAG {
+                    let v = if transmit { st.profile.tx_op_flags } else { st.profile.rx_op_flags };
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_unaligned(arg as *mut u64, v) };
+                    return Ok(0);
+                }
+                let v = given & !dir;
+                if v & !info::op_flags_allowed(st.profile.ep_type, transmit) != 0 {
+                    return Err(Error::BadFlags);
+                }
+                if transmit {
+                    st.profile.tx_op_flags = v;
+                } else {
+                    st.profile.rx_op_flags = v;
+                }
                 Ok(0)
             }
             _ => Err(Error::NoSys),

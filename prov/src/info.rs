@@ -42,11 +42,17 @@ const REMOTE_WRITE: u64 = fi::FI_REMOTE_WRITE as u64;
 const PRIMARY_CAPS: u64 = MSG | TAGGED | DIRECTED_RECV | RMA | ATOMIC;
 /// Secondary capabilities rdmx implements (reported even when not requested).
 const MULTI_RECV: u64 = fi::FI_MULTI_RECV as u64;
-const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV;
+/// Target-side RMA and atomic events: a counter bound with `FI_REMOTE_READ` /
+/// `FI_REMOTE_WRITE` counts every request the endpoint serves, and a
+/// `writedata` lands as an `FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA` CQ entry. The
+/// target does that work anyway, so the capability costs nothing and is
+/// reported whenever RMA or atomics are (fi_getinfo(3): it needs them).
+const RMA_EVENT: u64 = fi::FI_RMA_EVENT;
+const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV | RMA_EVENT;
 const DIRECTION_CAPS: u64 = SEND | RECV | READ | WRITE | REMOTE_READ | REMOTE_WRITE;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
 const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE;
-const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | SOURCE_ERR | MULTI_RECV | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
+const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | SOURCE_ERR | MULTI_RECV | RMA_EVENT | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
 const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
@@ -126,6 +132,17 @@ impl TypeCaps {
 
     fn all(&self) -> u64 {
         self.primary | self.secondary | self.direction
+    }
+}
+
+/// The default operation flags an endpoint of `ep_type` takes for one direction
+/// (`tx_attr`/`rx_attr` `op_flags`, `fi_control(FI_SETOPSFLAG)`).
+pub fn op_flags_allowed(ep_type: fi::fi_ep_type, transmit: bool) -> u64 {
+    let tc = TypeCaps::of(ep_type);
+    if transmit {
+        tc.tx_op_flags
+    } else {
+        tc.rx_op_flags
     }
 }
 
@@ -220,8 +237,10 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
         ep_type: fi::FI_EP_RDM,
         max_msg_size: MAX_MSG_SIZE,
         caps: ALL_CAPS,
-        tx_caps: TX_CAPS,
-        rx_caps: RX_CAPS,
+        // fi_endpoint(3): the tx and rx caps are subsets of the info's caps
+        // (RX_CAPS also holds FI_SOURCE_ERR, reported only when asked for).
+        tx_caps: ALL_CAPS & TX_CAPS,
+        rx_caps: ALL_CAPS & RX_CAPS,
         tx_op_flags: 0,
         rx_op_flags: 0,
         msg_order: MSG_ORDER,
@@ -500,6 +519,13 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         caps |= tc.direction;
     }
     caps |= tc.secondary | (hi.caps & SOURCE_ERR);
+    if caps & (RMA | ATOMIC) == 0 || caps & (REMOTE_READ | REMOTE_WRITE) == 0 {
+        // FI_RMA_EVENT needs something to be the target of (fi_getinfo(3)).
+        if hi.caps & RMA_EVENT != 0 {
+            return Err(Error::NoData);
+        }
+        caps &= !RMA_EVENT;
+    }
     p.caps = caps;
     p.tx_caps = caps & TX_CAPS;
     p.rx_caps = caps & RX_CAPS;
@@ -524,12 +550,17 @@ const OFI_CORE_PROV_ONLY: u64 = 1 << 59;
 /// The endpoint types a hint asks for: the one it names; unnamed, only RDM. An
 /// application with no preference wants the reliable endpoint, and one entry
 /// per domain keeps MPI libraries from taking a DGRAM entry for another rail.
+/// No hints at all ask what the provider offers (fi_getinfo(3): "all
+/// available communication interfaces"): RDM first, then DGRAM.
 ///
 /// DGRAM is not offered to utility providers (`OFI_CORE_PROV_ONLY`): ofi_rxd
 /// would layer an RDM endpoint on it, and every RDM answer of `FI_PROVIDER=rdmx`
 /// would carry an `rdmx;ofi_rxd` entry beside rdmx's own (MPI libraries spread
 /// ranks over entries) that only adds a second reliability layer.
 fn ep_types(hints: Option<&Hints<'_>>, flags: u64) -> Vec<fi::fi_ep_type> {
+    if hints.is_none() {
+        return if flags & OFI_CORE_PROV_ONLY == 0 { vec![fi::FI_EP_RDM, fi::FI_EP_DGRAM] } else { vec![fi::FI_EP_RDM] };
+    }
     match hints.and_then(|h| h.ep).map(|e| e.type_) {
         Some(fi::FI_EP_DGRAM) if flags & OFI_CORE_PROV_ONLY == 0 => vec![fi::FI_EP_DGRAM],
         Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => vec![fi::FI_EP_RDM],
