@@ -259,3 +259,78 @@ fn ep_control_gets_and_sets_the_default_operation_flags() {
         assert_eq!(rbuf, sbuf);
     }
 }
+
+/// fi_av(3), fi_av_lookup: "If the actual address is larger than what can fit
+/// into the buffer, it will be truncated. On output, addrlen is set to the size
+/// of the buffer needed to store the address" — a truncation, not an error
+/// (rdmx returned -FI_ETOOSMALL; libfabric's util AVs, under tcp;ofi_rxm, 0).
+#[test]
+fn av_lookup_truncates_into_a_short_buffer_and_says_the_size() {
+    let s = Stack::open(Some("udp"), fi::FI_AV_TABLE);
+    let name = s.name();
+    let fa = s.insert(&name);
+    let mut small = [0u8; 4];
+    let mut len = small.len();
+    // SAFETY: a 4-byte buffer with its length; both outlive the call.
+    assert_eq!(unsafe { fi::fi_av_lookup(s.av, fa, small.as_mut_ptr() as *mut _, &mut len) }, 0);
+    assert_eq!(len, name.len(), "the size needed");
+    assert_eq!(small, name[..4], "the first bytes");
+    let mut size_only = 0usize;
+    // SAFETY: a zero-length buffer: nothing is written through the pointer.
+    assert_eq!(unsafe { fi::fi_av_lookup(s.av, fa, null_mut(), &mut size_only) }, 0);
+    assert_eq!(size_only, name.len());
+}
+
+/// Several registrations in one operation (fi_msg(3)/fi_rma(3): `desc` holds
+/// one descriptor per iov entry): with FI_MR_LOCAL, an fi_sendv / fi_recvv /
+/// fi_writev whose iov entries lie in different registrations moves every
+/// byte to its place. rdmx needs no local registration, so this documents
+/// that the descriptor arrays are read per entry and accepted, not a fix.
+#[test]
+fn several_registrations_in_one_operation() {
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    h.get().caps |= fi::FI_RMA as u64;
+    h.dom().mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR | fi::FI_MR_ALLOCATED) as i32;
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    let s = Stack::open_with(info, fi::FI_AV_TABLE, 0);
+    let me = s.insert(&s.name());
+    let reg = |buf: &mut [u8], access: u64| -> *mut fi::fid_mr {
+        let mut mr = null_mut();
+        // SAFETY: the buffer outlives the registration (closed below).
+        assert_eq!(unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut()) }, 0);
+        mr
+    };
+    let (mut a, mut b) = (vec![1u8; 100], vec![2u8; 300]);
+    let (mut r1, mut r2) = (vec![0u8; 150], vec![0u8; 250]);
+    let mut target = vec![0u8; 400];
+    let local = (fi::FI_SEND | fi::FI_RECV | fi::FI_WRITE) as u64;
+    let mrs = [
+        reg(&mut a, local),
+        reg(&mut b, local),
+        reg(&mut r1, local),
+        reg(&mut r2, local),
+        reg(&mut target, fi::FI_REMOTE_WRITE as u64),
+    ];
+    // SAFETY: every buffer, iov, descriptor array and context outlives its
+    // operation's completion (waited for below).
+    unsafe {
+        let mut desc: Vec<*mut libc::c_void> = mrs.iter().map(|&m| fi::fi_mr_desc(m)).collect();
+        let siov = [fi::iovec { iov_base: a.as_mut_ptr() as *mut _, iov_len: a.len() }, fi::iovec { iov_base: b.as_mut_ptr() as *mut _, iov_len: b.len() }];
+        let riov = [fi::iovec { iov_base: r1.as_mut_ptr() as *mut _, iov_len: r1.len() }, fi::iovec { iov_base: r2.as_mut_ptr() as *mut _, iov_len: r2.len() }];
+        assert_eq!(fi::fi_recvv(s.ep, riov.as_ptr(), desc[2..4].as_mut_ptr(), 2, FI_ADDR_UNSPEC, null_mut()), 0);
+        assert_eq!(fi::fi_sendv(s.ep, siov.as_ptr(), desc[0..2].as_mut_ptr(), 2, me, null_mut()), 0);
+        s.wait_cq(&[]).expect("first completion");
+        s.wait_cq(&[]).expect("second completion");
+        let want: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
+        let got: Vec<u8> = r1.iter().chain(r2.iter()).copied().collect();
+        assert_eq!(got, want, "sendv/recvv across four registrations");
+        let key = fi::fi_mr_key(mrs[4]);
+        assert_eq!(fi::fi_writev(s.ep, siov.as_ptr(), desc[0..2].as_mut_ptr(), 2, me, target.as_ptr() as u64, key, null_mut()), 0);
+        s.wait_cq(&[]).expect("the write completes");
+        assert_eq!(target, want, "writev from two registrations into a third");
+        for m in mrs {
+            assert_eq!(fi::fi_close(&mut (*m).fid), 0);
+        }
+    }
+}
