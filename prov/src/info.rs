@@ -48,10 +48,14 @@ const MULTI_RECV: u64 = fi::FI_MULTI_RECV as u64;
 /// target does that work anyway, so the capability costs nothing and is
 /// reported whenever RMA or atomics are (fi_getinfo(3): it needs them).
 const RMA_EVENT: u64 = fi::FI_RMA_EVENT;
-const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV | RMA_EVENT;
+/// `FI_FENCE` on any operation: requests to one peer travel in one ordered
+/// stream and the peer serves them in order, so an operation posted after
+/// others to the same peer already takes effect after them.
+const FENCE: u64 = fi::FI_FENCE as u64;
+const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV | RMA_EVENT | FENCE;
 const DIRECTION_CAPS: u64 = SEND | RECV | READ | WRITE | REMOTE_READ | REMOTE_WRITE;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
-const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE;
+const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE | FENCE;
 const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | SOURCE_ERR | MULTI_RECV | RMA_EVENT | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
