@@ -513,7 +513,14 @@ impl EpState {
             .ok_or(Error::AddrNotAvail)?;
         // The peer's path is fixed here, from what the device offers toward it.
         let path = r.device.caps_for(&dev);
-        Ok(r.engine.peer(dev, path))
+        let peer = r.engine.peer(dev, path);
+        // The AV entry names one incarnation of the process at that address;
+        // after a restart there, it names a process that is gone, and nothing
+        // sent on it may reach the new one.
+        if !r.engine.rdm_mut().expect_incarnation(peer, a.incarnation) {
+            return Err(Error::HostUnreach);
+        }
+        Ok(peer)
     }
 
     fn tx_wanted(&self, flags: u64, inject: bool) -> bool {

@@ -37,6 +37,10 @@ pub enum Error {
     Other(String),
     #[error("message larger than max_msg_size")]
     MsgSize,
+    /// The address names a process that is gone: the peer at that address is
+    /// another incarnation (a restart).
+    #[error("the address names an earlier incarnation of the process there")]
+    HostUnreach,
 }
 
 impl Error {
@@ -57,6 +61,7 @@ impl Error {
             Error::AddrNotAvail => fi::FI_EADDRNOTAVAIL,
             Error::OpNotSupp => fi::FI_EOPNOTSUPP,
             Error::Io(_) => fi::FI_EIO,
+            Error::HostUnreach => fi::FI_EHOSTUNREACH,
             Error::Other(_) => fi::FI_EOTHER,
             Error::MsgSize => fi::FI_EMSGSIZE,
         }) as i32

@@ -247,6 +247,31 @@ fn restarted_peer_gets_a_new_session_and_stale_packets_are_ignored() {
     assert!(sim.run_until(Duration::from_secs(5), |s| delivered(s, 1).len() == 20));
 }
 
+/// A sender whose address for a peer names an incarnation that is gone (the
+/// process at that address restarted before the sender ever talked to it):
+/// the new process drops the packets as stale and delivers nothing, the send
+/// fails, and the old address is refused from then on; the new one works.
+#[test]
+fn an_address_naming_a_gone_incarnation_reaches_nobody() {
+    let mut sim = Sim::new(2, EngineConfig::default(), Link::default(), 9);
+    let gone_inc = 424_242;
+    sim.restart(1, 777_777); // node 1 is now incarnation 777777
+    let p = sim.peer(0, 1);
+    assert!(sim.nodes[0].engine.expect_incarnation(p, gone_inc), "nothing known yet: taken");
+    let now = sim.now;
+    sim.nodes[0].engine.send(now, p, &[b"for the old process"], 1).unwrap();
+    let failed = |s: &Sim| s.nodes[0].events.iter().any(|e| matches!(e, Event::SendFailed { token: 1, reason: FailReason::PeerRestarted, .. }));
+    assert!(sim.run_until(Duration::from_secs(2), failed), "the send to the gone incarnation failed");
+    assert!(delivered(&sim, 1).is_empty(), "the new process delivered nothing");
+    assert!(sim.nodes[1].engine.stats().dropped_stale >= 1);
+    assert!(!sim.nodes[0].engine.expect_incarnation(p, gone_inc), "the old address is stale now");
+    assert!(sim.nodes[0].engine.expect_incarnation(p, 777_777), "the new one is right");
+    let now = sim.now;
+    sim.nodes[0].engine.send(now, p, &[b"for the new process"], 2).unwrap();
+    assert!(sim.run_until(Duration::from_secs(2), |s| delivered(s, 1).len() == 1));
+    assert_eq!(delivered(&sim, 1)[0].as_slice(), b"for the new process");
+}
+
 #[test]
 fn foreign_job_key_is_dropped_and_counted() {
     let mut sim = Sim::new(2, EngineConfig { job_key: 5, ..EngineConfig::default() }, Link::default(), 1);

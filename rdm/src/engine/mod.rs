@@ -246,6 +246,9 @@ struct RxSeg {
 struct Hot {
     peer: PeerId,
     peer_inc: u64,
+    /// `peer_inc` came from the peer's own packets (not only from the address
+    /// the application gave).
+    inc_heard: bool,
     retired: [u64; 2],
     // Send side.
     next_psn: Psn,
@@ -288,6 +291,7 @@ impl Hot {
         Hot {
             peer,
             peer_inc: 0,
+            inc_heard: false,
             retired: [0; 2],
             next_psn: Psn(0),
             unacked: VecDeque::new(),
@@ -345,6 +349,10 @@ pub struct Engine {
     payload_max: usize,
     cold: Vec<Cold>,
     by_addr: FxHashMap<DevAddr, PeerId>,
+    /// The incarnation the application's address names, for peers without hot
+    /// state yet ([`Engine::expect_incarnation`]); a side map so that cold
+    /// peers stay small.
+    expected_inc: FxHashMap<u32, u64>,
     hot: Slab<Hot>,
     /// Deadlines of hot peers, earliest first (see [`Engine::arm`]).
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -377,6 +385,7 @@ impl Engine {
             payload_max,
             cold: Vec::new(),
             by_addr: FxHashMap::default(),
+            expected_inc: FxHashMap::default(),
             hot: Slab::new(),
             timers: BinaryHeap::new(),
             runs: true,
@@ -495,9 +504,43 @@ impl Engine {
             return h;
         }
         let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable, gso: false });
-        let h = self.hot.insert(Hot::new(peer, &self.cfg, path, now)) as u32;
+        let mut hot = Hot::new(peer, &self.cfg, path, now);
+        hot.peer_inc = self.expected_inc.remove(&peer.0).unwrap_or(0);
+        let h = self.hot.insert(hot) as u32;
         cold.hot = Some(h);
         h
+    }
+
+    /// The application addresses `peer` as incarnation `inc` (its AV entry
+    /// carries it; 0 names none). Until the peer has been heard from, packets
+    /// to it are addressed to that incarnation, so a different process now at
+    /// the same address drops them as stale and answers with its own
+    /// incarnation — which fails what was sent to the old one. Returns false
+    /// when the peer was heard from as another incarnation: the address is
+    /// stale and nothing may be sent on it (the process it named is gone).
+    pub fn expect_incarnation(&mut self, peer: PeerId, inc: u64) -> bool {
+        let Some(cold) = self.cold.get_mut(peer.0 as usize) else { return false };
+        if inc == 0 {
+            return true;
+        }
+        match cold.hot {
+            None => {
+                // Nothing sent or heard yet: the latest address given wins.
+                self.expected_inc.insert(peer.0, inc);
+                true
+            }
+            Some(h) => {
+                let hot = &mut self.hot[h as usize];
+                if hot.peer_inc == inc {
+                    true
+                } else if !hot.inc_heard {
+                    hot.peer_inc = inc;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
     }
 
     fn schedule(&mut self, h: u32) {
@@ -908,6 +951,7 @@ impl Engine {
         } else if self.hot[h as usize].peer_inc != hdr.src_inc {
             self.reset_for_restart(h, hdr.src_inc);
         }
+        self.hot[h as usize].inc_heard = true;
         if hdr.dst_inc != 0 && hdr.dst_inc != my_inc {
             // Addressed to an earlier incarnation of this endpoint: drop it, and
             // answer so the peer learns our new incarnation.
