@@ -10,6 +10,7 @@ PKGS=(
   openmpi-bin libopenmpi-dev           # MPI programs over rdmx
   iproute2 nftables                    # network-namespace tests with kernel packet drops
   procps psmisc                        # pgrep/pkill/fuser used by the test scripts
+  valgrind                             # memcheck over fi_pingpong (fi_tests/tests/memcheck.rs)
 )
 
 missing=()
