@@ -189,7 +189,7 @@ entry! {
         // SAFETY: the domain outlives its children.
         unsafe { (*av.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_av_open.
-        drop(unsafe { fid::reclaim(av as *const Av) });
+        unsafe { fid::retire(av as *const Av) };
         Ok(0)
     }
 }

@@ -158,7 +158,7 @@ entry! {
         // SAFETY: the domain outlives its children.
         unsafe { (*c.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_cntr_open.
-        drop(unsafe { fid::reclaim(c as *const Cntr) });
+        unsafe { fid::retire(c as *const Cntr) };
         Ok(0)
     }
 }

@@ -340,7 +340,7 @@ entry! {
         // SAFETY: the domain outlives its children.
         unsafe { (*cq.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_cq_open.
-        drop(unsafe { fid::reclaim(cq as *const Cq) });
+        unsafe { fid::retire(cq as *const Cq) };
         Ok(0)
     }
 }

@@ -102,7 +102,7 @@ entry! {
         // SAFETY: the fabric outlives its children.
         unsafe { (*d.fabric).children.put() };
         // SAFETY: created by fid::leak in rdmx_domain.
-        drop(unsafe { fid::reclaim(d as *const Domain) });
+        unsafe { fid::retire(d as *const Domain) };
         Ok(0)
     }
 }

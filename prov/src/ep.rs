@@ -253,7 +253,7 @@ entry! {
             (*ep.domain).children.put();
         }
         // SAFETY: created by fid::leak in rdmx_endpoint.
-        drop(unsafe { fid::reclaim(ep as *const Ep) });
+        unsafe { fid::retire(ep as *const Ep) };
         Ok(0)
     }
 }

@@ -165,7 +165,7 @@ entry! {
         // SAFETY: the fabric outlives its children (its close checks the count).
         unsafe { (*eq.fabric).children.put() };
         // SAFETY: created by fid::leak in rdmx_eq_open.
-        drop(unsafe { fid::reclaim(eq as *const Eq) });
+        unsafe { fid::retire(eq as *const Eq) };
         Ok(0)
     }
 }

@@ -100,7 +100,7 @@ entry! {
         let fab = unsafe { Fabric::from_fid(f) }?;
         fab.children.busy()?;
         // SAFETY: created by fid::leak in rdmx_fabric; libfabric drops its pointer.
-        drop(unsafe { fid::reclaim(fab as *const Fabric) });
+        unsafe { fid::retire(fab as *const Fabric) };
         Ok(0)
     }
 }

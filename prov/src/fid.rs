@@ -106,13 +106,60 @@ pub fn leak<T>(obj: T) -> *mut T {
     Box::into_raw(Box::new(obj))
 }
 
-/// Takes back an object created by [`leak`].
+/// Closed objects whose memory is kept as husks before it is freed.
+const QUARANTINE: usize = 1024;
+
+/// Husks of closed objects, oldest first: address and layout to free.
+static CLOSED: parking_lot::Mutex<std::collections::VecDeque<(usize, std::alloc::Layout)>> = parking_lot::Mutex::new(std::collections::VecDeque::new());
+
+/// Closes an object created by [`leak`] for good: drops its contents now, and
+/// keeps its memory for the next [`QUARANTINE`] closes as a husk whose fid says
+/// "closed" (class `FI_CLASS_UNSPEC`, ops that answer `-FI_EINVAL`). libfabric's
+/// inline wrappers dispatch through the object's own pointers (`fi_close(fid)`
+/// is `fid->ops->close(fid)`), so a double close, or a call on a closed
+/// endpoint, would otherwise read freed memory; with the husk it gets an error
+/// (every entry checks the class). The sub-ops tables (`ep->msg`, ...) are
+/// static, so their pointers stay valid in the husk.
 ///
 /// # Safety
-/// `p` must come from `leak::<T>` and not be used afterwards.
-pub unsafe fn reclaim<T>(p: *const T) -> Box<T> {
-    // SAFETY: per contract.
-    unsafe { Box::from_raw(p as *mut T) }
+/// `p` must come from `leak::<T>`, and rdmx must not use it afterwards.
+pub unsafe fn retire<T: FidObject>(p: *const T) {
+    let p = p as *mut T;
+    // SAFETY: `p` is a live object from `leak` (contract); its contents are
+    // dropped exactly once here, and the allocation stays valid (not freed)
+    // until the quarantine lets it go. `T` starts with its `struct fid`
+    // (FidObject's contract), which the husk header overwrites.
+    unsafe {
+        std::ptr::drop_in_place(p);
+        (p as *mut fi::fid).write(fi::fid { fclass: fi::FI_CLASS_UNSPEC as usize, context: std::ptr::null_mut(), ops: &CLOSED_OPS as *const fi::fi_ops as *mut fi::fi_ops });
+    }
+    let oldest = {
+        let mut q = CLOSED.lock();
+        q.push_back((p as usize, std::alloc::Layout::new::<T>()));
+        if q.len() > QUARANTINE { q.pop_front() } else { None }
+    };
+    if let Some((addr, layout)) = oldest {
+        // SAFETY: allocated by `Box::new` (leak) with this layout, contents
+        // already dropped, out of the quarantine: nothing refers to it.
+        unsafe { std::alloc::dealloc(addr as *mut u8, layout) };
+    }
+}
+
+/// The ops of a closed object's husk.
+static CLOSED_OPS: fi::fi_ops = fi::fi_ops {
+    size: std::mem::size_of::<fi::fi_ops>(),
+    close: Some(closed_close),
+    bind: Some(closed_bind),
+    control: Some(closed_control),
+    ops_open: Some(no_ops_open),
+    tostr: Some(no_tostr),
+    ops_set: Some(no_ops_set),
+};
+
+entry_unsupported! {
+    fn closed_close(fid: *mut fi::fid) -> i32 = Error::Inval("the object is closed");
+    fn closed_bind(fid: *mut fi::fid, bfid: *mut fi::fid, flags: u64) -> i32 = Error::Inval("the object is closed");
+    fn closed_control(fid: *mut fi::fid, command: i32, arg: *mut libc::c_void) -> i32 = Error::Inval("the object is closed");
 }
 
 /// Writes `v` to an out-pointer after checking it.

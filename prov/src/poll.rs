@@ -86,7 +86,7 @@ entry! {
         // SAFETY: the domain outlives its children (its close checks the count).
         unsafe { (*p.domain).children.put() };
         // SAFETY: created by fid::leak in rdmx_poll_open.
-        drop(unsafe { fid::reclaim(p as *const Poll) });
+        unsafe { fid::retire(p as *const Poll) };
         Ok(0)
     }
 }

@@ -194,7 +194,7 @@ entry! {
         // SAFETY: the fabric outlives its children (its close checks the count).
         unsafe { (*w.fabric).children.put() };
         // SAFETY: created by fid::leak in rdmx_wait_open.
-        drop(unsafe { fid::reclaim(w as *const WaitSet) });
+        unsafe { fid::retire(w as *const WaitSet) };
         Ok(0)
     }
 }
