@@ -582,6 +582,12 @@ impl EpState {
             return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
         }
         self.progress();
+        // The receive queue is bounded like the send queue: an application
+        // that posts without ever reading completions gets -FI_EAGAIN, not
+        // unbounded provider memory.
+        if !peek && !claim && self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= self.profile.rx_size.max(1) * 4) {
+            return Err(Error::Again);
+        }
         // A peek always reports (its answer is the point); so does a claim.
         let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false };
         let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };

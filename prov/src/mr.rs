@@ -34,8 +34,14 @@ fn register(
     context: *mut libc::c_void,
 ) -> Result<i32> {
     non_null!(out);
-    if flags != 0 {
+    // FI_RMA_EVENT is offered (targets count served requests on their remote
+    // counters for every registration alike), so the flag asks for nothing more.
+    if flags & !(fi::FI_RMA_EVENT as u64) != 0 {
         return Err(Error::BadFlags);
+    }
+    // A segment that wraps the address space names no memory.
+    if iov.iter().any(|&(addr, len)| addr.checked_add(len).is_none()) {
+        return Err(Error::Inval("registration wraps the address space"));
     }
     // SAFETY: libfabric passes our domain's fid.
     let d = unsafe { Domain::from_fid(f) }?;
@@ -114,7 +120,7 @@ entry! {
         let _ = d.mr_keys.lock().remove(mr.fid.key);
         d.children.put();
         // SAFETY: created by fid::leak in register().
-        drop(unsafe { fid::reclaim(mr as *const Mr) });
+        unsafe { fid::retire(mr as *const Mr) };
         Ok(0)
     }
 }

@@ -1296,6 +1296,11 @@ impl MsgEngine {
     pub fn pending_sends(&self) -> usize {
         self.tx.len()
     }
+
+    /// Receives posted and not yet matched.
+    pub fn posted_recvs(&self) -> usize {
+        self.matcher.posted_len()
+    }
 }
 
 /// Copies up to `dst.total()` bytes of `src` (the peer's memory) into `dst` by
