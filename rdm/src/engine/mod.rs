@@ -533,8 +533,17 @@ impl Engine {
                 let hot = &mut self.hot[h as usize];
                 if hot.peer_inc == inc {
                     true
-                } else if !hot.inc_heard {
+                } else if !hot.inc_heard && hot.next_psn == Psn(0) {
                     hot.peer_inc = inc;
+                    true
+                } else if !hot.inc_heard {
+                    // Data already went out addressed to the earlier
+                    // expectation (or to none), and the process there may
+                    // have taken it: re-addressing the stream now would make
+                    // that process look restarted when it answers, restart
+                    // our sequence numbers under its feet and lose what
+                    // follows (found by fuzz/rdm_engine). Keep the addressing
+                    // until the peer is heard from; this entry is checked then.
                     true
                 } else {
                     false
@@ -1249,6 +1258,56 @@ mod tests {
         let idle_b = b.peer_bytes(pb);
         println!("cold peer {cold} B, idle sender {idle_a} B, idle receiver {idle_b} B");
         assert!(idle_a <= 512 && idle_b <= 512, "idle peer state: sender {idle_a} B, receiver {idle_b} B");
+    }
+
+    /// Found by `fuzz/rdm_engine`: an incarnation expected for a peer after
+    /// data already went to it unaddressed made the peer's first answer look
+    /// like a restart; the sender restarted its sequence numbers while the
+    /// peer (the same process) kept its receive state, so the next message was
+    /// taken for duplicates and lost, yet reported complete.
+    #[test]
+    fn late_expected_incarnation_loses_no_message() {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 200, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 200, ..EngineConfig::default() });
+        let pa = b.peer(DevAddr::Sim(0));
+        let t = Instant::ZERO;
+        let mut buf = vec![0u8; 65536];
+        let mut pump = |a: &mut Engine, b: &mut Engine| {
+            for _ in 0..8 {
+                while let Some(x) = b.poll_transmit(t, &mut buf) {
+                    a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+                }
+                while let Some(x) = a.poll_transmit(t, &mut buf) {
+                    b.handle_datagram(t, DevAddr::Sim(0), &buf[..x.len]);
+                }
+            }
+        };
+        b.send(t, pa, &[&[1u8; 1000]], 1).unwrap();
+        let mut first = vec![0u8; 2000];
+        let n = b.poll_transmit(t, &mut first).unwrap().len;
+        first.truncate(n);
+        // The application now names an incarnation that is not a's.
+        assert!(b.expect_incarnation(pa, 999));
+        a.handle_datagram(t, DevAddr::Sim(1), &first);
+        pump(&mut a, &mut b);
+        b.send(t, pa, &[&[2u8; 1000]], 2).unwrap();
+        pump(&mut a, &mut b);
+        let mut got = Vec::new();
+        while let Some(ev) = a.poll_event() {
+            if let Event::Delivered { msg, .. } = ev {
+                got.push(msg[0]);
+            }
+        }
+        let mut completed = Vec::new();
+        while let Some(ev) = b.poll_event() {
+            if let Event::SendComplete { token } = ev {
+                completed.push(token);
+            }
+        }
+        assert_eq!(got, vec![1, 2], "both messages arrive");
+        assert_eq!(completed, vec![1, 2]);
+        // a is now heard from: the address naming another incarnation is refused.
+        assert!(!b.expect_incarnation(pa, 999));
     }
 
     proptest! {
