@@ -15,4 +15,6 @@ cargo build --release --workspace --all-targets
 cargo test --release --workspace --exclude fi_tests
 # The shm ring's loom model checks (a separate build: loom replaces its atomics).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom
+# A short fuzz run of every decoder and both engines (fuzz/, on stable).
+./scripts/fuzz.sh
 cargo test --release -p fi_tests -- --test-threads=1
