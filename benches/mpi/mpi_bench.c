@@ -4,7 +4,8 @@
  *   latency_us <bytes> <median us>
  *   bandwidth_GBps <bytes> <GB/s>
  *   msgrate_Mps 8 <million messages/s>
- * Usage: mpi_bench [iterations]  (run with np 2). */
+ * Usage: mpi_bench [iterations] [size,size,...]  (run with np 2; sizes up to
+ * 4 MiB, default 8,1024,65536,1048576). Large sizes run fewer iterations. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,11 +32,22 @@ int main(int argc, char **argv) {
     size_t max = 4 << 20;
     char *buf = malloc(max), *rbuf = malloc(max * 1);
     memset(buf, rank + 1, max);
-    size_t lat_sizes[] = {8, 1024, 65536, 1 << 20};
-    double *samples = malloc(sizeof(double) * iters);
-    for (unsigned s = 0; s < sizeof lat_sizes / sizeof *lat_sizes; s++) {
-        size_t n = lat_sizes[s];
-        int it = n >= 65536 ? iters / 10 + 1 : iters;
+    size_t sizes[64] = {8, 1024, 65536, 1 << 20};
+    unsigned nsizes = 4;
+    if (argc > 2) {
+        nsizes = 0;
+        for (char *tok = strtok(argv[2], ","); tok && nsizes < 64; tok = strtok(NULL, ",")) {
+            size_t n = (size_t)atol(tok);
+            if (n > max) n = max;
+            sizes[nsizes++] = n;
+        }
+    }
+    double *samples = malloc(sizeof(double) * (iters + 10));
+    for (unsigned s = 0; s < nsizes; s++) {
+        size_t n = sizes[s];
+        int it = n > 4096 ? (int)(iters * 4096.0 / n) : iters;
+        if (it < 20) it = 20;
+        if (it > iters) it = iters;
         for (int i = -10; i < it; i++) {
             double t0 = MPI_Wtime();
             if (rank == 0) {
@@ -50,12 +62,13 @@ int main(int argc, char **argv) {
         qsort(samples, it, sizeof(double), cmp);
         if (rank == 0) printf("latency_us %zu %.2f\n", n, samples[it / 2]);
     }
-    size_t bw_sizes[] = {65536, 1 << 20};
     MPI_Request req[WINDOW];
-    for (unsigned s = 0; s < 2; s++) {
-        size_t n = bw_sizes[s];
-        int rounds = 20;
+    for (unsigned s = 0; s < nsizes; s++) {
+        size_t n = sizes[s] ? sizes[s] : 1;
         size_t per = n * WINDOW > (64u << 20) ? (64u << 20) / n : WINDOW;
+        size_t cap = (256u << 20) / (n * per);
+        int rounds = iters / 4 < (int)cap ? iters / 4 : (int)cap;
+        if (rounds < 5) rounds = 5;
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         for (int r = 0; r < rounds; r++) {
@@ -68,7 +81,7 @@ int main(int argc, char **argv) {
             else MPI_Send(buf, 1, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
         }
         double secs = MPI_Wtime() - t0;
-        if (rank == 0) printf("bandwidth_GBps %zu %.3f\n", n, (double)n * per * rounds / secs / 1e9);
+        if (rank == 0) printf("bandwidth_GBps %zu %.6f\n", n, (double)n * per * rounds / secs / 1e9);
     }
     {
         int rounds = iters / 4 + 1;

@@ -1,0 +1,1125 @@
+//! The speed harness: rdmx against libfabric's own providers and OpenMPI's
+//! transports, all measured in one run on this machine, written as Markdown,
+//! CSV and PNG plots, with the project's speed targets judged met or not met.
+//!
+//! ```text
+//! ./scripts/build.sh                                              # build-out/lib/librdmx-fi.so
+//! cargo run --release -p rdmx-benches --bin harness               # full run (root, ~10-15 min)
+//! cargo run --release -p rdmx-benches --bin harness -- --quick    # smoke test: 3 sizes, 1 run
+//! ```
+//! Options: `--quick`, `--reps N` (default 3), `--out DIR` (default
+//! `benches/results/<date>-<host>`, quick: `target/harness-quick`), `--skip
+//! pingpong,floor,msgrate,mpi,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
+//! See `benches/README.md` for what each section measures and the targets.
+//!
+//! Measurement rules: every configuration runs `--reps` times, rdmx and its peers
+//! alternating (round-robin over the configurations for each size and run); each
+//! cell is the median of the runs with their min and max. rdmx runs with no
+//! `FI_RDMX_*` variable: the default row is the default device, the per-device
+//! rows choose it with the libfabric domain name (`fi_pingpong -d udp|shm`).
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------
+// Configurations
+
+/// One fi_pingpong / fi_msgrate configuration.
+#[derive(Clone, Copy)]
+struct Prov {
+    label: &'static str,
+    /// `-p` value.
+    prov: &'static str,
+    /// `-d` value (rdmx's domain names choose the device).
+    domain: Option<&'static str>,
+    rdmx: bool,
+}
+
+const fn p(label: &'static str, prov: &'static str, domain: Option<&'static str>, rdmx: bool) -> Prov {
+    Prov { label, prov, domain, rdmx }
+}
+
+const RDMX: Prov = p("rdmx", "rdmx", None, true);
+const RDMX_UDP: Prov = p("rdmx udp", "rdmx", Some("udp"), true);
+const RDMX_SHM: Prov = p("rdmx shm", "rdmx", Some("shm"), true);
+const SHM: Prov = p("shm", "shm", None, false);
+const TCP_RXM: Prov = p("tcp;ofi_rxm", "tcp;ofi_rxm", None, false);
+const NET: Prov = p("net", "net", None, false);
+const UDP_RXD: Prov = p("udp;ofi_rxd", "udp;ofi_rxd", None, false);
+
+const PINGPONG: [Prov; 7] = [RDMX, RDMX_UDP, RDMX_SHM, SHM, TCP_RXM, NET, UDP_RXD];
+const MSGRATE: [Prov; 3] = [RDMX, RDMX_SHM, SHM];
+const LOSSY: [Prov; 2] = [RDMX, NET];
+const MODES: [&str; 2] = ["tagged", "msg"];
+
+/// The peers a rdmx row is compared with ("rdmx / best peer").
+fn peers_of(label: &str) -> Vec<&'static str> {
+    match label {
+        "rdmx udp" => vec!["tcp;ofi_rxm", "net", "udp;ofi_rxd"],
+        _ => PINGPONG.iter().filter(|c| !c.rdmx).map(|c| c.label).collect(),
+    }
+}
+
+/// An OpenMPI configuration: label, mpirun arguments.
+struct Mpi {
+    label: &'static str,
+    args: &'static [&'static str],
+}
+
+const MPI: [Mpi; 3] = [
+    Mpi { label: "rdmx", args: &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "-x", "FI_PROVIDER=rdmx"] },
+    Mpi { label: "vader", args: &["--mca", "pml", "ob1", "--mca", "btl", "vader,self"] },
+    Mpi {
+        label: "tcp;ofi_rxm",
+        args: &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm", "-x", "FI_PROVIDER=tcp;ofi_rxm"],
+    },
+];
+
+const FULL_SIZES: [usize; 10] = [1, 8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+const QUICK_SIZES: [usize; 3] = [8, 64 << 10, 1 << 20];
+/// fi_pingpong's control port inside the namespaces (exempt from the loss rule).
+const NS_CTRL_PORT: u16 = 47592;
+const LOSS_PCT: u32 = 5;
+/// `-I` of the lossy `-S all` runs (fi_pingpong's own default).
+const LOSSY_ITERS: usize = 10;
+/// The lossy bandwidth target's sizes (fi_pingpong `-S all` sizes from 1 to 6 MiB).
+const LOSSY_BIG: [usize; 6] = [1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20];
+const WINDOW: usize = 64;
+
+/// fi_pingpong `-I` for one size (full run; quick divides by 5).
+fn iters(size: usize) -> usize {
+    match size {
+        s if s <= 4 << 10 => 5000,
+        s if s <= 16 << 10 => 2000,
+        s if s <= 64 << 10 => 1000,
+        s if s <= 256 << 10 => 300,
+        s if s <= 1 << 20 => 100,
+        _ => 40,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Samples
+
+#[derive(Default)]
+struct Store {
+    /// key -> samples (one per run)
+    v: BTreeMap<String, Vec<f64>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Stat {
+    med: f64,
+    min: f64,
+    max: f64,
+    n: usize,
+}
+
+impl Store {
+    fn push(&mut self, key: String, x: f64) {
+        self.v.entry(key).or_default().push(x);
+    }
+    fn stat(&self, key: &str) -> Option<Stat> {
+        let mut s = self.v.get(key)?.clone();
+        if s.is_empty() {
+            return None;
+        }
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len();
+        let med = if n % 2 == 1 { s[n / 2] } else { (s[n / 2 - 1] + s[n / 2]) / 2.0 };
+        Some(Stat { med, min: s[0], max: s[n - 1], n })
+    }
+    fn med(&self, key: &str) -> Option<f64> {
+        self.stat(key).map(|s| s.med)
+    }
+}
+
+fn k_pp(mode: &str, label: &str, size: usize, what: &str) -> String {
+    format!("pingpong/{mode}/{label}/{size}/{what}")
+}
+fn k_mpi(label: &str, what: &str, size: usize) -> String {
+    format!("mpi/{label}/{what}/{size}")
+}
+fn k_lossy(label: &str, loss: u32, what: &str) -> String {
+    format!("lossy/{label}/{loss}/{what}")
+}
+
+// ---------------------------------------------------------------------------
+// Processes
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn check_interrupt() {
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        // Unwinding drops the namespaces guard (cleanup) on the way out.
+        panic!("interrupted");
+    }
+}
+
+/// Waits for `child` at most `limit`; kills it after. Returns (exited ok, seconds).
+fn wait_for(child: &mut Child, limit: Duration) -> (bool, f64) {
+    let t0 = Instant::now();
+    loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            return (st.success(), t0.elapsed().as_secs_f64());
+        }
+        if t0.elapsed() > limit || INTERRUPTED.load(Ordering::SeqCst) {
+            let _ = child.kill();
+            let _ = child.wait();
+            check_interrupt();
+            return (false, t0.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+struct Env {
+    provider_dir: String,
+    tmp: PathBuf,
+    quick: bool,
+}
+
+impl Env {
+    /// A command with the harness's environment: the provider directory, and no
+    /// `FI_RDMX_*` or `FI_PROVIDER` inherited from the caller.
+    fn cmd(&self, prefix: &[String], prog: &str) -> Command {
+        let mut c = if prefix.is_empty() {
+            Command::new(prog)
+        } else {
+            let mut c = Command::new(&prefix[0]);
+            c.args(&prefix[1..]).arg(prog);
+            c
+        };
+        for (k, _) in std::env::vars_os() {
+            let ks = k.to_string_lossy();
+            if ks.starts_with("FI_RDMX_") || ks == "FI_PROVIDER" {
+                c.env_remove(&k);
+            }
+        }
+        c.env("FI_PROVIDER_PATH", &self.provider_dir);
+        c
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(47592)
+}
+
+/// "1.5m" / "64k" / "8" -> bytes.
+fn parse_size(s: &str) -> Option<usize> {
+    let (num, mul) = match s.chars().last()? {
+        'k' => (&s[..s.len() - 1], 1usize << 10),
+        'm' => (&s[..s.len() - 1], 1 << 20),
+        'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let x: f64 = num.parse().ok()?;
+    Some((x * mul as f64).round() as usize)
+}
+
+/// One fi_pingpong result line: (bytes, one-way µs, MB/s).
+type PpLine = (usize, f64, f64);
+
+/// Where a fi_pingpong pair runs: loopback, or server and client on two hosts.
+struct Placement {
+    server_prefix: Vec<String>,
+    client_prefix: Vec<String>,
+    server_addr: String,
+    port: Option<u16>,
+}
+
+impl Placement {
+    fn loopback() -> Self {
+        Placement { server_prefix: vec![], client_prefix: vec![], server_addr: "127.0.0.1".into(), port: None }
+    }
+}
+
+/// One fi_pingpong server + client; returns the client's result lines and its
+/// wall time. `size` None is `-S all`.
+fn pingpong(env: &Env, c: &Prov, mode: &str, size: Option<usize>, iters: usize, at: &Placement, limit: Duration) -> Option<(Vec<PpLine>, f64)> {
+    let port = at.port.unwrap_or_else(free_port).to_string();
+    let size_s = size.map(|s| s.to_string()).unwrap_or_else(|| "all".into());
+    let mk = |prefix: &[String], extra: &[&str], out: &Path| {
+        let mut cmd = env.cmd(prefix, "fi_pingpong");
+        cmd.args(["-p", c.prov, "-e", "rdm", "-m", mode, "-I", &iters.to_string(), "-S", &size_s]);
+        if let Some(d) = c.domain {
+            cmd.args(["-d", d]);
+        }
+        cmd.args(extra);
+        cmd.stdin(Stdio::null()).stdout(std::fs::File::create(out).unwrap()).stderr(Stdio::from(std::fs::File::create(out.with_extension("err")).unwrap()));
+        cmd
+    };
+    let sout = env.tmp.join("server.out");
+    let cout = env.tmp.join("client.out");
+    let mut server = mk(&at.server_prefix, &["-B", &port], &sout).spawn().ok()?;
+    std::thread::sleep(Duration::from_millis(100));
+    let t0 = Instant::now();
+    let mut result = None;
+    while t0.elapsed() < Duration::from_secs(10) {
+        let mut client = mk(&at.client_prefix, &["-P", &port, &at.server_addr], &cout).spawn().ok()?;
+        let (ok, secs) = wait_for(&mut client, limit);
+        if ok {
+            result = Some(secs);
+            break;
+        }
+        // Refused (the server is not listening yet) fails at once; anything
+        // slower is a real failure.
+        if secs > 2.0 || server.try_wait().ok().flatten().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = wait_for(&mut server, Duration::from_secs(3));
+    let secs = result?;
+    let text = std::fs::read_to_string(&cout).unwrap_or_default();
+    // bytes  #sent  #ack  total  time  MB/sec  usec/xfer  Mxfers/sec
+    let lines: Vec<PpLine> = text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 8 {
+                return None;
+            }
+            Some((parse_size(f[0])?, f[6].parse().ok()?, f[5].parse().ok()?))
+        })
+        .collect();
+    if lines.is_empty() {
+        None
+    } else {
+        Some((lines, secs))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Raw UDP busy-poll floor
+
+/// The echo side: `harness udp-floor-peer <port> <count>`.
+fn udp_floor_peer(port: u16, count: usize) {
+    let s = UdpSocket::bind(("127.0.0.1", port)).expect("bind");
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    for _ in 0..count {
+        let (n, from) = loop {
+            match s.recv_from(&mut buf) {
+                Ok(x) => break x,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(e) => panic!("recv: {e}"),
+            }
+        };
+        s.send_to(&buf[..n], from).unwrap();
+    }
+}
+
+/// Median one-way latency (µs) of 8-byte UDP ping-pongs over 127.0.0.1, both
+/// sides busy-polling non-blocking sockets, in two processes.
+fn udp_floor(count: usize) -> Option<f64> {
+    let port = UdpSocket::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
+    let exe = std::env::current_exe().ok()?;
+    let warm = 1000;
+    let mut peer = Command::new(exe).args(["udp-floor-peer", &port.to_string(), &(count + warm).to_string()]).spawn().ok()?;
+    let s = UdpSocket::bind("127.0.0.1:0").ok()?;
+    s.connect(("127.0.0.1", port)).ok()?;
+    s.set_nonblocking(true).ok()?;
+    let msg = [7u8; 8];
+    let mut buf = [0u8; 64];
+    let mut samples = Vec::with_capacity(count);
+    let t_start = Instant::now();
+    let mut i = 0;
+    while i < count + warm {
+        let t0 = Instant::now();
+        let _ = s.send(&msg);
+        let t_wait = Instant::now();
+        let got = loop {
+            match s.recv(&mut buf) {
+                Ok(_) => break true,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // The peer may not be bound yet: resend after 10 ms.
+                    if t_wait.elapsed() > Duration::from_millis(10) {
+                        break false;
+                    }
+                    std::hint::spin_loop()
+                }
+                Err(_) => break false,
+            }
+        };
+        if t_start.elapsed() > Duration::from_secs(30) {
+            let _ = peer.kill();
+            let _ = peer.wait();
+            return None;
+        }
+        if !got {
+            continue;
+        }
+        if i >= warm {
+            samples.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
+        }
+        i += 1;
+    }
+    let _ = wait_for(&mut peer, Duration::from_secs(5));
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Some(samples[samples.len() / 2])
+}
+
+// ---------------------------------------------------------------------------
+// Two network namespaces joined by a veth pair, with nftables loss
+
+struct Netns {
+    a: String,
+    b: String,
+}
+
+const NS_A_IP: &str = "10.231.0.1";
+const NS_B_IP: &str = "10.231.0.2";
+
+fn sh(script: &str) -> bool {
+    Command::new("sh").arg("-c").arg(script).status().map(|s| s.success()).unwrap_or(false)
+}
+
+impl Netns {
+    fn create() -> Result<Netns, String> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("needs root".into());
+        }
+        if !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null") {
+            return Err("needs iproute2, nftables and util-linux unshare".into());
+        }
+        let me = Netns { a: "rdmxbench_a".into(), b: "rdmxbench_b".into() };
+        me.destroy();
+        let script = format!(
+            "set -e
+             ip netns add {a}
+             ip netns add {b}
+             ip link add rdmxbench0 type veth peer name rdmxbench1
+             ip link set rdmxbench0 netns {a}
+             ip link set rdmxbench1 netns {b}
+             ip -n {a} addr add {NS_A_IP}/24 dev rdmxbench0
+             ip -n {b} addr add {NS_B_IP}/24 dev rdmxbench1
+             ip -n {a} link set rdmxbench0 up
+             ip -n {b} link set rdmxbench1 up
+             ip -n {a} link set lo up
+             ip -n {b} link set lo up",
+            a = me.a,
+            b = me.b
+        );
+        if !sh(&script) {
+            return Err("creating the namespaces failed".into());
+        }
+        me.set_loss(0)?;
+        Ok(me)
+    }
+
+    /// Drops `pct` % of the UDP datagrams and of the TCP segments (but those of
+    /// fi_pingpong's control connection) each namespace receives.
+    fn set_loss(&self, pct: u32) -> Result<(), String> {
+        for ns in [&self.a, &self.b] {
+            let rules = if pct == 0 {
+                String::new()
+            } else {
+                format!(
+                    "meta l4proto udp numgen random mod 100 < {pct} counter drop
+                     tcp dport != {NS_CTRL_PORT} tcp sport != {NS_CTRL_PORT} numgen random mod 100 < {pct} counter drop"
+                )
+            };
+            let ruleset = format!("table inet rdmxbench {{}}\ndelete table inet rdmxbench\ntable inet rdmxbench {{\n chain input {{ type filter hook input priority 0;\n {rules}\n }}\n}}\n");
+            let f = std::env::temp_dir().join(format!("{ns}.nft"));
+            std::fs::write(&f, ruleset).map_err(|e| e.to_string())?;
+            if !sh(&format!("ip netns exec {ns} nft -f {}", f.display())) {
+                return Err(format!("nft in {ns} failed"));
+            }
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(())
+    }
+
+    /// Datagrams/segments dropped so far in both namespaces.
+    fn dropped(&self) -> u64 {
+        [&self.a, &self.b]
+            .iter()
+            .map(|ns| {
+                let out = Command::new("ip").args(["netns", "exec", ns, "nft", "list", "table", "inet", "rdmxbench"]).output();
+                let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+                text.split("counter packets ").skip(1).filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok()).sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Words that run a program in namespace `ns` under its own host name (so
+    /// that rdmx's default device sees a remote host and uses UDP).
+    fn prefix(ns: &str, host: &str) -> Vec<String> {
+        ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", &format!("hostname {host} && exec \"$0\" \"$@\"")].iter().map(|s| s.to_string()).collect()
+    }
+
+    fn placement(&self) -> Placement {
+        Placement {
+            server_prefix: Self::prefix(&self.a, "rdmxbench-a"),
+            client_prefix: Self::prefix(&self.b, "rdmxbench-b"),
+            server_addr: NS_A_IP.into(),
+            port: Some(NS_CTRL_PORT),
+        }
+    }
+
+    fn destroy(&self) {
+        sh(&format!("ip netns del {} 2>/dev/null; ip netns del {} 2>/dev/null; true", self.a, self.b));
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Formatting
+
+fn human(size: usize) -> String {
+    match size {
+        s if s >= 1 << 20 && s % (1 << 20) == 0 => format!("{} MiB", s >> 20),
+        s if s >= 1 << 20 && s % (1 << 19) == 0 => format!("{:.1} MiB", s as f64 / (1 << 20) as f64),
+        s if s >= 1024 && s % 1024 == 0 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+/// Axis labels of the log-scale size axis (its ticks are powers of ten).
+fn decimal_bytes(x: f64) -> String {
+    match x {
+        x if x >= 1e6 => format!("{} MB", num(x / 1e6)),
+        x if x >= 1e3 => format!("{} kB", num(x / 1e3)),
+        x => format!("{} B", num(x)),
+    }
+}
+
+fn num(x: f64) -> String {
+    if (x == x.round() && x.abs() < 1e6) || x >= 1000.0 {
+        format!("{x:.0}")
+    } else if x >= 100.0 {
+        format!("{x:.1}")
+    } else if x >= 1.0 {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn cell(s: Option<Stat>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{} ({}–{})", num(s.med), num(s.min), num(s.max)),
+        Some(s) => num(s.med),
+        None => "failed".into(),
+    }
+}
+
+fn table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
+    let _ = writeln!(out, "| {} |", head.join(" | "));
+    let _ = writeln!(out, "|{}", head.iter().enumerate().map(|(i, _)| if i == 0 { "---|" } else { "---:|" }).collect::<String>());
+    for r in rows {
+        let _ = writeln!(out, "| {} |", r.join(" | "));
+    }
+    out.push('\n');
+}
+
+/// One target: what, measured ratio, goal (<= or >=).
+struct Target {
+    what: String,
+    ratio: Option<f64>,
+    le: bool,
+    goal: f64,
+}
+
+impl Target {
+    fn met(&self) -> Option<bool> {
+        self.ratio.map(|r| if self.le { r <= self.goal } else { r >= self.goal })
+    }
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn min_of(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    xs.into_iter().flatten().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))))
+}
+fn max_of(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    xs.into_iter().flatten().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+}
+
+// ---------------------------------------------------------------------------
+// Plots
+
+/// A series: name, points (size, median, min, max).
+type Series = (String, Vec<(f64, f64, f64, f64)>);
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(214, 39, 40),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(23, 190, 207),
+    RGBColor(127, 127, 127),
+    RGBColor(140, 86, 75),
+];
+
+fn plot(path: &Path, title: &str, ylabel: &str, series: &[Series]) -> Result<(), Box<dyn std::error::Error>> {
+    let pts = series.iter().flat_map(|s| s.1.iter()).filter(|p| p.0 > 0.0 && p.2 > 0.0);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for p in pts {
+        x0 = x0.min(p.0);
+        x1 = x1.max(p.0);
+        y0 = y0.min(p.2);
+        y1 = y1.max(p.3);
+    }
+    if x0 > x1 || y0 > y1 {
+        return Ok(());
+    }
+    let root = BitMapBackend::new(path, (1000, 650)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 24))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(75)
+        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 1.5..y1 * 1.5).log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc(ylabel)
+        .x_label_formatter(&|x| decimal_bytes(*x))
+        .y_label_formatter(&|y| num(*y))
+        .label_style(("sans-serif", 14))
+        .draw()?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let style = if name.starts_with("rdmx") { color.stroke_width(3) } else { color.stroke_width(1) };
+        chart.draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), style))?.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart.draw_series(pts.iter().map(|p| PathElement::new(vec![(p.0, p.2), (p.0, p.3)], color.stroke_width(1))))?;
+        chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))?;
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).label_font(("sans-serif", 15)).position(SeriesLabelPosition::UpperLeft).draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Registers a TrueType font for the plots' text (ab_glyph: no fontconfig).
+fn register_font() -> bool {
+    for f in [
+        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+        "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+        "/usr/share/fonts/truetype/freefont/FreeSans.ttf",
+    ] {
+        if let Ok(bytes) = std::fs::read(f) {
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+// ---------------------------------------------------------------------------
+
+fn capture(cmd: &str) -> String {
+    Command::new("sh").arg("-c").arg(cmd).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+}
+
+fn compile(env: &Env, out: &str, src: &Path, cc: &str, libs: &[&str]) -> Option<PathBuf> {
+    let exe = env.tmp.join(out);
+    let ok = Command::new(cc).args(["-O2", "-o"]).arg(&exe).arg(src).args(libs).status().map(|s| s.success()).unwrap_or(false);
+    if ok {
+        Some(exe)
+    } else {
+        eprintln!("harness: compiling {} with {cc} failed", src.display());
+        None
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("udp-floor-peer") {
+        udp_floor_peer(args[2].parse().unwrap(), args[3].parse().unwrap());
+        return;
+    }
+    let mut quick = false;
+    let mut reps: Option<usize> = None;
+    let mut out: Option<PathBuf> = None;
+    let mut skip: Vec<String> = Vec::new();
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--reps" => reps = Some(it.next().and_then(|s| s.parse().ok()).expect("--reps N")),
+            "--out" => out = Some(it.next().expect("--out DIR").into()),
+            "--skip" => skip = it.next().expect("--skip a,b").split(',').map(String::from).collect(),
+            "-h" | "--help" => {
+                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,lossy]");
+                return;
+            }
+            other => panic!("unknown argument {other} (see --help)"),
+        }
+    }
+    let reps = reps.unwrap_or(if quick { 1 } else { 3 });
+    let run = |s: &str| !skip.iter().any(|x| x == s);
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let provider_dir = std::env::var("RDMX_PROVIDER_DIR").unwrap_or_else(|_| root.join("build-out/lib").display().to_string());
+    assert!(Path::new(&provider_dir).join("librdmx-fi.so").exists(), "no librdmx-fi.so in {provider_dir}: run ./scripts/build.sh");
+    let date = capture("date -u +%Y-%m-%d");
+    let host = capture("hostname -s");
+    let out = out.unwrap_or_else(|| if quick { root.join("target/harness-quick") } else { root.join(format!("benches/results/{date}-{host}")) });
+    std::fs::create_dir_all(&out).unwrap();
+    let tmp = std::env::temp_dir().join(format!("rdmx-harness-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let env = Env { provider_dir, tmp: tmp.clone(), quick };
+    let sizes: Vec<usize> = if quick { QUICK_SIZES.to_vec() } else { FULL_SIZES.to_vec() };
+    let scale = if env.quick { 5 } else { 1 };
+    let mut st = Store::default();
+    let mut failures: Vec<String> = Vec::new();
+    let t_all = Instant::now();
+    let mut section_secs: Vec<(&str, f64)> = Vec::new();
+
+    // fi_pingpong over loopback.
+    if run("pingpong") {
+        let t = Instant::now();
+        for rep in 0..reps {
+            for &size in &sizes {
+                for c in &PINGPONG {
+                    for mode in MODES {
+                        let r = pingpong(&env, c, mode, Some(size), (iters(size) / scale).max(10), &Placement::loopback(), Duration::from_secs(60));
+                        match r.and_then(|(l, _)| l.into_iter().find(|x| x.0 == size)) {
+                            Some((_, us, mbs)) => {
+                                st.push(k_pp(mode, c.label, size, "lat"), us);
+                                st.push(k_pp(mode, c.label, size, "bw"), mbs);
+                            }
+                            None => failures.push(format!("fi_pingpong {} -m {mode} -S {size} (run {})", c.label, rep + 1)),
+                        }
+                    }
+                }
+                eprintln!("[{:>5.0}s] pingpong run {}/{reps} {}", t_all.elapsed().as_secs_f64(), rep + 1, human(size));
+            }
+        }
+        section_secs.push(("fi_pingpong", t.elapsed().as_secs_f64()));
+    }
+
+    // Raw UDP floor and fi_msgrate, alternating.
+    let msgrate = if run("msgrate") {
+        let src = root.join("benches/fi/fi_msgrate.c");
+        compile(&env, "fi_msgrate", &src, "cc", &["-lfabric"])
+    } else {
+        None
+    };
+    if run("floor") || msgrate.is_some() {
+        let t = Instant::now();
+        for _ in 0..reps {
+            if run("floor") {
+                match udp_floor(if env.quick { 5000 } else { 20000 }) {
+                    Some(us) => st.push("floor/udp/8/lat".into(), us),
+                    None => failures.push("raw UDP floor".into()),
+                }
+            }
+            if let Some(exe) = &msgrate {
+                for c in &MSGRATE {
+                    let mut cmd = env.cmd(&[], exe.to_str().unwrap());
+                    cmd.args(["-p", c.prov, "-w", &WINDOW.to_string(), "-s", "8", "-n", if env.quick { "1000" } else { "5000" }]);
+                    if let Some(d) = c.domain {
+                        cmd.args(["-d", d]);
+                    }
+                    let o = cmd.stdout(std::fs::File::create(tmp.join("msgrate.out")).unwrap()).stderr(Stdio::null()).spawn();
+                    let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(60)).0).unwrap_or(false);
+                    let text = std::fs::read_to_string(tmp.join("msgrate.out")).unwrap_or_default();
+                    match text.split_whitespace().nth(2).and_then(|x| x.parse::<f64>().ok()).filter(|_| ok) {
+                        Some(m) => st.push(format!("msgrate/{}", c.label), m),
+                        None => failures.push(format!("fi_msgrate {}", c.label)),
+                    }
+                }
+            }
+            eprintln!("[{:>5.0}s] floor / msgrate", t_all.elapsed().as_secs_f64());
+        }
+        section_secs.push(("UDP floor, fi_msgrate", t.elapsed().as_secs_f64()));
+    }
+
+    // OpenMPI.
+    if run("mpi") {
+        let t = Instant::now();
+        if let Some(exe) = compile(&env, "mpi_bench", &root.join("benches/mpi/mpi_bench.c"), "mpicc", &[]) {
+            let list = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+            for _ in 0..reps {
+                for m in &MPI {
+                    let mut cmd = env.cmd(&[], "mpirun");
+                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]).args(m.args);
+                    cmd.args(["-x", "FI_PROVIDER_PATH"]).arg(&exe).args([if env.quick { "500" } else { "2000" }, &list]);
+                    let o = cmd.stdout(std::fs::File::create(tmp.join("mpi.out")).unwrap()).stderr(std::fs::File::create(tmp.join("mpi.err")).unwrap()).spawn();
+                    let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(180)).0).unwrap_or(false);
+                    let text = std::fs::read_to_string(tmp.join("mpi.out")).unwrap_or_default();
+                    let mut n = 0;
+                    for l in text.lines() {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        if let [what, size, v] = f[..] {
+                            if let (Ok(size), Ok(v)) = (size.parse::<usize>(), v.parse::<f64>()) {
+                                st.push(k_mpi(m.label, what, size), v);
+                                n += 1;
+                            }
+                        }
+                    }
+                    if !ok || n == 0 {
+                        let err = std::fs::read_to_string(tmp.join("mpi.err")).unwrap_or_default();
+                        failures.push(format!("mpirun {} ({})", m.label, err.lines().find(|l| !l.trim().is_empty() && !l.starts_with('-')).unwrap_or("no output")));
+                    }
+                }
+                eprintln!("[{:>5.0}s] mpi", t_all.elapsed().as_secs_f64());
+            }
+        }
+        section_secs.push(("OpenMPI", t.elapsed().as_secs_f64()));
+    }
+
+    // Lossy: two namespaces, rdmx and net, lossless then 5 % loss both ways.
+    let mut lossy_note = String::new();
+    if run("lossy") {
+        let t = Instant::now();
+        match Netns::create() {
+            Err(e) => failures.push(format!("lossy run skipped: {e}")),
+            Ok(ns) => {
+                let at = ns.placement();
+                for rep in 0..reps {
+                    for loss in [0, LOSS_PCT] {
+                        if let Err(e) = ns.set_loss(loss) {
+                            failures.push(e);
+                            continue;
+                        }
+                        for c in &LOSSY {
+                            let before = ns.dropped();
+                            match pingpong(&env, c, "tagged", None, LOSSY_ITERS, &at, Duration::from_secs(180)) {
+                                Some((lines, secs)) => {
+                                    st.push(k_lossy(c.label, loss, "secs"), secs);
+                                    st.push(k_lossy(c.label, loss, "dropped"), (ns.dropped() - before) as f64);
+                                    for (size, _, mbs) in lines {
+                                        st.push(k_lossy(c.label, loss, &format!("bw/{size}")), mbs);
+                                    }
+                                }
+                                None => failures.push(format!("lossy fi_pingpong {} at {loss}% (run {})", c.label, rep + 1)),
+                            }
+                            eprintln!("[{:>5.0}s] lossy run {}/{reps} {} {loss}%", t_all.elapsed().as_secs_f64(), rep + 1, c.label);
+                        }
+                    }
+                }
+                lossy_note = format!(
+                    "two network namespaces joined by a veth pair ({NS_A_IP} server, {NS_B_IP} client, each with its own host name), nftables `numgen random mod 100 < {LOSS_PCT} drop` on the input of each for UDP and for TCP (fi_pingpong's control connection, port {NS_CTRL_PORT}, exempt), `fi_pingpong -e rdm -m tagged -S all -I {LOSSY_ITERS}`"
+                );
+            }
+        }
+        section_secs.push(("lossy", t.elapsed().as_secs_f64()));
+    }
+    let total = t_all.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    // ---- Targets
+    let pp = |mode: &str, label: &str, size: usize, what: &str| st.med(&k_pp(mode, label, size, what));
+    let mut targets: Vec<Target> = Vec::new();
+    let kib64 = 64 << 10;
+    let mib = 1 << 20;
+    for mode in MODES {
+        for r in ["rdmx", "rdmx shm"] {
+            let t = |what: &str, ratio, le, goal| Target { what: what.to_string(), ratio, le, goal };
+            targets.push(t(&format!("{r} vs shm: 8 B latency (-m {mode})"), ratio(pp(mode, r, 8, "lat"), pp(mode, "shm", 8, "lat")), true, 1.0));
+            for size in [kib64, mib] {
+                targets.push(t(&format!("{r} vs shm: {} bandwidth (-m {mode})", human(size)), ratio(pp(mode, r, size, "bw"), pp(mode, "shm", size, "bw")), false, 1.0));
+            }
+        }
+    }
+    for r in ["rdmx", "rdmx shm"] {
+        targets.push(Target {
+            what: format!("{r} vs shm: message rate, 8 B, window {WINDOW} (fi_msgrate)"),
+            ratio: ratio(st.med(&format!("msgrate/{r}")), st.med("msgrate/shm")),
+            le: false,
+            goal: 1.0,
+        });
+    }
+    for mode in MODES {
+        let best_lat = min_of([pp(mode, "net", 8, "lat"), pp(mode, "tcp;ofi_rxm", 8, "lat")]);
+        let best_bw = max_of([pp(mode, "net", mib, "bw"), pp(mode, "tcp;ofi_rxm", mib, "bw")]);
+        let t = |what: String, ratio, le, goal| Target { what, ratio, le, goal };
+        targets.push(t(format!("rdmx udp vs best of net, tcp;ofi_rxm: 8 B latency (-m {mode})"), ratio(pp(mode, "rdmx udp", 8, "lat"), best_lat), true, 0.9));
+        targets.push(t(format!("rdmx udp vs raw UDP busy-poll floor: 8 B latency (-m {mode})"), ratio(pp(mode, "rdmx udp", 8, "lat"), st.med("floor/udp/8/lat")), true, 1.3));
+        targets.push(t(format!("rdmx udp vs best of net, tcp;ofi_rxm: 1 MiB bandwidth (-m {mode})"), ratio(pp(mode, "rdmx udp", mib, "bw"), best_bw), false, 1.0));
+        targets.push(t(format!("rdmx udp vs udp;ofi_rxd: 1 MiB bandwidth (-m {mode})"), ratio(pp(mode, "rdmx udp", mib, "bw"), pp(mode, "udp;ofi_rxd", mib, "bw")), false, 5.0));
+    }
+    {
+        let worst = min_of(LOSSY_BIG.iter().map(|&s| ratio(st.med(&k_lossy("rdmx", LOSS_PCT, &format!("bw/{s}"))), st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))))));
+        targets.push(Target {
+            what: format!("rdmx, {LOSS_PCT}% loss both ways: 1-6 MiB bandwidth vs lossless (worst size)"),
+            ratio: worst,
+            le: false,
+            goal: 0.5,
+        });
+        targets.push(Target {
+            what: format!("rdmx vs net, {LOSS_PCT}% loss both ways: time of the whole -S all run"),
+            ratio: ratio(st.med(&k_lossy("rdmx", LOSS_PCT, "secs")), st.med(&k_lossy("net", LOSS_PCT, "secs"))),
+            le: true,
+            goal: 0.5,
+        });
+    }
+    targets.push(Target {
+        what: "OpenMPI rdmx (cm + mtl ofi) vs btl vader: 8 B latency".into(),
+        ratio: ratio(st.med(&k_mpi("rdmx", "latency_us", 8)), st.med(&k_mpi("vader", "latency_us", 8))),
+        le: true,
+        goal: 1.2,
+    });
+    targets.push(Target {
+        what: "OpenMPI rdmx (cm + mtl ofi) vs btl vader: 1 MiB streaming bandwidth".into(),
+        ratio: ratio(st.med(&k_mpi("rdmx", "bandwidth_GBps", mib)), st.med(&k_mpi("vader", "bandwidth_GBps", mib))),
+        le: false,
+        goal: 0.9,
+    });
+
+    let mut plots_md = String::new();
+    // ---- Plots
+    let mut plots = Vec::new();
+    if register_font() {
+        let series_pp = |mode: &str, what: &str| -> Vec<Series> {
+            PINGPONG
+                .iter()
+                .map(|c| {
+                    (c.label.to_string(), sizes.iter().filter_map(|&s| st.stat(&k_pp(mode, c.label, s, what)).map(|x| (s as f64, x.med, x.min, x.max))).collect())
+                })
+                .collect()
+        };
+        for mode in MODES {
+            plots.push((format!("pingpong_{mode}_latency.png"), format!("fi_pingpong -m {mode}: one-way latency"), "µs", series_pp(mode, "lat")));
+            plots.push((format!("pingpong_{mode}_bandwidth.png"), format!("fi_pingpong -m {mode}: bandwidth"), "MB/s", series_pp(mode, "bw")));
+        }
+        let series_mpi = |what: &str| -> Vec<Series> {
+            MPI.iter()
+                .map(|m| (m.label.to_string(), sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
+                .collect()
+        };
+        plots.push(("mpi_latency.png".into(), "OpenMPI ping-pong latency".into(), "µs", series_mpi("latency_us")));
+        plots.push(("mpi_bandwidth.png".into(), "OpenMPI streaming bandwidth".into(), "GB/s", series_mpi("bandwidth_GBps")));
+        if !lossy_note.is_empty() {
+            let mut series = Vec::new();
+            for c in &LOSSY {
+                for loss in [0, LOSS_PCT] {
+                    let mut pts: Vec<(f64, f64, f64, f64)> = st
+                        .v
+                        .keys()
+                        .filter_map(|k| k.strip_prefix(&format!("lossy/{}/{loss}/bw/", c.label))?.parse::<usize>().ok())
+                        .filter(|&s| s > 0)
+                        .filter_map(|s| st.stat(&k_lossy(c.label, loss, &format!("bw/{s}"))).map(|x| (s as f64, x.med, x.min, x.max)))
+                        .collect();
+                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    series.push((format!("{} {loss}% loss", c.label), pts));
+                }
+            }
+            plots.push(("lossy_bandwidth.png".into(), format!("two namespaces, fi_pingpong -S all -I {LOSSY_ITERS}: bandwidth"), "MB/s", series));
+        }
+        let _ = writeln!(plots_md, "## Plots\n");
+        for (file, title, unit, series) in &plots {
+            match plot(&out.join(file), title, unit, series) {
+                Ok(()) => {
+                    let _ = writeln!(plots_md, "![{title}]({file})\n");
+                }
+                Err(e) => failures.push(format!("plot {file}: {e}")),
+            }
+        }
+    } else {
+        failures.push("no TrueType font for the plots (apt-get install fonts-dejavu-core)".into());
+    }
+
+    // ---- Markdown
+    let mut md = String::new();
+    let commit = capture(&format!("git -C {} rev-parse --short HEAD", root.display()));
+    let dirty = if capture(&format!("git -C {} status --porcelain -uno -- prov rdm rndv", root.display())).is_empty() { "" } else { " (with uncommitted changes)" };
+    let cpu = capture("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
+    let _ = writeln!(md, "# rdmx speed harness: {date}, {host}{}\n", if quick { " (quick)" } else { "" });
+    let _ = writeln!(
+        md,
+        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- total time: {:.0} s ({})\n",
+        capture("nproc"),
+        cpu.trim(),
+        capture("uname -r"),
+        capture("fi_info --version | head -1"),
+        capture("ompi_info --version 2>/dev/null | head -1"),
+        if quick { " -- --quick" } else { "" },
+        total,
+        section_secs.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect::<Vec<_>>().join(", ")
+    );
+    let _ = writeln!(md, "## Targets\n\nRatios of medians from this run.\n");
+    let mut rows = Vec::new();
+    for t in &targets {
+        let met = match t.met() {
+            Some(true) => "met",
+            Some(false) => "**not met**",
+            None => "no data",
+        };
+        rows.push(vec![t.what.clone(), t.ratio.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into()), format!("{} {:.1}×", if t.le { "≤" } else { "≥" }, t.goal), met.to_string()]);
+    }
+    table(&mut md, &["target".into(), "measured".into(), "goal".into(), "".into()], &rows);
+    let met = targets.iter().filter(|t| t.met() == Some(true)).count();
+    let _ = writeln!(md, "{met} of {} targets met.\n", targets.len());
+    if !failures.is_empty() {
+        let _ = writeln!(md, "Failures:\n");
+        for f in &failures {
+            let _ = writeln!(md, "- {f}");
+        }
+        md.push('\n');
+    }
+
+    let _ = writeln!(
+        md,
+        "## fi_pingpong over loopback\n\n`fi_pingpong -e rdm -m tagged|msg -S <size> -I <n>` (n: 5000 up to 4 KiB, 2000 at 16 KiB, 1000 at 64 KiB, 300 at 256 KiB, 100 at 1 MiB, 40 at 4 MiB{}). `rdmx` is the default device (no variable, no `-d`), `rdmx udp` / `rdmx shm` choose it with `-d`. Latency is fi_pingpong's one-way µs per transfer, bandwidth its MB/s (10^6 B/s). Ratios: rdmx / the best peer at that size (lowest latency, highest bandwidth; `rdmx udp` against the network providers tcp;ofi_rxm, net, udp;ofi_rxd).\n",
+        if quick { "; quick: a fifth" } else { "" }
+    );
+    for mode in MODES {
+        for (what, title, unit) in [("lat", "latency", "µs"), ("bw", "bandwidth", "MB/s")] {
+            let _ = writeln!(md, "### -m {mode}: {title} ({unit})\n");
+            let mut head = vec!["size".to_string()];
+            head.extend(PINGPONG.iter().map(|c| c.label.to_string()));
+            let rows: Vec<Vec<String>> = sizes
+                .iter()
+                .map(|&s| {
+                    let mut r = vec![human(s)];
+                    r.extend(PINGPONG.iter().map(|c| cell(st.stat(&k_pp(mode, c.label, s, what)))));
+                    r
+                })
+                .collect();
+            table(&mut md, &head, &rows);
+        }
+        let _ = writeln!(md, "### -m {mode}: rdmx / best peer (latency ratio, bandwidth ratio)\n");
+        let rdmxs: Vec<&Prov> = PINGPONG.iter().filter(|c| c.rdmx).collect();
+        let mut head = vec!["size".to_string()];
+        head.extend(rdmxs.iter().map(|c| c.label.to_string()));
+        let rows: Vec<Vec<String>> = sizes
+            .iter()
+            .map(|&s| {
+                let mut r = vec![human(s)];
+                for c in &rdmxs {
+                    let peers = peers_of(c.label);
+                    let best = |what: &str, low: bool| {
+                        peers.iter().filter_map(|p| pp(mode, p, s, what).map(|v| (v, *p))).fold(None, |b: Option<(f64, &str)>, x| match b {
+                            Some(b) if (low && b.0 <= x.0) || (!low && b.0 >= x.0) => Some(b),
+                            _ => Some(x),
+                        })
+                    };
+                    let l = best("lat", true).and_then(|(v, p)| Some((pp(mode, c.label, s, "lat")? / v, p)));
+                    let b = best("bw", false).and_then(|(v, p)| Some((pp(mode, c.label, s, "bw")? / v, p)));
+                    r.push(match (l, b) {
+                        (Some(l), Some(b)) => format!("{:.2}× ({}) / {:.2}× ({})", l.0, l.1, b.0, b.1),
+                        _ => "—".into(),
+                    });
+                }
+                r
+            })
+            .collect();
+        table(&mut md, &head, &rows);
+    }
+
+    let _ = writeln!(md, "## Message rate and the UDP floor\n\n`benches/fi/fi_msgrate.c`: tagged 8-byte messages in windows of {WINDOW}, each window acknowledged, two processes; the same program over each provider (OpenMPI 4.1's mtl ofi cannot use libfabric's shm, which lacks FI_REMOTE_COMM). The raw UDP floor: 8-byte ping-pong between two processes over 127.0.0.1 with busy-polled non-blocking sockets (`harness udp-floor-peer`), one-way µs.\n");
+    let mut rows: Vec<Vec<String>> = MSGRATE.iter().map(|c| vec![format!("{} message rate (Mmsg/s)", c.label), cell(st.stat(&format!("msgrate/{}", c.label)))]).collect();
+    rows.push(vec!["raw UDP busy-poll ping-pong, 8 B one-way (µs)".into(), cell(st.stat("floor/udp/8/lat"))]);
+    table(&mut md, &["what".into(), "median (min–max)".into()], &rows);
+
+    let _ = writeln!(md, "## OpenMPI\n\n`benches/mpi/mpi_bench.c` on 2 ranks of one host: ping-pong latency (half the round trip, median over iterations), streaming bandwidth (windows of {WINDOW} `MPI_Isend`, one ack each), message rate (8 B, windows of {WINDOW}). `rdmx` and `tcp;ofi_rxm`: `--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include <prov>`; `vader`: `--mca pml ob1 --mca btl vader,self`.\n");
+    for (what, title) in [("latency_us", "latency (µs)"), ("bandwidth_GBps", "streaming bandwidth (GB/s)")] {
+        let _ = writeln!(md, "### {title}\n");
+        let mut head = vec!["size".to_string()];
+        head.extend(MPI.iter().map(|m| m.label.to_string()));
+        head.push("rdmx / best peer".into());
+        let rows: Vec<Vec<String>> = sizes
+            .iter()
+            .map(|&s| {
+                let mut r = vec![human(s)];
+                r.extend(MPI.iter().map(|m| cell(st.stat(&k_mpi(m.label, what, s)))));
+                let peers = MPI.iter().skip(1).map(|m| st.med(&k_mpi(m.label, what, s)));
+                let best = if what == "latency_us" { min_of(peers) } else { max_of(peers) };
+                r.push(ratio(st.med(&k_mpi("rdmx", what, s)), best).map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
+                r
+            })
+            .collect();
+        table(&mut md, &head, &rows);
+    }
+    let mut rows: Vec<Vec<String>> = vec![MPI.iter().map(|m| cell(st.stat(&k_mpi(m.label, "msgrate_Mps", 8)))).collect()];
+    rows[0].insert(0, "8 B message rate (Mmsg/s)".into());
+    let mut head = vec!["".to_string()];
+    head.extend(MPI.iter().map(|m| m.label.to_string()));
+    table(&mut md, &head, &rows);
+
+    if !lossy_note.is_empty() {
+        let _ = writeln!(md, "## Under loss\n\n{lossy_note}. Wall time is the client's whole run; bandwidth per size in MB/s.\n");
+        let mut head = vec!["".to_string()];
+        for c in &LOSSY {
+            head.push(format!("{} lossless", c.label));
+            head.push(format!("{} {LOSS_PCT}% loss", c.label));
+        }
+        let mut rows = vec![];
+        let mut r = vec!["wall time (s)".to_string()];
+        let mut d = vec!["datagrams/segments dropped".to_string()];
+        for c in &LOSSY {
+            for loss in [0, LOSS_PCT] {
+                r.push(cell(st.stat(&k_lossy(c.label, loss, "secs"))));
+                d.push(cell(st.stat(&k_lossy(c.label, loss, "dropped"))));
+            }
+        }
+        rows.push(r);
+        rows.push(d);
+        let lossy_sizes: Vec<usize> = [8, 64 << 10].into_iter().chain(LOSSY_BIG).collect();
+        for s in lossy_sizes {
+            let mut r = vec![format!("{} MB/s", human(s))];
+            for c in &LOSSY {
+                for loss in [0, LOSS_PCT] {
+                    r.push(cell(st.stat(&k_lossy(c.label, loss, &format!("bw/{s}")))));
+                }
+            }
+            rows.push(r);
+        }
+        table(&mut md, &head, &rows);
+    }
+
+    md.push_str(&plots_md);
+
+    // ---- Raw samples
+    let mut csv = String::from("key,run,value\n");
+    for (k, v) in &st.v {
+        for (i, x) in v.iter().enumerate() {
+            let _ = writeln!(csv, "{k},{},{x}", i + 1);
+        }
+    }
+    std::fs::write(out.join("samples.csv"), csv).unwrap();
+    std::fs::write(out.join("results.md"), &md).unwrap();
+
+    // ---- Summary on stdout
+    println!("\n{:<80} {:>9} {:>8}  ", "target", "measured", "goal");
+    for t in &targets {
+        println!(
+            "{:<80} {:>9} {:>8}  {}",
+            t.what,
+            t.ratio.map(|r| format!("{r:.2}x")).unwrap_or_else(|| "-".into()),
+            format!("{}{:.1}x", if t.le { "<=" } else { ">=" }, t.goal),
+            match t.met() {
+                Some(true) => "met",
+                Some(false) => "NOT MET",
+                None => "no data",
+            }
+        );
+    }
+    for f in &failures {
+        println!("failed: {f}");
+    }
+    println!("\n{met} of {} targets met; {:.0} s; results in {}", targets.len(), total, out.join("results.md").display());
+}
