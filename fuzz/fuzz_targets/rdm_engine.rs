@@ -370,10 +370,11 @@ impl Net {
                     Inc::Other(v) => v,
                 };
                 let h = Header {
-                    ptype: match f.ptype % 3 {
+                    ptype: match f.ptype % 4 {
                         0 => PacketType::Data,
                         1 => PacketType::Ack,
-                        _ => PacketType::Datagram,
+                        2 => PacketType::Datagram,
+                        _ => PacketType::Direct,
                     },
                     first: f.first && f.ptype % 3 == 0,
                     last: f.last && f.ptype % 3 == 0,

@@ -230,7 +230,7 @@ impl Harness {
     }
 
     fn meta(ctx: u64) -> OpMeta {
-        OpMeta { context: ctx, wanted: true, inject: false }
+        OpMeta { context: ctx, wanted: true, ..OpMeta::default() }
     }
 
     fn from_peer(&mut self, msg: &[u8]) {

@@ -543,7 +543,8 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.dest)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
+        let delivery_complete = args.flags & fi::FI_DELIVERY_COMPLETE as u64 != 0;
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         if r.engine.pending_sends() >= self.profile.tx_size.max(1) * 4 {
             self.progress();
@@ -589,7 +590,7 @@ impl EpState {
             return Err(Error::Again);
         }
         // A peek always reports (its answer is the point); so does a claim.
-        let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false };
+        let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false, delivery_complete: false };
         let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
         let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
@@ -800,7 +801,7 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine.rma_write(now(), peer, args.key, args.addr, args.payload, data, meta).map_err(post_error)?;
         self.progress();
@@ -809,7 +810,7 @@ impl EpState {
 
     pub fn rma_read(&mut self, args: RmaArgs<'_>) -> Result<()> {
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), inject: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), inject: false, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine.rma_read(now(), peer, args.key, args.addr, args.result.io(), meta).map_err(post_error)?;
         self.progress();
@@ -824,7 +825,7 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine
             .atomic(now(), peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta)
@@ -1016,6 +1017,10 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
     let lines = [
         ("endpoint", local.to_uri()),
         ("packets_sent", st.sent_data.to_string()),
+        // Messages sent / received as DIRECT packets on reliable, ordered
+        // paths (shm): no sequence number, no acknowledgement.
+        ("direct_sent", st.sent_direct.to_string()),
+        ("direct_received", st.received_direct.to_string()),
         ("acks_sent", st.sent_acks.to_string()),
         ("packets_resent", st.retransmits.to_string()),
         ("timeouts", st.timeouts.to_string()),

@@ -216,6 +216,11 @@ pub struct OpMeta {
     pub wanted: bool,
     /// An inject: it has no context, so failures go elsewhere than a CQ.
     pub inject: bool,
+    /// The send completes only once the peer has processed the message
+    /// (`FI_DELIVERY_COMPLETE`). Otherwise a message on a reliable, ordered
+    /// path may complete once written out for the device (transmit complete:
+    /// the path cannot lose it), with no acknowledgement at all.
+    pub delivery_complete: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -603,8 +608,10 @@ impl MsgEngine {
             parts[1..=n].copy_from_slice(&payload[..n]);
             if self.cfg.datagram {
                 self.rdm.send_datagram(peer, &parts[..=n], Token::Msg(id).encode())?;
-            } else {
+            } else if meta.delivery_complete {
                 self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+            } else {
+                self.rdm.send_transmit_complete(now, peer, &parts[..=n], Token::Msg(id).encode())?;
             }
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None });
             self.stats.eager_sent += 1;
@@ -1067,7 +1074,7 @@ impl MsgEngine {
     /// with CQ data, its receive CQ).
     fn served(&mut self, kind: OpKind, len: usize, data: Option<u64>) {
         self.stats.rma_served += 1;
-        let meta = OpMeta { context: 0, wanted: data.is_some(), inject: false };
+        let meta = OpMeta { context: 0, wanted: data.is_some(), ..OpMeta::default() };
         self.completions.push_back(Completion { len, data, ..Completion::new(meta, kind) });
     }
 

@@ -119,7 +119,7 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fn meta(context: u64) -> OpMeta {
-    OpMeta { context, wanted: true, inject: false }
+    OpMeta { context, wanted: true, ..OpMeta::default() }
 }
 
 /// Serves the remote reads nodes asked for: reads the other node's memory (the

@@ -172,6 +172,9 @@ pub struct Stats {
     /// Unreliable datagrams handed to the device / received (job key checked).
     pub sent_datagrams: u64,
     pub received_datagrams: u64,
+    /// Messages sent / received as DIRECT packets (reliable, ordered paths).
+    pub sent_direct: u64,
+    pub received_direct: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -195,6 +198,8 @@ struct PeerPath {
     reliable: bool,
     /// The device takes runs of datagrams to this peer (UDP GSO).
     gso: bool,
+    /// The path keeps send order (with `reliable`: DIRECT packets may be used).
+    ordered: bool,
 }
 
 struct TxSeg {
@@ -230,11 +235,15 @@ struct SpareQueues {
 /// Spare queues larger than this (entries) are freed rather than kept.
 const SPARE_MAX_ENTRIES: usize = 256;
 
-/// An unreliable datagram waiting for `poll_transmit`.
+/// A whole-message packet waiting for `poll_transmit`: an unreliable
+/// datagram (DGRAM) or a message on a reliable, ordered path (DIRECT, with the
+/// peer's incarnation as the sender knows it).
 struct DgramTx {
     dst: DevAddr,
     payload: Vec<u8>,
     token: u64,
+    ptype: PacketType,
+    dst_inc: u64,
 }
 
 struct RxSeg {
@@ -282,6 +291,10 @@ struct Hot {
     payload_max: usize,
     reliable: bool,
     gso: bool,
+    ordered: bool,
+    /// The peer's last ACK advertised a zero window (it is out of buffer
+    /// space): no DIRECT packets until it opens again.
+    peer_paused: bool,
 }
 
 const RX_WINDOW: u32 = 4096;
@@ -319,6 +332,8 @@ impl Hot {
             payload_max: path.payload_max as usize,
             reliable: path.reliable,
             gso: path.gso,
+            ordered: path.ordered,
+            peer_paused: false,
         }
     }
 
@@ -365,7 +380,9 @@ pub struct Engine {
     /// queueing a message allocates nothing once the pool is warm.
     tx_pool: Vec<Arc<Vec<u8>>>,
     spare_queues: Vec<SpareQueues>,
-    /// Unreliable datagrams not yet written out, oldest first, and their bytes.
+    /// Whole-message packets (DGRAM, DIRECT) not yet written out, oldest
+    /// first, and their bytes. They go out before sequenced data: a DIRECT
+    /// packet is only queued when nothing sequenced to its peer waits.
     dgram_tx: VecDeque<DgramTx>,
     dgram_bytes: usize,
     stats: Stats,
@@ -428,7 +445,12 @@ impl Engine {
         let id = self.peer(addr);
         let cold = &mut self.cold[id.0 as usize];
         if cold.path.is_none() {
-            let path = PeerPath { payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: caps.reliable, gso: caps.gso };
+            let path = PeerPath {
+                payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32,
+                reliable: caps.reliable,
+                gso: caps.gso,
+                ordered: caps.ordered,
+            };
             cold.path = Some(path);
             if let Some(h) = cold.hot {
                 let hot = &mut self.hot[h as usize];
@@ -436,6 +458,7 @@ impl Engine {
                     hot.payload_max = path.payload_max as usize;
                     hot.reliable = path.reliable;
                     hot.gso = path.gso;
+                    hot.ordered = path.ordered;
                     if path.reliable {
                         hot.cwnd = self.cfg.max_window as f64;
                     }
@@ -503,7 +526,7 @@ impl Engine {
         if let Some(h) = cold.hot {
             return h;
         }
-        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable, gso: false });
+        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable, gso: false, ordered: false });
         let mut hot = Hot::new(peer, &self.cfg, path, now);
         hot.peer_inc = self.expected_inc.remove(&peer.0).unwrap_or(0);
         let h = self.hot.insert(hot) as u32;
@@ -607,6 +630,45 @@ impl Engine {
         Ok(())
     }
 
+    /// Like [`Engine::send`], but the message may complete once written out
+    /// instead of once acknowledged (libfabric's transmit complete): on a
+    /// reliable, ordered path, a message that fits in one datagram and has
+    /// nothing sequenced to the same peer ahead of it goes as one DIRECT packet
+    /// (rdm/PROTOCOL.md §2.2) — no sequence number, no acknowledgement, no
+    /// per-message state — and `SendComplete` follows when `poll_transmit` has
+    /// written it. Anywhere else it is exactly [`Engine::send`].
+    pub fn send_transmit_complete(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
+        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
+            let hot = &self.hot[h as usize];
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            if hot.reliable
+                && hot.ordered
+                && !hot.failed
+                && !hot.peer_paused
+                && !hot.busy()
+                && len <= hot.payload_max
+                && (self.dgram_tx.is_empty() || self.dgram_bytes + len <= self.cfg.max_queued_bytes)
+            {
+                let dst_inc = hot.peer_inc;
+                let dst = self.cold[peer.0 as usize].addr;
+                let mut payload = self.pool.pop().unwrap_or_default();
+                payload.clear();
+                for p in parts {
+                    payload.extend_from_slice(p);
+                }
+                self.dgram_bytes += len;
+                self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc });
+                return Ok(());
+            }
+        } else if self.cold.get(peer.0 as usize).and_then(|c| c.path).is_some_and(|p| p.reliable && p.ordered) {
+            // First traffic to the peer: create its state (it names the
+            // incarnation the application expects), then take the fast path.
+            self.hot_index(peer, now);
+            return self.send_transmit_complete(now, peer, parts, token);
+        }
+        self.send(now, peer, parts, token)
+    }
+
     /// The largest payload one datagram to `peer` carries: its path's (see
     /// [`Engine::peer_with_path`]), else the engine's.
     pub fn datagram_max(&self, peer: PeerId) -> usize {
@@ -638,12 +700,12 @@ impl Engine {
             payload.extend_from_slice(p);
         }
         self.dgram_bytes += len;
-        self.dgram_tx.push_back(DgramTx { dst, payload, token });
+        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0 });
         Ok(())
     }
 
-    /// Writes the oldest queued unreliable datagram into `buf`, if any, and
-    /// reports its send complete.
+    /// Writes the oldest queued whole-message packet (DGRAM or DIRECT) into
+    /// `buf`, if any, and reports its send complete.
     fn transmit_datagram(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let d = self.dgram_tx.front()?;
         if buf.len() < HEADER_LEN + d.payload.len() {
@@ -651,19 +713,23 @@ impl Engine {
         }
         let d = self.dgram_tx.pop_front()?;
         let header = Header {
-            ptype: PacketType::Datagram,
+            ptype: d.ptype,
             first: false,
             last: false,
             job_key: self.cfg.job_key,
             src_inc: self.cfg.incarnation,
-            dst_inc: 0,
+            dst_inc: d.dst_inc,
             psn_or_window: 0,
             ack: Psn(0),
             sack: 0,
         };
         let len = header.encode(&d.payload, buf);
         self.dgram_bytes -= d.payload.len();
-        self.stats.sent_datagrams += 1;
+        if d.ptype == PacketType::Direct {
+            self.stats.sent_direct += 1;
+        } else {
+            self.stats.sent_datagrams += 1;
+        }
         self.events.push_back(Event::SendComplete { token: d.token });
         self.recycle(d.payload);
         Some(Transmit { dst: d.dst, len, seg: len })
@@ -860,7 +926,12 @@ impl Engine {
         let Some(peer) = self.peer_id_of(addr) else { return };
         let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
         let hot = &self.hot[h as usize];
-        if hot.failed || !(even_idle || hot.busy()) {
+        // On a reliable, ordered path the report answers a datagram that was
+        // lost with the peer — perhaps a DIRECT message, which left nothing
+        // busy behind it: fail the peer even when idle (on UDP an ICMP may only
+        // answer an ack to a peer that finished and left, which costs nobody).
+        let direct_path = hot.reliable && hot.ordered;
+        if hot.failed || !(even_idle || hot.busy() || direct_path) {
             return;
         }
         self.fail_peer(h, FailReason::Unreachable);
@@ -970,11 +1041,47 @@ impl Engine {
             return;
         }
         self.hot[h as usize].last_heard = now;
-        self.process_ack(h, now, &hdr);
-        if hdr.ptype == PacketType::Ack {
-            self.hot[h as usize].peer_window = hdr.psn_or_window.max(1);
-        } else {
-            self.process_data(h, now, &hdr, payload);
+        if hdr.ptype != PacketType::Direct {
+            // DIRECT packets carry no acknowledgement state (§2.2).
+            self.process_ack(h, now, &hdr);
+        }
+        match hdr.ptype {
+            PacketType::Ack => {
+                let hot = &mut self.hot[h as usize];
+                hot.peer_window = hdr.psn_or_window.max(1);
+                let was_paused = hot.peer_paused;
+                hot.peer_paused = hdr.psn_or_window == 0;
+                if was_paused && !hot.peer_paused && hot.reliable {
+                    // The peer refused everything it got while paused, and a
+                    // reliable path has no retransmission timer to resend it:
+                    // its window reopening is the signal (go back to the
+                    // cumulative point, in order, ahead of what never left).
+                    let mut n = 0u64;
+                    for seg in hot.unacked.iter_mut().rev() {
+                        if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
+                            seg.queued = true;
+                            hot.to_send.push_front(seg.psn);
+                            n += 1;
+                        }
+                    }
+                    self.stats.retransmits += n;
+                }
+            }
+            PacketType::Direct => {
+                // The path delivered it in order with everything sequenced
+                // before it (the sender sends DIRECT only when all of that was
+                // acknowledged): deliver at once. Accepted even while paused:
+                // the sender stops at our zero-window ACK, so what still
+                // arrives is bounded by what the path holds.
+                self.stats.received_direct += 1;
+                self.stats.delivered_msgs += 1;
+                let mut msg = self.pool.pop().unwrap_or_default();
+                msg.clear();
+                msg.extend_from_slice(payload);
+                let peer = self.hot[h as usize].peer;
+                self.events.push_back(Event::Delivered { peer, msg });
+            }
+            _ => self.process_data(h, now, &hdr, payload),
         }
         let hot = &self.hot[h as usize];
         if hot.ack_now || !hot.to_send.is_empty() || !hot.pending.is_empty() {
@@ -991,7 +1098,15 @@ impl Engine {
             return;
         }
         self.paused = paused;
-        if !paused {
+        if paused {
+            // Peers on reliable, ordered paths send DIRECT packets, which no
+            // window holds back: tell them now (an ACK of window 0).
+            let ids: Vec<u32> = self.hot.iter().filter(|(_, h)| h.reliable && h.ordered).map(|(i, _)| i as u32).collect();
+            for h in ids {
+                self.hot[h as usize].ack_now = true;
+                self.schedule(h);
+            }
+        } else {
             let ids: Vec<u32> = self.hot.iter().map(|(i, _)| i as u32).collect();
             for h in ids {
                 self.hot[h as usize].ack_now = true;
@@ -1094,6 +1209,161 @@ mod tests {
             resent.push(x.dst);
         }
         assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
+    }
+
+    /// Two engines joined by a perfect path; `path` is what each knows of the
+    /// other. Returns (a, b, a's id of b, b's id of a).
+    fn pair(path: DeviceCaps) -> (Engine, Engine, PeerId, PeerId) {
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: path.mtu, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: path.mtu, ..EngineConfig::default() });
+        let pb = a.peer_with_path(DevAddr::Sim(2), &path);
+        let pa = b.peer_with_path(DevAddr::Sim(1), &path);
+        (a, b, pb, pa)
+    }
+
+    /// Moves everything `from` wants to send into `to`; returns the packet
+    /// types that crossed.
+    fn carry(from: &mut Engine, from_addr: DevAddr, to: &mut Engine, t: Instant) -> Vec<PacketType> {
+        let mut buf = vec![0u8; 9000];
+        let mut types = Vec::new();
+        while let Some(x) = from.poll_transmit(t, &mut buf) {
+            types.push(Header::decode(&buf[..x.len]).unwrap().0.ptype);
+            to.handle_datagram(t, from_addr, &buf[..x.len]);
+        }
+        types
+    }
+
+    fn events(e: &mut Engine) -> Vec<Event> {
+        std::iter::from_fn(|| e.poll_event()).collect()
+    }
+
+    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false };
+
+    #[test]
+    fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        let t = Instant::ZERO;
+        for i in 0..3u8 {
+            a.send_transmit_complete(t, pb, &[&[i; 8]], 10 + i as u64).unwrap();
+            assert!(events(&mut a).is_empty(), "not complete before it is written out");
+            assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Direct]);
+            assert_eq!(events(&mut a), vec![Event::SendComplete { token: 10 + i as u64 }], "complete once written");
+            assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![i; 8] }]);
+            assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "no acknowledgement");
+        }
+        assert_eq!((a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks), (3, 0, 3, 0));
+        assert_eq!(a.poll_timeout(), None, "no timer for a DIRECT message");
+    }
+
+    #[test]
+    fn unreliable_or_unordered_paths_never_skip_the_sequence() {
+        for path in [
+            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false },
+            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false },
+            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false },
+        ] {
+            let (mut a, mut b, pb, pa) = pair(path);
+            let t = Instant::ZERO;
+            a.send_transmit_complete(t, pb, &[b"x"], 1).unwrap();
+            assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data], "{path:?}");
+            assert!(events(&mut a).is_empty(), "completes on the ack only: {path:?}");
+            assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"x".to_vec() }]);
+            carry(&mut b, DevAddr::Sim(2), &mut a, t);
+            assert_eq!(events(&mut a), vec![Event::SendComplete { token: 1 }]);
+        }
+    }
+
+    #[test]
+    fn direct_messages_keep_order_with_sequenced_ones() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        let t = Instant::ZERO;
+        // A long message (segmented, sequenced), then short ones: they may not
+        // overtake it, so they go sequenced too until it is acknowledged.
+        a.send_transmit_complete(t, pb, &[&[7u8; 20_000]], 1).unwrap();
+        a.send_transmit_complete(t, pb, &[b"after"], 2).unwrap();
+        a.send(t, pb, &[b"delivery"], 3).unwrap();
+        a.send_transmit_complete(t, pb, &[b"last"], 4).unwrap();
+        let types = carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        assert!(types.iter().all(|p| *p == PacketType::Data), "{types:?}");
+        let got: Vec<Vec<u8>> = events(&mut b)
+            .into_iter()
+            .map(|e| match e {
+                Event::Delivered { peer, msg } if peer == pa => msg,
+                e => panic!("{e:?}"),
+            })
+            .collect();
+        assert_eq!(got, vec![vec![7u8; 20_000], b"after".to_vec(), b"delivery".to_vec(), b"last".to_vec()]);
+        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        assert_eq!(events(&mut a).len(), 4);
+        // Everything acknowledged: the fast path again, and a long message
+        // queued after a DIRECT one still arrives after it.
+        a.send_transmit_complete(t, pb, &[b"fast"], 5).unwrap();
+        a.send(t, pb, &[&[8u8; 20_000]], 6).unwrap();
+        let types = carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        assert_eq!(types[0], PacketType::Direct, "{types:?}");
+        let got: Vec<usize> = events(&mut b).into_iter().map(|e| if let Event::Delivered { msg, .. } = e { msg.len() } else { 0 }).collect();
+        assert_eq!(got, vec![4, 20_000]);
+    }
+
+    #[test]
+    fn a_paused_receiver_stops_direct_messages_until_its_window_opens() {
+        let (mut a, mut b, pb, _) = pair(SHM);
+        let t = Instant::ZERO;
+        a.send_transmit_complete(t, pb, &[b"one"], 1).unwrap();
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        b.set_paused(true);
+        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, t), vec![PacketType::Ack], "a zero window, told at once");
+        a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
+        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data], "held by the window, not DIRECT");
+        events(&mut a);
+        assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")), "refused while paused");
+        b.set_paused(false);
+        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        // The refused DATA packet waits for the sender's retransmission; the
+        // window is open again, so once the stream drains DIRECT resumes.
+        // A reliable path has no retransmission timer: the reopened window
+        // itself makes the sender resend what was refused, with no time passing.
+        let now = t;
+        carry(&mut a, DevAddr::Sim(1), &mut b, now);
+        assert!(events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")));
+        carry(&mut b, DevAddr::Sim(2), &mut a, now);
+        let ev = events(&mut a);
+        assert!(ev.contains(&Event::SendComplete { token: 2 }), "{ev:?} {}", a.describe_peer(pb));
+        a.send_transmit_complete(now, pb, &[b"three"], 3).unwrap();
+        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, now), vec![PacketType::Direct]);
+    }
+
+    #[test]
+    fn direct_packets_of_another_job_or_to_an_old_incarnation_are_dropped() {
+        let (mut a, mut b, pb, _) = pair(SHM);
+        let t = Instant::ZERO;
+        a.send_transmit_complete(t, pb, &[b"hello"], 1).unwrap();
+        let mut buf = vec![0u8; 9000];
+        let x = a.poll_transmit(t, &mut buf).unwrap();
+        let (mut hdr, payload) = Header::decode(&buf[..x.len]).unwrap();
+        let payload = payload.to_vec();
+        hdr.job_key = 99;
+        let n = hdr.encode(&payload, &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        hdr.job_key = 0;
+        hdr.dst_inc = 77;
+        let n = hdr.encode(&payload, &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Delivered { .. })));
+        assert_eq!((b.stats().dropped_job_key, b.stats().dropped_stale), (1, 1));
+    }
+
+    #[test]
+    fn a_reliable_peer_reported_unreachable_fails_even_when_idle() {
+        let (mut a, mut b, pb, _) = pair(SHM);
+        let t = Instant::ZERO;
+        a.send_transmit_complete(t, pb, &[b"lost"], 1).unwrap();
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        events(&mut a);
+        a.handle_unreachable(DevAddr::Sim(2));
+        assert_eq!(events(&mut a), vec![Event::PeerUnreachable { peer: pb }]);
+        a.send_transmit_complete(t, pb, &[b"next"], 2).unwrap();
+        assert!(matches!(events(&mut a)[..], [Event::SendFailed { token: 2, .. }]));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub const HEADER_LEN: usize = 48;
 const T_DATA: u8 = 1;
 const T_ACK: u8 = 2;
 const T_DGRAM: u8 = 3;
+const T_DIRECT: u8 = 4;
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
 
@@ -36,6 +37,11 @@ pub enum PacketType {
     /// An unreliable datagram (`FI_EP_DGRAM`): one whole message, no sequence
     /// number, never acknowledged or retransmitted.
     Datagram,
+    /// One whole message on a reliable, ordered path (shared memory), sent when
+    /// nothing sequenced to that peer is unacknowledged: the path itself gives
+    /// exactly-once, in-order delivery, so it carries no sequence number and is
+    /// never acknowledged. Incarnations and the job key are checked as for DATA.
+    Direct,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -97,6 +103,7 @@ impl Header {
             T_DATA => PacketType::Data,
             T_ACK => PacketType::Ack,
             T_DGRAM => PacketType::Datagram,
+            T_DIRECT => PacketType::Direct,
             t => return Err(DecodeError::Type(t)),
         };
         if b[3] & !(F_FIRST | F_LAST) != 0 || (ptype != PacketType::Data && b[3] != 0) {
@@ -126,6 +133,7 @@ impl Header {
             PacketType::Data => T_DATA,
             PacketType::Ack => T_ACK,
             PacketType::Datagram => T_DGRAM,
+            PacketType::Direct => T_DIRECT,
         };
         b[3] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
         b[4..8].fill(0);
