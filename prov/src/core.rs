@@ -156,6 +156,12 @@ pub struct Running {
     pub(crate) src_cache: rustc_hash::FxHashMap<PeerId, u64>,
     /// The AV generation `src_cache` was built against.
     pub(crate) src_cache_gen: u64,
+    /// Cache of fi_addr → (PeerId, the incarnation its AV entry names) for
+    /// sends: every send would otherwise decode the AV entry, route it and
+    /// look the device address up again.
+    pub(crate) peer_cache: rustc_hash::FxHashMap<u64, (PeerId, u64)>,
+    /// The AV generation `peer_cache` was built against.
+    pub(crate) peer_cache_gen: u64,
 }
 
 /// The endpoint state every libfabric object that drives progress can reach.
@@ -382,6 +388,8 @@ impl EpShared {
             staged: 0,
             src_cache: Default::default(),
             src_cache_gen: 0,
+            peer_cache: Default::default(),
+            peer_cache_gen: 0,
         });
         Ok(auto)
     }
@@ -506,8 +514,19 @@ fn msg_flag(kind: MsgKind) -> u64 {
 impl EpState {
     pub(crate) fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
-        let a = av.read().get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
+        let av = av.read();
+        let generation = av.generation();
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        if r.peer_cache_gen != generation {
+            r.peer_cache.clear();
+            r.peer_cache_gen = generation;
+        }
+        if let Some(&(peer, inc)) = r.peer_cache.get(&fi_addr) {
+            drop(av);
+            return if r.engine.rdm_mut().expect_incarnation(peer, inc) { Ok(peer) } else { Err(Error::HostUnreach) };
+        }
+        let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
+        drop(av);
         let dev = a
             .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
             .ok_or(Error::AddrNotAvail)?;
@@ -519,6 +538,9 @@ impl EpState {
         // sent on it may reach the new one.
         if !r.engine.rdm_mut().expect_incarnation(peer, a.incarnation) {
             return Err(Error::HostUnreach);
+        }
+        if r.peer_cache.len() < 4096 {
+            r.peer_cache.insert(fi_addr, (peer, a.incarnation));
         }
         Ok(peer)
     }
@@ -1102,10 +1124,23 @@ impl BoundEndpoints {
         self.0.lock().iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Runs one round of progress on every bound endpoint.
+    /// Runs one round of progress on every bound endpoint. This runs on every
+    /// CQ read: the usual single endpoint is taken without a collected copy.
+    /// (The list's lock is never held during progress: an endpoint's close
+    /// holds the endpoint's lock while it detaches.)
     pub fn progress(&self) {
-        for ep in self.endpoints() {
-            ep.progress();
+        let single = {
+            let eps = self.0.lock();
+            (eps.len() == 1).then(|| eps[0].upgrade())
+        };
+        match single {
+            Some(Some(ep)) => ep.progress(),
+            Some(None) => {}
+            None => {
+                for ep in self.endpoints() {
+                    ep.progress();
+                }
+            }
         }
     }
 
