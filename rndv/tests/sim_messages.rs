@@ -85,7 +85,7 @@ impl SimEndpoint for Node {
 }
 
 fn path(remote_read: bool) -> DeviceCaps {
-    DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false }
+    DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false }
 }
 
 fn seeds(default: &[u64]) -> Vec<u64> {
