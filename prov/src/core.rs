@@ -764,7 +764,7 @@ impl EpState {
             } else {
                 let device = &mut r.device;
                 let mut failure: Option<DeviceError> = None;
-                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |from, to, len| {
+                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |_key, from, to, len| {
                     // SAFETY: `to..to+len` lies inside a buffer the application
                     // posted for this receive (the engine pairs runs inside the
                     // pieces), valid and unaliased until the receive completes.
