@@ -23,6 +23,7 @@ use crate::rma::RmaArgs;
 use rdm::engine::{Engine, EngineConfig, PeerId};
 use rdm::{DevAddr, Device, DeviceError};
 use rndv::{Action, IoBuf, IoList, MsgEngine, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, ReadOutcome, RecvSpec, Src};
+use crate::regcache::{DomainRegistrations, SharedDomainMr};
 use mr_cache::KeyTable;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -111,6 +112,8 @@ pub struct SendArgs<'a> {
     pub kind: MsgKind,
     pub dest: u64,
     pub payload: &'a [&'a [u8]],
+    /// Per buffer: the application's descriptor (`fi_mr_desc`), 0 for none.
+    pub desc: [usize; MAX_IOV],
     pub tag: u64,
     pub data: Option<u64>,
     pub context: usize,
@@ -199,6 +202,8 @@ pub struct EpState {
     /// The domain's registrations (RMA targets) and whether RMA addresses are
     /// virtual addresses (FI_MR_VIRT_ADDR) or offsets into the registration.
     pub mr_keys: Arc<Mutex<KeyTable>>,
+    /// The domain's registration cache (devices that register memory only).
+    pub mr_cache: Option<SharedDomainMr>,
     pub mr_virt_addr: bool,
     pub min_multi_recv: usize,
     pub device: Option<Box<dyn Device>>,
@@ -253,7 +258,7 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool) {
 }
 
 impl EpShared {
-    pub fn new(profile: Profile, mr_keys: Arc<Mutex<KeyTable>>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
+    pub fn new(profile: Profile, mr_keys: Arc<Mutex<KeyTable>>, mr_cache: Option<SharedDomainMr>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
         let (device, local) = open_device(&profile)?;
         Ok(Arc::new(EpShared {
             state: Mutex::new(EpState {
@@ -269,6 +274,7 @@ impl EpShared {
                 rwrite_cntr: None,
                 eq: None,
                 mr_keys,
+                mr_cache,
                 mr_virt_addr,
                 min_multi_recv: 0,
                 device: Some(device),
@@ -377,9 +383,13 @@ impl EpShared {
         let placeholder = device.local_addr();
         // Paths differ under auto (shm segments are larger than UDP's).
         let max_mtu = device.max_transmit();
+        let mut engine = MsgEngine::new(Engine::new(cfg), msg_cfg);
+        if let Some(c) = &st.mr_cache {
+            engine.set_registrations(Box::new(DomainRegistrations::new(c.clone())));
+        }
         st.running = Some(Running {
             device,
-            engine: MsgEngine::new(Engine::new(cfg), msg_cfg),
+            engine,
             local,
             stage: (0..TX_BATCH).map(|_| vec![0u8; max_mtu.max(64)]).collect(),
             stage_dst: [placeholder; TX_BATCH],
@@ -576,6 +586,18 @@ impl EpState {
         for s in args.payload.iter().take(user.bufs.len()) {
             user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
             user.count += 1;
+        }
+        // Only a domain whose device registers memory has keys to give; on
+        // udp and shm nothing is looked up.
+        if let Some(c) = &self.mr_cache {
+            if args.desc.iter().any(|&d| d != 0) {
+                let c = c.lock();
+                for i in 0..user.count {
+                    if args.desc[i] != 0 {
+                        user.keys[i] = c.desc_key(args.desc[i], user.bufs[i].addr, user.bufs[i].len);
+                    }
+                }
+            }
         }
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
         crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), args.inject));
@@ -787,7 +809,9 @@ impl EpState {
             } else {
                 let device = &mut r.device;
                 let mut failure: Option<DeviceError> = None;
-                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |from, to, len| {
+                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |_key, from, to, len| {
+                    // Keys come only on registering paths; shm's
+                    // process_vm_readv reads any address of the peer.
                     // SAFETY: `to..to+len` lies inside a buffer the application
                     // posted for this receive (the engine pairs runs inside the
                     // pieces), valid and unaliased until the receive completes.
@@ -885,7 +909,10 @@ impl EpState {
             }
             if params().stats {
                 let revoked = self.mr_keys.lock().revoked_by_unmap();
-                print_stats(&r.local, st, &m, r.engine.unexpected_bytes(), revoked);
+                // The domain's cache (shared by its endpoints): zeros where
+                // the device registers nothing (udp, shm).
+                let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
+                print_stats(&r.local, st, &m, r.engine.unexpected_bytes(), revoked, &cache);
             }
         }
     }
@@ -1035,7 +1062,7 @@ impl Running {
 /// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each
 /// (`rdmx: <name> <value>`), to stderr: the documented way for scripts and tests
 /// to read them.
-fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize, mr_revoked_by_unmap: u64) {
+fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize, mr_revoked_by_unmap: u64, cache: &mr_cache::cache::CacheStats) {
     let lines = [
         ("endpoint", local.to_uri()),
         ("packets_sent", st.sent_data.to_string()),
@@ -1067,6 +1094,16 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
         // The domain's registrations whose memory the application unmapped
         // while they were open (remote accesses through them now fail).
         ("mr_keys_revoked_by_unmap", mr_revoked_by_unmap.to_string()),
+        // Rendezvous keys: registrations this endpoint acquired, and buffers
+        // announced with the application's own (its fi_mr_desc).
+        ("rendezvous_registrations", m.registrations_acquired.to_string()),
+        ("rendezvous_registrations_from_desc", m.registrations_from_desc.to_string()),
+        // The domain's registration cache (shared by its endpoints).
+        ("mr_cache_hits", cache.hits.to_string()),
+        ("mr_cache_misses", cache.misses.to_string()),
+        ("mr_cache_evictions", cache.evictions.to_string()),
+        ("mr_cache_invalidations", cache.invalidations.to_string()),
+        ("mr_cache_bytes_cached", cache.bytes_cached.to_string()),
     ];
     let mut out = String::new();
     for (k, v) in lines {

@@ -44,6 +44,19 @@ pub fn open_auto(bind: SocketAddr, mtu: usize, incarnation: u64) -> Result<(Box<
     Ok((Box::new(dev), local, has_shm))
 }
 
+/// The registrar of a domain's device: what registers memory so that peers can
+/// read it remotely (paths with `DeviceCaps::registration`). `None` for every
+/// device rdmx has today: udp pushes long messages and shm reads them with
+/// `process_vm_readv`, neither needs a registration, so their domains keep no
+/// registration cache (see [`crate::regcache`]). The verbs UD and EFA SRD
+/// devices will return their protection domain's registrar here.
+pub fn open_registrar(choice: crate::params::DeviceChoice) -> Option<crate::regcache::BoxedRegistrar> {
+    use crate::params::DeviceChoice;
+    match choice {
+        DeviceChoice::Auto | DeviceChoice::Udp | DeviceChoice::Shm => None,
+    }
+}
+
 /// Wraps `dev` in the fault-injecting decorator when any FI_RDMX_FAULT_* rate is set.
 pub fn maybe_fault(dev: Box<dyn Device>, p: &Params) -> Box<dyn Device> {
     let cfg = FaultConfig {

@@ -18,6 +18,9 @@ pub struct Domain {
     pub children: Refs,
     pub profile: Profile,
     pub mr_keys: Arc<Mutex<KeyTable>>,
+    /// The registration cache, when the domain's device registers memory
+    /// (none for udp and shm).
+    pub mr_cache: Option<crate::regcache::SharedDomainMr>,
 }
 
 // SAFETY: #[repr(C)] with fid_domain first.
@@ -65,6 +68,7 @@ entry! {
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: the application passes an fi_info (normally one we returned).
         let profile = unsafe { info::profile_from_info(info) }?;
+        let mr_cache = crate::regcache::open(crate::devices::open_registrar(profile.device), crate::params::params().mr_cache);
         fab.children.get();
         let d = fid::leak(Domain {
             fid: fi::fid_domain {
@@ -76,6 +80,7 @@ entry! {
             children: Refs::default(),
             profile,
             mr_keys: Arc::new(Mutex::new(KeyTable::new(unmap_monitor()))),
+            mr_cache,
         });
         out.set(d as *mut fi::fid_domain);
         Ok(0)
@@ -85,7 +90,7 @@ entry! {
 /// The process's unmap monitor; says once in the log when it cannot watch
 /// memory (registrations then stay unprotected against the application
 /// unmapping their memory while they are open).
-fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
+pub(crate) fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
     static SAID: std::sync::Once = std::sync::Once::new();
     let m = mr_cache::monitor::Monitor::global();
     if let Some(why) = m.unavailable_reason() {

@@ -183,7 +183,7 @@ entry! {
         // The endpoint lives in its domain's device family.
         profile.device = d.profile.device;
         let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
-        let shared = EpShared::new(profile, d.mr_keys.clone(), virt)?;
+        let shared = EpShared::new(profile, d.mr_keys.clone(), d.mr_cache.clone(), virt)?;
         d.children.get();
         let ep = fid::leak(Ep {
             fid: fi::fid_ep {
@@ -520,7 +520,32 @@ unsafe fn single(buf: *const libc::c_void, len: usize) -> Result<UserIov> {
     Ok(out)
 }
 
-fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
+/// The descriptors of a send's buffers, as addresses (0: none). They are
+/// never dereferenced: the domain's registration cache looks them up.
+///
+/// # Safety
+/// `desc` is null or the application's descriptor array of `count` entries.
+unsafe fn descs(desc: DescV, count: usize) -> [usize; info::IOV_LIMIT] {
+    let mut out = [0usize; info::IOV_LIMIT];
+    if !desc.is_null() {
+        // SAFETY: per contract (count is checked against the iov limit by
+        // user_iov before the send goes anywhere; only that many are read).
+        let s = unsafe { std::slice::from_raw_parts(desc as *const *mut libc::c_void, count.min(info::IOV_LIMIT)) };
+        for (o, d) in out.iter_mut().zip(s) {
+            *o = *d as usize;
+        }
+    }
+    out
+}
+
+fn one_desc(desc: Desc) -> [usize; info::IOV_LIMIT] {
+    let mut out = [0usize; info::IOV_LIMIT];
+    out[0] = desc as usize;
+    out
+}
+
+#[allow(clippy::too_many_arguments)]
+fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, desc: [usize; info::IOV_LIMIT], dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.tx_op_flags);
     let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
@@ -535,6 +560,7 @@ fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, dest: u64, tag: u64, data: Opti
         kind,
         dest,
         payload: &slices[..iov.count],
+        desc,
         tag,
         data,
         context: context as usize,
@@ -567,17 +593,24 @@ const SEND_MSG_FLAGS: u64 = (fi::FI_COMPLETION
 /// The `fi_msg` / `fi_msg_tagged` fields the two-sided `*msg` calls read.
 trait TwoSidedMsg {
     fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64);
+    fn desc(&self) -> DescV;
 }
 
 impl TwoSidedMsg for fi::fi_msg {
     fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64) {
         (self.msg_iov, self.iov_count, self.addr, self.context, self.data, 0, 0)
     }
+    fn desc(&self) -> DescV {
+        self.desc
+    }
 }
 
 impl TwoSidedMsg for fi::fi_msg_tagged {
     fn parts(&self) -> (*const fi::iovec, usize, u64, Ctx, u64, u64, u64) {
         (self.msg_iov, self.iov_count, self.addr, self.context, self.data, self.tag, self.ignore)
+    }
+    fn desc(&self) -> DescV {
+        self.desc
     }
 }
 
@@ -621,19 +654,19 @@ macro_rules! two_sided_family {
         }
         entry! {
             fn $send(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
-                let _ = desc;
                 // SAFETY: the application's buffer of `len` bytes, valid for the
                 // call (the engine copies it, or keeps it until the send completes).
                 let iov = unsafe { single(buf, len) }?;
-                do_send(ep, $kind, iov, dest, $tag, None, context, None, false)
+                do_send(ep, $kind, iov, one_desc(desc), dest, $tag, None, context, None, false)
             }
         }
         entry! {
             fn $sendv(ep: *mut fi::fid_ep => &Ep, iov: *const fi::iovec, desc: DescV, count: usize, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
-                let _ = desc;
                 // SAFETY: the application's iov array of `count` entries.
                 let iov = unsafe { user_iov(iov, count) }?;
-                do_send(ep, $kind, iov, dest, $tag, None, context, None, false)
+                // SAFETY: its descriptor array has as many entries, or is null.
+                let desc = unsafe { descs(desc, iov.count) };
+                do_send(ep, $kind, iov, desc, dest, $tag, None, context, None, false)
             }
         }
         entry! {
@@ -643,11 +676,14 @@ macro_rules! two_sided_family {
                     return Err(Error::BadFlags);
                 }
                 // SAFETY: checked non-null; the application's message.
-                let (iov, count, addr, context, data, tag, _) = unsafe { &*msg }.parts();
+                let m = unsafe { &*msg };
+                let (iov, count, addr, context, data, tag, _) = m.parts();
                 // SAFETY: the message's iov array of `count` entries.
                 let iov = unsafe { user_iov(iov, count) }?;
+                // SAFETY: the message's descriptor array has as many entries, or is null.
+                let desc = unsafe { descs(m.desc(), iov.count) };
                 let data = (flags & fi::FI_REMOTE_CQ_DATA as u64 != 0).then_some(data);
-                do_send(ep, $kind, iov, addr, tag, data, context, Some(flags), false)
+                do_send(ep, $kind, iov, desc, addr, tag, data, context, Some(flags), false)
             }
         }
         entry! {
@@ -655,22 +691,21 @@ macro_rules! two_sided_family {
                 // SAFETY: the application's buffer of `len` bytes, valid for the call
                 // (an inject is copied before it returns).
                 let iov = unsafe { single(buf, len) }?;
-                do_send(ep, $kind, iov, dest, $tag, None, std::ptr::null_mut(), Some(0), true)
+                do_send(ep, $kind, iov, [0; info::IOV_LIMIT], dest, $tag, None, std::ptr::null_mut(), Some(0), true)
             }
         }
         entry! {
             fn $senddata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, desc: Desc, data: u64, dest: u64, $($st: $stt,)* context: Ctx) -> isize {
-                let _ = desc;
                 // SAFETY: as for the plain send.
                 let iov = unsafe { single(buf, len) }?;
-                do_send(ep, $kind, iov, dest, $tag, Some(data), context, None, false)
+                do_send(ep, $kind, iov, one_desc(desc), dest, $tag, Some(data), context, None, false)
             }
         }
         entry! {
             fn $injectdata(ep: *mut fi::fid_ep => &Ep, buf: *const libc::c_void, len: usize, data: u64, dest: u64, $($st: $stt),*) -> isize {
                 // SAFETY: as for the plain inject.
                 let iov = unsafe { single(buf, len) }?;
-                do_send(ep, $kind, iov, dest, $tag, Some(data), std::ptr::null_mut(), Some(0), true)
+                do_send(ep, $kind, iov, [0; info::IOV_LIMIT], dest, $tag, Some(data), std::ptr::null_mut(), Some(0), true)
             }
         }
     };

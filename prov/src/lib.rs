@@ -34,6 +34,7 @@ pub mod log;
 pub mod mr;
 pub mod params;
 pub mod poll;
+pub mod regcache;
 pub mod rma;
 pub mod wait;
 

@@ -59,6 +59,18 @@ fn register(
         fid: fi::fid_mr { fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS), mem_desc: std::ptr::null_mut(), key },
         domain: d,
     });
+    // On a device that registers memory, the registration is also the
+    // device's (through the domain's cache): its descriptor then gives sends
+    // from it their keys without a lookup.
+    if let Some(c) = &d.mr_cache {
+        if let Err(e) = c.lock().register_desc(mr as usize, iov, access) {
+            let _ = d.mr_keys.lock().remove(key);
+            d.children.put();
+            // SAFETY: created by fid::leak above and never published.
+            unsafe { fid::retire(mr as *const Mr) };
+            return Err(Error::Other(format!("device registration failed: {e}")));
+        }
+    }
     // SAFETY: `mr` was just allocated; mem_desc points at the MR itself so
     // fi_mr_desc() hands back something non-null and unique.
     unsafe {
@@ -118,6 +130,9 @@ entry! {
         // SAFETY: the domain outlives its MRs (its close checks the count).
         let d = unsafe { &*mr.domain };
         let _ = d.mr_keys.lock().remove(mr.fid.key);
+        if let Some(c) = &d.mr_cache {
+            c.lock().forget_desc(mr as *const Mr as usize);
+        }
         d.children.put();
         // SAFETY: created by fid::leak in register().
         unsafe { fid::retire(mr as *const Mr) };

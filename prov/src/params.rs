@@ -36,6 +36,8 @@ pub struct Params {
     pub fault_dup: f64,
     pub fault_reorder: f64,
     pub fault_corrupt: f64,
+    /// The registration cache of each domain (`FI_RDMX_MR_CACHE_*`).
+    pub mr_cache: mr_cache::cache::CacheConfig,
 }
 
 impl Default for Params {
@@ -58,6 +60,7 @@ impl Default for Params {
             fault_dup: 0.0,
             fault_reorder: 0.0,
             fault_corrupt: 0.0,
+            mr_cache: mr_cache::cache::CacheConfig::default(),
         }
     }
 }
@@ -84,6 +87,9 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"rndv_threshold", Kind::Size, c"Messages of at least this many bytes to a peer on the same host go by rendezvous: the receiver pulls them straight from the sender's memory (default 65536; below it, copying through the ring is faster than a process_vm_readv)"),
     (c"window_threshold", Kind::Size, c"Messages of at least this many bytes to a peer whose path cannot read remotely (UDP) go by windowed rendezvous: the receiver grants windows and the bytes land straight in the posted buffer (default 262144)"),
     (c"shm_cma", Kind::Bool, c"Let the receiver of a rendezvous read the sender's memory with process_vm_readv (one copy); 0 makes it ask the sender to push the bytes through the shared-memory ring instead (default 1)"),
+    (c"mr_cache_enable", Kind::Bool, c"Cache memory registrations of rendezvous buffers on paths whose remote reads need one (verbs, SRD; udp and shm need none), and invalidate them when the memory is unmapped (default 1; 0 = register per use and deregister when the send completes)"),
+    (c"mr_cache_max_count", Kind::Size, c"Most registrations a domain's cache keeps, in use or not; unused ones beyond it are deregistered, least recently used first (default 1024)"),
+    (c"mr_cache_max_size", Kind::Size, c"Most bytes of memory a domain's cache keeps registered; unused registrations beyond it are deregistered, least recently used first (default 1073741824)"),
     (c"fault_seed", Kind::Size, c"Seed of the fault-injecting device decorator (default 1)"),
     (c"fault_drop", Kind::Str, c"Percent of outgoing datagrams the fault injector drops (default 0, off)"),
     (c"fault_dup", Kind::Str, c"Percent of outgoing datagrams the fault injector duplicates (default 0)"),
@@ -180,6 +186,11 @@ fn read() -> Params {
         fault_dup: get_pct(c"fault_dup"),
         fault_reorder: get_pct(c"fault_reorder"),
         fault_corrupt: get_pct(c"fault_corrupt"),
+        mr_cache: mr_cache::cache::CacheConfig {
+            enabled: get_bool(c"mr_cache_enable").unwrap_or(d.mr_cache.enabled),
+            max_count: get_size(c"mr_cache_max_count").map(|v| v as usize).unwrap_or(d.mr_cache.max_count),
+            max_bytes: get_size(c"mr_cache_max_size").unwrap_or(d.mr_cache.max_bytes),
+        },
     }
 }
 

@@ -361,6 +361,7 @@ fn udp_iface_by_name_and_defaults() {
     assert_ne!(d.local_socket_addr().port(), 0);
     assert_eq!(d.caps().mtu, 1472);
     assert!(!d.caps().reliable);
+    assert!(!d.caps().registration, "udp pushes: nothing to register");
     // Default: the host name's address (or loopback), never a wildcard.
     let d = UdpDevice::open(&UdpConfig::default()).unwrap();
     assert!(!d.local_socket_addr().ip().is_unspecified());
@@ -731,6 +732,7 @@ fn shm_caps_and_names() {
     let d = ShmDevice::new().unwrap();
     let c = d.caps();
     assert!(c.reliable && c.ordered);
+    assert!(!c.registration, "process_vm_readv reads without a registration");
     assert_eq!(c.mtu, rdm::device::shm::DEFAULT_MTU);
     let DevAddr::Shm(a) = d.local_addr() else { panic!() };
     assert_eq!(a.pid, std::process::id());

@@ -58,6 +58,11 @@ pub struct IoBuf {
 pub struct IoList {
     pub bufs: [IoBuf; MAX_IOV],
     pub count: usize,
+    /// Per buffer: the key of the application's own registration covering it,
+    /// if it passed one (its `fi_mr_desc`, translated by the provider). A
+    /// rendezvous on a registering path announces that key and looks nothing
+    /// up for the buffer.
+    pub keys: [Option<u64>; MAX_IOV],
 }
 
 impl IoList {
@@ -152,6 +157,45 @@ pub trait Memory {
     /// Checks a remote access through `key` against the registrations: the local
     /// pieces it touches, in order, or the status to answer with.
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access) -> Result<Vec<IoBuf>, Status>;
+}
+
+/// A registration acquired through [`Registrations::acquire`]: give `handle`
+/// back with [`Registrations::release`]; `key` is what a peer's remote read
+/// of the memory names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Registration {
+    pub handle: RegHandle,
+    pub key: u64,
+}
+
+/// Opaque handle of an acquired registration (the provider's cache entry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegHandle(pub u64);
+
+/// Why a registration could not be acquired (the device refused, or the
+/// endpoint has no registrar): the message is then sent eagerly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("memory registration failed")]
+pub struct RegistrationError;
+
+/// Registrations of local memory, for paths whose remote reads need a key
+/// ([`Path::registration`]). The provider implements it with the domain's
+/// registration cache over the device's registrar; tests with a model. Set
+/// once per engine ([`MsgEngine::set_registrations`]), not passed per call
+/// like [`Memory`]: registrations are released from paths that have no memory
+/// at hand (a send failed by the rdm engine, the engine's drop at endpoint
+/// close).
+///
+/// The engine acquires one registration per iov buffer of a rendezvous send
+/// on such a path (unless the application's own key came with the buffer),
+/// carries the keys in the RTS, and releases each exactly once when the send
+/// completes: on the receiver's `Fin`, on a failure of the peer or of the
+/// send, or when the engine is dropped with the send still pending.
+pub trait Registrations: Send {
+    /// A registration covering `[addr, addr+len)` that allows `access`.
+    fn acquire(&mut self, addr: u64, len: u64, access: Access) -> Result<Registration, RegistrationError>;
+    /// Gives back a registration from [`Registrations::acquire`].
+    fn release(&mut self, handle: RegHandle);
 }
 
 /// Slab id of a send; travels as the request id of its RTS / Push.
@@ -400,6 +444,12 @@ pub struct Stats {
     /// Datagram mode: messages that arrived with no matching receive posted,
     /// dropped.
     pub dropped_unmatched: u64,
+    /// Registrations acquired for rendezvous sends on registering paths.
+    pub registrations_acquired: u64,
+    /// Rendezvous buffers announced with the application's own key (no lookup).
+    pub registrations_from_desc: u64,
+    /// Rendezvous sends that went eagerly because a registration failed.
+    pub registration_failures: u64,
 }
 
 struct TxEntry {
@@ -410,6 +460,9 @@ struct TxEntry {
     /// A long message announced by an RTS: the user's buffers (valid until the
     /// send completes, by libfabric's contract).
     rndv: Option<IoList>,
+    /// Registrations acquired for the RTS's keys, released when the send
+    /// completes.
+    regs: [Option<RegHandle>; MAX_IOV],
 }
 
 struct RxEntry {
@@ -487,6 +540,9 @@ pub struct MsgEngine {
     failed_peers: VecDeque<PeerId>,
     /// Peers an answer is awaited from, with when the next keepalive is due.
     awaiting: HashMap<PeerId, Instant>,
+    /// Where registrations for registering paths come from (none: such
+    /// paths get no rendezvous, long messages go eagerly).
+    registrations: Option<Box<dyn Registrations>>,
     stats: Stats,
 }
 
@@ -522,8 +578,14 @@ impl MsgEngine {
             actions: VecDeque::new(),
             failed_peers: VecDeque::new(),
             awaiting: HashMap::default(),
+            registrations: None,
             stats: Stats::default(),
         }
+    }
+
+    /// Where registrations for paths with [`Path::registration`] come from.
+    pub fn set_registrations(&mut self, r: Box<dyn Registrations>) {
+        self.registrations = Some(r);
     }
 
     /// The reliable-datagram engine below (datagrams in and out, timers).
@@ -583,21 +645,35 @@ impl MsgEngine {
     pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
         let long = !self.cfg.datagram && !meta.inject && user.count > 0 && self.use_rendezvous(peer, len);
+        let keys = if long { self.rendezvous_keys(peer, &user) } else { Ok(None) };
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);
-        if long {
+        let long = long && keys.is_ok();
+        if let (Ok(keys), true) = (keys, long) {
             let mut remote = [RemoteIov::default(); MAX_IOV];
             let mut iov = IoList::default();
-            for b in user.iter().filter(|b| b.len > 0) {
-                remote[iov.count] = RemoteIov { addr: b.addr, len: b.len };
+            let mut regs = [None; MAX_IOV];
+            for (i, b) in user.iter().enumerate().filter(|(_, b)| b.len > 0) {
+                let (key, reg) = match &keys {
+                    Some(k) => (Some(k[i].0), k[i].1),
+                    None => (None, None),
+                };
+                remote[iov.count] = RemoteIov { addr: b.addr, len: b.len, key };
                 iov.bufs[iov.count] = *b;
+                iov.keys[iov.count] = user.keys[i];
+                regs[iov.count] = reg;
                 iov.count += 1;
             }
             let rts = Rts { header, req: id.0 as u64, total: len as u64, iov: remote, iov_count: iov.count };
             let mut wire = [0u8; RTS_MAX];
             let n = rts.encode(&mut wire);
-            self.rdm.send(now, peer, &[&wire[..n]], Token::Rts(id).encode())?;
-            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov) });
+            if let Err(e) = self.rdm.send(now, peer, &[&wire[..n]], Token::Rts(id).encode()) {
+                if let Some(r) = self.registrations.as_mut() {
+                    regs.iter().flatten().for_each(|h| r.release(*h));
+                }
+                return Err(e.into());
+            }
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs });
             self.await_answer(now, peer);
             self.stats.rts_sent += 1;
         } else {
@@ -613,14 +689,64 @@ impl MsgEngine {
             } else {
                 self.rdm.send_transmit_complete(now, peer, &parts[..=n], Token::Msg(id).encode())?;
             }
-            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None });
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV] });
             self.stats.eager_sent += 1;
         }
         Ok(id)
     }
 
+    /// The keys a rendezvous of `user` to `peer` announces, per buffer of
+    /// `user` (key, and the registration to release if one was acquired), or
+    /// `None` on a path that needs no registration (no lookup at all). An
+    /// error when a registration failed: the message then goes eagerly (and
+    /// nothing stays acquired).
+    #[allow(clippy::type_complexity)]
+    fn rendezvous_keys(&mut self, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
+        if !self.path(peer).is_some_and(|p| p.registration) {
+            return Ok(None);
+        }
+        let mut out = [(0u64, None); MAX_IOV];
+        for (i, b) in user.iter().enumerate() {
+            if b.len == 0 {
+                continue;
+            }
+            if let Some(k) = user.keys[i] {
+                out[i] = (k, None);
+                self.stats.registrations_from_desc += 1;
+                continue;
+            }
+            let got = match self.registrations.as_mut() {
+                Some(r) => r.acquire(b.addr, b.len, Access::RemoteRead),
+                None => Err(RegistrationError),
+            };
+            match got {
+                Ok(reg) => {
+                    out[i] = (reg.key, Some(reg.handle));
+                    self.stats.registrations_acquired += 1;
+                }
+                Err(e) => {
+                    let acquired: [Option<RegHandle>; MAX_IOV] = std::array::from_fn(|j| out[j].1);
+                    self.release_all(&acquired);
+                    self.stats.registration_failures += 1;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn release_all(&mut self, regs: &[Option<RegHandle>]) {
+        if let Some(r) = self.registrations.as_mut() {
+            for h in regs.iter().flatten() {
+                r.release(*h);
+            }
+        }
+    }
+
+    /// Every way a send ends goes through here: its registrations go back.
     fn complete_send(&mut self, id: TxId, err: Option<OpError>) {
         let Some(t) = self.tx.try_remove(id.0 as usize) else { return };
+        self.release_all(&t.regs);
         self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, src: Some(t.peer), err, ..Completion::new(t.meta, OpKind::Send) });
     }
 
@@ -1310,12 +1436,28 @@ impl MsgEngine {
     }
 }
 
+impl Drop for MsgEngine {
+    /// The endpoint closes with rendezvous sends pending (their Fin never
+    /// came): their registrations go back now, or the cache would hold them
+    /// in use forever.
+    fn drop(&mut self) {
+        let regs: Vec<RegHandle> = self.tx.iter().flat_map(|(_, t)| t.regs.iter().flatten().copied()).collect();
+        if let Some(r) = self.registrations.as_mut() {
+            for h in regs {
+                r.release(h);
+            }
+        }
+    }
+}
+
 /// Copies up to `dst.total()` bytes of `src` (the peer's memory) into `dst` by
-/// calling `read(src_addr, dst_addr, len)` per run that lies in one piece of
-/// both; stops at the first run `read` does not complete. For the provider's
+/// calling `read(src_key, src_addr, dst_addr, len)` per run that lies in one
+/// piece of both (`src_key`: the registration key the RTS announced for that
+/// piece, on registering paths); stops at the first run `read` does not
+/// complete. For the provider's
 /// [`Action::RemoteRead`] handler. Returns the bytes read and whether every run
 /// succeeded.
-pub fn for_each_read_run(src: &[RemoteIov], dst: &IoList, mut read: impl FnMut(u64, u64, u64) -> bool) -> (u64, bool) {
+pub fn for_each_read_run(src: &[RemoteIov], dst: &IoList, mut read: impl FnMut(Option<u64>, u64, u64, u64) -> bool) -> (u64, bool) {
     let mut src_lens = [0u64; MAX_IOV];
     for (d, v) in src_lens.iter_mut().zip(src) {
         *d = v.len;
@@ -1326,7 +1468,7 @@ pub fn for_each_read_run(src: &[RemoteIov], dst: &IoList, mut read: impl FnMut(u
     }
     let mut ok = true;
     let n = zip_pieces(&src_lens[..src.len().min(MAX_IOV)], &dst_lens[..dst.count], |si, so, di, doff, len| {
-        ok = read(src[si].addr + so, dst.bufs[di].addr + doff, len);
+        ok = read(src[si].key, src[si].addr + so, dst.bufs[di].addr + doff, len);
         ok
     });
     (n, ok)

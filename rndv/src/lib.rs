@@ -19,7 +19,7 @@ pub mod iov;
 pub mod matching;
 pub mod wire;
 
-pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec};
+pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
 pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
 pub use wire::rendezvous::{FinStatus, RemoteIov, Rts};

@@ -9,7 +9,11 @@ use rndv::atomic::{Datatype, Op};
 use rndv::engine::{for_each_read_run, Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, ReadOutcome, RecvSpec};
 use rndv::wire::rma::Status;
 use rndv::{MsgHeader, MsgKind, Src};
+use mr_cache::cache::{CacheConfig, EntryId, MrCache, Registrar};
+use mr_cache::monitor::Monitor;
+use rndv::engine::{RegHandle, Registration, RegistrationError, Registrations};
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Application memory of one simulated process: addresses from `BASE`.
@@ -61,6 +65,14 @@ struct Node {
     may_read: bool,
     /// Peers whose memory this process cannot read at all (a UDP path).
     unreadable: Vec<u32>,
+    /// This process's registrations, when its paths need them: every remote
+    /// read of its memory must name a live key of them.
+    regs: Option<Arc<Mutex<RegModel>>>,
+    /// Keys of the application's own registrations (its `fi_mr_desc`s).
+    app_keys: Vec<u64>,
+    /// Peers read this process's memory only through live keys of `regs`
+    /// (its paths need registration); otherwise as shm does, without keys.
+    keyed: bool,
 }
 
 impl SimEndpoint for Node {
@@ -85,7 +97,104 @@ impl SimEndpoint for Node {
 }
 
 fn path(remote_read: bool) -> DeviceCaps {
-    DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false }
+    DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false }
+}
+
+/// The device side of registrations, modelled: a registration is a live key
+/// over a range until it is deregistered.
+#[derive(Default)]
+struct DevModel {
+    next: u64,
+    live: HashMap<u64, (u64, u64)>,
+    registered: u64,
+}
+
+impl Registrar for DevModel {
+    type Handle = u64;
+    type Error = ();
+    fn register(&mut self, addr: u64, len: u64, _access: u64) -> Result<u64, ()> {
+        self.next += 1;
+        self.registered += 1;
+        self.live.insert(self.next, (addr, len));
+        Ok(self.next)
+    }
+    fn deregister(&mut self, key: u64) {
+        assert!(self.live.remove(&key).is_some(), "key {key} deregistered twice");
+    }
+}
+
+/// One process's registrations as the message engine sees them: the real
+/// registration cache over the device model, and what the engine holds.
+struct RegModel {
+    cache: MrCache<DevModel>,
+    monitor: &'static Monitor,
+    /// Acquired by the engine and not yet released.
+    held: HashMap<u64, EntryId>,
+    next: u64,
+    acquires: u64,
+    /// Remote reads of this process's memory checked against the keys, and
+    /// those that named no live key (a released one, one deregistered after
+    /// its range was invalidated, or none).
+    reads_checked: u64,
+    bad_reads: Vec<String>,
+}
+
+impl RegModel {
+    fn new(cfg: CacheConfig) -> Arc<Mutex<RegModel>> {
+        let monitor: &'static Monitor = Box::leak(Box::new(Monitor::manual()));
+        Arc::new(Mutex::new(RegModel { cache: MrCache::new(DevModel::default(), cfg, monitor), monitor, held: HashMap::new(), next: 0, acquires: 0, reads_checked: 0, bad_reads: Vec::new() }))
+    }
+
+    /// Whether a remote read of `[addr, addr+len)` through `key` is allowed:
+    /// the key is the device's live registration of a range that covers it,
+    /// and the engine still holds it (or it is the application's own).
+    fn check_read(&mut self, key: Option<u64>, addr: u64, len: u64, app_keys: &[u64]) -> bool {
+        self.reads_checked += 1;
+        let ok = key.is_some_and(|k| {
+            let covered = self.cache.registrar().live.get(&k).is_some_and(|&(a, l)| a <= addr && addr + len <= a + l);
+            let held = app_keys.contains(&k) || self.held.values().any(|id| self.cache.handle(*id) == Some(&k));
+            covered && held
+        });
+        if !ok {
+            self.bad_reads.push(format!("read of {addr:#x}+{len} with key {key:?}"));
+        }
+        ok
+    }
+}
+
+struct SharedRegs(Arc<Mutex<RegModel>>);
+
+impl Registrations for SharedRegs {
+    fn acquire(&mut self, addr: u64, len: u64, access: Access) -> Result<Registration, RegistrationError> {
+        assert_eq!(access, Access::RemoteRead);
+        let mut m = self.0.lock().unwrap();
+        let id = m.cache.acquire(addr, len, 1).map_err(|_| RegistrationError)?;
+        let key = *m.cache.handle(id).expect("acquired");
+        m.next += 1;
+        let h = m.next;
+        m.held.insert(h, id);
+        m.acquires += 1;
+        Ok(Registration { handle: RegHandle(h), key })
+    }
+    fn release(&mut self, handle: RegHandle) {
+        let mut m = self.0.lock().unwrap();
+        let id = m.held.remove(&handle.0).expect("released twice or never acquired");
+        m.cache.release(id);
+    }
+}
+
+/// A path whose remote reads need registration keys (as verbs UD, EFA SRD).
+fn registering_path() -> DeviceCaps {
+    DeviceCaps { registration: true, ..path(true) }
+}
+
+/// Gives node `i` a registration model and returns it.
+fn with_registrations(sim: &mut Sim<Node>, i: usize) -> Arc<Mutex<RegModel>> {
+    let m = RegModel::new(CacheConfig::default());
+    sim.nodes[i].engine.regs = Some(m.clone());
+    sim.nodes[i].engine.keyed = true;
+    sim.nodes[i].engine.me.set_registrations(Box::new(SharedRegs(m.clone())));
+    m
 }
 
 fn seeds(default: &[u64]) -> Vec<u64> {
@@ -100,7 +209,7 @@ fn net(n: usize, link: Link, seed: u64, cfg: Config) -> Sim<Node> {
     let nodes = (0..n)
         .map(|i| {
             let rdm = Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() });
-            Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true, unreadable: Vec::new() }
+            Node { me: MsgEngine::new(rdm, cfg), mem: Mem { bytes: vec![0; MEM], regs: HashMap::new() }, done: Vec::new(), may_read: true, unreadable: Vec::new(), regs: None, app_keys: Vec::new(), keyed: false }
         })
         .collect();
     Sim::with_endpoints(nodes, link, seed)
@@ -136,9 +245,16 @@ fn serve_actions(sim: &mut Sim<Node>) -> bool {
                 ReadOutcome::Failed(0)
             } else {
                 let mut runs = Vec::new();
-                let (n, ok) = for_each_read_run(&src[..src_count], &dst, |s, d, len| {
-                    runs.push((s, d, len));
-                    true
+                let regs = sim.nodes[j as usize].engine.regs.clone().filter(|_| sim.nodes[j as usize].engine.keyed);
+                let app_keys = sim.nodes[j as usize].engine.app_keys.clone();
+                let (n, ok) = for_each_read_run(&src[..src_count], &dst, |key, s, d, len| {
+                    // A registering sender's memory is readable only through
+                    // a live key of its registrations.
+                    let allowed = regs.as_ref().is_none_or(|m| m.lock().unwrap().check_read(key, s, len, &app_keys));
+                    if allowed {
+                        runs.push((s, d, len));
+                    }
+                    allowed
                 });
                 for (s, d, len) in runs {
                     let data = sim.nodes[j as usize].engine.mem.at(s, len as usize).to_vec();
@@ -585,4 +701,241 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
         assert!(sim.nodes[1].engine.mem.at(BASE + c.tag * 2048, 1000) == pattern(1000, c.tag), "tag {}", c.tag);
     }
     assert_eq!(sim.nodes[0].engine.me.rdm().stats().retransmits, 0);
+}
+
+fn msg() -> MsgHeader {
+    MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }
+}
+
+fn recv(addr: u64, len: u64, context: u64) -> RecvSpec {
+    RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(addr, len), multi: false, meta: meta(context) }
+}
+
+/// Two buffers of node 0's memory as one gather list.
+fn two_bufs(a: u64, a_len: u64, b: u64, b_len: u64) -> IoList {
+    let mut l = IoList::one(a, a_len);
+    l.bufs[1] = IoBuf { addr: b, len: b_len };
+    l.count = 2;
+    l
+}
+
+/// Rendezvous on a path whose reads need registration keys, under loss:
+/// the sender registers each iov buffer through the cache, the RTS carries
+/// the keys, every remote read names a live key the sender still holds, and
+/// each registration is released exactly once when its send completes (a
+/// second send of the same buffers is a cache hit, not a new device
+/// registration). A path without `registration` (node 2 to node 1) looks
+/// nothing up.
+#[test]
+fn rendezvous_on_a_registering_path_reads_only_through_held_keys() {
+    for seed in seeds(&[21, 22]) {
+        let cfg = Config { rndv_threshold: 4096, ..Config::default() };
+        let mut sim = net(3, lossy(), seed, cfg);
+        let regs0 = with_registrations(&mut sim, 0);
+        // Node 2 has registrations but reaches node 1 over a path that
+        // needs none (as shm): its memory is read without keys.
+        let regs2 = with_registrations(&mut sim, 2);
+        sim.nodes[2].engine.keyed = false;
+        let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+        let to1_from2 = peer(&mut sim, 2, 1, true);
+        let (a, b) = (BASE, BASE + (2 << 20));
+        let data = pattern(150_000, seed);
+        sim.nodes[0].engine.mem.put(a, &data[..100_000]);
+        sim.nodes[0].engine.mem.put(b, &data[100_000..]);
+        sim.nodes[2].engine.mem.put(a, &data);
+        for round in 0..2u64 {
+            let now = sim.now;
+            let n0 = &mut sim.nodes[0].engine;
+            n0.me.send(now, to1, msg(), &[&data[..100_000], &data[100_000..]], two_bufs(a, 100_000, b, 50_000), meta(round)).unwrap();
+            let n2 = &mut sim.nodes[2].engine;
+            n2.me.send(now, to1_from2, msg(), &[&data], IoList::one(a, 150_000), meta(round)).unwrap();
+            let n1 = &mut sim.nodes[1].engine;
+            for k in 0..2u64 {
+                let at = BASE + (4 + 2 * k) * (1 << 20);
+                n1.me.post_recv(now, recv(at, 150_000, 10 + k), &mut n1.mem);
+            }
+            let want = 2 * (round as usize + 1);
+            assert!(run(&mut sim, Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == want && completions(s, 0, OpKind::Send).len() == round as usize + 1), "seed {seed}");
+            for k in 0..2u64 {
+                let got = sim.nodes[1].engine.mem.at(BASE + (4 + 2 * k) * (1 << 20), 150_000);
+                assert!(got == data, "seed {seed} round {round}: first difference at {:?}; {:?}", got.iter().zip(&data).position(|(a, b)| a != b), completions(&sim, 1, OpKind::Recv));
+            }
+        }
+        assert!(completions(&sim, 0, OpKind::Send).iter().all(|c| c.err.is_none()));
+        let m = regs0.lock().unwrap();
+        assert!(m.bad_reads.is_empty(), "seed {seed}: {:?}", m.bad_reads);
+        assert!(m.reads_checked >= 4, "seed {seed}: every pull went through the keys");
+        assert_eq!(m.acquires, 4, "one per iov buffer per send");
+        assert!(m.held.is_empty(), "seed {seed}: registrations still held after the sends completed");
+        let st = m.cache.stats();
+        assert_eq!((st.misses, st.hits), (2, 2), "the second send reuses the cached registrations");
+        assert_eq!(m.cache.registrar().live.len(), 2, "cached, not deregistered, after release");
+        assert_eq!(sim.nodes[0].engine.me.stats().registrations_acquired, 4);
+        let m2 = regs2.lock().unwrap();
+        assert_eq!((m2.acquires, m2.cache.stats().misses), (0, 0), "seed {seed}: no lookup on a path without registration");
+    }
+}
+
+/// The application's own registration (its descriptor's key, in the IoList)
+/// is announced as is: no lookup for that buffer; the other buffer of the
+/// same send, without one, is looked up.
+#[test]
+fn a_buffer_with_the_applications_key_is_not_looked_up() {
+    let mut sim = net(2, Link::default(), 23, Config { rndv_threshold: 4096, ..Config::default() });
+    let regs0 = with_registrations(&mut sim, 0);
+    let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+    let (a, b) = (BASE, BASE + (2 << 20));
+    // The application registered `a` itself (fi_mr_reg): a device key the
+    // engine did not acquire.
+    let app_key = {
+        let mut m = regs0.lock().unwrap();
+        let id = m.cache.acquire(a, 100_000, 1).unwrap();
+        *m.cache.handle(id).unwrap()
+    };
+    sim.nodes[0].engine.app_keys.push(app_key);
+    let data = pattern(130_000, 5);
+    sim.nodes[0].engine.mem.put(a, &data[..100_000]);
+    sim.nodes[0].engine.mem.put(b, &data[100_000..]);
+    let now = sim.now;
+    let mut iov = two_bufs(a, 100_000, b, 30_000);
+    iov.keys[0] = Some(app_key);
+    let n0 = &mut sim.nodes[0].engine;
+    n0.me.send(now, to1, msg(), &[&data[..100_000], &data[100_000..]], iov, meta(1)).unwrap();
+    // Only the buffer without a key: one lookup.
+    assert_eq!(regs0.lock().unwrap().acquires, 1);
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.post_recv(now, recv(BASE + (4 << 20), 130_000, 10), &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1 && completions(s, 0, OpKind::Send).len() == 1));
+    assert!(sim.nodes[1].engine.mem.at(BASE + (4 << 20), 130_000) == data);
+    // With a key for every buffer (`a`'s registration covers both here): no lookup at all.
+    let mut iov = IoList::one(a, 100_000);
+    iov.keys[0] = Some(app_key);
+    let now = sim.now;
+    let n0 = &mut sim.nodes[0].engine;
+    n0.me.send(now, to1, msg(), &[&data[..100_000]], iov, meta(2)).unwrap();
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.post_recv(now, recv(BASE + (6 << 20), 100_000, 11), &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 2 && completions(s, 0, OpKind::Send).len() == 2));
+    let m = regs0.lock().unwrap();
+    assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
+    assert_eq!(m.reads_checked, 3);
+    assert_eq!(m.acquires, 1, "the buffers that came with a key were not looked up");
+    assert!(m.held.is_empty());
+    assert_eq!(sim.nodes[0].engine.me.stats().registrations_from_desc, 2);
+}
+
+/// Registrations go back however the send ends without a Fin(Done): the
+/// receiver discards the announced message (FI_DISCARD: Fin(Discarded)); the
+/// receiver dies (the send fails with the peer); the endpoint closes with the
+/// send pending (the engine is dropped).
+#[test]
+fn a_discarded_failed_or_abandoned_rendezvous_gives_its_registrations_back() {
+    let cfg = Config { rndv_threshold: 4096, keepalive: Duration::from_millis(500), ..Config::default() };
+    let mut sim = net(2, Link::default(), 24, cfg);
+    let regs0 = with_registrations(&mut sim, 0);
+    let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+    let data = pattern(60_000, 6);
+    sim.nodes[0].engine.mem.put(BASE, &data);
+    let held = |m: &Arc<Mutex<RegModel>>| m.lock().unwrap().held.len();
+    // Discarded by the receiver.
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 60_000), meta(1)).unwrap();
+    assert_eq!(held(&regs0), 1);
+    assert!(run(&mut sim, Duration::from_secs(5), |s| s.nodes[1].engine.me.unexpected_bytes() > 0));
+    let now = sim.now;
+    sim.nodes[1].engine.me.peek(now, recv(0, 0, 5), false, true);
+    assert!(run(&mut sim, Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 1));
+    assert_eq!(completions(&sim, 0, OpKind::Send)[0].err, None);
+    assert_eq!(held(&regs0), 0, "released on Fin(Discarded)");
+    // The receiver dies holding the announcement.
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 60_000), meta(2)).unwrap();
+    assert!(run(&mut sim, Duration::from_secs(5), |s| s.nodes[1].engine.me.unexpected_bytes() > 0));
+    sim.nodes[1].alive = false;
+    assert_eq!(held(&regs0), 1);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 2));
+    assert_eq!(completions(&sim, 0, OpKind::Send)[1].err, Some(OpError::PeerUnreachable));
+    assert_eq!(held(&regs0), 0, "released when the peer failed");
+    // The endpoint closes with an announced send pending.
+    let mut sim = net(2, Link::default(), 25, cfg);
+    let regs0 = with_registrations(&mut sim, 0);
+    let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 60_000), meta(3)).unwrap();
+    assert_eq!(held(&regs0), 1);
+    let fresh = MsgEngine::new(Engine::new(EngineConfig::default()), cfg);
+    drop(std::mem::replace(&mut sim.nodes[0].engine.me, fresh));
+    assert_eq!(held(&regs0), 0, "released when the engine was dropped");
+    assert!(regs0.lock().unwrap().bad_reads.is_empty());
+}
+
+/// The application unmaps the send buffer while the rendezvous is in
+/// flight: the cache drops the entry from its index at once (a new send of
+/// that address registers anew) but deregisters it only when the engine
+/// releases it, so the pull already announced reads through a live key; after
+/// the release the old key is dead and a read through it would fail.
+#[test]
+fn an_unmap_during_a_transfer_defers_deregistration_until_release() {
+    let mut sim = net(2, Link::default(), 26, Config { rndv_threshold: 4096, ..Config::default() });
+    let regs0 = with_registrations(&mut sim, 0);
+    let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+    let data = pattern(80_000, 7);
+    sim.nodes[0].engine.mem.put(BASE, &data);
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 80_000), meta(1)).unwrap();
+    let first_key = {
+        let m = regs0.lock().unwrap();
+        *m.cache.handle(*m.held.values().next().unwrap()).unwrap()
+    };
+    assert!(run(&mut sim, Duration::from_secs(5), |s| s.nodes[1].engine.me.unexpected_bytes() > 0));
+    {
+        // The unmap, as the monitor reports it, applied by the cache.
+        let mut m = regs0.lock().unwrap();
+        m.monitor.record(BASE, BASE + 4096);
+        m.cache.sync();
+        assert_eq!(m.cache.stats().invalidations, 1);
+        assert!(m.cache.registrar().live.contains_key(&first_key), "in use: deregistration deferred");
+        assert!(m.cache.is_empty(), "but gone from the index");
+    }
+    let now = sim.now;
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.post_recv(now, recv(BASE + (4 << 20), 80_000, 10), &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.nodes[1].engine.mem.at(BASE + (4 << 20), 80_000) == data);
+    {
+        let mut m = regs0.lock().unwrap();
+        assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
+        assert!(!m.cache.registrar().live.contains_key(&first_key), "deregistered at the release");
+        assert!(!m.check_read(Some(first_key), BASE, 10, &[]), "a read through the dead key fails");
+        m.bad_reads.clear();
+    }
+    // The memory mapped again and sent from: a new registration, a new key.
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 80_000), meta(2)).unwrap();
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.post_recv(now, recv(BASE + (6 << 20), 80_000, 11), &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 2 && completions(s, 1, OpKind::Recv).len() == 2));
+    let m = regs0.lock().unwrap();
+    assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
+    assert_eq!(m.cache.registrar().registered, 2, "registered anew after the unmap");
+    assert!(!m.cache.registrar().live.contains_key(&first_key));
+    assert!(m.held.is_empty());
+}
+
+/// Without a registrar (or when it fails), a long message on a registering
+/// path goes eagerly: no RTS without keys is ever sent.
+#[test]
+fn a_registering_path_without_registrations_sends_eagerly() {
+    let mut sim = net(2, Link::default(), 27, Config { rndv_threshold: 4096, ..Config::default() });
+    let to1 = sim.nodes[0].engine.me.peer(DevAddr::Sim(1), registering_path());
+    let data = pattern(50_000, 8);
+    sim.nodes[0].engine.mem.put(BASE, &data);
+    let now = sim.now;
+    sim.nodes[0].engine.me.send(now, to1, msg(), &[&data], IoList::one(BASE, 50_000), meta(1)).unwrap();
+    let n1 = &mut sim.nodes[1].engine;
+    n1.me.post_recv(now, recv(BASE + (4 << 20), 50_000, 10), &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.nodes[1].engine.mem.at(BASE + (4 << 20), 50_000) == data);
+    let st = sim.nodes[0].engine.me.stats();
+    assert_eq!((st.rts_sent, st.eager_sent, st.registration_failures), (0, 1, 1));
 }

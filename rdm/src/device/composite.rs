@@ -130,9 +130,11 @@ impl<N: Device> Device for AutoDevice<N> {
                     mtu: s.mtu.min(n.mtu),
                     remote_read: false,
                     gso: false,
+                    // Per path (`caps_for`): shm needs none, the network half says.
+                    registration: false,
                 }
             }
-            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false },
+            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false, registration: false },
         }
     }
 

@@ -368,7 +368,7 @@ mod tests {
 
     impl Device for Recorder {
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false }
+            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false, registration: false }
         }
         fn local_addr(&self) -> DevAddr {
             DevAddr::Sim(0)

@@ -65,6 +65,13 @@ pub struct DeviceCaps {
     /// The device takes a run of equal-size datagrams to one destination as one
     /// [`TxDatagram`] (`seg` < `data.len()`), e.g. as one UDP GSO send.
     pub gso: bool,
+    /// A remote read of this endpoint's memory needs a registration key (verbs
+    /// UD, EFA SRD: the peer's RDMA read names a memory key). The sender of a
+    /// rendezvous then registers its buffers (through the registration cache)
+    /// and announces their keys. False for udp (no remote read) and shm
+    /// (`process_vm_readv` reads any address): on those paths no registration
+    /// is looked up at all.
+    pub registration: bool,
 }
 
 /// One outgoing datagram, or a run of them: `data` cut every `seg` bytes (the

@@ -791,7 +791,7 @@ impl ShmDevice {
 
 impl Device for ShmDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false }
+        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false, registration: false }
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -852,7 +852,7 @@ impl UdpDevice {
 
 impl Device for UdpDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso }
+        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso, registration: false }
     }
 
     fn local_addr(&self) -> DevAddr {

@@ -1187,7 +1187,7 @@ mod tests {
     #[test]
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false };
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
         let near = a.peer_with_path(DevAddr::Sim(1), &shm);
         let far = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;
@@ -1369,7 +1369,7 @@ mod tests {
     #[test]
     fn runs_of_datagrams_only_where_the_device_takes_them() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true };
+        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true, registration: false };
         let gso_peer = a.peer_with_path(DevAddr::Sim(1), &udp_gso);
         let plain = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;

@@ -24,13 +24,25 @@
 //!
 //! | kind | packet | layout |
 //! |----:|--------|--------|
-//! | 8 | `Rts` | flags (bit0 remote CQ data, bit1 tagged), iov count (1..=4) at byte 2; req id, tag, data, total length at 8, 16, 24, 32; then per iov (address, length) |
+//! | 8 | `Rts` | flags (bit0 remote CQ data, bit1 tagged, bit2 keys), iov count (1..=4) at byte 2; req id, tag, data, total length at 8, 16, 24, 32; then per iov (address, length); with bit2, then per iov its registration key |
 //! | 9 | `Fin` | status at byte 1; req id at 8; bytes read at 16 |
 //! | 10 | `Push` | req id at 8, offset at 16; payload = those bytes of the message |
 //! | 12 | `Cts` | req id at 8, offset at 16, length at 24: "send me these bytes" |
 //!
 //! All integers little-endian. The request id is the sender's operation id: the
 //! receiver echoes it and never interprets it.
+//!
+//! **Registration keys.** On a path whose remote reads need a registration
+//! (`DeviceCaps::registration`: verbs UD, EFA SRD) the sender registers each
+//! iov buffer (or uses the application's own registration, from its
+//! `fi_mr_desc`) and sets flag bit 2: the RTS then carries one 8-byte key per
+//! iov after the iov list (`RTS_FIXED + 24 * count` bytes in all), and the
+//! receiver's remote read of that iov names that key. The key stays valid until
+//! the sender's send completes (on the `Fin`, a failure of the peer, or the
+//! endpoint's close). Without bit 2 the layout is exactly the earlier one, so
+//! paths that need no registration (udp, shm) send the same bytes as before; a
+//! receiver built before bit 2 existed refuses an RTS with it as malformed
+//! (unknown flag), which only a registering path, new with bit 2, sends.
 
 use super::msg::{HeaderError, MsgHeader, MsgKind};
 use super::{u64_at, Kind};
@@ -44,8 +56,8 @@ pub(crate) const CTS: u8 = Kind::Cts as u8;
 pub const MAX_IOV: usize = 4;
 /// Bytes of an RTS header before its iov list.
 pub const RTS_FIXED: usize = 40;
-/// Largest RTS.
-pub const RTS_MAX: usize = RTS_FIXED + 16 * MAX_IOV;
+/// Largest RTS (with keys).
+pub const RTS_MAX: usize = RTS_FIXED + 24 * MAX_IOV;
 /// Bytes of a `Fin`.
 pub const FIN_LEN: usize = 24;
 /// Bytes of a `Push` header before the payload.
@@ -55,12 +67,16 @@ pub const CTS_LEN: usize = 32;
 
 const FLAG_DATA: u8 = 1;
 const FLAG_TAGGED: u8 = 2;
+const FLAG_KEYS: u8 = 4;
 
 /// One piece of the sender's message in the sender's address space.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RemoteIov {
     pub addr: u64,
     pub len: u64,
+    /// The registration key a remote read of this piece names (paths with
+    /// `DeviceCaps::registration`); `None` where reads need none.
+    pub key: Option<u64>,
 }
 
 /// A parsed ready-to-send: a long message announced by its sender.
@@ -84,8 +100,10 @@ impl Rts {
     pub fn encode(&self, out: &mut [u8; RTS_MAX]) -> usize {
         out[..RTS_FIXED].fill(0);
         out[0] = RTS;
+        let keys = self.iovs().iter().any(|v| v.key.is_some());
         out[1] = if self.header.data.is_some() { FLAG_DATA } else { 0 }
-            | if self.header.kind == MsgKind::Tagged { FLAG_TAGGED } else { 0 };
+            | if self.header.kind == MsgKind::Tagged { FLAG_TAGGED } else { 0 }
+            | if keys { FLAG_KEYS } else { 0 };
         out[2] = self.iov_count as u8;
         out[8..16].copy_from_slice(&self.req.to_le_bytes());
         out[16..24].copy_from_slice(&self.header.tag.to_le_bytes());
@@ -96,27 +114,37 @@ impl Rts {
             out[at..at + 8].copy_from_slice(&v.addr.to_le_bytes());
             out[at + 8..at + 16].copy_from_slice(&v.len.to_le_bytes());
         }
-        RTS_FIXED + 16 * self.iov_count
+        let mut n = RTS_FIXED + 16 * self.iov_count;
+        if keys {
+            for v in self.iovs() {
+                out[n..n + 8].copy_from_slice(&v.key.unwrap_or(0).to_le_bytes());
+                n += 8;
+            }
+        }
+        n
     }
 
     /// Parses an RTS from untrusted bytes (the kind byte included).
     pub(crate) fn decode(b: &[u8]) -> Result<Rts, HeaderError> {
         let h = b.get(..RTS_FIXED).ok_or(HeaderError::Short)?;
-        if h[1] & !(FLAG_DATA | FLAG_TAGGED) != 0 {
+        if h[1] & !(FLAG_DATA | FLAG_TAGGED | FLAG_KEYS) != 0 {
             return Err(HeaderError::Flags(h[1]));
         }
         let count = h[2] as usize;
         if count == 0 || count > MAX_IOV {
             return Err(HeaderError::Malformed("rendezvous iov count"));
         }
-        if b.len() != RTS_FIXED + 16 * count {
+        let keys = h[1] & FLAG_KEYS != 0;
+        let per_iov = if keys { 24 } else { 16 };
+        if b.len() != RTS_FIXED + per_iov * count {
             return Err(HeaderError::Malformed("rendezvous length"));
         }
         let mut iov = [RemoteIov::default(); MAX_IOV];
         let mut sum: u64 = 0;
         for (i, v) in iov.iter_mut().take(count).enumerate() {
             let at = RTS_FIXED + 16 * i;
-            *v = RemoteIov { addr: u64_at(b, at), len: u64_at(b, at + 8) };
+            let key = keys.then(|| u64_at(b, RTS_FIXED + 16 * count + 8 * i));
+            *v = RemoteIov { addr: u64_at(b, at), len: u64_at(b, at + 8), key };
             sum = sum.checked_add(v.len).ok_or(HeaderError::Malformed("rendezvous length"))?;
             if v.addr.checked_add(v.len).is_none() {
                 return Err(HeaderError::Malformed("rendezvous address"));
@@ -205,7 +233,7 @@ mod tests {
     fn rts(count: usize) -> Rts {
         let mut iov = [RemoteIov::default(); MAX_IOV];
         for (i, v) in iov.iter_mut().take(count).enumerate() {
-            *v = RemoteIov { addr: 0x1000 * (i as u64 + 1), len: 100 + i as u64 };
+            *v = RemoteIov { addr: 0x1000 * (i as u64 + 1), len: 100 + i as u64, key: None };
         }
         let total = iov.iter().map(|v| v.len).sum();
         Rts { header: MsgHeader { kind: MsgKind::Tagged, tag: 7, data: Some(9) }, req: 42, total, iov, iov_count: count }
@@ -220,6 +248,21 @@ mod tests {
             let b = &a[..n];
             assert_eq!(b.len(), RTS_FIXED + 16 * count);
             assert_eq!(Packet::decode(b), Ok(Packet::Rts(r)));
+        }
+        // With keys: 8 more bytes per iov; without, the earlier layout.
+        for count in 1..=MAX_IOV {
+            let mut r = rts(count);
+            for (i, v) in r.iov.iter_mut().take(count).enumerate() {
+                v.key = Some(0xabc0 + i as u64);
+            }
+            let mut a = [0u8; RTS_MAX];
+            let n = r.encode(&mut a);
+            assert_eq!(n, RTS_FIXED + 24 * count);
+            assert_eq!(Packet::decode(&a[..n]), Ok(Packet::Rts(r)));
+            assert!(Packet::decode(&a[..n - 8]).is_err(), "a key missing");
+            let mut no_flag = a[..n].to_vec();
+            no_flag[1] &= !FLAG_KEYS;
+            assert!(Packet::decode(&no_flag).is_err(), "keys without the flag");
         }
         let f = encode_fin(5, FinStatus::Discarded, 77);
         assert_eq!(Packet::decode(&f), Ok(Packet::Fin { req: 5, status: FinStatus::Discarded, read: 77 }));
