@@ -135,7 +135,7 @@ fn encode(p: &Pkt) -> Vec<u8> {
             let kind = if *tagged { MsgKind::Tagged } else { MsgKind::Msg };
             let mut r = Rts { header: MsgHeader { kind, tag: *tag as u64, data: None }, req: *req as u64, total: 0, iov: [RemoteIov::default(); MAX_IOV], iov_count: 0 };
             for &(addr, len) in iov.iter().take(MAX_IOV) {
-                r.iov[r.iov_count] = RemoteIov { addr: addr % (1 << 48), len: len as u64 };
+                r.iov[r.iov_count] = RemoteIov { addr: addr % (1 << 48), len: len as u64, key: None };
                 r.total += len as u64;
                 r.iov_count += 1;
             }

@@ -1237,7 +1237,7 @@ mod tests {
         std::iter::from_fn(|| e.poll_event()).collect()
     }
 
-    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false };
+    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
 
     #[test]
     fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
@@ -1258,9 +1258,9 @@ mod tests {
     #[test]
     fn unreliable_or_unordered_paths_never_skip_the_sequence() {
         for path in [
-            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false },
-            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false },
-            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false },
+            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false },
+            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false, registration: false },
+            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false, registration: false },
         ] {
             let (mut a, mut b, pb, pa) = pair(path);
             let t = Instant::ZERO;
