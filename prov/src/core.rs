@@ -364,6 +364,11 @@ impl EpShared {
             job_key: st.profile.auth_key.map(|(k, _)| k).unwrap_or(p.job_key),
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
+            // With a progress thread, the ack of a completed message may wait
+            // a little for the application's answer to carry it (the thread
+            // sends it if the application stops calling in); without one, at
+            // once.
+            completed_ack_delay: if auto { Duration::from_micros(50) } else { Duration::ZERO },
             ..EngineConfig::default()
         };
         let local = st.local;
@@ -601,11 +606,12 @@ impl EpState {
         }
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
         crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), args.inject));
-        if let Err(e) = r.engine.send(now(), peer, header, args.payload, user, meta) {
+        let t = now();
+        if let Err(e) = r.engine.send(t, peer, header, args.payload, user, meta) {
             self.progress();
             return Err(post_error(e));
         }
-        self.progress();
+        self.settle(t);
         Ok(())
     }
 
@@ -626,12 +632,21 @@ impl EpState {
         if multi && (args.kind != MsgKind::Msg || args.iov.count != 1) {
             return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
         }
-        self.progress();
+        // A peek or claim looks at what has arrived: take in what the
+        // device holds first (MPI_Iprobe must see a message already sent).
+        if peek || claim {
+            self.progress();
+        }
         // The receive queue is bounded like the send queue: an application
         // that posts without ever reading completions gets -FI_EAGAIN, not
         // unbounded provider memory.
-        if !peek && !claim && self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= self.profile.rx_size.max(1) * 4) {
-            return Err(Error::Again);
+        let limit = self.profile.rx_size.max(1) * 4;
+        if !peek && !claim && self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= limit) {
+            // Arrivals may complete posted receives: count again after them.
+            self.progress();
+            if self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= limit) {
+                return Err(Error::Again);
+            }
         }
         // A peek always reports (its answer is the point); so does a claim.
         let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false, delivery_complete: false };
@@ -646,7 +661,7 @@ impl EpState {
         } else {
             r.engine.post_recv(t, spec, &mut mem);
         }
-        self.progress();
+        self.settle(t);
         Ok(())
     }
 
@@ -979,6 +994,37 @@ impl EpState {
         if let Some(r) = self.running.as_mut() {
             if r.staged > 0 || r.engine.rdm().wants_transmit() {
                 r.flush(clock.unwrap_or_else(now));
+            }
+        }
+    }
+
+    /// After the application posted an operation: runs what the post itself
+    /// produced — a match against an unexpected message, a remote read to
+    /// start, completions, datagrams to send (a DIRECT message leaves here) —
+    /// without polling the device or the timers, which the next CQ or counter
+    /// read (or the progress thread) does. A full round per posted operation
+    /// cost a device poll and the engines' timer checks on every send and
+    /// receive.
+    fn settle(&mut self, t: rdm::Instant) {
+        let Some(r) = self.running.as_mut() else { return };
+        if r.engine.rdm().has_events() || r.engine.has_actions() {
+            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+            r.engine.handle_events(t, &mut mem);
+            self.run_actions(t);
+            let Some(r) = self.running.as_mut() else { return };
+            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+            r.engine.handle_events(t, &mut mem);
+        }
+        self.drain_outputs();
+        let Some(r) = self.running.as_mut() else { return };
+        if r.staged > 0 || r.engine.rdm().wants_transmit() {
+            r.flush(t);
+            // A DIRECT message completes as it is written out: report it now,
+            // so the application's next CQ read finds it.
+            if r.engine.rdm().has_events() {
+                let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+                r.engine.handle_events(t, &mut mem);
+                self.drain_outputs();
             }
         }
     }

@@ -78,6 +78,10 @@ pub struct EngineConfig {
     pub max_queued_bytes: usize,
     /// Delayed-ack timer.
     pub ack_delay: Duration,
+    /// How long the acknowledgement of a completed message may wait for data
+    /// going back to carry it; zero acknowledges at once (the only safe choice
+    /// when nothing but the application's own calls would send it later).
+    pub completed_ack_delay: Duration,
     pub initial_rto: Duration,
     pub min_rto: Duration,
     pub max_rto: Duration,
@@ -94,6 +98,7 @@ impl Default for EngineConfig {
             max_window: 1024,
             max_queued_bytes: 64 << 20,
             ack_delay: Duration::from_micros(200),
+            completed_ack_delay: Duration::ZERO,
             initial_rto: Duration::from_millis(20),
             min_rto: Duration::from_millis(2),
             max_rto: Duration::from_secs(2),

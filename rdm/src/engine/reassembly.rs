@@ -86,10 +86,21 @@ impl Engine {
             }
         }
         let hot = &mut self.hot[h as usize];
-        // A completed message is acknowledged at once: the sender's completion
-        // must not depend on this side calling in again (manual progress).
-        if completed_msg || hot.rx_since_ack >= 16 || !hot.ooo.is_empty() {
+        let completed_ack_delay = self.cfg.completed_ack_delay;
+        // A completed message is acknowledged at once when nothing else will
+        // send the ack for this side (manual progress: the sender's completion
+        // must not depend on this side calling in again). With a progress
+        // thread, the ack waits `completed_ack_delay` for the application's
+        // answer to carry it: in a ping-pong that saves one datagram per
+        // message, which on UDP is a system call on the critical path.
+        if hot.rx_since_ack >= 16 || !hot.ooo.is_empty() || (completed_msg && completed_ack_delay.is_zero()) {
             hot.ack_now = true;
+        } else if completed_msg {
+            let d = now + completed_ack_delay;
+            if hot.ack_deadline.is_none_or(|x| d < x) {
+                hot.ack_deadline = Some(d);
+                self.arm(h, d);
+            }
         } else if hot.ack_deadline.is_none() {
             let d = now + ack_delay;
             hot.ack_deadline = Some(d);
