@@ -1359,6 +1359,43 @@ mod tests {
     }
 
     #[test]
+    fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
+        let udp = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false };
+        let delay = Duration::from_micros(50);
+        let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, completed_ack_delay: delay, ..EngineConfig::default() });
+        let pb = a.peer_with_path(DevAddr::Sim(2), &udp);
+        let pa = b.peer_with_path(DevAddr::Sim(1), &udp);
+        let t = Instant::ZERO;
+        // An answer within the delay carries the ack: no ACK packet at all.
+        a.send(t, pb, &[b"ping"], 1).unwrap();
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "the ack waits");
+        b.send(t, pa, &[b"pong"], 2).unwrap();
+        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, t), vec![PacketType::Data]);
+        assert!(events(&mut a).contains(&Event::SendComplete { token: 1 }), "acknowledged by the answer");
+        assert_eq!(b.stats().sent_acks, 0);
+        // No answer: the timer sends the ack once the delay has passed.
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        a.send(t, pb, &[b"alone"], 3).unwrap();
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty());
+        let due = b.poll_timeout().expect("the delayed ack's deadline");
+        assert!(due <= t + delay, "{due:?}");
+        b.handle_timeout(due);
+        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, due), vec![PacketType::Ack]);
+        assert!(events(&mut a).contains(&Event::SendComplete { token: 3 }));
+        // Without the delay (manual progress), at once.
+        let mut c = Engine::new(EngineConfig { incarnation: 3, ..EngineConfig::default() });
+        c.peer_with_path(DevAddr::Sim(1), &udp);
+        a.peer_with_path(DevAddr::Sim(3), &udp);
+        let pc = a.peer(DevAddr::Sim(3));
+        a.send(t, pc, &[b"x"], 4).unwrap();
+        carry(&mut a, DevAddr::Sim(1), &mut c, t);
+        assert_eq!(carry(&mut c, DevAddr::Sim(3), &mut a, t), vec![PacketType::Ack]);
+    }
+
+    #[test]
     fn a_reliable_peer_reported_unreachable_fails_even_when_idle() {
         let (mut a, mut b, pb, _) = pair(SHM);
         let t = Instant::ZERO;
