@@ -1065,11 +1065,21 @@ impl Running {
             if self.staged == 0 {
                 return;
             }
-            let mut batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
-            for i in 0..self.staged {
-                batch[i] = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
-            }
-            let taken = match self.device.send_batch(&batch[..self.staged]) {
+            // One datagram (a small message, an ack) is the usual case: no
+            // batch array to fill.
+            let one;
+            let mut batch;
+            let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
+                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])];
+                &one
+            } else {
+                batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
+                for i in 0..self.staged {
+                    batch[i] = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
+                }
+                &batch[..self.staged]
+            };
+            let taken = match self.device.send_batch(datagrams) {
                 Ok(n) => n,
                 Err(e) => {
                     // The first datagram cannot go out (peer gone, unroutable): drop

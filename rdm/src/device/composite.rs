@@ -32,13 +32,20 @@ pub struct AutoDevice<N: Device = UdpDevice> {
     shm_first: bool,
     /// Network polls still to skip (see `recv_batch`).
     net_skip: u32,
+    /// The skip after the next empty network poll (grows while polls are
+    /// empty, back to the start on input).
+    net_backoff: u32,
 }
 
 /// After a network poll that found nothing, this many `recv_batch` calls leave
 /// the network half alone: polling it is a system call (`recvmmsg`), ten times
 /// the cost of looking at the shm ring, and would otherwise set the latency of
-/// on-host traffic. Off-host datagrams wait at most this many (cheap) calls.
+/// on-host traffic. Each further empty poll in a row doubles the skip, up to
+/// [`NET_SKIP_MAX`]: a job whose peers are all on this host polls the socket
+/// once per 64 calls. Off-host datagrams wait at most that many (cheap) calls
+/// while the application polls, and none when it sleeps (`prepare_wait`).
 const NET_SKIP_AFTER_EMPTY: u32 = 7;
+const NET_SKIP_MAX: u32 = 63;
 
 impl<N: Device> AutoDevice<N> {
     /// Combines the two halves; at least one must be present.
@@ -64,7 +71,7 @@ impl<N: Device> AutoDevice<N> {
         } else {
             None
         };
-        Ok(AutoDevice { shm, net, epoll, shm_first: false, net_skip: 0 })
+        Ok(AutoDevice { shm, net, epoll, shm_first: false, net_skip: 0, net_backoff: NET_SKIP_AFTER_EMPTY })
     }
 
     pub fn shm(&self) -> Option<&ShmDevice> {
@@ -187,7 +194,10 @@ impl<N: Device> Device for AutoDevice<N> {
                     Some(d) => {
                         let got = d.recv_batch(max - n, deliver)?;
                         if got == 0 && self.shm.is_some() {
-                            self.net_skip = NET_SKIP_AFTER_EMPTY;
+                            self.net_skip = self.net_backoff;
+                            self.net_backoff = (self.net_backoff * 2 + 1).min(NET_SKIP_MAX);
+                        } else if got > 0 {
+                            self.net_backoff = NET_SKIP_AFTER_EMPTY;
                         }
                         got
                     }
@@ -227,6 +237,7 @@ impl<N: Device> Device for AutoDevice<N> {
         // A sleeper's next receive must look at the socket (the epoll fd would
         // otherwise report network input that recv_batch then skips).
         self.net_skip = 0;
+        self.net_backoff = NET_SKIP_AFTER_EMPTY;
         // Both halves, always: each must be armed before the caller sleeps.
         let shm = self.shm.as_mut().is_some_and(|s| s.prepare_wait());
         let net = self.net.as_mut().is_some_and(|n| n.prepare_wait());
