@@ -1129,6 +1129,11 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
         ("acks_sent", st.sent_acks.to_string()),
         ("packets_resent", st.retransmits.to_string()),
         ("timeouts", st.timeouts.to_string()),
+        // Tail loss probes that fired, and window reductions for congestion
+        // (random losses without a queue on the path reduce nothing).
+        ("probes", st.probes.to_string()),
+        ("congestion_reductions", st.congestion_reductions.to_string()),
+        ("fast_retransmits", st.fast_retransmits.to_string()),
         ("packets_received", st.received.to_string()),
         ("messages_delivered", st.delivered_msgs.to_string()),
         ("duplicates", st.duplicates.to_string()),

@@ -133,6 +133,24 @@ fn goodput_versus_loss_table() {
     insta::assert_snapshot!("goodput_vs_loss", table);
 }
 
+/// Random loss is not congestion: on a link with room to spare (no queue),
+/// 5% random loss costs retransmissions but no window reductions, and the
+/// stream keeps at least half of its lossless goodput.
+#[test]
+fn random_loss_without_a_queue_keeps_the_window() {
+    let run = |loss: f64| {
+        let link = Link { loss_pct: loss, delay: Duration::from_micros(50), bandwidth: 125_000_000, ..Link::default() };
+        let n = 2000u64;
+        let sim = stream(EngineConfig::default(), link, 7, n, &[4096]);
+        ((n * 4096) as f64 / sim.now.as_nanos() as f64, *sim.nodes[0].engine.stats())
+    };
+    let (lossless, _) = run(0.0);
+    let (lossy, st) = run(5.0);
+    assert!(lossy >= 0.5 * lossless, "5% loss: {lossy:.3} GB/s vs {lossless:.3} lossless");
+    assert!(st.fast_retransmits > 50, "{st:?}");
+    assert!(st.congestion_reductions * 10 < st.fast_retransmits, "{st:?}");
+}
+
 /// 16 senders into one slow receiver whose socket buffer overflows: congestion
 /// control keeps every stream moving, nothing is lost or duplicated.
 #[test]
@@ -176,6 +194,9 @@ fn incast_16_to_1_with_slow_receiver() {
     let sent_total: u64 = (1..=senders).map(|i| sim.nodes[i].engine.stats().sent_data).sum();
     // No congestion collapse: most transmissions are useful.
     assert!(retx * 2 < sent_total, "{retx} retransmissions of {sent_total} datagrams");
+    // The overrun receiver's queue shows in the RTT: the senders back off.
+    let reductions: u64 = (1..=senders).map(|i| sim.nodes[i].engine.stats().congestion_reductions).sum();
+    assert!(reductions >= senders as u64, "{reductions} window reductions for {senders} congested senders");
     println!("incast: {} virtual ms, {retx} retransmissions of {sent_total}, {} receiver drops", sim.now.as_nanos() / 1_000_000, sim.nodes[0].backlog_drops);
 }
 

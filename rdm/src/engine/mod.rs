@@ -163,6 +163,11 @@ pub struct Stats {
     pub retransmits: u64,
     pub fast_retransmits: u64,
     pub timeouts: u64,
+    /// Window reductions for congestion (a queue on the path, or repeated
+    /// timeouts); random losses without a queue reduce nothing.
+    pub congestion_reductions: u64,
+    /// Probe timeouts (tail loss probes) that fired.
+    pub probes: u64,
     pub received: u64,
     pub delivered_msgs: u64,
     pub duplicates: u64,
@@ -272,9 +277,29 @@ struct Hot {
     to_send: VecDeque<Psn>,
     srtt: Option<Duration>,
     rttvar: Duration,
+    /// The lowest RTT sampled: the path's delay without queueing. An RTT well
+    /// above it means a queue is building — congestion, which a random loss
+    /// does not show.
+    min_rtt: Option<Duration>,
+    /// After a window reduction, no other until the cumulative ack reaches
+    /// this PSN (one reduction per round trip, however many holes it had).
+    recover: Option<Psn>,
+    /// Loss accounting of the current round (a window's worth of data): the
+    /// datagrams sent and the holes found since `round_end` was set; a round
+    /// losing more than a fifth of what it sent is congested whatever the RTT.
+    round_end: Psn,
+    round_sent: u32,
+    round_lost: u32,
+    /// The lowest RTT sampled in this round, and in the last whole one: a
+    /// queue raises every sample of a round, ack batching only some.
+    round_min_rtt: Option<Duration>,
+    last_round_min_rtt: Option<Duration>,
     rto: Duration,
     backoff: u32,
     rto_deadline: Option<Instant>,
+    /// The timer armed for the current flight is a probe (see
+    /// [`Hot::retransmit_timer`]), not yet the full RTO.
+    probing: bool,
     cwnd: f64,
     ssthresh: f64,
     peer_window: u32,
@@ -318,9 +343,17 @@ impl Hot {
             to_send: VecDeque::new(),
             srtt: None,
             rttvar: Duration::ZERO,
+            min_rtt: None,
+            recover: None,
+            round_end: Psn(0),
+            round_sent: 0,
+            round_lost: 0,
+            round_min_rtt: None,
+            last_round_min_rtt: None,
             rto: cfg.initial_rto,
             backoff: 1,
             rto_deadline: None,
+            probing: false,
             cwnd: if path.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
             ssthresh: cfg.max_window as f64,
             peer_window: RX_WINDOW,
@@ -340,6 +373,33 @@ impl Hot {
             ordered: path.ordered,
             peer_paused: false,
         }
+    }
+
+    /// The timer for data just sent with none armed: after a loss-free round
+    /// trip (no timeout since the last ack progress) a *probe* — two smoothed
+    /// RTTs, at least half the delayed-ack time, capped by the RTO — whose
+    /// firing resends what is overdue without backing off or shrinking the
+    /// window (a tail loss probe: the last datagrams of a message have no
+    /// later ones to reveal their loss by selective acks, and the 2 ms RTO
+    /// floor is dozens of round trips on a LAN); otherwise the RTO with its
+    /// backoff.
+    fn retransmit_timer(&mut self, max_rto: Duration, ack_delay: Duration) -> Duration {
+        match self.probe_time(max_rto, ack_delay) {
+            Some(pto) if self.backoff == 1 => {
+                self.probing = true;
+                pto
+            }
+            _ => {
+                self.probing = false;
+                (self.rto * self.backoff).min(max_rto)
+            }
+        }
+    }
+
+    /// Two smoothed RTTs, at least half the delayed-ack time, at most the RTO.
+    fn probe_time(&self, max_rto: Duration, ack_delay: Duration) -> Option<Duration> {
+        let rto = (self.rto * self.backoff).min(max_rto);
+        self.srtt.map(|s| (s * 2).max(ack_delay / 2).min(rto))
     }
 
     fn busy(&self) -> bool {
@@ -792,6 +852,7 @@ impl Engine {
             let my_inc = self.cfg.incarnation;
             let job_key = self.cfg.job_key;
             let max_rto = self.cfg.max_rto;
+            let ack_delay = self.cfg.ack_delay;
             let hot = &mut self.hot[h as usize];
             let reliable = hot.reliable;
             let dst = self.cold[hot.peer.0 as usize].addr;
@@ -845,7 +906,7 @@ impl Engine {
                 }
                 seg.sent_at = Some(now);
                 if hot.rto_deadline.is_none() && !reliable {
-                    let d = now + (hot.rto * hot.backoff).min(max_rto);
+                    let d = now + hot.retransmit_timer(max_rto, ack_delay);
                     hot.rto_deadline = Some(d);
                     // Inline `arm` (the peer is borrowed from `self.hot`).
                     if hot.armed_at.is_none_or(|a| d < a) {
@@ -858,6 +919,7 @@ impl Engine {
                 hot.ack_deadline = None;
                 hot.rx_since_ack = 0;
                 self.stats.sent_data += 1;
+                hot.round_sent += 1;
                 if total == 0 {
                     seg_len = len;
                 }
@@ -986,6 +1048,8 @@ impl Engine {
         }
         hot.cwnd = if hot.reliable { self.cfg.max_window as f64 } else { 64f64.min(self.cfg.max_window as f64) };
         hot.srtt = None;
+        hot.min_rtt = None;
+        hot.recover = None;
         hot.rto = self.cfg.initial_rto;
         self.stats.peer_restarts += 1;
         self.events.push_back(Event::PeerRestarted { peer: hot.peer });
