@@ -284,12 +284,14 @@ struct Hot {
     /// After a window reduction, no other until the cumulative ack reaches
     /// this PSN (one reduction per round trip, however many holes it had).
     recover: Option<Psn>,
-    /// Loss accounting of the current round (a window's worth of data): the
-    /// datagrams sent and the holes found since `round_end` was set; a round
-    /// losing more than a fifth of what it sent is congested whatever the RTT.
+    /// Loss accounting of the current round (a window's worth of data, until
+    /// the cumulative ack reaches `round_end`): datagrams acknowledged, and
+    /// how many of them had to be resent.
     round_end: Psn,
-    round_sent: u32,
-    round_lost: u32,
+    round_acked: u32,
+    round_retx: u32,
+    /// The last whole round needed a third of its datagrams resent.
+    last_round_heavy: bool,
     /// The lowest RTT sampled in this round, and in the last whole one: a
     /// queue raises every sample of a round, ack batching only some.
     round_min_rtt: Option<Duration>,
@@ -300,6 +302,8 @@ struct Hot {
     /// The timer armed for the current flight is a probe (see
     /// [`Hot::retransmit_timer`]), not yet the full RTO.
     probing: bool,
+    /// Probes fired since the last ack progress (at most two, then the RTO).
+    probes_fired: u8,
     cwnd: f64,
     ssthresh: f64,
     peer_window: u32,
@@ -346,14 +350,16 @@ impl Hot {
             min_rtt: None,
             recover: None,
             round_end: Psn(0),
-            round_sent: 0,
-            round_lost: 0,
+            round_acked: 0,
+            round_retx: 0,
+            last_round_heavy: false,
             round_min_rtt: None,
             last_round_min_rtt: None,
             rto: cfg.initial_rto,
             backoff: 1,
             rto_deadline: None,
             probing: false,
+            probes_fired: 0,
             cwnd: if path.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
             ssthresh: cfg.max_window as f64,
             peer_window: RX_WINDOW,
@@ -385,7 +391,7 @@ impl Hot {
     /// backoff.
     fn retransmit_timer(&mut self, max_rto: Duration, ack_delay: Duration) -> Duration {
         match self.probe_time(max_rto, ack_delay) {
-            Some(pto) if self.backoff == 1 => {
+            Some(pto) if self.backoff == 1 && self.probes_fired < 2 => {
                 self.probing = true;
                 pto
             }
@@ -919,7 +925,6 @@ impl Engine {
                 hot.ack_deadline = None;
                 hot.rx_since_ack = 0;
                 self.stats.sent_data += 1;
-                hot.round_sent += 1;
                 if total == 0 {
                     seg_len = len;
                 }

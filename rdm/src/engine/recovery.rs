@@ -84,8 +84,8 @@ impl Engine {
             // flight was lost, the peer's answer to the probe selectively
             // acknowledges it and shows the holes before it, which fast
             // retransmission then fills.
-            hot.probing = false;
             let pto = hot.probe_time(self.cfg.max_rto, self.cfg.ack_delay).unwrap_or(hot.rto);
+            hot.probes_fired += 1;
             let overdue = hot
                 .unacked
                 .iter_mut()
@@ -97,7 +97,10 @@ impl Engine {
                 hot.to_send.push_back(seg.psn);
             }
             self.stats.probes += 1;
-            hot.rto_deadline = Some(now + (hot.rto * hot.backoff).min(self.cfg.max_rto));
+            // A second probe if the first (or its answer) was lost too, then
+            // the full RTO.
+            let (max_rto, ack_delay) = (self.cfg.max_rto, self.cfg.ack_delay);
+            hot.rto_deadline = Some(now + hot.retransmit_timer(max_rto, ack_delay));
             if queued {
                 wake = true;
             }
@@ -123,8 +126,7 @@ impl Engine {
             }
             if queued > 0 || hot.unacked.iter().any(|s| !s.sacked) {
                 hot.backoff = (hot.backoff * 2).min(16);
-                hot.round_lost += queued as u32;
-                if hot.backoff > 2 || queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) || heavy_loss(hot.round_sent, hot.round_lost) {
+                if hot.backoff > 2 || queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) {
                     // Repeated timeouts (a path that lost everything, or a
                     // peer gone) or a queue: start again from a few packets.
                     hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
@@ -183,6 +185,8 @@ impl Engine {
             }
             let Some(seg) = hot.unacked.pop_front() else { break };
             advanced = true;
+            hot.round_acked += 1;
+            hot.round_retx += u32::from(seg.retransmitted);
             // Karn: no sample from retransmitted segments, nor from segments that
             // waited for a hole to be filled (their delay is recovery, not RTT).
             if !seg.retransmitted && !seg.sacked {
@@ -245,11 +249,10 @@ impl Engine {
                 // once per round trip) only when the RTT shows a queue. A
                 // window halved on every lost datagram keeps a few packets in
                 // flight at 5% random loss, a small fraction of the path.
-                hot.round_lost += fast as u32;
                 let in_recovery = hot.recover.is_some_and(|r| hdr.ack.lt(r));
                 if !in_recovery {
                     hot.recover = Some(hot.next_psn);
-                    if queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) || heavy_loss(hot.round_sent, hot.round_lost) {
+                    if queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) {
                         hot.ssthresh = (hot.cwnd * 0.5).max(4.0);
                         hot.cwnd = hot.ssthresh;
                         self.stats.congestion_reductions += 1;
@@ -292,14 +295,29 @@ impl Engine {
             }
         }
         if advanced && !hdr.ack.lt(hot.round_end) {
-            // A round ended: start counting the next one.
+            // A round ended. If it and the round before each needed more
+            // than a third of their datagrams resent, the path is
+            // overflowing, whatever the RTT says: halve the window (once per
+            // round trip, as for a queue). One such round alone is a burst —
+            // a dropped GSO run is dozens of datagrams — not a buffer that
+            // stays full.
+            let heavy = heavy_loss(hot.round_acked, hot.round_retx);
+            let twice = heavy && hot.last_round_heavy;
+            hot.last_round_heavy = heavy;
+            if twice && !hot.recover.is_some_and(|r| hdr.ack.lt(r)) {
+                hot.recover = Some(hot.next_psn);
+                hot.ssthresh = (hot.cwnd * 0.5).max(4.0);
+                hot.cwnd = hot.ssthresh;
+                self.stats.congestion_reductions += 1;
+            }
             hot.round_end = hot.next_psn;
-            hot.round_sent = 0;
-            hot.round_lost = 0;
+            hot.round_acked = 0;
+            hot.round_retx = 0;
             hot.last_round_min_rtt = hot.round_min_rtt.take().or(hot.last_round_min_rtt);
         }
         if advanced {
             hot.backoff = 1;
+            hot.probes_fired = 0;
             let (max_rto, ack_delay) = (self.cfg.max_rto, self.cfg.ack_delay);
             hot.rto_deadline = if hot.unacked.is_empty() || hot.reliable { None } else { Some(now + hot.retransmit_timer(max_rto, ack_delay)) };
             self.rearm(h);
@@ -323,9 +341,8 @@ fn queue_building(round_min_rtt: Option<Duration>, min_rtt: Option<Duration>) ->
     }
 }
 
-/// Whether this round lost more than a fifth of what it sent (at least 20
-/// datagrams counted): far beyond random loss on any usable path — an
-/// overflowing buffer.
-fn heavy_loss(sent: u32, lost: u32) -> bool {
-    sent >= 20 && lost * 5 > sent
+/// Whether a round needed more than a third of its datagrams resent (at
+/// least 20 acknowledged): far beyond random loss on any usable path.
+fn heavy_loss(acked: u32, resent: u32) -> bool {
+    acked >= 20 && resent * 3 > acked
 }
