@@ -902,6 +902,9 @@ impl EpState {
         if let Some(r) = self.running.as_mut() {
             r.engine.rdm_mut().flush_acks();
             r.flush(now());
+        }
+        self.linger();
+        if let Some(r) = self.running.as_mut() {
             let st = r.engine.rdm().stats();
             let m = r.engine.stats();
             fi_info!(
@@ -929,6 +932,43 @@ impl EpState {
                 let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
                 print_stats(&r.local, st, &m, r.engine.unexpected_bytes(), revoked, &cache);
             }
+        }
+    }
+
+    /// At close, on a device that can lose datagrams, answers the peers for a
+    /// moment (like TCP's TIME_WAIT, briefly): a peer whose last message's
+    /// acknowledgement was lost resends it, and without an answer its send
+    /// would fail with the port closed (the application sees
+    /// `FI_EHOSTUNREACH` for a message that arrived). The endpoint keeps
+    /// receiving and acknowledging until nothing has arrived for
+    /// `LINGER_IDLE` (beyond a peer's first retransmission timeout) and its
+    /// own data is acknowledged, at most `LINGER_MAX`.
+    fn linger(&mut self) {
+        const LINGER_IDLE: Duration = Duration::from_millis(5);
+        const LINGER_MAX: Duration = Duration::from_millis(100);
+        let Some(r) = self.running.as_ref() else { return };
+        if r.device.caps().reliable || r.engine.rdm().stats().received == 0 {
+            return;
+        }
+        let start = std::time::Instant::now();
+        let mut last_rx = start;
+        let mut seen = r.engine.rdm().stats().received;
+        loop {
+            self.progress();
+            let Some(r) = self.running.as_mut() else { return };
+            r.engine.rdm_mut().flush_acks();
+            r.flush(now());
+            let received = r.engine.rdm().stats().received;
+            let t = std::time::Instant::now();
+            if received != seen {
+                seen = received;
+                last_rx = t;
+            }
+            let idle = t.duration_since(last_rx) >= LINGER_IDLE && !r.engine.rdm().has_unacked();
+            if idle || t.duration_since(start) >= LINGER_MAX {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 

@@ -839,7 +839,21 @@ fn main() {
                                         st.push(k_lossy(c.label, loss, &format!("bw/{size}")), mbs);
                                     }
                                 }
-                                None => failures.push(format!("lossy fi_pingpong {} at {loss}% (run {})", c.label, rep + 1)),
+                                None => {
+                                    // Say why: the last lines fi_pingpong wrote.
+                                    let tail = |f: &str| {
+                                        let t = std::fs::read_to_string(env.tmp.join(f)).unwrap_or_default();
+                                        t.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
+                                    };
+                                    failures.push(format!(
+                                        "lossy fi_pingpong {} at {loss}% (run {}): client: {} {} server: {}",
+                                        c.label,
+                                        rep + 1,
+                                        tail("client.out"),
+                                        tail("client.err"),
+                                        tail("server.err")
+                                    ))
+                                }
                             }
                             eprintln!("[{:>5.0}s] lossy run {}/{reps} {} {loss}%", t_all.elapsed().as_secs_f64(), rep + 1, c.label);
                         }

@@ -572,6 +572,11 @@ impl Engine {
         )
     }
 
+    /// Whether data to some peer is still unacknowledged or queued.
+    pub fn has_unacked(&self) -> bool {
+        self.hot.iter().any(|(_, h)| h.busy() && !h.failed)
+    }
+
     /// Number of peers with hot state.
     pub fn hot_peers(&self) -> usize {
         self.hot.len()
