@@ -71,3 +71,4 @@ fn fi_pingpong_auto_all_sizes() {
 fn fi_pingpong_tagged_udp() {
     pingpong_on("udp", 47614, &["-m", "tagged", "-S", "1024"]);
 }
+

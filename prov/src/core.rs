@@ -941,13 +941,15 @@ impl EpState {
     /// would fail with the port closed (the application sees
     /// `FI_EHOSTUNREACH` for a message that arrived). The endpoint keeps
     /// receiving and acknowledging until nothing has arrived for
-    /// `LINGER_IDLE` (beyond a peer's first retransmission timeout) and its
-    /// own data is acknowledged, at most `LINGER_MAX`.
+    /// `LINGER_IDLE` (a peer's probes and first three retransmission
+    /// timeouts, 2 + 4 + 8 ms at the floor) and its own data is acknowledged,
+    /// at most `LINGER_MAX`. Only endpoints that talked to a peer over a lossy
+    /// path linger.
     fn linger(&mut self) {
-        const LINGER_IDLE: Duration = Duration::from_millis(5);
-        const LINGER_MAX: Duration = Duration::from_millis(100);
+        const LINGER_IDLE: Duration = Duration::from_millis(20);
+        const LINGER_MAX: Duration = Duration::from_millis(200);
         let Some(r) = self.running.as_ref() else { return };
-        if r.device.caps().reliable || r.engine.rdm().stats().received == 0 {
+        if !r.engine.rdm().has_lossy_peers() || r.engine.rdm().stats().received == 0 {
             return;
         }
         let start = std::time::Instant::now();

@@ -577,6 +577,12 @@ impl Engine {
         self.hot.iter().any(|(_, h)| h.busy() && !h.failed)
     }
 
+    /// Whether some peer that carried traffic sits on a path that can lose
+    /// datagrams.
+    pub fn has_lossy_peers(&self) -> bool {
+        self.hot.iter().any(|(_, h)| !h.reliable)
+    }
+
     /// Number of peers with hot state.
     pub fn hot_peers(&self) -> usize {
         self.hot.len()
