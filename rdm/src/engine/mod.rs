@@ -3,7 +3,11 @@
 //! One `Engine` per endpoint talks to every peer over one datagram device. It
 //! gives each message exactly-once, in-order (per peer) delivery on unreliable
 //! devices (UDP, verbs UD) and keeps the same protocol, minus retransmission,
-//! on reliable ones (shared memory, EFA SRD).
+//! on reliable ones (shared memory, EFA SRD). On a path that is reliable *and*
+//! ordered (shared memory), [`Engine::send_transmit_complete`] sends a message
+//! that fits one datagram, with nothing ahead of it unacknowledged, as one
+//! DIRECT packet: no sequence number, no acknowledgement, complete once written
+//! (`rdm/PROTOCOL.md` §2.2).
 //!
 //! Beside that reliable stream, [`Engine::send_datagram`] carries a message as
 //! one unreliable datagram (`FI_EP_DGRAM` endpoints): no sequence number, no
