@@ -718,7 +718,8 @@ impl Engine {
 
     /// Like [`Engine::send`], but the message may complete once written out
     /// instead of once acknowledged (libfabric's transmit complete): on a
-    /// reliable, ordered path, a message that fits in one datagram and has
+    /// reliable, ordered path, to a peer already heard from (so of this job
+    /// and incarnation), a message that fits in one datagram and has
     /// nothing sequenced to the same peer ahead of it goes as one DIRECT packet
     /// (rdm/PROTOCOL.md §2.2) — no sequence number, no acknowledgement, no
     /// per-message state — and `SendComplete` follows when `poll_transmit` has
@@ -727,8 +728,13 @@ impl Engine {
         if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
             let hot = &self.hot[h as usize];
             let len: usize = parts.iter().map(|p| p.len()).sum();
+            // Only to a peer heard from: a valid packet of ours from it proved
+            // it is in this job and this incarnation, so a DIRECT packet
+            // (which nothing acknowledges) cannot be silently dropped there
+            // as foreign or stale while its send reports success.
             if hot.reliable
                 && hot.ordered
+                && hot.inc_heard
                 && !hot.failed
                 && !hot.peer_paused
                 && !hot.busy()
@@ -1326,12 +1332,33 @@ mod tests {
         std::iter::from_fn(|| e.poll_event()).collect()
     }
 
+    /// One acknowledged message each way, so that each has heard the other.
+    fn introduce(a: &mut Engine, pb: PeerId, b: &mut Engine, pa: PeerId) {
+        let t = Instant::ZERO;
+        a.send(t, pb, &[b"hi"], 900).unwrap();
+        b.send(t, pa, &[b"hi"], 901).unwrap();
+        for _ in 0..3 {
+            carry(a, DevAddr::Sim(1), b, t);
+            carry(b, DevAddr::Sim(2), a, t);
+        }
+        events(a);
+        events(b);
+    }
+
     const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
 
     #[test]
     fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
         let (mut a, mut b, pb, pa) = pair(SHM);
         let t = Instant::ZERO;
+        // Not before the peer was heard from (it could be of another job,
+        // which drops what nothing would acknowledge).
+        a.send_transmit_complete(t, pb, &[b"first"], 9).unwrap();
+        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data]);
+        assert!(events(&mut a).is_empty(), "the first message waits for its ack");
+        events(&mut b);
+        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        assert_eq!(events(&mut a), vec![Event::SendComplete { token: 9 }]);
         for i in 0..3u8 {
             a.send_transmit_complete(t, pb, &[&[i; 8]], 10 + i as u64).unwrap();
             assert!(events(&mut a).is_empty(), "not complete before it is written out");
@@ -1340,8 +1367,13 @@ mod tests {
             assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![i; 8] }]);
             assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "no acknowledgement");
         }
-        assert_eq!((a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks), (3, 0, 3, 0));
-        assert_eq!(a.poll_timeout(), None, "no timer for a DIRECT message");
+        assert_eq!((a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks), (3, 1, 3, 1));
+        // Nothing waits on a timer: firing whatever is armed resends nothing.
+        if let Some(d) = a.poll_timeout() {
+            a.handle_timeout(d);
+        }
+        assert!(carry(&mut a, DevAddr::Sim(1), &mut b, t).is_empty());
+        assert_eq!(a.stats().retransmits, 0);
     }
 
     #[test]
@@ -1365,6 +1397,7 @@ mod tests {
     #[test]
     fn direct_messages_keep_order_with_sequenced_ones() {
         let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         // A long message (segmented, sequenced), then short ones: they may not
         // overtake it, so they go sequenced too until it is acknowledged.
@@ -1396,7 +1429,8 @@ mod tests {
 
     #[test]
     fn a_paused_receiver_stops_direct_messages_until_its_window_opens() {
-        let (mut a, mut b, pb, _) = pair(SHM);
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         a.send_transmit_complete(t, pb, &[b"one"], 1).unwrap();
         carry(&mut a, DevAddr::Sim(1), &mut b, t);
@@ -1424,7 +1458,8 @@ mod tests {
 
     #[test]
     fn direct_packets_of_another_job_or_to_an_old_incarnation_are_dropped() {
-        let (mut a, mut b, pb, _) = pair(SHM);
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         a.send_transmit_complete(t, pb, &[b"hello"], 1).unwrap();
         let mut buf = vec![0u8; 9000];
@@ -1481,7 +1516,8 @@ mod tests {
 
     #[test]
     fn a_reliable_peer_reported_unreachable_fails_even_when_idle() {
-        let (mut a, mut b, pb, _) = pair(SHM);
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         a.send_transmit_complete(t, pb, &[b"lost"], 1).unwrap();
         carry(&mut a, DevAddr::Sim(1), &mut b, t);
