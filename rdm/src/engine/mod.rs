@@ -258,6 +258,10 @@ struct DgramTx {
     token: u64,
     ptype: PacketType,
     dst_inc: u64,
+    /// DIRECT fragments of a message: its first and last (both for a whole
+    /// message; DGRAM: neither). The send completes with the last.
+    first: bool,
+    last: bool,
 }
 
 struct RxSeg {
@@ -462,6 +466,10 @@ pub struct Engine {
     dgram_bytes: usize,
     stats: Stats,
 }
+
+/// Largest message sent as DIRECT fragments; larger ones (which the message
+/// layer sends by rendezvous on shared memory anyway) take the sequenced way.
+const DIRECT_MAX: usize = 64 << 10;
 
 /// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
 /// buffers would pin memory long after a burst of long messages).
@@ -738,18 +746,40 @@ impl Engine {
                 && !hot.failed
                 && !hot.peer_paused
                 && !hot.busy()
-                && len <= hot.payload_max
+                && len <= DIRECT_MAX
                 && (self.dgram_tx.is_empty() || self.dgram_bytes + len <= self.cfg.max_queued_bytes)
             {
+                // Cut into fragments of the path's payload size: the path keeps
+                // them in order, so they need no sequence number either.
                 let dst_inc = hot.peer_inc;
+                let payload_max = hot.payload_max.max(1);
                 let dst = self.cold[peer.0 as usize].addr;
-                let mut payload = self.pool.pop().unwrap_or_default();
-                payload.clear();
-                for p in parts {
-                    payload.extend_from_slice(p);
+                let mut parts = parts.iter().copied().filter(|p| !p.is_empty()).peekable();
+                let mut taken = 0usize;
+                let mut off_in_part = 0usize;
+                loop {
+                    let n = (len - taken).min(payload_max);
+                    let mut payload = self.pool.pop().unwrap_or_default();
+                    payload.clear();
+                    while payload.len() < n {
+                        let Some(p) = parts.peek() else { break };
+                        let k = (p.len() - off_in_part).min(n - payload.len());
+                        payload.extend_from_slice(&p[off_in_part..off_in_part + k]);
+                        off_in_part += k;
+                        if off_in_part == p.len() {
+                            parts.next();
+                            off_in_part = 0;
+                        }
+                    }
+                    let first = taken == 0;
+                    taken += n;
+                    let last = taken >= len;
+                    self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc, first, last });
+                    if last {
+                        break;
+                    }
                 }
                 self.dgram_bytes += len;
-                self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc });
                 return Ok(());
             }
         } else if self.cold.get(peer.0 as usize).and_then(|c| c.path).is_some_and(|p| p.reliable && p.ordered) {
@@ -792,7 +822,7 @@ impl Engine {
             payload.extend_from_slice(p);
         }
         self.dgram_bytes += len;
-        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0 });
+        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0, first: false, last: false });
         Ok(())
     }
 
@@ -806,8 +836,8 @@ impl Engine {
         let d = self.dgram_tx.pop_front()?;
         let header = Header {
             ptype: d.ptype,
-            first: false,
-            last: false,
+            first: d.first,
+            last: d.last,
             job_key: self.cfg.job_key,
             src_inc: self.cfg.incarnation,
             dst_inc: d.dst_inc,
@@ -819,10 +849,13 @@ impl Engine {
         self.dgram_bytes -= d.payload.len();
         if d.ptype == PacketType::Direct {
             self.stats.sent_direct += 1;
+            if d.last {
+                self.events.push_back(Event::SendComplete { token: d.token });
+            }
         } else {
             self.stats.sent_datagrams += 1;
+            self.events.push_back(Event::SendComplete { token: d.token });
         }
-        self.events.push_back(Event::SendComplete { token: d.token });
         self.recycle(d.payload);
         Some(Transmit { dst: d.dst, len, seg: len })
     }
@@ -1165,16 +1198,35 @@ impl Engine {
             PacketType::Direct => {
                 // The path delivered it in order with everything sequenced
                 // before it (the sender sends DIRECT only when all of that was
-                // acknowledged): deliver at once. Accepted even while paused:
-                // the sender stops at our zero-window ACK, so what still
-                // arrives is bounded by what the path holds.
+                // acknowledged), and a message's fragments back to back:
+                // deliver once its last fragment is in. Accepted even while
+                // paused: the sender stops at our zero-window ACK, so what
+                // still arrives is bounded by what the path holds.
                 self.stats.received_direct += 1;
-                self.stats.delivered_msgs += 1;
-                let mut msg = self.pool.pop().unwrap_or_default();
-                msg.clear();
-                msg.extend_from_slice(payload);
-                let peer = self.hot[h as usize].peer;
-                self.events.push_back(Event::Delivered { peer, msg });
+                let hot = &mut self.hot[h as usize];
+                if hdr.first {
+                    if let Some(old) = hot.assembling.take() {
+                        // A message began before the previous one ended: the
+                        // sender broke the protocol; drop the partial one.
+                        self.stats.dropped_malformed += 1;
+                        self.pool.push(old);
+                    }
+                    let mut b = self.pool.pop().unwrap_or_default();
+                    b.clear();
+                    self.hot[h as usize].assembling = Some(b);
+                }
+                let hot = &mut self.hot[h as usize];
+                match hot.assembling.as_mut() {
+                    Some(b) => b.extend_from_slice(payload),
+                    None => self.stats.dropped_malformed += 1,
+                }
+                if hdr.last {
+                    if let Some(msg) = self.hot[h as usize].assembling.take() {
+                        self.stats.delivered_msgs += 1;
+                        let peer = self.hot[h as usize].peer;
+                        self.events.push_back(Event::Delivered { peer, msg });
+                    }
+                }
             }
             _ => self.process_data(h, now, &hdr, payload),
         }
@@ -1401,7 +1453,7 @@ mod tests {
         let t = Instant::ZERO;
         // A long message (segmented, sequenced), then short ones: they may not
         // overtake it, so they go sequenced too until it is acknowledged.
-        a.send_transmit_complete(t, pb, &[&[7u8; 20_000]], 1).unwrap();
+        a.send_transmit_complete(t, pb, &[&[7u8; DIRECT_MAX + 4000]], 1).unwrap();
         a.send_transmit_complete(t, pb, &[b"after"], 2).unwrap();
         a.send(t, pb, &[b"delivery"], 3).unwrap();
         a.send_transmit_complete(t, pb, &[b"last"], 4).unwrap();
@@ -1414,17 +1466,18 @@ mod tests {
                 e => panic!("{e:?}"),
             })
             .collect();
-        assert_eq!(got, vec![vec![7u8; 20_000], b"after".to_vec(), b"delivery".to_vec(), b"last".to_vec()]);
+        assert_eq!(got, vec![vec![7u8; DIRECT_MAX + 4000], b"after".to_vec(), b"delivery".to_vec(), b"last".to_vec()]);
         carry(&mut b, DevAddr::Sim(2), &mut a, t);
         assert_eq!(events(&mut a).len(), 4);
         // Everything acknowledged: the fast path again, and a long message
         // queued after a DIRECT one still arrives after it.
         a.send_transmit_complete(t, pb, &[b"fast"], 5).unwrap();
+        a.send_transmit_complete(t, pb, &[&[9u8; 20_000]], 7).unwrap();
         a.send(t, pb, &[&[8u8; 20_000]], 6).unwrap();
         let types = carry(&mut a, DevAddr::Sim(1), &mut b, t);
         assert_eq!(types[0], PacketType::Direct, "{types:?}");
         let got: Vec<usize> = events(&mut b).into_iter().map(|e| if let Event::Delivered { msg, .. } = e { msg.len() } else { 0 }).collect();
-        assert_eq!(got, vec![4, 20_000]);
+        assert_eq!(got, vec![4, 20_000, 20_000]);
     }
 
     #[test]
@@ -1454,6 +1507,65 @@ mod tests {
         assert!(ev.contains(&Event::SendComplete { token: 2 }), "{ev:?} {}", a.describe_peer(pb));
         a.send_transmit_complete(now, pb, &[b"three"], 3).unwrap();
         assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, now), vec![PacketType::Direct]);
+    }
+
+    #[test]
+    fn a_message_of_several_datagrams_goes_as_direct_fragments() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
+        let t = Instant::ZERO;
+        let big: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        // A gather list cut across its parts, then a whole small message.
+        a.send_transmit_complete(t, pb, &[&big[..5], &big[5..9000], &big[9000..]], 1).unwrap();
+        a.send_transmit_complete(t, pb, &[b"tail"], 2).unwrap();
+        let mut buf = vec![0u8; 9000];
+        let mut flags = Vec::new();
+        let mut done = Vec::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            let (h, _) = Header::decode(&buf[..x.len]).unwrap();
+            flags.push((h.ptype, h.first, h.last));
+            b.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+            done.extend(events(&mut a));
+        }
+        assert_eq!(
+            flags,
+            vec![
+                (PacketType::Direct, true, false),
+                (PacketType::Direct, false, false),
+                (PacketType::Direct, false, true),
+                (PacketType::Direct, true, true)
+            ]
+        );
+        assert_eq!(done, vec![Event::SendComplete { token: 1 }, Event::SendComplete { token: 2 }], "one completion each, after the last fragment");
+        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: big.clone() }, Event::Delivered { peer: pa, msg: b"tail".to_vec() }]);
+        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "no acknowledgement");
+        // Larger than DIRECT_MAX: sequenced.
+        a.send_transmit_complete(t, pb, &[&vec![1u8; DIRECT_MAX + 1]], 3).unwrap();
+        assert!(carry(&mut a, DevAddr::Sim(1), &mut b, t).iter().all(|p| *p == PacketType::Data));
+    }
+
+    #[test]
+    fn a_direct_fragment_out_of_place_is_dropped_and_counted() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
+        let t = Instant::ZERO;
+        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0 };
+        let mut buf = vec![0u8; 200];
+        // A LAST with no message open; then a FIRST, and a FIRST again.
+        let n = hdr.encode(b"orphan", &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        hdr.first = true;
+        hdr.last = false;
+        let n = hdr.encode(b"one", &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        let n = hdr.encode(b"two", &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        hdr.first = false;
+        hdr.last = true;
+        let n = hdr.encode(b"!", &mut buf);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"two!".to_vec() }]);
+        assert_eq!(b.stats().dropped_malformed, 2);
     }
 
     #[test]

@@ -106,7 +106,7 @@ impl Header {
             T_DIRECT => PacketType::Direct,
             t => return Err(DecodeError::Type(t)),
         };
-        if b[3] & !(F_FIRST | F_LAST) != 0 || (ptype != PacketType::Data && b[3] != 0) {
+        if b[3] & !(F_FIRST | F_LAST) != 0 || (!matches!(ptype, PacketType::Data | PacketType::Direct) && b[3] != 0) {
             return Err(DecodeError::Flags(b[3]));
         }
         let h = Header {
