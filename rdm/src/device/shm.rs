@@ -467,7 +467,17 @@ struct Peer {
     fifo: Option<File>,
     /// Cached result of [`ShmDevice::probe_remote_read`].
     can_read: Option<bool>,
+    /// When the peer's process was last seen alive.
+    alive_at: std::time::Instant,
 }
+
+/// How long a peer's process is taken to be alive after a check. A process
+/// killed without closing its ring leaves it writable; a datagram written
+/// there is reported sent, and a message that needs no acknowledgement
+/// (DIRECT) would complete. Checking on send at most this often (one
+/// `kill(pid, 0)` per peer per millisecond, nothing per message in a busy
+/// exchange) reports such a peer unreachable within a millisecond.
+const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A shared-memory endpoint.
 pub struct ShmDevice {
@@ -760,7 +770,7 @@ impl ShmDevice {
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(fifo_path(&path))
                 .ok();
-            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None });
+            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: std::time::Instant::now() });
         }
         self.peers.get_mut(a).ok_or_else(unreachable)
     }
@@ -803,6 +813,7 @@ impl Device for ShmDevice {
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         let mut result = Ok(batch.len());
+        let now = std::time::Instant::now();
         for (i, d) in batch.iter().enumerate() {
             let fail = |e: DeviceError| if i == 0 { Err(e) } else { Ok(i) };
             let DevAddr::Shm(a) = d.dst else {
@@ -820,6 +831,15 @@ impl Device for ShmDevice {
                     break;
                 }
             };
+            if now.saturating_duration_since(peer.alive_at) > ALIVE_FOR {
+                if !pid_alive(a.pid) {
+                    self.peers.remove(&a);
+                    self.dead.push_back(DevAddr::Shm(a));
+                    result = fail(DeviceError::Unreachable(d.dst));
+                    break;
+                }
+                peer.alive_at = now;
+            }
             let ring = &peer.seg.ring;
             if d.data.len() > ring.mtu {
                 result = fail(DeviceError::TooLarge { len: d.data.len(), mtu: ring.mtu });

@@ -258,6 +258,7 @@ struct DgramTx {
     token: u64,
     ptype: PacketType,
     dst_inc: u64,
+    peer: PeerId,
     /// DIRECT fragments of a message: its first and last (both for a whole
     /// message; DGRAM: neither). The send completes with the last.
     first: bool,
@@ -464,6 +465,9 @@ pub struct Engine {
     /// packet is only queued when nothing sequenced to its peer waits.
     dgram_tx: VecDeque<DgramTx>,
     dgram_bytes: usize,
+    /// DIRECT messages reported sent whose `SendComplete` the layer above has
+    /// not polled yet, with their peers.
+    direct_unpolled: Vec<(u64, PeerId)>,
     stats: Stats,
 }
 
@@ -496,6 +500,7 @@ impl Engine {
             spare_queues: Vec::new(),
             dgram_tx: VecDeque::new(),
             dgram_bytes: 0,
+            direct_unpolled: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -774,7 +779,7 @@ impl Engine {
                     let first = taken == 0;
                     taken += n;
                     let last = taken >= len;
-                    self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc, first, last });
+                    self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc, peer, first, last });
                     if last {
                         break;
                     }
@@ -822,7 +827,7 @@ impl Engine {
             payload.extend_from_slice(p);
         }
         self.dgram_bytes += len;
-        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0, first: false, last: false });
+        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0, peer, first: false, last: false });
         Ok(())
     }
 
@@ -851,6 +856,10 @@ impl Engine {
             self.stats.sent_direct += 1;
             if d.last {
                 self.events.push_back(Event::SendComplete { token: d.token });
+                // Until the layer above takes that event, a device report
+                // that the datagram could not be delivered turns it into a
+                // failure (see `unreachable`).
+                self.direct_unpolled.push((d.token, d.peer));
             }
         } else {
             self.stats.sent_datagrams += 1;
@@ -1062,6 +1071,22 @@ impl Engine {
         }
         self.fail_peer(h, FailReason::Unreachable);
         self.hot[h as usize].failed = true;
+        // DIRECT messages to it written out since the layer above last
+        // polled: the device's report answers one of them (the provider
+        // hands each batch to the device right after `poll_transmit`), so
+        // their completions become failures.
+        let mut i = 0;
+        while i < self.direct_unpolled.len() {
+            let (token, to) = self.direct_unpolled[i];
+            if to != peer {
+                i += 1;
+                continue;
+            }
+            self.direct_unpolled.swap_remove(i);
+            if let Some(ev) = self.events.iter_mut().find(|e| **e == Event::SendComplete { token }) {
+                *ev = Event::SendFailed { token, peer, reason: FailReason::Unreachable };
+            }
+        }
         self.events.push_back(Event::PeerUnreachable { peer });
         self.stats.peers_failed += 1;
     }
@@ -1290,7 +1315,13 @@ impl Engine {
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let ev = self.events.pop_front();
+        if let Some(Event::SendComplete { token }) = &ev {
+            if let Some(i) = self.direct_unpolled.iter().position(|(t, _)| t == token) {
+                self.direct_unpolled.swap_remove(i);
+            }
+        }
+        ev
     }
 
     /// Gives a delivered message's buffer back for reuse.
@@ -1624,6 +1655,23 @@ mod tests {
         a.send(t, pc, &[b"x"], 4).unwrap();
         carry(&mut a, DevAddr::Sim(1), &mut c, t);
         assert_eq!(carry(&mut c, DevAddr::Sim(3), &mut a, t), vec![PacketType::Ack]);
+    }
+
+    #[test]
+    fn a_direct_message_the_device_could_not_deliver_fails_instead_of_completing() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
+        let t = Instant::ZERO;
+        a.send_transmit_complete(t, pb, &[b"to a dead process"], 7).unwrap();
+        let mut buf = vec![0u8; 9000];
+        assert!(a.poll_transmit(t, &mut buf).is_some());
+        // The provider hands the datagram to the device, which says the peer
+        // is gone, before anyone polled the engine's events.
+        a.handle_unreachable(DevAddr::Sim(2));
+        assert_eq!(
+            events(&mut a),
+            vec![Event::SendFailed { token: 7, peer: pb, reason: FailReason::Unreachable }, Event::PeerUnreachable { peer: pb }]
+        );
     }
 
     #[test]
