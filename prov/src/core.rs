@@ -1025,12 +1025,7 @@ impl EpState {
         // read with no datagram arriving: run it now, not at the next input.
         if active || r.engine.rdm().has_events() || r.engine.has_actions() {
             let t = *clock.get_or_insert_with(now);
-            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-            r.engine.handle_events(t, &mut mem);
-            self.run_actions(t);
-            let Some(r) = self.running.as_mut() else { return };
-            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-            r.engine.handle_events(t, &mut mem);
+            self.run_engine(t);
         }
         self.drain_outputs();
         if let Some(r) = self.running.as_mut() {
@@ -1038,6 +1033,18 @@ impl EpState {
                 r.flush(clock.unwrap_or_else(now));
             }
         }
+    }
+
+    /// Runs the message engine on what the rdm engine delivered, performs the
+    /// remote reads it asks for, and runs it again on their outcome.
+    fn run_engine(&mut self, t: rdm::Instant) {
+        let Some(r) = self.running.as_mut() else { return };
+        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+        r.engine.handle_events(t, &mut mem);
+        self.run_actions(t);
+        let Some(r) = self.running.as_mut() else { return };
+        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
+        r.engine.handle_events(t, &mut mem);
     }
 
     /// After the application posted an operation: runs what the post itself
@@ -1050,12 +1057,7 @@ impl EpState {
     fn settle(&mut self, t: rdm::Instant) {
         let Some(r) = self.running.as_mut() else { return };
         if r.engine.rdm().has_events() || r.engine.has_actions() {
-            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-            r.engine.handle_events(t, &mut mem);
-            self.run_actions(t);
-            let Some(r) = self.running.as_mut() else { return };
-            let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-            r.engine.handle_events(t, &mut mem);
+            self.run_engine(t);
         }
         self.drain_outputs();
         let Some(r) = self.running.as_mut() else { return };

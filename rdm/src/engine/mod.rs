@@ -1228,30 +1228,7 @@ impl Engine {
                 // paused: the sender stops at our zero-window ACK, so what
                 // still arrives is bounded by what the path holds.
                 self.stats.received_direct += 1;
-                let hot = &mut self.hot[h as usize];
-                if hdr.first {
-                    if let Some(old) = hot.assembling.take() {
-                        // A message began before the previous one ended: the
-                        // sender broke the protocol; drop the partial one.
-                        self.stats.dropped_malformed += 1;
-                        self.pool.push(old);
-                    }
-                    let mut b = self.pool.pop().unwrap_or_default();
-                    b.clear();
-                    self.hot[h as usize].assembling = Some(b);
-                }
-                let hot = &mut self.hot[h as usize];
-                match hot.assembling.as_mut() {
-                    Some(b) => b.extend_from_slice(payload),
-                    None => self.stats.dropped_malformed += 1,
-                }
-                if hdr.last {
-                    if let Some(msg) = self.hot[h as usize].assembling.take() {
-                        self.stats.delivered_msgs += 1;
-                        let peer = self.hot[h as usize].peer;
-                        self.events.push_back(Event::Delivered { peer, msg });
-                    }
-                }
+                self.assemble(h, hdr.first, hdr.last, payload);
             }
             _ => self.process_data(h, now, &hdr, payload),
         }

@@ -48,29 +48,7 @@ impl Engine {
                 Some(p) => p,
                 None => &seg.payload,
             };
-            let hot = &mut self.hot[h as usize];
-            if seg.first {
-                if let Some(old) = hot.assembling.take() {
-                    // A new message began before the previous one ended: the
-                    // sender violated the protocol; drop the partial message.
-                    self.stats.dropped_malformed += 1;
-                    self.pool.push(old);
-                }
-                let mut b = self.pool.pop().unwrap_or_default();
-                b.clear();
-                hot.assembling = Some(b);
-            }
-            match hot.assembling.as_mut() {
-                Some(b) => b.extend_from_slice(data),
-                None => self.stats.dropped_malformed += 1,
-            }
-            if seg.last {
-                if let Some(msg) = hot.assembling.take() {
-                    completed_msg = true;
-                    self.stats.delivered_msgs += 1;
-                    self.events.push_back(Event::Delivered { peer: hot.peer, msg });
-                }
-            }
+            completed_msg |= self.assemble(h, seg.first, seg.last, data);
             if !seg.payload.is_empty() || seg.payload.capacity() > 0 {
                 let v = std::mem::take(&mut seg.payload);
                 if self.pool.len() < POOL_DEPTH {
@@ -105,6 +83,40 @@ impl Engine {
             let d = now + ack_delay;
             hot.ack_deadline = Some(d);
             self.arm(h, d);
+        }
+    }
+
+    /// Appends one in-order fragment to the peer's message being assembled
+    /// (FIRST opens it, LAST delivers it); returns whether a message was
+    /// delivered. A FIRST while a message is open, or a fragment with none
+    /// open, breaks the protocol: the partial message or the fragment is
+    /// dropped and counted. Shared by DATA (in PSN order) and DIRECT (in path
+    /// order) packets.
+    pub(super) fn assemble(&mut self, h: u32, first: bool, last: bool, data: &[u8]) -> bool {
+        let hot = &mut self.hot[h as usize];
+        if first {
+            if let Some(old) = hot.assembling.take() {
+                self.stats.dropped_malformed += 1;
+                self.pool.push(old);
+            }
+            let mut b = self.pool.pop().unwrap_or_default();
+            b.clear();
+            hot.assembling = Some(b);
+        }
+        match hot.assembling.as_mut() {
+            Some(b) => b.extend_from_slice(data),
+            None => self.stats.dropped_malformed += 1,
+        }
+        if !last {
+            return false;
+        }
+        match hot.assembling.take() {
+            Some(msg) => {
+                self.stats.delivered_msgs += 1;
+                self.events.push_back(Event::Delivered { peer: hot.peer, msg });
+                true
+            }
+            None => false,
         }
     }
 }
