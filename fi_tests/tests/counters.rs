@@ -158,3 +158,63 @@ fn counter_wait_fd_wakes_when_the_counter_moves() {
         assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
     }
 }
+
+/// Readable within `ms` milliseconds.
+fn readable(fd: libc::c_int, ms: i32) -> bool {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}
+
+/// fi_cntr_add, fi_cntr_set, fi_cntr_adderr and fi_cntr_seterr move the counter
+/// as a completion does: its FI_WAIT_FD fd turns readable and fi_trywait says
+/// not to sleep, until the application reads the counter; and a wait set the
+/// counter belongs to wakes (fi_wait returns 0, the set's fd turns readable).
+#[test]
+fn every_way_to_change_a_counter_wakes_its_fd_and_its_wait_set() {
+    init();
+    let mut h = Hints::rdm();
+    h.set_domain_name("udp");
+    let info = getinfo(None, None, 0, Some(&h)).unwrap();
+    type Change = unsafe extern "C" fn(*mut fi::fid_cntr, u64) -> i32;
+    let changes: [(&str, Change, bool); 4] = [("fi_cntr_add", fi::fi_cntr_add, false), ("fi_cntr_set", fi::fi_cntr_set, false), ("fi_cntr_adderr", fi::fi_cntr_adderr, true), ("fi_cntr_seterr", fi::fi_cntr_seterr, true)];
+    // SAFETY: libfabric calls on objects this test opens here and closes at the end.
+    unsafe {
+        let (mut fabric, mut domain, mut set) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
+        assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
+        let mut wa = fi::fi_wait_attr { wait_obj: fi::FI_WAIT_FD, flags: 0 };
+        assert_eq!(fi::fi_wait_open(fabric, &mut wa, &mut set), 0);
+        let mut set_fd: libc::c_int = -1;
+        assert_eq!(fi::fi_control(&mut (*set).fid, fi::FI_GETWAIT as i32, &mut set_fd as *mut _ as *mut _), 0);
+        let mut with_fd = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+        let mut in_set = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_SET, wait_set: set, ..Default::default() };
+        let (mut c, mut s) = (null_mut(), null_mut());
+        assert_eq!(fi::fi_cntr_open(domain, &mut with_fd, &mut c, null_mut()), 0);
+        assert_eq!(fi::fi_cntr_open(domain, &mut in_set, &mut s, null_mut()), 0);
+        let mut fd: libc::c_int = -1;
+        assert_eq!(fi::fi_control(&mut (*c).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _), 0);
+        let mut fids = [&mut (*c).fid as *mut fi::fid];
+        for (i, (name, change, errors)) in changes.into_iter().enumerate() {
+            let value = 10 + i as u64;
+            assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0, "{name}: quiet before");
+            assert!(!readable(fd, 0), "{name}: quiet before");
+            assert_eq!(fi::fi_wait(set, 0), neg(fi::FI_ETIMEDOUT), "{name}: the set is quiet before");
+            assert_eq!(change(c, value), 0);
+            assert_eq!(change(s, value), 0);
+            assert!(readable(fd, 1000), "{name}: the counter's fd stayed quiet");
+            assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), neg(fi::FI_EAGAIN), "{name}: fi_trywait would let a waiter sleep through it");
+            assert!(readable(set_fd, 1000), "{name}: the wait set's fd stayed quiet");
+            assert_eq!(fi::fi_wait(set, 1000), 0, "{name}: fi_wait missed it");
+            // Reading the counter clears both.
+            let read: unsafe extern "C" fn(*mut fi::fid_cntr) -> u64 = if errors { fi::fi_cntr_readerr } else { fi::fi_cntr_read };
+            assert!(read(c) >= value && read(s) >= value, "{name}: the value");
+            assert!(!readable(fd, 0), "{name}: still readable after the read");
+        }
+        assert_eq!(fi::fi_close(&mut (*c).fid), 0);
+        assert_eq!(fi::fi_close(&mut (*s).fid), 0);
+        assert_eq!(fi::fi_close(&mut (*set).fid), 0);
+        assert_eq!(fi::fi_close(&mut (*domain).fid), 0);
+        assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
+    }
+}

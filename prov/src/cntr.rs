@@ -23,12 +23,33 @@ pub struct CntrShared {
 
 impl CntrShared {
     pub fn inc(&self) {
-        self.value.fetch_add(1, Ordering::AcqRel);
-        self.changed();
+        self.add(1);
     }
 
     pub fn inc_err(&self) {
-        self.errors.fetch_add(1, Ordering::AcqRel);
+        self.add_err(1);
+    }
+
+    // Every change, from a completion or from fi_cntr_add/set/adderr/seterr,
+    // signals the wait fd (and through it a wait set): a waiter on the fd
+    // cannot tell who changed the counter.
+    fn add(&self, v: u64) {
+        self.value.fetch_add(v, Ordering::AcqRel);
+        self.changed();
+    }
+
+    fn set(&self, v: u64) {
+        self.value.store(v, Ordering::Release);
+        self.changed();
+    }
+
+    fn add_err(&self, v: u64) {
+        self.errors.fetch_add(v, Ordering::AcqRel);
+        self.changed();
+    }
+
+    fn set_err(&self, v: u64) {
+        self.errors.store(v, Ordering::Release);
         self.changed();
     }
 
@@ -218,28 +239,28 @@ entry! {
 
 entry! {
     fn cntr_add(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
-        c.shared.value.fetch_add(value, Ordering::AcqRel);
+        c.shared.add(value);
         Ok(0)
     }
 }
 
 entry! {
     fn cntr_set(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
-        c.shared.value.store(value, Ordering::Release);
+        c.shared.set(value);
         Ok(0)
     }
 }
 
 entry! {
     fn cntr_adderr(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
-        c.shared.errors.fetch_add(value, Ordering::AcqRel);
+        c.shared.add_err(value);
         Ok(0)
     }
 }
 
 entry! {
     fn cntr_seterr(c: *mut fi::fid_cntr => &Cntr, value: u64) -> i32 {
-        c.shared.errors.store(value, Ordering::Release);
+        c.shared.set_err(value);
         Ok(0)
     }
 }
