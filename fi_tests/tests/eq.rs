@@ -65,3 +65,31 @@ fn eq_flags_other_than_fi_write_are_refused() {
     // SAFETY: as above.
     unsafe { assert_eq!(fi::fi_close(&mut (*fabric).fid), 0) };
 }
+
+/// fi_trywait(3) takes EQs: 0 while the EQ is empty (the application may sleep
+/// on its fd), -FI_EAGAIN while events are queued; as libfabric's own EQ unit
+/// test waits. It failed with -FI_ENOSYS before.
+#[test]
+fn trywait_on_an_eq() {
+    init();
+    let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
+    let mut fabric = null_mut();
+    // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
+    assert_eq!(unsafe { fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()) }, 0);
+    let mut attr = fi::fi_eq_attr { size: 8, flags: fi::FI_WRITE as u64, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+    let mut eq = null_mut();
+    // SAFETY: libfabric calls on objects this test opened and still holds; every buffer passed outlives the call.
+    unsafe {
+        assert_eq!(fi::fi_eq_open(fabric, &mut attr, &mut eq, null_mut()), 0);
+        let mut fids = [&mut (*eq).fid as *mut fi::fid];
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0, "empty: sleeping is safe");
+        let entry = 7u64.to_le_bytes();
+        assert_eq!(fi::fi_eq_write(eq, fi::FI_NOTIFY, entry.as_ptr() as *const _, 8, 0), 8);
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), neg(fi::FI_EAGAIN), "an event is queued");
+        let (mut ev, mut buf) = (0u32, [0u8; 16]);
+        assert_eq!(fi::fi_eq_read(eq, &mut ev, buf.as_mut_ptr() as *mut _, buf.len(), 0), 8);
+        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0, "drained");
+        assert_eq!(fi::fi_close(&mut (*eq).fid), 0);
+        assert_eq!(fi::fi_close(&mut (*fabric).fid), 0);
+    }
+}

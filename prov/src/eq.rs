@@ -195,6 +195,17 @@ unsafe fn eq_ref<'a>(eq: *mut fi::fid_eq) -> Result<&'a Eq> {
     unsafe { Eq::from_fid(eq as *const fi::fid) }
 }
 
+/// `fi_trywait` for one EQ: nothing to progress (its events come from
+/// `fi_eq_write` and from endpoint progress, which queues them at once), so
+/// sleeping on its eventfd is safe exactly while nothing is queued.
+pub fn trywait(eq: &Eq) -> Result<()> {
+    if eq.shared.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Again)
+    }
+}
+
 fn pop(eq: &Eq, event: *mut u32, buf: *mut libc::c_void, len: usize, flags: u64) -> Result<isize> {
     let mut q = eq.shared.queue.lock();
     match q.front() {

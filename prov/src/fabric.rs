@@ -37,10 +37,9 @@ entry_unsupported! {
 }
 
 entry! {
-    /// `fi_trywait`: 0 when every listed CQ is empty, every counter unchanged
-    /// and every wait set's members likewise after a round of progress (the
-    /// application may sleep on the fds),
-    /// -FI_EAGAIN otherwise.
+    /// `fi_trywait`: 0 when every listed CQ is empty, every counter unchanged,
+    /// every EQ empty and every wait set's members likewise after a round of
+    /// progress (the application may sleep on the fds), -FI_EAGAIN otherwise.
     fn fabric_trywait(fabric: *mut fi::fid_fabric, fids: *mut *mut fi::fid, count: i32) -> i32 {
         let _ = fabric;
         if count <= 0 {
@@ -60,6 +59,8 @@ entry! {
                 fi::FI_CLASS_CNTR => crate::cntr::trywait(unsafe { crate::cntr::Cntr::from_fid(f) }?)?,
                 // SAFETY: class checked.
                 fi::FI_CLASS_WAIT => crate::wait::trywait(unsafe { crate::wait::WaitSet::from_fid(f) }?)?,
+                // SAFETY: class checked.
+                fi::FI_CLASS_EQ => crate::eq::trywait(unsafe { crate::eq::Eq::from_fid(f) }?)?,
                 _ => return Err(Error::NoSys),
             }
         }
