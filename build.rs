@@ -11,5 +11,10 @@ fn main() {
     fs::write(&script, "{\n  global: fi_prov_ini;\n  local: *;\n};\n").expect("write version script");
     println!("cargo:rustc-cdylib-link-arg=-Wl,--version-script={}", script.display());
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,librdmx-fi.so");
+    // libfabric dlcloses providers right after their cleanup, and rdmx's
+    // cleanup never waits for its threads (it may run on a thread interrupted
+    // with a lock held, see prov's core::shutdown_all): the code must stay
+    // mapped for threads that are still finishing when the process goes on.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     println!("cargo:rerun-if-changed=build.rs");
 }

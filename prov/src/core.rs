@@ -28,7 +28,7 @@ use mr_cache::KeyTable;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -178,10 +178,12 @@ pub struct EpShared {
     app_active: AtomicBool,
 }
 
-/// Stops every progress thread at provider cleanup (endpoints the application
-/// never closed); threads must be gone before libfabric dlcloses us.
-static STOP_ALL: AtomicBool = AtomicBool::new(false);
-static THREADED: Mutex<Vec<Weak<EpShared>>> = Mutex::new(Vec::new());
+/// Provider cleanups so far. A progress thread ends when this moves past the
+/// value it started with: cleanup (libfabric's destructor, often at exit) only
+/// tells the threads, never waits for them (see [`shutdown_all`]). A count, not
+/// a flag, so that a provider initialized again in the same process starts
+/// threads that run.
+static CLEANUPS: AtomicU64 = AtomicU64::new(0);
 
 pub struct EpState {
     pub profile: Profile,
@@ -238,11 +240,12 @@ fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
 
 /// The progress thread's loop: while the application does not call in, sleep on
 /// the device and the engines' next timer, then progress.
-fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool) {
+fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
     // The application counts as active if it called in during the last
     // period; the thread then leaves progress to it.
     const APP_ACTIVE: Duration = Duration::from_millis(2);
-    while !stop.load(Ordering::Acquire) && !STOP_ALL.load(Ordering::Acquire) {
+    let stopped = || stop.load(Ordering::Acquire) || CLEANUPS.load(Ordering::Acquire) != cleanups;
+    while !stopped() {
         let Some(ep) = weak.upgrade() else { break };
         if ep.app_active.swap(false, Ordering::Relaxed) {
             drop(ep);
@@ -250,7 +253,7 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool) {
             continue;
         }
         wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
-        if stop.load(Ordering::Acquire) {
+        if stopped() {
             break;
         }
         ep.progress_background();
@@ -313,21 +316,17 @@ impl EpShared {
     fn start_progress_thread(self: &Arc<Self>) {
         let weak: Weak<EpShared> = Arc::downgrade(self);
         let stop = self.stop.clone();
+        let cleanups = CLEANUPS.load(Ordering::Acquire);
         let spawned = std::thread::Builder::new().name("rdmx-progress".into()).spawn(move || {
             // The same panic barrier as every C entry point: a bug here must not
             // unwind out of a thread of the application's process. The endpoint
             // keeps working under manual progress.
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| progress_loop(&weak, &stop)));
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| progress_loop(&weak, &stop, cleanups)));
             if ran.is_err() {
                 fi_warn!(Subsys::EpCtrl, "the progress thread panicked and stopped; progress continues from application calls");
             }
         });        match spawned {
-            Ok(h) => {
-                *self.thread.lock() = Some(h);
-                let mut all = THREADED.lock();
-                all.retain(|w| w.strong_count() > 0);
-                all.push(Arc::downgrade(self));
-            }
+            Ok(h) => *self.thread.lock() = Some(h),
             Err(e) => fi_warn!(Subsys::EpCtrl, "cannot start the progress thread: {e}"),
         }
     }
@@ -335,7 +334,9 @@ impl EpShared {
     /// Stops and joins this endpoint's progress thread (endpoint close).
     pub fn stop_progress_thread(&self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.thread.lock().take() {
+        // Not joined under the handle's lock.
+        let handle = self.thread.lock().take();
+        if let Some(h) = handle {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
@@ -575,13 +576,16 @@ impl EpState {
             // EMSGSIZE (RDM keeps its historical EINVAL beyond 1 GiB).
             return Err(if self.profile.ep_type == fi::FI_EP_DGRAM { Error::MsgSize } else { Error::Inval("message larger than max_msg_size") });
         }
-        let inject = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
-        if inject && total > self.profile.inject_size {
+        // FI_INJECT as a flag (fi_sendmsg, or the endpoint's default op flags)
+        // hands the buffer back at return like fi_inject, but still completes
+        // on the CQ (`meta.inject` means "no context").
+        let copy_at_post = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
+        if copy_at_post && total > self.profile.inject_size {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.dest)?;
         let delivery_complete = args.flags & fi::FI_DELIVERY_COMPLETE as u64 != 0;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         if r.engine.pending_sends() >= self.profile.tx_size.max(1) * 4 {
             self.progress();
@@ -605,7 +609,7 @@ impl EpState {
             }
         }
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
-        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), args.inject));
+        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), copy_at_post));
         let t = now();
         if let Err(e) = r.engine.send(t, peer, header, args.payload, user, meta) {
             self.progress();
@@ -649,7 +653,7 @@ impl EpState {
             }
         }
         // A peek always reports (its answer is the point); so does a claim.
-        let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, inject: false, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, ..OpMeta::default() };
         let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
         let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
@@ -858,11 +862,14 @@ impl EpState {
 
     pub fn rma_write(&mut self, args: RmaArgs<'_>, data: Option<u64>) -> Result<()> {
         let len: usize = args.payload.iter().map(|p| p.len()).sum();
-        if args.inject && len > self.profile.inject_size {
+        // RMA writes are always copied at post; FI_INJECT as a flag still
+        // limits the size, as fi_writemsg(3) says.
+        let copy_at_post = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
+        if copy_at_post && len > self.profile.inject_size {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine.rma_write(now(), peer, args.key, args.addr, args.payload, data, meta).map_err(post_error)?;
         self.progress();
@@ -871,7 +878,7 @@ impl EpState {
 
     pub fn rma_read(&mut self, args: RmaArgs<'_>) -> Result<()> {
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), inject: false, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), ..OpMeta::default() };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine.rma_read(now(), peer, args.key, args.addr, args.result.io(), meta).map_err(post_error)?;
         self.progress();
@@ -882,11 +889,12 @@ impl EpState {
         let dt = crate::rma::datatype_from_fi(datatype).ok_or(Error::OpNotSupp)?;
         let o = crate::rma::op_from_fi(op).ok_or(Error::OpNotSupp)?;
         let bytes = count.checked_mul(dt.size()).ok_or(Error::Inval("atomic count"))?;
-        if args.inject && bytes > self.profile.inject_size {
+        let copy_at_post = args.inject || args.flags & fi::FI_INJECT as u64 != 0;
+        if copy_at_post && bytes > self.profile.inject_size {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         r.engine
             .atomic(now(), peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta)
@@ -1329,11 +1337,17 @@ pub fn wait_any_or_fd(eps: &[Arc<EpShared>], extra: Option<RawFd>, max: Duration
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
-/// Provider cleanup: stops and joins every progress thread still running.
+/// Provider cleanup (libfabric's destructor, at exit or when libfabric is
+/// unloaded), for endpoints the application never closed. It often runs on a
+/// thread that `exit()` interrupted anywhere, maybe inside rdmx with an
+/// endpoint locked (a signal handler calling `exit`, as MPI runtimes install),
+/// so it never takes a lock and never joins a thread that could wait for one:
+/// it tells the progress threads to end (each sees it at its next wake-up,
+/// within 10 ms, or dies with the process) and removes the files the kernel
+/// would leave behind (shared-memory rings). The library is linked `-z
+/// nodelete` (build.rs), so libfabric's dlclose after this call never unmaps
+/// code a thread of ours may still run.
 pub fn shutdown_all() {
-    STOP_ALL.store(true, Ordering::Release);
-    let eps = std::mem::take(&mut *THREADED.lock());
-    for ep in eps.iter().filter_map(Weak::upgrade) {
-        ep.stop_progress_thread();
-    }
+    CLEANUPS.fetch_add(1, Ordering::AcqRel);
+    rdm::device::shm::unlink_own_at_exit();
 }

@@ -260,6 +260,11 @@ pub struct OpMeta {
     pub wanted: bool,
     /// An inject: it has no context, so failures go elsewhere than a CQ.
     pub inject: bool,
+    /// The application may reuse the send buffer as soon as the call returns
+    /// (`FI_INJECT`, from `fi_inject*` or as a flag of `fi_sendmsg`): the
+    /// payload is copied before `send` returns, never sent by rendezvous,
+    /// whatever the thresholds. (`inject` implies it.)
+    pub copy_at_post: bool,
     /// The send completes only once the peer has processed the message
     /// (`FI_DELIVERY_COMPLETE`). Otherwise a message on a reliable, ordered
     /// path may complete once written out for the device (transmit complete:
@@ -644,7 +649,7 @@ impl MsgEngine {
     /// bytes as slices.
     pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
-        let long = !self.cfg.datagram && !meta.inject && user.count > 0 && self.use_rendezvous(peer, len);
+        let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(peer, len);
         let keys = if long { self.rendezvous_keys(peer, &user) } else { Ok(None) };
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);

@@ -543,6 +543,31 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
 /// A receiver that never sent to the sender (its peer entry was created by the
 /// sender's first datagram) still pulls: whether it may read is the layer
 /// below's to say, not a path recorded for sending.
+/// A send whose buffer the application may reuse at return (`FI_INJECT` as a
+/// flag of `fi_sendmsg`) is copied at post: never a rendezvous, even above the
+/// threshold, so changing the buffer after the call never changes what
+/// arrives (it went by rendezvous, read after return, before the fix).
+#[test]
+fn a_send_copied_at_post_never_goes_by_rendezvous() {
+    let mut sim = net(2, Link::default(), 13, Config { rndv_threshold: 1024, window_threshold: 1024, ..Config::default() });
+    let to1 = peer(&mut sim, 0, 1, true);
+    let now = sim.now;
+    let data = pattern(2048, 5);
+    let n0 = &mut sim.nodes[0].engine;
+    n0.mem.put(BASE, &data);
+    let copied = OpMeta { copy_at_post: true, ..meta(1) };
+    n0.me.send(now, to1, MsgHeader { kind: MsgKind::Tagged, tag: 1, data: None }, &[&data], IoList::one(BASE, 2048), copied).unwrap();
+    // The application writes its buffer again as soon as the call returned.
+    n0.mem.put(BASE, &pattern(2048, 6));
+    let n1 = &mut sim.nodes[1].engine;
+    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 1, ignore: 0, iov: IoList::one(BASE + (1 << 20), 2048), multi: false, meta: meta(2) };
+    n1.me.post_recv(now, spec, &mut n1.mem);
+    assert!(run(&mut sim, Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.nodes[1].engine.mem.at(BASE + (1 << 20), 2048) == data, "the bytes of the buffer at the call");
+    let st = sim.nodes[0].engine.me.stats();
+    assert_eq!((st.rts_sent, st.eager_sent), (0, 1));
+}
+
 #[test]
 fn a_receiver_that_never_sent_pulls() {
     let mut sim = net(2, Link::default(), 12, Config { rndv_threshold: 4096, ..Config::default() });

@@ -499,7 +499,145 @@ pub struct ShmDevice {
     /// Mapped peers found dead, not yet reported by `poll_unreachable`.
     dead: std::collections::VecDeque<DevAddr>,
     liveness_tick: u32,
+    /// This ring's entry among the rings to remove at exit (rings in
+    /// [`DEFAULT_DIR`] only).
+    exit_slot: Option<&'static OpenRing>,
     pub stats: ShmStats,
+}
+
+/// A ring of this process in [`DEFAULT_DIR`] that is open now: its ring id, 0
+/// when the entry is free. Entries form a list that only grows (a closed ring's
+/// entry is reused by the next one opened), so that [`unlink_own_at_exit`] can
+/// walk it with no lock: it runs where the process is ending, possibly on a
+/// thread interrupted while it held any lock of rdmx or of the allocator.
+pub struct OpenRing {
+    ring_id: std::sync::atomic::AtomicU64,
+    next: *const OpenRing,
+}
+
+// SAFETY: `next` is written once before the entry is published and never after;
+// entries are leaked, so every pointer stays valid for the process's life.
+unsafe impl Sync for OpenRing {}
+
+static OPEN_RINGS: std::sync::atomic::AtomicPtr<OpenRing> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Records an open ring (ring id 0, which only a test can ask for, is not
+/// recorded: 0 marks a free entry).
+fn remember_open_ring(ring_id: u64) -> Option<&'static OpenRing> {
+    use std::sync::atomic::Ordering as O;
+    if ring_id == 0 {
+        return None;
+    }
+    let mut p = OPEN_RINGS.load(O::Acquire);
+    while !p.is_null() {
+        // SAFETY: entries are leaked and never freed (see OpenRing).
+        let e: &'static OpenRing = unsafe { &*p };
+        if e.ring_id.compare_exchange(0, ring_id, O::AcqRel, O::Relaxed).is_ok() {
+            return Some(e);
+        }
+        p = e.next as *mut OpenRing;
+    }
+    let e: &'static mut OpenRing = Box::leak(Box::new(OpenRing { ring_id: std::sync::atomic::AtomicU64::new(ring_id), next: std::ptr::null() }));
+    let mut head = OPEN_RINGS.load(O::Acquire);
+    loop {
+        e.next = head;
+        match OPEN_RINGS.compare_exchange(head, e, O::AcqRel, O::Acquire) {
+            Ok(_) => return Some(e),
+            Err(now) => head = now,
+        }
+    }
+}
+
+/// Removes the files of every ring this process has open in [`DEFAULT_DIR`]
+/// (and their FIFOs), for a process that ends without closing its endpoints:
+/// the kernel frees memory and descriptors at exit, never files. Takes no lock
+/// and allocates nothing, so it may run from libfabric's destructor on a thread
+/// that `exit()` interrupted anywhere. The rings' mappings stay valid; senders
+/// that already mapped a ring find its owner's pid gone, new ones find no
+/// file: both see the peer unreachable. A forked child (whose pid differs)
+/// names files that are not there, so it never removes its parent's rings.
+/// Returns how many rings it removed.
+pub fn unlink_own_at_exit() -> usize {
+    use std::sync::atomic::Ordering as O;
+    let mut p = OPEN_RINGS.load(O::Acquire);
+    if p.is_null() {
+        return 0;
+    }
+    let (host, pid) = (host_id(), std::process::id());
+    let mut removed = 0;
+    while !p.is_null() {
+        // SAFETY: entries are leaked and never freed (see OpenRing).
+        let e = unsafe { &*p };
+        let ring_id = e.ring_id.load(O::Acquire);
+        if ring_id != 0 {
+            let mut path = ExitPath::default();
+            path.push(DEFAULT_DIR.as_bytes());
+            path.push(b"/rdmx-");
+            path.hex16(host);
+            path.push(b"-");
+            path.dec(pid);
+            path.push(b"-");
+            path.hex16(ring_id);
+            // SAFETY: `path` is NUL-terminated (ExitPath::c_str).
+            if unsafe { libc::unlink(path.c_str()) } == 0 {
+                removed += 1;
+            }
+            path.push(b".fifo");
+            // SAFETY: as above.
+            unsafe { libc::unlink(path.c_str()) };
+        }
+        p = e.next as *mut OpenRing;
+    }
+    removed
+}
+
+/// A path built on the stack (exit-time cleanup and the liveness check
+/// allocate nothing).
+struct ExitPath {
+    buf: [u8; 96],
+    len: usize,
+}
+
+impl Default for ExitPath {
+    fn default() -> ExitPath {
+        ExitPath { buf: [0; 96], len: 0 }
+    }
+}
+
+impl ExitPath {
+    fn push(&mut self, b: &[u8]) {
+        let n = b.len().min(self.buf.len() - 1 - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    fn hex16(&mut self, v: u64) {
+        let mut d = [0u8; 16];
+        for (i, c) in d.iter_mut().enumerate() {
+            *c = b"0123456789abcdef"[(v >> (60 - 4 * i)) as usize & 0xf];
+        }
+        self.push(&d);
+    }
+
+    fn dec(&mut self, mut v: u32) {
+        let mut d = [0u8; 10];
+        let mut i = d.len();
+        loop {
+            i -= 1;
+            d[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.push(&d[i..]);
+    }
+
+    /// The path, NUL-terminated (the last byte of `buf` is never written).
+    fn c_str(&mut self) -> *const libc::c_char {
+        self.buf[self.len] = 0;
+        self.buf.as_ptr().cast()
+    }
 }
 
 /// The file name of the ring of `addr`.
@@ -511,17 +649,25 @@ pub fn segment_name(addr: &ShmAddr) -> String {
 /// process stays in /proc until its parent reaps it, but will never drain its
 /// ring again).
 fn pid_alive(pid: u32) -> bool {
+    use std::os::unix::ffi::OsStrExt;
     if pid == 0 {
         return false;
     }
-    match std::fs::read(Path::new("/proc").join(pid.to_string()).join("stat")) {
-        // "pid (comm) S ...": the state follows the last ')'.
-        Ok(stat) => {
-            let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)).copied();
-            !matches!(state, Some(b'Z' | b'X' | b'x'))
-        }
-        Err(_) => false,
-    }
+    // Checked on the send path (once a millisecond per peer): no allocation.
+    // The path is built on the stack (std opens short paths without
+    // allocating), and only the head of the file is read.
+    let mut path = ExitPath::default();
+    path.push(b"/proc/");
+    path.dec(pid);
+    path.push(b"/stat");
+    let Ok(mut f) = File::open(Path::new(std::ffi::OsStr::from_bytes(&path.buf[..path.len]))) else { return false };
+    // "pid (comm) S ...": the state follows the last ')'; pid (at most 10
+    // digits) and comm (at most 15 bytes) fit in 64 bytes with it.
+    let mut head = [0u8; 64];
+    let Ok(n) = f.read(&mut head) else { return false };
+    let stat = &head[..n];
+    let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2)).copied();
+    !matches!(state, Some(b'Z' | b'X' | b'x'))
 }
 
 /// Whether a process `pid` exists at all (a zombie counts): the conservative
@@ -672,6 +818,7 @@ impl ShmDevice {
             touched: Vec::new(),
             dead: std::collections::VecDeque::new(),
             liveness_tick: 0,
+            exit_slot: if cfg.dir == Path::new(DEFAULT_DIR) { remember_open_ring(addr.ring_id) } else { None },
             stats: ShmStats::default(),
         };
         // Can this process use CMA at all (seccomp, kernel config)? Read our own
@@ -954,6 +1101,9 @@ impl Drop for ShmDevice {
         // Tell cached senders first, then remove the names; the mapping goes with
         // the Segment.
         self.seg.ring.header().closed.store(1, Ordering::Release);
+        if let Some(e) = self.exit_slot {
+            e.ring_id.store(0, std::sync::atomic::Ordering::Release);
+        }
         let _ = std::fs::remove_file(&self.path);
         if let Some(p) = &self.fifo_path {
             let _ = std::fs::remove_file(p);
