@@ -41,4 +41,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
-echo "setup: $(cargo --version)"
+if ! cargo clippy --version >/dev/null 2>&1; then
+  echo "setup: adding clippy to the Rust toolchain"
+  rustup component add clippy
+fi
+echo "setup: $(cargo --version), $(cargo clippy --version)"

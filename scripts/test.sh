@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: unit and model tests of each crate, the simulator scenarios,
+# Runs every test: clippy over every target, unit and model tests of each crate, the simulator scenarios,
 # the device conformance suite, and fi_tests (rdmx driven only through the system
 # libfabric.so, including two-process and network-namespace runs).
 set -euo pipefail
@@ -12,6 +12,9 @@ export RDMX_PROVIDER_DIR="$(pwd)/build-out/lib"
 # fi_tests spawn processes and bind fixed ports: one test thread per binary there.
 # Every target builds (benches and examples included), so none can rot unnoticed.
 cargo build --release --workspace --all-targets
+# Lints of every target (the workspace's: every unsafe block says why it is
+# sound), warnings as errors.
+cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace --exclude fi_tests
 # The shm ring's loom model checks (a separate build: loom replaces its atomics).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom

@@ -4,7 +4,6 @@
 //! holding the freshly built `librdmx-fi.so` (`RDMX_PROVIDER_DIR`, set by
 //! `scripts/test.sh`; default `build-out/lib` of the workspace) and select it with
 //! `FI_PROVIDER=rdmx`, exactly as an application would.
-#![allow(clippy::missing_safety_doc, clippy::undocumented_unsafe_blocks)]
 
 pub mod hosts;
 pub mod procs;
@@ -71,6 +70,7 @@ pub struct Info(pub *mut fi::fi_info);
 
 impl Info {
     pub fn first(&self) -> &fi::fi_info {
+        // SAFETY: the list fi_getinfo returned is non-null (getinfo returns Err otherwise) and lives as long as `self`.
         unsafe { &*self.0 }
     }
     pub fn iter(&self) -> impl Iterator<Item = &fi::fi_info> {
@@ -79,18 +79,21 @@ impl Info {
             if cur.is_null() {
                 return None;
             }
+            // SAFETY: `cur` is a non-null element of the list `self` owns.
             let i = unsafe { &*cur };
             cur = i.next;
             Some(i)
         })
     }
     pub fn domain_name(i: &fi::fi_info) -> String {
+        // SAFETY: every fi_info from fi_getinfo has a domain_attr with a NUL-terminated name.
         unsafe { std::ffi::CStr::from_ptr((*i.domain_attr).name) }.to_string_lossy().into_owned()
     }
 }
 
 impl Drop for Info {
     fn drop(&mut self) {
+        // SAFETY: the list came from fi_getinfo and is freed once, here.
         unsafe { fi::fi_freeinfo(self.0) };
     }
 }
@@ -100,12 +103,14 @@ pub struct Hints(pub *mut fi::fi_info);
 
 impl Hints {
     pub fn new() -> Hints {
+        // SAFETY: fi_dupinfo(NULL) allocates fresh hints (checked non-null below).
         let h = unsafe { fi::fi_dupinfo(std::ptr::null()) };
         assert!(!h.is_null());
         Hints(h)
     }
     pub fn rdm() -> Hints {
         let h = Hints::new();
+        // SAFETY: the hints from fi_dupinfo have their attribute structs allocated.
         unsafe {
             (*(*h.0).ep_attr).type_ = fi::FI_EP_RDM;
             (*h.0).caps = (fi::FI_MSG | fi::FI_TAGGED) as u64;
@@ -123,30 +128,38 @@ impl Hints {
         h
     }
     pub fn get(&mut self) -> &mut fi::fi_info {
+        // SAFETY: fi_dupinfo's hints, owned by `self`.
         unsafe { &mut *self.0 }
     }
     pub fn ep(&mut self) -> &mut fi::fi_ep_attr {
+        // SAFETY: fi_dupinfo allocates ep_attr with the hints.
         unsafe { &mut *(*self.0).ep_attr }
     }
     pub fn dom(&mut self) -> &mut fi::fi_domain_attr {
+        // SAFETY: fi_dupinfo allocates domain_attr with the hints.
         unsafe { &mut *(*self.0).domain_attr }
     }
     pub fn fab(&mut self) -> &mut fi::fi_fabric_attr {
+        // SAFETY: fi_dupinfo allocates fabric_attr with the hints.
         unsafe { &mut *(*self.0).fabric_attr }
     }
     pub fn tx(&mut self) -> &mut fi::fi_tx_attr {
+        // SAFETY: fi_dupinfo allocates tx_attr with the hints.
         unsafe { &mut *(*self.0).tx_attr }
     }
     pub fn rx(&mut self) -> &mut fi::fi_rx_attr {
+        // SAFETY: fi_dupinfo allocates rx_attr with the hints.
         unsafe { &mut *(*self.0).rx_attr }
     }
     /// Sets a string field the way applications do (strdup, freed by fi_freeinfo).
     pub fn set_domain_name(&mut self, name: &str) {
         let c = CString::new(name).unwrap();
+        // SAFETY: `c` is a valid C string; fi_freeinfo frees the copy.
         self.dom().name = unsafe { libc::strdup(c.as_ptr()) };
     }
     pub fn set_fabric_name(&mut self, name: &str) {
         let c = CString::new(name).unwrap();
+        // SAFETY: `c` is a valid C string; fi_freeinfo frees the copy.
         self.fab().name = unsafe { libc::strdup(c.as_ptr()) };
     }
 }
@@ -159,6 +172,7 @@ impl Default for Hints {
 
 impl Drop for Hints {
     fn drop(&mut self) {
+        // SAFETY: the hints came from fi_dupinfo and are freed once, here.
         unsafe { fi::fi_freeinfo(self.0) };
     }
 }
@@ -169,6 +183,7 @@ pub fn getinfo(node: Option<&str>, service: Option<&str>, flags: u64, hints: Opt
     let node = node.map(|s| CString::new(s).unwrap());
     let service = service.map(|s| CString::new(s).unwrap());
     let mut out: *mut fi::fi_info = null_mut();
+    // SAFETY: the strings and hints outlive the call; `out` is written by it.
     let ret = unsafe {
         fi::fi_getinfo(
             API,
@@ -243,6 +258,7 @@ impl Stack {
     }
 
     fn open_full(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, mut cq_attr: fi::fi_cq_attr, with_eq: bool) -> Stack {
+        // SAFETY: libfabric calls on objects opened here in order, each from the one before; every attr and out-pointer outlives its call.
         unsafe {
             let mut fabric = null_mut();
             assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
@@ -271,6 +287,7 @@ impl Stack {
     pub fn name(&self) -> Vec<u8> {
         let mut buf = vec![0u8; 64];
         let mut len = buf.len();
+        // SAFETY: the endpoint is open; `buf` holds `len` bytes.
         let ret = unsafe { fi::fi_getname(&mut (*self.ep).fid, buf.as_mut_ptr() as *mut _, &mut len) };
         assert_eq!(ret, 0);
         buf.truncate(len);
@@ -279,6 +296,7 @@ impl Stack {
 
     pub fn insert(&self, addr: &[u8]) -> u64 {
         let mut fa = 0u64;
+        // SAFETY: the AV is open; `addr` is one address of the length fi_getname gave.
         let n = unsafe { fi::fi_av_insert(self.av, addr.as_ptr() as *const _, 1, &mut fa, 0, null_mut()) };
         assert_eq!(n, 1, "fi_av_insert");
         fa
@@ -290,12 +308,14 @@ impl Stack {
         let deadline = std::time::Instant::now() + limit;
         loop {
             let mut e = fi::fi_cq_tagged_entry::default();
+            // SAFETY: the CQ is open and has the tagged format; `e` is one entry.
             let n = unsafe { fi::fi_cq_read(self.cq, &mut e as *mut _ as *mut _, 1) };
             if n == 1 {
                 return Some(Ok(e));
             }
             if n == -(fi::FI_EAVAIL as isize) {
                 let mut err = fi::fi_cq_err_entry::default();
+                // SAFETY: one error entry into `err`.
                 let r = unsafe { fi::fi_cq_readerr(self.cq, &mut err, 0) };
                 assert_eq!(r, 1);
                 return Some(Err(err));
@@ -313,18 +333,21 @@ impl Stack {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
             let mut e = fi::fi_cq_tagged_entry::default();
+            // SAFETY: the CQ is open and has the tagged format; `e` is one entry.
             let n = unsafe { fi::fi_cq_read(self.cq, &mut e as *mut _ as *mut _, 1) };
             if n == 1 {
                 return Ok(e);
             }
             if n == -(fi::FI_EAVAIL as isize) {
                 let mut err = fi::fi_cq_err_entry::default();
+                // SAFETY: one error entry into `err`.
                 let r = unsafe { fi::fi_cq_readerr(self.cq, &mut err, 0) };
                 assert_eq!(r, 1);
                 return Err(err);
             }
             assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read");
             for o in others {
+                // SAFETY: a zero-count read only drives progress.
                 unsafe { fi::fi_cq_read(o.cq, null_mut(), 0) };
             }
             assert!(std::time::Instant::now() < deadline, "no completion within 20 s");
@@ -334,6 +357,7 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
+        // SAFETY: closes each object this stack opened, once, children before parents.
         unsafe {
             assert_eq!(fi::fi_close(&mut (*self.ep).fid), 0);
             if !self.eq.is_null() {

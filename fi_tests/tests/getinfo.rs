@@ -65,7 +65,7 @@ fn msg_endpoints_are_refused_and_dgram_ones_offered() {
 
 #[test]
 fn unsupported_caps_are_refused() {
-    for caps in [fi::FI_HMEM, fi::FI_TRIGGER as u64, fi::FI_MULTICAST as u64, fi::FI_NAMED_RX_CTX as u64] {
+    for caps in [fi::FI_HMEM, fi::FI_TRIGGER as u64, fi::FI_MULTICAST as u64, fi::FI_NAMED_RX_CTX] {
         let mut h = Hints::rdm();
         h.get().caps |= caps;
         assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)), "caps {caps:#x}");

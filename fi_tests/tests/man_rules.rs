@@ -198,7 +198,7 @@ fn av_insert_with_fi_sync_err_reports_each_address() {
     // SAFETY: three packed addresses, three fi_addr slots and three status ints,
     // all alive across the call.
     let n = unsafe {
-        fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, 3, fa.as_mut_ptr(), fi::FI_SYNC_ERR as u64, status.as_mut_ptr() as *mut _)
+        fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, 3, fa.as_mut_ptr(), fi::FI_SYNC_ERR, status.as_mut_ptr() as *mut _)
     };
     assert_eq!(n, 2, "two of three inserted");
     assert_eq!(status[0], 0);
@@ -207,7 +207,7 @@ fn av_insert_with_fi_sync_err_reports_each_address() {
     assert_eq!(status[2], 0);
     assert_eq!(fa[1], FI_ADDR_NOTAVAIL);
     // SAFETY: as above; a NULL status array with FI_SYNC_ERR is refused.
-    let r = unsafe { fi::fi_av_insert(s.av, good.as_ptr() as *const _, 1, fa.as_mut_ptr(), fi::FI_SYNC_ERR as u64, null_mut()) };
+    let r = unsafe { fi::fi_av_insert(s.av, good.as_ptr() as *const _, 1, fa.as_mut_ptr(), fi::FI_SYNC_ERR, null_mut()) };
     assert_eq!(r, neg(fi::FI_EINVAL));
 }
 

@@ -154,7 +154,7 @@ entry! {
             // Named (shared) AVs are not supported; MPICH falls back to a local AV.
             return Err(Error::NoSys);
         }
-        if attr.flags & (fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC as u64) != 0 {
+        if attr.flags & (fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC) != 0 {
             return Err(Error::NoSys);
         }
         if attr.rx_ctx_bits != 0 {
@@ -237,10 +237,10 @@ entry! {
 /// Insert flags (fi_av(3)): `FI_MORE` (a hint, ignored) and `FI_SYNC_ERR`,
 /// whose status array is the context and must be there.
 fn check_insert_flags(flags: u64, context: *mut libc::c_void) -> Result<()> {
-    if flags & !(fi::FI_SYNC_ERR as u64 | fi::FI_MORE as u64) != 0 {
+    if flags & !(fi::FI_SYNC_ERR | fi::FI_MORE as u64) != 0 {
         return Err(Error::BadFlags);
     }
-    if flags & fi::FI_SYNC_ERR as u64 != 0 && context.is_null() {
+    if flags & fi::FI_SYNC_ERR != 0 && context.is_null() {
         return Err(Error::Inval("FI_SYNC_ERR needs the status array as context"));
     }
     Ok(())
@@ -253,7 +253,7 @@ fn check_insert_flags(flags: u64, context: *mut libc::c_void) -> Result<()> {
 /// With `FI_SYNC_ERR` in `flags`, `context` is non-null and valid for more than
 /// `i` ints.
 unsafe fn sync_err(flags: u64, context: *mut libc::c_void, i: usize, ok: bool) {
-    if flags & fi::FI_SYNC_ERR as u64 != 0 {
+    if flags & fi::FI_SYNC_ERR != 0 {
         // SAFETY: per contract.
         unsafe { *(context as *mut libc::c_int).add(i) = if ok { 0 } else { fi::FI_EINVAL as libc::c_int } };
     }

@@ -550,7 +550,7 @@ fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, desc: [usize; info::IOV_LIMIT],
     let flags = flags.unwrap_or(st.profile.tx_op_flags);
     let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
     for (s, b) in slices.iter_mut().zip(&iov.bufs[..iov.count]) {
-        if b.len() > 0 {
+        if !b.is_empty() {
             // SAFETY: a UserBuf is the application's buffer of `len` bytes (its
             // constructor's contract), valid for the call.
             *s = unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) };
@@ -570,6 +570,7 @@ fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, desc: [usize; info::IOV_LIMIT],
     Ok(0)
 }
 
+#[allow(clippy::too_many_arguments)] // the union of the fi_recv family's arguments
 fn do_recv(ep: &Ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64, ignore: u64, context: Ctx, flags: Option<u64>) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.rx_op_flags);
@@ -734,7 +735,7 @@ use crate::rma::{one, RmaArgs};
 unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
     let mut out: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
     for (o, b) in out.iter_mut().zip(&iov.bufs[..iov.count]) {
-        if b.len() > 0 {
+        if !b.is_empty() {
             // SAFETY: per contract.
             *o = unsafe { std::slice::from_raw_parts(b.ptr() as *const u8, b.len()) };
         }

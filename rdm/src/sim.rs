@@ -186,8 +186,8 @@ impl<E: SimEndpoint> Sim<E> {
             if self.rng.chance(l.reorder_pct) {
                 at = at + l.delay * 3;
             }
-            if l.bandwidth > 0 {
-                let tx = Duration::from_nanos(data.len() as u64 * 1_000_000_000 / l.bandwidth);
+            if let Some(nanos) = (data.len() as u64 * 1_000_000_000).checked_div(l.bandwidth) {
+                let tx = Duration::from_nanos(nanos);
                 let start = self.busy_until[to as usize].max(self.now);
                 self.busy_until[to as usize] = start + tx;
                 at = at.max(start + tx);

@@ -932,7 +932,8 @@ fn spawn_child(test: &str, mode: &str) -> (std::process::Child, u64, u64) {
             return (child, ring, buf);
         }
     }
-    panic!("child printed no address");
+    let status = child.wait();
+    panic!("child printed no address (it ended: {status:?})");
 }
 
 /// The child side: opens a ring, prints its id and a buffer address, answers

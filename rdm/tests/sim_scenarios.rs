@@ -41,7 +41,7 @@ fn stream(cfg: EngineConfig, link: Link, seed: u64, n: u64, sizes: &[usize]) -> 
         } else {
             sim.step();
         }
-        if sent % 64 == 0 {
+        if sent.is_multiple_of(64) {
             for _ in 0..8 {
                 sim.step();
             }

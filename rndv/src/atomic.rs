@@ -278,7 +278,7 @@ pub fn apply(dt: Datatype, op: Op, target: &mut [u8], operand: &[u8], compare: &
         return Err(AtomicError::Invalid);
     }
     let size = dt.size();
-    if target.len() % size != 0 || (op != Op::Read && operand.len() != target.len()) {
+    if !target.len().is_multiple_of(size) || (op != Op::Read && operand.len() != target.len()) {
         return Err(AtomicError::Length);
     }
     if op.is_compare() && compare.len() != target.len() {

@@ -1041,6 +1041,7 @@ impl MsgEngine {
 
     // ------------------------------------------------------------------ RMA
 
+    #[allow(clippy::too_many_arguments)] // one request's parts, as the RMA calls take them
     fn start_rma(&mut self, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, header: &[u8], extra: &[&[u8]]) -> Result<RmaId, PostError> {
         let entry = self.rma.vacant_entry();
         let id = RmaId(entry.key() as u32);
@@ -1060,6 +1061,7 @@ impl MsgEngine {
     }
 
     /// fi_write: `payload` to `addr` under `key` at `peer`, with remote CQ data.
+    #[allow(clippy::too_many_arguments)] // fi_writedata's own arguments
     pub fn rma_write(&mut self, now: Instant, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
         let len = payload.iter().map(|p| p.len()).sum();
         let hdr = rma_wire::encode_write(0, key, addr, data);
@@ -1120,7 +1122,7 @@ impl MsgEngine {
 
     fn finish_rma(&mut self, peer: PeerId, req: u64, status: Status, payload: &[u8], mem: &mut dyn Memory) {
         let id = req as usize;
-        if u32::try_from(req).is_err() || !self.rma.get(id).is_some_and(|e| e.peer == peer) {
+        if u32::try_from(req).is_err() || self.rma.get(id).is_none_or(|e| e.peer != peer) {
             self.stats.stray += 1;
             return;
         }
@@ -1270,12 +1272,13 @@ impl MsgEngine {
                     self.stats.stray += 1;
                     self.rdm.recycle(msg);
                 }
-                Event::SendComplete { token } => match Token::decode(token) {
-                    Some(Token::Msg(id)) => self.complete_send(id, None),
+                Event::SendComplete { token } => {
                     // An RTS and its pushes complete on the receiver's Fin; an
                     // RMA request on its answer.
-                    _ => {}
-                },
+                    if let Some(Token::Msg(id)) = Token::decode(token) {
+                        self.complete_send(id, None);
+                    }
+                }
                 Event::SendFailed { token, peer: _, reason } => {
                     let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
                     match Token::decode(token) {

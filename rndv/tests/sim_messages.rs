@@ -635,7 +635,7 @@ fn windowed_rendezvous_over_a_path_without_remote_read() {
         }
         let s1 = sim.nodes[1].engine.me.stats();
         assert_eq!((s1.pushed, s1.pulled), (3, 0), "seed {seed}");
-        assert!(s1.windows_granted >= 16 + 5 + 1, "1 MiB in 64 KiB windows: {} grants", s1.windows_granted);
+        assert!(s1.windows_granted > 16 + 5, "1 MiB in 64 KiB windows: {} grants", s1.windows_granted);
         assert_eq!(sim.nodes[0].engine.me.stats().rts_sent, 3, "no refusal: the path never claimed remote read");
     }
 }

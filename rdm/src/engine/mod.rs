@@ -1924,7 +1924,7 @@ mod tests {
                 let hot = &b.hot[b.cold[0].hot.unwrap() as usize];
                 let bits = hot.sack_bits();
                 for k in 1..=64u32 {
-                    let psn = hot.rx_next.add(k);
+                    let psn = hot.rx_next.plus(k);
                     prop_assert_eq!(bits & (1 << (k - 1)) != 0, hot.ooo.contains_key(&psn.0));
                 }
                 while let Some(ev) = b.poll_event() {
@@ -1939,7 +1939,7 @@ mod tests {
         /// Psn ordering agrees with i64 arithmetic within half the space.
         #[test]
         fn psn_order_matches_model(a: u32, d in -(1i64 << 30)..(1i64 << 30)) {
-            let b = Psn(a).add(d as i32 as u32);
+            let b = Psn(a).plus(d as i32 as u32);
             prop_assert_eq!(b.diff(Psn(a)) as i64, d);
             prop_assert_eq!(Psn(a).lt(b), d > 0);
         }

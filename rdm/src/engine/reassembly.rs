@@ -26,14 +26,15 @@ impl Engine {
             return;
         }
         if d > 0 {
-            if hot.ooo.contains_key(&psn.0) {
-                self.stats.duplicates += 1;
-            } else {
-                self.stats.out_of_order += 1;
-                let mut v = self.pool.pop().unwrap_or_default();
-                v.clear();
-                v.extend_from_slice(payload);
-                hot.ooo.insert(psn.0, RxSeg { first: hdr.first, last: hdr.last, payload: v });
+            match hot.ooo.entry(psn.0) {
+                std::collections::btree_map::Entry::Occupied(_) => self.stats.duplicates += 1,
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    self.stats.out_of_order += 1;
+                    let mut v = self.pool.pop().unwrap_or_default();
+                    v.clear();
+                    v.extend_from_slice(payload);
+                    slot.insert(RxSeg { first: hdr.first, last: hdr.last, payload: v });
+                }
             }
             // Out of order: tell the sender now so it can fill the hole.
             hot.ack_now = true;

@@ -270,7 +270,7 @@ impl Engine {
                     hot.rttvar = r / 2;
                 }
                 Some(s) => {
-                    let diff = if s > r { s - r } else { r - s };
+                    let diff = s.abs_diff(r);
                     hot.rttvar = (hot.rttvar * 3 + diff) / 4;
                     hot.srtt = Some((s * 7 + r) / 8);
                 }

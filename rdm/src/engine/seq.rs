@@ -9,7 +9,8 @@ impl Psn {
     pub fn next(self) -> Psn {
         Psn(self.0.wrapping_add(1))
     }
-    pub fn add(self, n: u32) -> Psn {
+    /// `n` numbers later (wrapping).
+    pub fn plus(self, n: u32) -> Psn {
         Psn(self.0.wrapping_add(n))
     }
     /// Signed distance `self - other`.
