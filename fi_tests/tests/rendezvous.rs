@@ -187,9 +187,10 @@ fn run(domain: &str, cma: bool) {
     // (256 KiB: the 1 MiB and 4 MiB echoes, the 300,000-byte discard) also by
     // windows, the others eagerly.
     assert_eq!(sent, 7, "{text}");
-    // shm needs no registration: the domain keeps no registration cache and no
-    // rendezvous looked one up; the counters are printed all the same.
-    for name in ["rendezvous_registrations", "rendezvous_registrations_from_desc", "mr_cache_hits", "mr_cache_misses", "mr_cache_evictions", "mr_cache_invalidations", "mr_cache_bytes_cached"] {
+    // shm needs no registration: no rendezvous looked one up. (The domain has
+    // no registration cache at all on shm, so its mr_cache_* counters print 0
+    // whatever happens: asserting them would test nothing.)
+    for name in ["rendezvous_registrations", "rendezvous_registrations_from_desc"] {
         assert_eq!(stat(name), 0, "{name}: {text}");
     }
     if cma {

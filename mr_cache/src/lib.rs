@@ -181,6 +181,14 @@ impl KeyTable {
         Ok(key)
     }
 
+    /// A non-empty segment of `key`'s registration that the unmap monitor
+    /// does not watch (file-backed, watched by another userfaultfd, or no
+    /// monitor at all): unmapping it while registered will not revoke the key.
+    pub fn unwatched_segment(&self, key: u64) -> Option<Segment> {
+        let r = self.regions.get(&key)?;
+        r.region.segments.iter().find(|s| s.len > 0 && !r.watched.contains(s)).copied()
+    }
+
     pub fn remove(&mut self, key: u64) -> Result<Region, MrError> {
         let r = self.regions.remove(&key).ok_or(MrError::NoKey(key))?;
         for s in &r.watched {

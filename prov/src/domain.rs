@@ -99,6 +99,25 @@ pub(crate) fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
     m
 }
 
+/// Says once per process that registered memory cannot be watched for
+/// unmapping (file-backed mappings, memory another userfaultfd watches,
+/// kernels without userfaultfd write-protect): its key is not revoked if the
+/// application unmaps it while registered. Not repeated where the monitor is
+/// unavailable altogether ([`unmap_monitor`] said so then).
+pub(crate) fn warn_unwatched(s: mr_cache::Segment) {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    if unmap_monitor().unavailable_reason().is_some() {
+        return;
+    }
+    SAID.call_once(|| {
+        let msg = format!(
+            "memory registered at {:#x} (+{} bytes) cannot be watched for unmapping (file-backed, or watched by another userfaultfd): its key is not revoked if it is unmapped while registered; said once",
+            s.addr, s.len
+        );
+        crate::log::warn(crate::log::Subsys::Mr, "mr_reg", &msg);
+    });
+}
+
 entry! {
     fn domain_close(f: *mut fi::fid) -> i32 {
         // SAFETY: our fid.

@@ -23,6 +23,7 @@ unsafe impl FidObject for Mr {
 
 static MR_FI_OPS: fi::fi_ops = fid::fi_ops(mr_close, None, None);
 
+#[allow(clippy::too_many_arguments)] // the union of fi_mr_reg/regv/regattr's arguments
 fn register(
     f: *mut fi::fid,
     iov: &[(u64, u64)],
@@ -36,7 +37,7 @@ fn register(
     non_null!(out);
     // FI_RMA_EVENT is offered (targets count served requests on their remote
     // counters for every registration alike), so the flag asks for nothing more.
-    if flags & !(fi::FI_RMA_EVENT as u64) != 0 {
+    if flags & !fi::FI_RMA_EVENT != 0 {
         return Err(Error::BadFlags);
     }
     // A segment that wraps the address space names no memory.
@@ -53,7 +54,14 @@ fn register(
     let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
     let region = Region { segments, access, offset: if virt { 0 } else { offset } };
     let prov_key = d.profile.mr_mode & fi::FI_MR_PROV_KEY as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
-    let key = d.mr_keys.lock().insert(region, if prov_key { None } else { Some(requested_key) })?;
+    let (key, unwatched) = {
+        let mut keys = d.mr_keys.lock();
+        let key = keys.insert(region, if prov_key { None } else { Some(requested_key) })?;
+        (key, keys.unwatched_segment(key))
+    };
+    if let Some(s) = unwatched {
+        crate::domain::warn_unwatched(s);
+    }
     d.children.get();
     let mr = fid::leak(Mr {
         fid: fi::fid_mr { fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS), mem_desc: std::ptr::null_mut(), key },
