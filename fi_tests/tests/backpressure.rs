@@ -1,19 +1,91 @@
 //! Unexpected messages are buffered up to FI_RDMX_UNEXPECTED_LIMIT bytes; beyond
 //! it the receiver stops accepting and senders wait. Nothing is dropped: once
 //! receives are posted, every message arrives intact and in order.
+//!
+//! How many bytes the receiver holds is read at the sender: over UDP a send
+//! completes only once the receiver's provider has processed the message — with
+//! no receive posted, once it holds it as unexpected (`prov/src/core.rs`,
+//! `progress`: acknowledgements leave only after the message engine ran). So at
+//! every moment (completed sends − receives taken) × LEN is a lower bound of
+//! the unexpected bytes held, and the test bounds it by what the code
+//! guarantees:
+//!
+//! - the receiver stops accepting once it holds more than the limit
+//!   (`rndv/src/engine.rs`, `update_backpressure`: paused while held > limit),
+//!   but it checks that after each progress round, and one round feeds the rdm
+//!   engine up to 4 × 64 datagrams (`prov/src/core.rs`, `progress`), each at
+//!   most `FI_RDMX_UDP_MTU` (1472) bytes. So held ≤ limit + 256 × 1472 + one
+//!   message begun in an earlier round. (Segments released from the reorder
+//!   buffer in that round would add to it; loopback does not reorder.)
+//! - it takes messages until it holds more than the limit, so at least
+//!   limit / (LEN + header) + 1 complete before it pauses;
+//! - it resumes only once it holds at most half the limit (same function).
+//!
+//! There is no high-water counter: `FI_RDMX_STATS`' `unexpected_bytes` is the
+//! value at close.
 use fi_tests::*;
 use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+const LIMIT: usize = 1 << 20;
+const LEN: usize = 16384;
+const N: usize = 128;
+/// Datagrams one progress round hands the rdm engine before the message
+/// engine checks the limit again (`prov/src/core.rs`: 4 batches of 64).
+const ROUND_DATAGRAMS: usize = 4 * 64;
+/// `FI_RDMX_UDP_MTU`'s default: no datagram carries more.
+const MTU: usize = 1472;
+/// More than the message engine adds to each message (its header), which the
+/// receiver counts in the bytes it holds.
+const HEADER_MAX: usize = 256;
+/// Messages the receiver may hold: the limit, one round, one message begun before.
+const MOST: usize = (LIMIT + ROUND_DATAGRAMS * MTU + LEN + HEADER_MAX) / LEN;
+/// Messages it takes before it may pause (it holds more than the limit then).
+const LEAST: usize = LIMIT / (LEN + HEADER_MAX) + 1;
+// Room to tell the bounds apart, and messages left over once the receiver pauses.
+const _: () = assert!(LEAST < MOST && MOST < N);
+
+/// Counts the send completions `a` has queued; an error fails the test.
+fn drain(a: &Stack, done: &mut usize) {
+    loop {
+        let mut e = fi::fi_cq_tagged_entry::default();
+        // SAFETY: a libfabric call on objects this test opened and still holds; `e` outlives the call.
+        let n = unsafe { fi::fi_cq_read(a.cq, &mut e as *mut _ as *mut _, 1) };
+        if n == 1 {
+            *done += 1;
+            continue;
+        }
+        if n == -(fi::FI_EAVAIL as isize) {
+            let mut err = fi::fi_cq_err_entry::default();
+            // SAFETY: as above.
+            assert_eq!(unsafe { fi::fi_cq_readerr(a.cq, &mut err, 0) }, 1);
+            panic!("a send failed: error {}", err.err);
+        }
+        assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read");
+        return;
+    }
+}
+
+/// Asserts the receiver holds no more than the bound: `done` messages were
+/// processed by it, `received` taken out by receives.
+fn check_held(done: usize, received: usize, when: &str) {
+    let held = done.saturating_sub(received);
+    assert!(
+        held <= MOST,
+        "{when}: the receiver holds at least {held} unexpected messages of {LEN} bytes ({} bytes) with a limit of {LIMIT}; the bound is {MOST} (limit + {ROUND_DATAGRAMS} datagrams of {MTU} bytes + one message)",
+        held * LEN
+    );
+}
 
 #[test]
 fn unexpected_memory_limit_applies_back_pressure_without_loss() {
     // SAFETY: before the first libfabric call of this test binary (one test).
-    unsafe { std::env::set_var("FI_RDMX_UNEXPECTED_LIMIT", "65536") };
+    unsafe { std::env::set_var("FI_RDMX_UNEXPECTED_LIMIT", LIMIT.to_string()) };
     let a = Stack::open(Some("udp"), fi::FI_AV_MAP);
     let b = Stack::open(Some("udp"), fi::FI_AV_MAP);
     let b_at_a = a.insert(&b.name());
-    const N: usize = 64;
-    const LEN: usize = 16384;
     let bodies: Vec<Vec<u8>> = (0..N).map(|i| vec![i as u8; LEN]).collect();
+    let mut done = 0usize;
     for body in &bodies {
         loop {
             // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
@@ -24,29 +96,54 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
             assert_eq!(r, -(fi::FI_EAGAIN as isize));
             // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
+            drain(&a, &mut done);
         }
+        drain(&a, &mut done);
+        check_held(done, 0, "while sending");
     }
-    // Let both sides progress for a while with no receive posted.
-    let mut done = 0;
-    let until = std::time::Instant::now() + std::time::Duration::from_millis(500);
-    while std::time::Instant::now() < until {
-        let mut e = fi::fi_cq_tagged_entry::default();
-        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        if unsafe { fi::fi_cq_read(a.cq, &mut e as *mut _ as *mut _, 1) } == 1 {
-            done += 1;
+
+    // No receive posted: both sides progress until the receiver has reached
+    // its limit and nothing completes for half a second.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last_change = (done, Instant::now());
+    loop {
+        drain(&a, &mut done);
+        check_held(done, 0, "with no receive posted");
+        if done != last_change.0 {
+            last_change = (done, Instant::now());
         }
-        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
+        if done >= LEAST && last_change.1.elapsed() >= Duration::from_millis(500) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the receiver accepted only {done} messages of {LEN} bytes within 30 s: it stopped before holding more than its limit of {LIMIT} bytes ({LEAST} messages)");
+        // SAFETY: a libfabric call on objects this test opened and still holds.
         unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
     }
-    assert!(done < N, "all {N} sends completed: the receiver buffered {} bytes past its limit", N * LEN);
-    // Now receive everything, in order.
+    let settled = done;
+    println!("{settled} of {N} messages of {LEN} bytes held with a limit of {LIMIT} bytes (bounds {LEAST}..={MOST})");
+
+    // Now receive everything, in order. The receiver resumes only once it
+    // holds at most half its limit: when the sender first completes more, the
+    // receiver had taken `settled - held` messages with held ≤ LIMIT / 2.
     let mut buf = vec![0u8; LEN];
+    let mut resumed = false;
     for (i, body) in bodies.iter().enumerate() {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0) };
         let c = b.wait_cq(&[&a]).expect("receive");
         assert_eq!(c.len, LEN);
         assert!(buf == *body, "message {i} corrupted or out of order");
+        drain(&a, &mut done);
+        check_held(done, i + 1, &format!("after {} receives", i + 1));
+        if !resumed && done > settled {
+            resumed = true;
+            let still_held = settled.saturating_sub(i + 1) * LEN;
+            assert!(
+                still_held <= LIMIT / 2,
+                "the receiver resumed with at least {still_held} bytes unexpected (after {} receives), more than half its limit of {LIMIT}",
+                i + 1
+            );
+        }
     }
     while done < N {
         a.wait_cq(&[&b]).expect("send completion");
