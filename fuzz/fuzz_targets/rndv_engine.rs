@@ -418,7 +418,7 @@ fuzz_target!(|input: (bool, Vec<Op>)| {
         Engine::new(cfg.clone()),
         Config { rndv_threshold: 512, window_threshold: 1024, window: 4096, unexpected_limit: 64 << 10, keepalive: Duration::from_millis(200), ..Config::default() },
     );
-    let p = m.peer(DevAddr::Sim(1), DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false });
+    let p = m.peer(DevAddr::Sim(1), DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
     let mut bytes = vec![0u8; 3 * AREA as usize];
     for (i, b) in bytes.iter_mut().enumerate() {
         *b = (i * 7) as u8;

@@ -22,6 +22,9 @@ pub mod engine;
 /// The deterministic network simulator (tests only: the `sim` feature).
 #[cfg(feature = "sim")]
 pub mod sim;
+/// The simulated network as a device under whole endpoints (tests only).
+#[cfg(feature = "sim")]
+pub mod simnet;
 pub mod time;
 
 pub use device::{DevAddr, Device, DeviceCaps, DeviceError};

@@ -5,7 +5,7 @@ use rdm::device::composite::AutoDevice;
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice, UdpOffloads};
-use rdm::device::TxDatagram;
+use rdm::device::{LocalBuf, ReadRun, TxDatagram};
 use rdm::device::ShmAddr;
 use rdm::{DevAddr, Device, DeviceError};
 use std::net::SocketAddr;
@@ -812,6 +812,34 @@ fn shm_remote_read_own_process() {
     // An unmapped address is an error, not a crash.
     let mut small = [0u8; 8];
     assert!(b.remote_read(a.local_addr(), 8, &mut small).is_err());
+    // Posted: two runs land in order; a bad address stops the read with an
+    // error after the bytes before it, in its one completion.
+    let mut two = vec![0u8; 300];
+    let (lo, hi) = two.split_at_mut(100);
+    // SAFETY: both halves of `two` outlive the read (synchronous on shm) and
+    // nothing else touches them.
+    let runs = unsafe {
+        [
+            ReadRun { remote_addr: src.as_ptr() as u64 + 10, remote_key: None, local: LocalBuf::new(lo.as_mut_ptr() as u64, 100) },
+            ReadRun { remote_addr: src.as_ptr() as u64 + 5000, remote_key: None, local: LocalBuf::new(hi.as_mut_ptr() as u64, 200) },
+        ]
+    };
+    b.post_read(1, a.local_addr(), &runs).unwrap();
+    let done = b.poll_read().unwrap();
+    assert_eq!((done.id, done.bytes, done.error.is_none()), (1, 300, true));
+    assert_eq!(&two[..100], &src[10..110]);
+    assert_eq!(&two[100..], &src[5000..5200]);
+    // SAFETY: as above.
+    let runs = unsafe {
+        [
+            ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: LocalBuf::new(two.as_mut_ptr() as u64, 100) },
+            ReadRun { remote_addr: 8, remote_key: None, local: LocalBuf::new(two.as_mut_ptr() as u64 + 100, 8) },
+        ]
+    };
+    b.post_read(2, a.local_addr(), &runs).unwrap();
+    let done = b.poll_read().unwrap();
+    assert_eq!((done.id, done.bytes), (2, 100));
+    assert!(done.error.is_some(), "an unmapped address fails the read");
 }
 
 #[test]
@@ -882,10 +910,21 @@ fn auto_routes_by_address_kind() {
     if a.shm().unwrap().caps().remote_read {
         let buf = vec![42u8; 64];
         let mut dst = vec![0u8; 64];
-        assert_eq!(b.remote_read(a_shm, buf.as_ptr() as u64, &mut dst).unwrap(), 64);
+        // SAFETY: `dst` outlives the read, which shm completes before
+        // post_read returns, and nothing else touches it meanwhile.
+        let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 64) };
+        b.post_read(7, a_shm, &[ReadRun { remote_addr: buf.as_ptr() as u64, remote_key: None, local }]).unwrap();
+        let done = b.poll_read().expect("a synchronous read completes at once");
+        assert_eq!((done.id, done.bytes, done.error.is_none()), (7, 64, true));
         assert_eq!(dst, buf);
+        assert!(b.poll_read().is_none(), "one completion per read");
     }
-    assert!(matches!(b.remote_read(a.local_addr(), 0, &mut [0u8; 1]), Err(DeviceError::Unsupported)));
+    // The UDP half cannot read: refused at the post, no completion follows.
+    let mut one = [0u8; 1];
+    // SAFETY: `one` outlives the call; a refused post touches nothing.
+    let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 1) };
+    assert!(matches!(b.post_read(8, a.local_addr(), &[ReadRun { remote_addr: 0, remote_key: None, local }]), Err(DeviceError::Unsupported)));
+    assert!(b.poll_read().is_none());
 }
 
 #[test]

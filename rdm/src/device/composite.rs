@@ -18,7 +18,7 @@
 
 use super::shm::ShmDevice;
 use super::udp::UdpDevice;
-use super::{DevAddr, Device, DeviceCaps, DeviceError, ShmAddr, TxDatagram};
+use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -139,9 +139,10 @@ impl<N: Device> Device for AutoDevice<N> {
                     gso: false,
                     // Per path (`caps_for`): shm needs none, the network half says.
                     registration: false,
+                    max_inline: s.max_inline.min(n.max_inline),
                 }
             }
-            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false, registration: false },
+            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false, registration: false, max_inline: 0 },
         }
     }
 
@@ -218,12 +219,28 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
-    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        self.net.iter().map(|n| n.local_addr()).chain(self.shm.iter().map(|s| s.local_addr())).collect()
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        match (Self::is_shm(addr), &self.shm, &self.net) {
+            (true, Some(s), _) => s.owns(addr),
+            (false, _, Some(n)) => n.owns(addr),
+            _ => false,
+        }
+    }
+
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
-            (true, Some(s), _) => s.remote_read(peer, remote_addr, dst),
-            (false, _, Some(n)) => n.remote_read(peer, remote_addr, dst),
+            (true, Some(s), _) => s.post_read(id, peer, runs),
+            (false, _, Some(n)) => n.post_read(id, peer, runs),
             _ => Err(DeviceError::Unreachable(peer)),
         }
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        self.shm.as_mut().and_then(|s| s.poll_read()).or_else(|| self.net.as_mut().and_then(|n| n.poll_read()))
     }
 
     fn wait_fd(&self) -> Option<RawFd> {

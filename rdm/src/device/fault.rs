@@ -22,7 +22,7 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
+use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
@@ -332,8 +332,24 @@ impl<D: Device> Device for FaultDevice<D> {
         DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps_for(peer) }
     }
 
-    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
-        self.inner.remote_read(peer, remote_addr, dst)
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        self.inner.local_addrs()
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        self.inner.owns(addr)
+    }
+
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        self.inner.post_read(id, peer, runs)
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        self.inner.poll_read()
+    }
+
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        self.inner.transmit_buffers(count, len)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
@@ -368,7 +384,7 @@ mod tests {
 
     impl Device for Recorder {
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false, registration: false }
+            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false, registration: false, max_inline: 0 }
         }
         fn local_addr(&self) -> DevAddr {
             DevAddr::Sim(0)

@@ -32,6 +32,57 @@ pub enum DevAddr {
     /// feature, never in the shipped library).
     #[cfg(feature = "sim")]
     Sim(u32),
+    /// An address whose bytes only its device interprets (verbs UD: GID, QPN
+    /// and Q_Key; EFA SRD: its 32-byte address). The endpoint never looks
+    /// inside: it asks the device ([`Device::caps_for`], [`Device::owns`]),
+    /// so a new device needs no new variant here and no new match above.
+    Raw(RawAddr),
+}
+
+/// Longest address a [`RawAddr`] carries (an EFA address is 32 bytes: GID,
+/// QPN, QKey; verbs UD needs GID + QPN + Q_Key = 24).
+pub const RAW_ADDR_MAX: usize = 32;
+
+/// A device's own address bytes, tagged with the device family that defines
+/// them (so two device kinds never mistake each other's addresses).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RawAddr {
+    family: u8,
+    len: u8,
+    bytes: [u8; RAW_ADDR_MAX],
+}
+
+impl RawAddr {
+    /// Device families of raw addresses.
+    pub const FAMILY_VERBS_UD: u8 = 1;
+    pub const FAMILY_EFA: u8 = 2;
+    /// The endpoint-level simulator and model devices of the tests.
+    pub const FAMILY_MODEL: u8 = 0xfe;
+
+    /// `None` when `bytes` is longer than [`RAW_ADDR_MAX`].
+    pub fn new(family: u8, bytes: &[u8]) -> Option<RawAddr> {
+        let mut b = [0u8; RAW_ADDR_MAX];
+        b.get_mut(..bytes.len())?.copy_from_slice(bytes);
+        Some(RawAddr { family, len: bytes.len() as u8, bytes: b })
+    }
+
+    pub fn family(&self) -> u8 {
+        self.family
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
+impl std::fmt::Debug for RawAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raw{}:", self.family)?;
+        for b in self.bytes() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
 }
 
 impl DevAddr {
@@ -65,6 +116,10 @@ pub struct DeviceCaps {
     /// The device takes a run of equal-size datagrams to one destination as one
     /// [`TxDatagram`] (`seg` < `data.len()`), e.g. as one UDP GSO send.
     pub gso: bool,
+    /// Datagrams up to this many bytes are copied into the send queue itself
+    /// (verbs `max_inline_data`): no buffer need stay registered for them. 0
+    /// where the notion does not apply (sockets and rings copy every datagram).
+    pub max_inline: usize,
     /// A remote read of this endpoint's memory needs a registration key (verbs
     /// UD, EFA SRD: the peer's RDMA read names a memory key). The sender of a
     /// rendezvous then registers its buffers (through the registration cache)
@@ -72,6 +127,111 @@ pub struct DeviceCaps {
     /// (`process_vm_readv` reads any address): on those paths no registration
     /// is looked up at all.
     pub registration: bool,
+}
+
+impl DeviceCaps {
+    /// An unreliable, unordered path of `mtu` bytes with nothing else: the
+    /// base the tests and the simulator build from.
+    pub const fn datagram(mtu: usize) -> DeviceCaps {
+        DeviceCaps { reliable: false, ordered: false, mtu, remote_read: false, gso: false, registration: false, max_inline: 0 }
+    }
+}
+
+/// Application memory a posted remote read ([`Device::post_read`]) writes
+/// into, with the local registration key where the device needs one. Built
+/// only through the `unsafe` [`LocalBuf::new`]: whoever names memory vouches
+/// for it, so that devices (which write there, maybe later, from a NIC) can
+/// take it through a safe call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalBuf {
+    addr: u64,
+    len: u64,
+    key: Option<u64>,
+}
+
+impl LocalBuf {
+    /// # Safety
+    /// `addr..addr+len` is memory of this process that stays valid, and is
+    /// not read or written by anything else, until the read naming it has
+    /// completed ([`Device::poll_read`] returned its id) or the device is
+    /// dropped.
+    // Declaring the contract is unsafe; nothing here dereferences.
+    #[allow(unsafe_code)]
+    pub unsafe fn new(addr: u64, len: u64) -> LocalBuf {
+        LocalBuf { addr, len, key: None }
+    }
+
+    /// The same memory, with the local key of a registration covering it.
+    pub fn with_key(self, key: u64) -> LocalBuf {
+        LocalBuf { key: Some(key), ..self }
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn key(&self) -> Option<u64> {
+        self.key
+    }
+}
+
+/// One piece of a posted remote read: `local.len()` bytes of the peer's memory
+/// at `remote_addr`, named through `remote_key` on devices that need keys
+/// ([`DeviceCaps::registration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadRun {
+    pub remote_addr: u64,
+    pub remote_key: Option<u64>,
+    pub local: LocalBuf,
+}
+
+/// A posted remote read that finished: `bytes` were read, in order from its
+/// first run; `error` says why it stopped short (`None`: every byte arrived).
+#[derive(Debug)]
+pub struct ReadDone {
+    pub id: u64,
+    pub bytes: u64,
+    pub error: Option<DeviceError>,
+}
+
+/// Registers memory with a device's protection domain: what a peer's remote
+/// read of it names (the key), and what a local read target or a lent
+/// transmit buffer carries.
+pub trait Registrar: Send {
+    /// Registers `[addr, addr+len)` for libfabric-style `access` bits; the
+    /// key a remote access names.
+    fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError>;
+    fn deregister(&mut self, key: u64);
+}
+
+/// What an endpoint's queue is opened with.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenSpec {
+    /// The local socket address asked for (devices that bind one).
+    pub bind: Option<SocketAddr>,
+    /// This endpoint instance, unique per process lifetime: names its ring on
+    /// shm, feeds its Q_Key-independent identity elsewhere.
+    pub incarnation: u64,
+}
+
+/// A domain's device: one per libfabric domain (on verbs its protection
+/// domain; on EFA the same), from which every endpoint of the domain opens its
+/// queue and through which the domain registers memory, so a registration is
+/// valid on every endpoint's queue.
+pub trait DeviceContext: Send + Sync {
+    /// Opens one endpoint's queue.
+    fn open(&self, spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError>;
+    /// The domain's registrar, for devices whose remote reads need keys;
+    /// `None` where nothing is registered (udp, shm).
+    fn registrar(&self) -> Option<Box<dyn Registrar>>;
 }
 
 /// One outgoing datagram, or a run of them: `data` cut every `seg` bytes (the
@@ -167,16 +327,41 @@ pub trait Device: Send {
         deliver: &mut dyn FnMut(DevAddr, &[u8]),
     ) -> Result<usize, DeviceError>;
 
-    /// Copies `dst.len()` bytes from address `remote_addr` in the memory of the peer
-    /// at `peer` into `dst`. Only for devices with `caps().remote_read`.
-    fn remote_read(
-        &mut self,
-        peer: DevAddr,
-        remote_addr: u64,
-        dst: &mut [u8],
-    ) -> Result<usize, DeviceError> {
-        let _ = (peer, remote_addr, dst);
+    /// Every address this endpoint is reachable at (a composite has one per
+    /// half); `local_addr` is the first.
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![self.local_addr()]
+    }
+
+    /// Whether datagrams to `addr` go through this device (a composite asks
+    /// its halves): how an endpoint routes by device, never by address kind.
+    fn owns(&self, addr: &DevAddr) -> bool {
+        let _ = addr;
+        true
+    }
+
+    /// Posts a read of the peer's memory into local memory: the runs in order,
+    /// each `run.local.len()` bytes. It completes later with one [`ReadDone`]
+    /// carrying `id` ([`Device::poll_read`]); a device that reads synchronously
+    /// (shm's `process_vm_readv`) completes before returning. An error here
+    /// means nothing was read and no completion follows: `Unsupported` says
+    /// this path cannot read (the sender then pushes the bytes).
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let _ = (id, peer, runs);
         Err(DeviceError::Unsupported)
+    }
+
+    /// A posted read that finished, if any.
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        None
+    }
+
+    /// Buffers for the endpoint to build outgoing datagrams in, each `len`
+    /// bytes: the device lends memory it can send from without another copy
+    /// (registered memory on verbs). Datagrams passed to `send_batch` may also
+    /// point elsewhere; the device then copies (or sends inline).
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect()
     }
 
     /// A file descriptor that becomes readable when `recv_batch` has work; `None` if
@@ -236,13 +421,24 @@ impl<D: Device + ?Sized> Device for Box<D> {
         (**self).recv_batch(max, deliver)
     }
 
-    fn remote_read(
-        &mut self,
-        peer: DevAddr,
-        remote_addr: u64,
-        dst: &mut [u8],
-    ) -> Result<usize, DeviceError> {
-        (**self).remote_read(peer, remote_addr, dst)
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        (**self).local_addrs()
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        (**self).owns(addr)
+    }
+
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        (**self).post_read(id, peer, runs)
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        (**self).poll_read()
+    }
+
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        (**self).transmit_buffers(count, len)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {

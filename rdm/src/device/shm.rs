@@ -43,7 +43,7 @@
 #![allow(unsafe_code)]
 
 pub use super::host::host_id;
-use super::{DevAddr, Device, DeviceCaps, DeviceError, ShmAddr, TxDatagram};
+use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -498,6 +498,8 @@ pub struct ShmDevice {
     touched: Vec<ShmAddr>,
     /// Mapped peers found dead, not yet reported by `poll_unreachable`.
     dead: std::collections::VecDeque<DevAddr>,
+    /// Posted remote reads, finished (process_vm_readv reads at once).
+    reads_done: std::collections::VecDeque<ReadDone>,
     liveness_tick: u32,
     /// This ring's entry among the rings to remove at exit (rings in
     /// [`DEFAULT_DIR`] only).
@@ -817,6 +819,7 @@ impl ShmDevice {
             peers: FxHashMap::default(),
             touched: Vec::new(),
             dead: std::collections::VecDeque::new(),
+            reads_done: std::collections::VecDeque::new(),
             liveness_tick: 0,
             exit_slot: if cfg.dir == Path::new(DEFAULT_DIR) { remember_open_ring(addr.ring_id) } else { None },
             stats: ShmStats::default(),
@@ -843,6 +846,40 @@ impl ShmDevice {
 
     /// Whether [`Device::remote_read`] from `peer` works (same user, ptrace
     /// allowed): reads the magic of the peer's ring header out of its memory.
+    /// Copies `dst.len()` bytes at `remote_addr` of the same-host process
+    /// behind `peer` into `dst` (`process_vm_readv`); how many were read.
+    pub fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
+        let DevAddr::Shm(a) = peer else { return Err(DeviceError::Unreachable(peer)) };
+        if !self.cma_ok {
+            return Err(DeviceError::Unsupported);
+        }
+        if a.host_id != self.addr.host_id {
+            return Err(DeviceError::Unreachable(peer));
+        }
+        use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+        let pid = nix::unistd::Pid::from_raw(a.pid as i32);
+        let mut done = 0;
+        while done < dst.len() {
+            let remote = [RemoteIoVec { base: remote_addr as usize + done, len: dst.len() - done }];
+            let mut local = [io::IoSliceMut::new(&mut dst[done..])];
+            match process_vm_readv(pid, &mut local, &remote) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS) => return Err(DeviceError::Unsupported),
+                Err(nix::errno::Errno::ESRCH) => return Err(DeviceError::Unreachable(peer)),
+                Err(e) if done > 0 => {
+                    let _ = e;
+                    break;
+                }
+                Err(e) => return Err(DeviceError::io("process_vm_readv", e.into())),
+            }
+        }
+        self.stats.remote_reads += 1;
+        Ok(done)
+    }
+
+
     pub fn probe_remote_read(&mut self, peer: &ShmAddr) -> bool {
         if !self.cma_ok {
             return false;
@@ -948,7 +985,7 @@ impl ShmDevice {
 
 impl Device for ShmDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false, registration: false }
+        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false, registration: false, max_inline: 0 }
     }
 
     fn local_addr(&self) -> DevAddr {
@@ -1060,35 +1097,44 @@ impl Device for ShmDevice {
         self.dead.pop_front()
     }
 
-    fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
-        let DevAddr::Shm(a) = peer else { return Err(DeviceError::Unreachable(peer)) };
-        if !self.cma_ok {
-            return Err(DeviceError::Unsupported);
-        }
-        if a.host_id != self.addr.host_id {
-            return Err(DeviceError::Unreachable(peer));
-        }
-        use nix::sys::uio::{process_vm_readv, RemoteIoVec};
-        let pid = nix::unistd::Pid::from_raw(a.pid as i32);
-        let mut done = 0;
-        while done < dst.len() {
-            let remote = [RemoteIoVec { base: remote_addr as usize + done, len: dst.len() - done }];
-            let mut local = [io::IoSliceMut::new(&mut dst[done..])];
-            match process_vm_readv(pid, &mut local, &remote) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(nix::errno::Errno::EPERM | nix::errno::Errno::ENOSYS) => return Err(DeviceError::Unsupported),
-                Err(nix::errno::Errno::ESRCH) => return Err(DeviceError::Unreachable(peer)),
-                Err(e) if done > 0 => {
-                    let _ = e;
+    fn owns(&self, addr: &DevAddr) -> bool {
+        matches!(addr, DevAddr::Shm(_))
+    }
+
+    /// Reads at once with `process_vm_readv` (no key: it reads any address of
+    /// a same-host process the ptrace policy lets us read).
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let mut bytes = 0u64;
+        let mut error = None;
+        for run in runs {
+            let len = run.local.len() as usize;
+            // SAFETY: `LocalBuf`'s contract: its memory is this process's,
+            // valid and used by nothing else until this read completes,
+            // which it does before this call returns.
+            let dst = unsafe { std::slice::from_raw_parts_mut(run.local.addr() as *mut u8, len) };
+            match self.remote_read(peer, run.remote_addr, dst) {
+                Ok(n) => {
+                    bytes += n as u64;
+                    if n < len {
+                        error = Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")));
+                        break;
+                    }
+                }
+                // Nothing read yet and the path cannot read: the caller asks
+                // for a push instead.
+                Err(e @ DeviceError::Unsupported) if bytes == 0 => return Err(e),
+                Err(e) => {
+                    error = Some(e);
                     break;
                 }
-                Err(e) => return Err(DeviceError::io("process_vm_readv", e.into())),
             }
         }
-        self.stats.remote_reads += 1;
-        Ok(done)
+        self.reads_done.push_back(ReadDone { id, bytes, error });
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        self.reads_done.pop_front()
     }
 
     fn wait_fd(&self) -> Option<RawFd> {

@@ -851,8 +851,12 @@ impl UdpDevice {
 }
 
 impl Device for UdpDevice {
+    fn owns(&self, addr: &DevAddr) -> bool {
+        matches!(addr, DevAddr::Udp(_))
+    }
+
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso, registration: false }
+        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso, registration: false, max_inline: 0 }
     }
 
     fn local_addr(&self) -> DevAddr {

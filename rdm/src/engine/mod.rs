@@ -1342,7 +1342,7 @@ mod tests {
     #[test]
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
         let near = a.peer_with_path(DevAddr::Sim(1), &shm);
         let far = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;
@@ -1405,7 +1405,7 @@ mod tests {
         events(b);
     }
 
-    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
+    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
 
     #[test]
     fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
@@ -1439,9 +1439,9 @@ mod tests {
     #[test]
     fn unreliable_or_unordered_paths_never_skip_the_sequence() {
         for path in [
-            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false },
-            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false, registration: false },
-            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false, registration: false },
+            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 },
+            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 },
+            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 },
         ] {
             let (mut a, mut b, pb, pa) = pair(path);
             let t = Instant::ZERO;
@@ -1599,7 +1599,7 @@ mod tests {
 
     #[test]
     fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
-        let udp = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false };
+        let udp = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 };
         let delay = Duration::from_micros(50);
         let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, completed_ack_delay: delay, ..EngineConfig::default() });
@@ -1668,7 +1668,7 @@ mod tests {
     #[test]
     fn runs_of_datagrams_only_where_the_device_takes_them() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true, registration: false };
+        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true, registration: false, max_inline: 0 };
         let gso_peer = a.peer_with_path(DevAddr::Sim(1), &udp_gso);
         let plain = a.peer(DevAddr::Sim(2));
         let t = Instant::ZERO;

@@ -1,0 +1,428 @@
+//! The simulated network as a [`Device`]: each node of a [`SimNet`] gets a
+//! [`SimDevice`] that an endpoint owns like any other device, so the code above
+//! the device seam (the whole endpoint, its staging, its reads) runs unchanged
+//! on a virtual clock. Links lose, duplicate, reorder, delay and corrupt with a
+//! seeded generator, as in [`crate::sim`]; every run replays from its seed.
+//!
+//! The device is also the model of the seam a verbs or SRD device will fill:
+//! its addresses are [`DevAddr::Raw`] bytes only it interprets; its remote
+//! reads are posted and complete later (the test harness serves them between
+//! steps, from the peer's model memory); on paths whose caps say
+//! `registration` a read must carry both keys; and it lends the transmit
+//! buffers and counts datagrams sent from anywhere else.
+#![forbid(unsafe_code)]
+
+use crate::device::fault::Rng;
+use crate::device::{DevAddr, Device, DeviceCaps, DeviceError, RawAddr, ReadDone, ReadRun, TxDatagram};
+use crate::sim::Link;
+use crate::time::Instant;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    to: u32,
+    from: u32,
+    data: Vec<u8>,
+}
+
+/// One node's side of the network.
+struct Port {
+    alive: bool,
+    caps: DeviceCaps,
+    /// Per-peer caps where they differ from `caps` (a path without remote read).
+    paths: HashMap<u32, DeviceCaps>,
+    /// Every posted read is refused (a process the ptrace policy forbids to read).
+    deny_reads: bool,
+    inbox: VecDeque<(u32, Vec<u8>)>,
+    backlog_cap: usize,
+    backlog_drops: u64,
+    rx_per_ms: Option<u32>,
+    rx_budget: u32,
+    rx_window_start: Instant,
+    reads_done: VecDeque<ReadDone>,
+    /// Address ranges of the transmit buffers this port lent.
+    lent: Vec<(usize, usize)>,
+    sent: u64,
+    sent_from_elsewhere: u64,
+}
+
+struct NetState {
+    now: Instant,
+    link: Link,
+    rng: Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    busy_until: Vec<Instant>,
+    ports: Vec<Port>,
+    reads: VecDeque<PostedRead>,
+    datagrams: u64,
+}
+
+/// A read a node posted, waiting for the harness to serve it.
+#[derive(Debug)]
+pub struct PostedRead {
+    pub node: u32,
+    pub peer: u32,
+    pub id: u64,
+    pub runs: Vec<ReadRun>,
+}
+
+/// The network shared by every node's device and the test harness.
+#[derive(Clone)]
+pub struct SimNet(Arc<Mutex<NetState>>);
+
+/// The address of node `i`.
+pub fn addr(i: u32) -> DevAddr {
+    DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_MODEL, &i.to_le_bytes()).expect("4 bytes fit"))
+}
+
+/// The node an address names, if it is a simulated one.
+pub fn node_of(a: &DevAddr) -> Option<u32> {
+    match a {
+        DevAddr::Raw(r) if r.family() == RawAddr::FAMILY_MODEL => Some(u32::from_le_bytes(r.bytes().try_into().ok()?)),
+        _ => None,
+    }
+}
+
+impl SimNet {
+    /// A network of `n` nodes whose devices offer `caps` on every path.
+    pub fn new(n: usize, caps: DeviceCaps, link: Link, seed: u64) -> SimNet {
+        let ports = (0..n)
+            .map(|_| Port {
+                alive: true,
+                caps,
+                paths: HashMap::new(),
+                deny_reads: false,
+                inbox: VecDeque::new(),
+                backlog_cap: usize::MAX,
+                backlog_drops: 0,
+                rx_per_ms: None,
+                rx_budget: 0,
+                rx_window_start: Instant::ZERO,
+                reads_done: VecDeque::new(),
+                lent: Vec::new(),
+                sent: 0,
+                sent_from_elsewhere: 0,
+            })
+            .collect();
+        SimNet(Arc::new(Mutex::new(NetState {
+            now: Instant::ZERO,
+            link,
+            rng: Rng::new(seed),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            busy_until: vec![Instant::ZERO; n],
+            ports,
+            reads: VecDeque::new(),
+            datagrams: 0,
+        })))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, NetState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Node `i`'s device.
+    pub fn device(&self, i: u32) -> SimDevice {
+        SimDevice { net: self.clone(), me: i }
+    }
+
+    pub fn now(&self) -> Instant {
+        self.lock().now
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.lock().ports.len()
+    }
+
+    /// The caps node `from` sees toward `to`.
+    pub fn set_path(&self, from: u32, to: u32, caps: DeviceCaps) {
+        self.lock().ports[from as usize].paths.insert(to, caps);
+    }
+
+    /// The caps node `i` sees on every path without its own.
+    pub fn set_caps(&self, i: u32, caps: DeviceCaps) {
+        self.lock().ports[i as usize].caps = caps;
+    }
+
+    /// Node `i` may not read anyone (every posted read is refused).
+    pub fn deny_reads(&self, i: u32) {
+        self.lock().ports[i as usize].deny_reads = true;
+    }
+
+    /// Receiver pacing: node `i` takes at most this many datagrams a millisecond.
+    pub fn set_rx_per_ms(&self, i: u32, limit: u32) {
+        self.lock().ports[i as usize].rx_per_ms = Some(limit);
+    }
+
+    /// Datagrams waiting at node `i` beyond this many are dropped.
+    pub fn set_backlog_cap(&self, i: u32, cap: usize) {
+        self.lock().ports[i as usize].backlog_cap = cap;
+    }
+
+    pub fn backlog_drops(&self, i: u32) -> u64 {
+        self.lock().ports[i as usize].backlog_drops
+    }
+
+    pub fn set_link(&self, link: Link) {
+        self.lock().link = link;
+    }
+
+    /// The process of node `i` dies: it sends and receives nothing more, and
+    /// datagrams to it are reported unreachable (as shm reports a dead pid).
+    pub fn kill(&self, i: u32) {
+        let mut n = self.lock();
+        let p = &mut n.ports[i as usize];
+        p.alive = false;
+        p.inbox.clear();
+    }
+
+    /// Node `i` runs again (a restarted process on the same address).
+    pub fn revive(&self, i: u32) {
+        self.lock().ports[i as usize].alive = true;
+    }
+
+    pub fn alive(&self, i: u32) -> bool {
+        self.lock().ports[i as usize].alive
+    }
+
+    /// Datagrams node `i` sent, and how many of them did not come from a
+    /// transmit buffer it lent.
+    pub fn sent(&self, i: u32) -> (u64, u64) {
+        let n = self.lock();
+        (n.ports[i as usize].sent, n.ports[i as usize].sent_from_elsewhere)
+    }
+
+    /// Datagrams put on the wire so far.
+    pub fn datagrams(&self) -> u64 {
+        self.lock().datagrams
+    }
+
+    /// Injects a raw datagram.
+    pub fn inject(&self, from: u32, to: u32, data: Vec<u8>) {
+        let mut n = self.lock();
+        n.seq += 1;
+        let (at, seq) = (n.now, n.seq);
+        n.queue.push(Reverse(InFlight { at, seq, to, from, data }));
+    }
+
+    /// Reads posted since the last call, for the harness to serve.
+    pub fn take_reads(&self) -> Vec<PostedRead> {
+        self.lock().reads.drain(..).collect()
+    }
+
+    pub fn has_reads(&self) -> bool {
+        !self.lock().reads.is_empty()
+    }
+
+    /// Finishes a read of node `node` (the harness served it).
+    pub fn complete_read(&self, node: u32, done: ReadDone) {
+        self.lock().ports[node as usize].reads_done.push_back(done);
+    }
+
+    /// When the network next has something to do (a datagram to deliver, a
+    /// paced backlog to drain).
+    pub fn next_event(&self) -> Option<Instant> {
+        let n = self.lock();
+        let packet = n.queue.peek().map(|Reverse(p)| p.at);
+        let backlog = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_some()).then(|| n.now + Duration::from_micros(100));
+        let inbox = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_none()).then_some(n.now);
+        [packet, backlog, inbox].into_iter().flatten().min()
+    }
+
+    /// Moves the clock to `t` (never back) and delivers what is due into the
+    /// nodes' receive queues.
+    pub fn advance(&self, t: Instant) {
+        let mut n = self.lock();
+        n.now = n.now.max(t);
+        let now = n.now;
+        while n.queue.peek().is_some_and(|Reverse(p)| p.at <= now) {
+            let Some(Reverse(p)) = n.queue.pop() else { break };
+            let port = &mut n.ports[p.to as usize];
+            if !port.alive {
+                continue;
+            }
+            if port.inbox.len() >= port.backlog_cap {
+                port.backlog_drops += 1;
+            } else {
+                port.inbox.push_back((p.from, p.data));
+            }
+        }
+    }
+}
+
+impl NetState {
+    fn put(&mut self, from: u32, to: u32, mut data: Vec<u8>) {
+        self.datagrams += 1;
+        let l = self.link;
+        if self.rng.chance(l.loss_pct) {
+            return;
+        }
+        if self.rng.chance(l.corrupt_pct) && !data.is_empty() {
+            let at = (self.rng.next_u64() as usize) % data.len();
+            data[at] ^= 1 << (self.rng.next_u64() % 8);
+        }
+        let copies = if self.rng.chance(l.dup_pct) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut at = self.now + l.delay;
+            if !l.jitter.is_zero() {
+                at = at + Duration::from_nanos(self.rng.next_u64() % l.jitter.as_nanos().max(1) as u64);
+            }
+            if self.rng.chance(l.reorder_pct) {
+                at = at + l.delay * 3;
+            }
+            if let Some(nanos) = (data.len() as u64 * 1_000_000_000).checked_div(l.bandwidth) {
+                let tx = Duration::from_nanos(nanos);
+                let start = self.busy_until[to as usize].max(self.now);
+                self.busy_until[to as usize] = start + tx;
+                at = at.max(start + tx);
+            }
+            self.seq += 1;
+            self.queue.push(Reverse(InFlight { at, seq: self.seq, to, from, data: data.clone() }));
+        }
+    }
+}
+
+/// One node's device on a [`SimNet`].
+pub struct SimDevice {
+    net: SimNet,
+    me: u32,
+}
+
+impl SimDevice {
+    pub fn node(&self) -> u32 {
+        self.me
+    }
+}
+
+impl Device for SimDevice {
+    fn caps(&self) -> DeviceCaps {
+        self.net.lock().ports[self.me as usize].caps
+    }
+
+    fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
+        let n = self.net.lock();
+        let port = &n.ports[self.me as usize];
+        node_of(peer).and_then(|j| port.paths.get(&j).copied()).unwrap_or(port.caps)
+    }
+
+    fn max_mtu(&self) -> usize {
+        let n = self.net.lock();
+        let port = &n.ports[self.me as usize];
+        port.paths.values().map(|c| c.mtu).chain([port.caps.mtu]).max().unwrap_or(0)
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        addr(self.me)
+    }
+
+    fn owns(&self, a: &DevAddr) -> bool {
+        node_of(a).is_some()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        let mut n = self.net.lock();
+        if !n.ports[self.me as usize].alive {
+            return Ok(batch.len());
+        }
+        for (k, d) in batch.iter().enumerate() {
+            let Some(to) = node_of(&d.dst).filter(|&j| (j as usize) < n.ports.len()) else {
+                if k == 0 {
+                    return Err(DeviceError::Unreachable(d.dst));
+                }
+                return Ok(k);
+            };
+            // A dead process's queue is gone: the send fails at once, as shm
+            // fails a ring whose owner died.
+            if !n.ports[to as usize].alive {
+                if k == 0 {
+                    return Err(DeviceError::Unreachable(d.dst));
+                }
+                return Ok(k);
+            }
+            let start = d.data.as_ptr() as usize;
+            let port = &mut n.ports[self.me as usize];
+            let lent = port.lent.iter().any(|&(a, len)| a <= start && start + d.data.len() <= a + len);
+            for piece in d.data.chunks(d.seg.max(1)) {
+                let port = &mut n.ports[self.me as usize];
+                port.sent += 1;
+                if !lent {
+                    port.sent_from_elsewhere += 1;
+                }
+                n.put(self.me, to, piece.to_vec());
+            }
+        }
+        Ok(batch.len())
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        let mut got = Vec::new();
+        {
+            let mut n = self.net.lock();
+            let now = n.now;
+            let port = &mut n.ports[self.me as usize];
+            if !port.alive {
+                return Ok(0);
+            }
+            if let Some(limit) = port.rx_per_ms {
+                if now.saturating_duration_since(port.rx_window_start) >= Duration::from_millis(1) {
+                    port.rx_window_start = now;
+                    port.rx_budget = limit;
+                }
+            }
+            while got.len() < max {
+                if port.rx_per_ms.is_some() {
+                    if port.rx_budget == 0 {
+                        break;
+                    }
+                    port.rx_budget -= 1;
+                }
+                let Some(d) = port.inbox.pop_front() else { break };
+                got.push(d);
+            }
+        }
+        for (from, data) in &got {
+            deliver(addr(*from), data);
+        }
+        Ok(got.len())
+    }
+
+    /// Queued for the harness, which serves it between steps (so it
+    /// completes later, as an RDMA read does). On a path that needs keys,
+    /// each run must carry the peer's key and a local one.
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let Some(j) = node_of(&peer) else { return Err(DeviceError::Unreachable(peer)) };
+        let caps = self.caps_for(&peer);
+        let mut n = self.net.lock();
+        if n.ports[self.me as usize].deny_reads || !caps.remote_read {
+            return Err(DeviceError::Unsupported);
+        }
+        if caps.registration && runs.iter().any(|r| r.remote_key.is_none() || r.local.key().is_none()) {
+            return Err(DeviceError::Config("a read on a registering path without a key".into()));
+        }
+        n.reads.push_back(PostedRead { node: self.me, peer: j, id, runs: runs.to_vec() });
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        self.net.lock().ports[self.me as usize].reads_done.pop_front()
+    }
+
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        let bufs: Vec<Box<[u8]>> = (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect();
+        let mut n = self.net.lock();
+        let port = &mut n.ports[self.me as usize];
+        port.lent.extend(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())));
+        bufs
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
