@@ -141,6 +141,8 @@ impl IoList {
 pub enum Access {
     RemoteRead,
     RemoteWrite,
+    /// The local device writes it (the destination of a posted remote read).
+    LocalWrite,
 }
 
 /// The application's memory and registrations. The provider implements it with
@@ -157,6 +159,13 @@ pub trait Memory {
     /// Checks a remote access through `key` against the registrations: the local
     /// pieces it touches, in order, or the status to answer with.
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access) -> Result<Vec<IoBuf>, Status>;
+    /// `[addr, addr+len)` of a posted receive buffer, named for a device read
+    /// into it (the provider vouches for it: [`rdm::device::LocalBuf::new`]).
+    /// `None`: this memory cannot be read into, the sender pushes instead.
+    fn read_target(&mut self, addr: u64, len: u64) -> Option<rdm::device::LocalBuf> {
+        let _ = (addr, len);
+        None
+    }
 }
 
 /// A registration acquired through [`Registrations::acquire`]: give `handle`
@@ -591,6 +600,24 @@ impl MsgEngine {
     /// Where registrations for paths with [`Path::registration`] come from.
     pub fn set_registrations(&mut self, r: Box<dyn Registrations>) {
         self.registrations = Some(r);
+    }
+
+    /// The registrations set with [`MsgEngine::set_registrations`].
+    pub fn registrations(&mut self) -> Option<&mut (dyn Registrations + 'static)> {
+        self.registrations.as_deref_mut()
+    }
+
+    /// The peer a pending pull reads from.
+    pub fn pull_peer(&self, id: PullId) -> Option<PeerId> {
+        self.pulls.get(id.0 as usize).map(|p| p.peer)
+    }
+
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    pub fn has_failed_peers(&self) -> bool {
+        !self.failed_peers.is_empty()
     }
 
     /// The reliable-datagram engine below (datagrams in and out, timers).

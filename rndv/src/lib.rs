@@ -14,11 +14,16 @@
 #![forbid(unsafe_code)]
 
 pub mod atomic;
+pub mod endpoint;
 pub mod engine;
 pub mod iov;
 pub mod matching;
+/// Whole endpoints on the simulated network (tests, benches, fuzz targets).
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod wire;
 
+pub use endpoint::{Clock, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, WaitOn};
 pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
 pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};

@@ -1,0 +1,757 @@
+//! # One endpoint: the device, both engines and the order they run in
+//!
+//! [`Endpoint`] is everything an rdmx endpoint does below libfabric, in one
+//! object the provider calls and the simulator drives whole. It owns
+//!
+//! * the **device** (`D`): datagrams in and out, remote reads, the wait fd;
+//! * the **message engine** ([`MsgEngine`], which owns the `rdm` engine);
+//! * the **transmit staging**: buffers the device lends
+//!   ([`Device::transmit_buffers`]), which the rdm engine writes each datagram
+//!   into once, and which go to the device as they are;
+//! * **remote reads**: the message engine's [`Action::RemoteRead`]s become
+//!   posted device reads ([`Device::post_read`]) into the posted receive
+//!   buffer, with the sender's keys and, on paths that need them, a local
+//!   registration of the destination; their completions come back later, or
+//!   at once on a device that reads synchronously (shm);
+//! * the **policy** the engines leave to their user: how long an ack may wait
+//!   for a reply to carry it, how often a waited-on peer is probed, how many
+//!   operations may queue, and the linger at close;
+//! * the application's **memory** (`M`, see [`Memory`]) and the **clock**
+//!   (`C`): the provider passes its process memory and the monotonic clock,
+//!   the simulator a model and virtual time. Nothing here is `unsafe` or
+//!   reads a real clock.
+//!
+//! It is driven quinn-proto style: operations in ([`Endpoint::send`],
+//! [`Endpoint::post_recv`], the RMA calls, [`Endpoint::cancel`],
+//! [`Endpoint::close`]), [`Endpoint::progress`], and outputs pulled
+//! ([`Endpoint::poll_completion`], [`Endpoint::poll_event`],
+//! [`Endpoint::poll_timeout`], [`Endpoint::prepare_wait`]).
+//!
+//! ## The order of one round of progress
+//!
+//! Receive a batch from the device into the rdm engine, report unreachable
+//! destinations, fire due timers, run the message engine on what was delivered
+//! (matching, remote reads to post, reads that finished), and only then
+//! transmit. Acknowledgements produced while receiving therefore leave after
+//! the message engine matched (or buffered) every delivered message: a
+//! sender's completion means "processed by the peer". And a batch pulled from
+//! the rdm engine goes to the device in the same call (see
+//! [`Endpoint::flush`]): the engine reports a DIRECT message (reliable path,
+//! no acknowledgement) complete as it is written out, which is true only
+//! because nothing sits between `poll_transmit` and the device.
+use crate::engine::{for_each_read_run, Action, Completion, Config, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats, TxId};
+use crate::wire::msg::MsgHeader;
+use crate::wire::rendezvous::MAX_IOV;
+use crate::engine::{Access, RmaId};
+use rdm::device::{ReadRun, TxDatagram};
+use rdm::engine::{Engine, EngineConfig, PeerId};
+use rdm::{DevAddr, Device, DeviceCaps, DeviceError, Instant};
+use std::collections::VecDeque;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// Where the endpoint's time comes from: the provider's monotonic clock, or
+/// the simulator's virtual one. Read only when something needs the time (an
+/// idle progress round reads no clock).
+pub trait Clock {
+    fn now(&self) -> Instant;
+}
+
+/// What the provider chooses for an endpoint (libfabric parameters and the
+/// endpoint's attributes); the engines' configurations follow from it and the
+/// device's caps.
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointConfig {
+    /// Packets of another job key are dropped.
+    pub job_key: u64,
+    /// This endpoint instance (a restarted process has a new one).
+    pub incarnation: u64,
+    /// A peer silent this long while we wait on it is declared failed.
+    pub peer_timeout: Duration,
+    /// A thread progresses the endpoint when the application does not.
+    pub background_progress: bool,
+    pub rndv_threshold: usize,
+    pub window_threshold: usize,
+    pub min_multi_recv: usize,
+    pub unexpected_limit: usize,
+    /// Unreliable-datagram semantics (`FI_EP_DGRAM`).
+    pub datagram: bool,
+    /// Rendezvous reads may be posted at all (`FI_RDMX_SHM_CMA`); off, every
+    /// long message is pushed in windows.
+    pub remote_reads: bool,
+    /// Sends and receives that may be outstanding before a post answers
+    /// "again" (libfabric's tx_size / rx_size; the queues take 4x).
+    pub tx_size: usize,
+    pub rx_size: usize,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> EndpointConfig {
+        let msg = Config::default();
+        EndpointConfig {
+            job_key: 0,
+            incarnation: 1,
+            peer_timeout: Duration::from_secs(30),
+            background_progress: false,
+            rndv_threshold: msg.rndv_threshold,
+            window_threshold: msg.window_threshold,
+            min_multi_recv: 0,
+            unexpected_limit: msg.unexpected_limit,
+            datagram: false,
+            remote_reads: true,
+            tx_size: 1024,
+            rx_size: 1024,
+        }
+    }
+}
+
+/// Something the application did not ask about but should know (the provider
+/// logs these and raises EQ events).
+#[derive(Debug)]
+pub enum EndpointEvent {
+    /// The peer is unreachable: what waited on it has failed.
+    PeerFailed { peer: PeerId, addr: DevAddr },
+    /// The device failed an operation; what it concerns is retried or failed
+    /// by the engines.
+    DeviceFailed { op: &'static str, error: DeviceError },
+    /// A rendezvous read failed after `bytes`: the receive fails.
+    ReadFailed { addr: DevAddr, bytes: u64, error: Option<DeviceError> },
+}
+
+/// What to sleep on ([`Endpoint::prepare_wait`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitOn {
+    /// Turns readable when input arrives (`None`: the device can only be polled).
+    pub fd: Option<RawFd>,
+    /// The engines' next timer.
+    pub deadline: Option<Instant>,
+    /// Input is already waiting: do not sleep.
+    pub ready: bool,
+}
+
+/// Counters of the endpoint's engines (`FI_RDMX_STATS`).
+#[derive(Clone, Copy, Debug)]
+pub struct EndpointStats {
+    pub rdm: rdm::engine::Stats,
+    pub msg: Stats,
+    pub unexpected_bytes: usize,
+}
+
+/// Datagrams pulled from the rdm engine per device call.
+const TX_BATCH: usize = 32;
+/// Datagrams taken from the device per receive call, and calls per round.
+const RX_BATCH: usize = 64;
+const RX_ROUNDS: usize = 4;
+
+/// At close on a lossy path: answer peers until nothing arrived for this long
+/// and our own data is acknowledged, at most `LINGER_MAX`. A sender with no
+/// RTT sample yet retransmits at the 20 ms initial timeout and backs off (20,
+/// 40, 80 ms apart): the idle bound must exceed the gap after two lost
+/// acknowledgements in a row, or the linger ends between two retransmissions
+/// and the sender fails a message that arrived (found by the simulator at
+/// 20% loss with a 20 ms bound).
+const LINGER_IDLE: Duration = Duration::from_millis(100);
+const LINGER_MAX: Duration = Duration::from_millis(500);
+
+struct Linger {
+    start: Instant,
+    last_rx: Instant,
+    seen: u64,
+}
+
+/// A posted device read: the message engine's pull and the local
+/// registrations its destination holds until it completes.
+struct ReadInFlight {
+    local_regs: [Option<RegHandle>; READ_RUNS_MAX],
+}
+
+/// Runs of one read: each source piece against each destination piece.
+const READ_RUNS_MAX: usize = 2 * MAX_IOV;
+
+/// One endpoint below libfabric (see the module docs).
+pub struct Endpoint<D: Device, M: Memory, C: Clock> {
+    device: D,
+    engine: MsgEngine,
+    mem: M,
+    clock: C,
+    cfg: EndpointConfig,
+    /// Lent by the device; `staged` of them hold datagrams not yet taken.
+    stage: Vec<Box<[u8]>>,
+    stage_dst: [DevAddr; TX_BATCH],
+    stage_len: [usize; TX_BATCH],
+    /// Bytes per datagram of each staged transmit (less than its length for a run).
+    stage_seg: [usize; TX_BATCH],
+    staged: usize,
+    reads: slab::Slab<ReadInFlight>,
+    /// Maps a device read id to its pull (the read id is the slab key).
+    read_pull: Vec<PullId>,
+    /// Runs of the read being posted (kept: no allocation per rendezvous).
+    runs: Vec<ReadRun>,
+    events: VecDeque<EndpointEvent>,
+    linger: Option<Linger>,
+    closed: bool,
+}
+
+impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
+    /// An endpoint over `device`, ready to move data.
+    pub fn new(mut device: D, cfg: EndpointConfig, mem: M, clock: C) -> Endpoint<D, M, C> {
+        let caps = device.caps();
+        let rdm = EngineConfig {
+            mtu: caps.mtu,
+            reliable: caps.reliable,
+            job_key: cfg.job_key,
+            incarnation: cfg.incarnation,
+            peer_timeout: cfg.peer_timeout,
+            // With a progress thread, the ack of a completed message may wait
+            // a little for the application's answer to carry it (the thread
+            // sends it if the application stops calling in); without one, at
+            // once.
+            completed_ack_delay: if cfg.background_progress { Duration::from_micros(50) } else { Duration::ZERO },
+            ..EngineConfig::default()
+        };
+        let msg = Config {
+            rndv_threshold: cfg.rndv_threshold,
+            window_threshold: cfg.window_threshold,
+            window: Config::default().window,
+            min_multi_recv: cfg.min_multi_recv,
+            unexpected_limit: cfg.unexpected_limit,
+            // Often enough that a peer which died while we wait on it draws an
+            // ICMP (UDP) or a device report within a second; rare enough to cost
+            // nothing (one small datagram per waited-on peer).
+            keepalive: (cfg.peer_timeout / 4).min(Duration::from_millis(500)),
+            datagram: cfg.datagram,
+        };
+        // Paths differ under auto (shm segments are larger than UDP's).
+        let stage = device.transmit_buffers(TX_BATCH, device.max_transmit().max(64));
+        let placeholder = device.local_addr();
+        Endpoint {
+            device,
+            engine: MsgEngine::new(Engine::new(rdm), msg),
+            mem,
+            clock,
+            cfg,
+            stage,
+            stage_dst: [placeholder; TX_BATCH],
+            stage_len: [0; TX_BATCH],
+            stage_seg: [0; TX_BATCH],
+            staged: 0,
+            reads: slab::Slab::new(),
+            read_pull: Vec::new(),
+            runs: Vec::with_capacity(READ_RUNS_MAX),
+            events: VecDeque::new(),
+            linger: None,
+            closed: false,
+        }
+    }
+
+    /// Where registrations for paths that need keys come from (the domain's
+    /// registration cache).
+    pub fn set_registrations(&mut self, r: Box<dyn Registrations>) {
+        self.engine.set_registrations(r);
+    }
+
+    pub fn set_min_multi_recv(&mut self, n: usize) {
+        self.cfg.min_multi_recv = n;
+        self.engine.set_min_multi_recv(n);
+    }
+
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    pub fn mem(&self) -> &M {
+        &self.mem
+    }
+
+    pub fn mem_mut(&mut self) -> &mut M {
+        &mut self.mem
+    }
+
+    pub fn caps(&self) -> DeviceCaps {
+        self.device.caps()
+    }
+
+    pub fn config(&self) -> &EndpointConfig {
+        &self.cfg
+    }
+
+    // ------------------------------------------------------------ peers
+
+    /// The peer at `addr`, created on first use; its path is what the device
+    /// offers toward it, fixed from now on.
+    pub fn peer(&mut self, addr: DevAddr) -> PeerId {
+        let path = self.device.caps_for(&addr);
+        self.engine.peer(addr, path)
+    }
+
+    /// The peer at `addr` if it exists.
+    pub fn peer_id_of(&self, addr: DevAddr) -> Option<PeerId> {
+        self.engine.rdm().peer_id_of(addr)
+    }
+
+    pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
+        self.engine.rdm().peer_addr(peer)
+    }
+
+    /// The application addresses `peer` as incarnation `inc` of its process;
+    /// false if that incarnation is known to be gone (nothing sent on it may
+    /// reach a newer one).
+    pub fn expect_incarnation(&mut self, peer: PeerId, inc: u64) -> bool {
+        self.engine.rdm_mut().expect_incarnation(peer, inc)
+    }
+
+    // ------------------------------------------------------------ operations
+
+    /// Sends a message; runs what the post produced (a DIRECT message leaves
+    /// here). `Again` when the send queue is full (after a round of progress).
+    pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+        if self.engine.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
+            self.progress();
+            return Err(PostError::Again);
+        }
+        let t = self.clock.now();
+        match self.engine.send(t, peer, header, payload, user, meta) {
+            Ok(id) => {
+                self.settle(t);
+                Ok(id)
+            }
+            Err(e) => {
+                self.progress();
+                Err(e)
+            }
+        }
+    }
+
+    /// Posts a receive. `Again` when the receive queue is full even after the
+    /// arrivals of a round of progress.
+    pub fn post_recv(&mut self, spec: RecvSpec) -> Result<(), PostError> {
+        let limit = self.cfg.rx_size.max(1) * 4;
+        if self.engine.posted_recvs() >= limit {
+            // Arrivals may complete posted receives: count again after them.
+            self.progress();
+            if self.engine.posted_recvs() >= limit {
+                return Err(PostError::Again);
+            }
+        }
+        let t = self.clock.now();
+        self.engine.post_recv(t, spec, &mut self.mem);
+        self.settle(t);
+        Ok(())
+    }
+
+    /// `FI_PEEK` (and `FI_CLAIM` with it): reports whether a matching message
+    /// has arrived. Takes in what the device holds first (MPI_Iprobe must see
+    /// a message already sent).
+    pub fn peek(&mut self, spec: RecvSpec, claim: bool, discard: bool) {
+        self.progress();
+        let t = self.clock.now();
+        self.engine.peek(t, spec, claim, discard);
+        self.settle(t);
+    }
+
+    /// `FI_CLAIM`: receives (or discards) the message a peek claimed.
+    pub fn claim(&mut self, spec: RecvSpec, discard: bool) -> Result<(), PostError> {
+        self.progress();
+        let t = self.clock.now();
+        self.engine.claim(t, spec, discard, &mut self.mem)?;
+        self.settle(t);
+        Ok(())
+    }
+
+    /// Cancels the posted receive with this context; false if there is none.
+    pub fn cancel(&mut self, context: u64) -> bool {
+        if !self.engine.cancel(context) {
+            return false;
+        }
+        self.progress();
+        true
+    }
+
+    pub fn rma_write(&mut self, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
+        let t = self.clock.now();
+        let id = self.engine.rma_write(t, peer, key, addr, payload, data, meta)?;
+        self.progress();
+        Ok(id)
+    }
+
+    pub fn rma_read(&mut self, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
+        let t = self.clock.now();
+        let id = self.engine.rma_read(t, peer, key, addr, dst, meta)?;
+        self.progress();
+        Ok(id)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &mut self,
+        peer: PeerId,
+        key: u64,
+        addr: u64,
+        dt: crate::atomic::Datatype,
+        op: crate::atomic::Op,
+        count: usize,
+        operand: &[&[u8]],
+        compare: &[&[u8]],
+        result: IoList,
+        fetch: bool,
+        meta: OpMeta,
+    ) -> Result<RmaId, PostError> {
+        let t = self.clock.now();
+        let id = self.engine.atomic(t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
+        self.progress();
+        Ok(id)
+    }
+
+    // ------------------------------------------------------------ outputs
+
+    /// The next completion of an operation.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.engine.poll_completion()
+    }
+
+    /// The next event (failed peers, device failures).
+    pub fn poll_event(&mut self) -> Option<EndpointEvent> {
+        if let Some(peer) = self.engine.poll_failed_peer() {
+            return Some(EndpointEvent::PeerFailed { peer, addr: self.engine.rdm().peer_addr(peer) });
+        }
+        self.events.pop_front()
+    }
+
+    /// Whether a completion or event is waiting to be pulled.
+    pub fn has_output(&self) -> bool {
+        !self.events.is_empty() || self.engine.has_completions() || self.engine.has_failed_peers()
+    }
+
+    /// When the endpoint next needs a round of progress without input.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let linger = self.linger.as_ref().map(|l| l.last_rx + LINGER_IDLE);
+        [self.engine.rdm().poll_timeout(), self.engine.poll_timeout(), linger].into_iter().flatten().min()
+    }
+
+    /// Before a sleep: arms the device's wait fd and says what to sleep on.
+    pub fn prepare_wait(&mut self) -> WaitOn {
+        let ready = self.device.prepare_wait();
+        let deadline = [self.engine.rdm().poll_timeout(), self.engine.poll_timeout()].into_iter().flatten().min();
+        WaitOn { fd: self.device.wait_fd(), deadline, ready }
+    }
+
+    pub fn stats(&self) -> EndpointStats {
+        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes() }
+    }
+
+    pub fn pending_sends(&self) -> usize {
+        self.engine.pending_sends()
+    }
+
+    pub fn posted_recvs(&self) -> usize {
+        self.engine.posted_recvs()
+    }
+
+    pub fn unexpected_bytes(&self) -> usize {
+        self.engine.unexpected_bytes()
+    }
+
+    // ------------------------------------------------------------ progress
+
+    /// One round of progress (see the module docs for its order).
+    pub fn progress(&mut self) {
+        // The clock is read only when something needs it: an idle poll (nothing
+        // received, no timer, nothing to send) costs no clock read.
+        let mut clock: Option<Instant> = None;
+        let mut active = false;
+        {
+            let Endpoint { device, engine, clock: source, events, .. } = self;
+            let rdm = engine.rdm_mut();
+            for _ in 0..RX_ROUNDS {
+                match device.recv_batch(RX_BATCH, &mut |from, bytes| rdm.handle_datagram(*clock.get_or_insert_with(|| source.now()), from, bytes)) {
+                    Ok(0) => break,
+                    Ok(_) => active = true,
+                    Err(error) => {
+                        events.push_back(EndpointEvent::DeviceFailed { op: "receive", error });
+                        break;
+                    }
+                }
+            }
+            while let Some(addr) = device.poll_unreachable() {
+                engine.handle_unreachable(addr);
+                active = true;
+            }
+        }
+        if let Some(deadline) = self.engine.rdm_mut().next_timeout() {
+            let t = *clock.get_or_insert_with(|| self.clock.now());
+            if deadline <= t {
+                self.engine.rdm_mut().handle_timeout(t);
+                active = true;
+            }
+        }
+        if let Some(deadline) = self.engine.poll_timeout() {
+            let t = *clock.get_or_insert_with(|| self.clock.now());
+            if deadline <= t {
+                self.engine.handle_timeout(t);
+            }
+        }
+        // A receive posted for an announced (rendezvous) message queues a remote
+        // read with no datagram arriving: run it now, not at the next input;
+        // and a posted read may have finished.
+        if active || self.engine.rdm().has_events() || self.engine.has_actions() || !self.reads.is_empty() {
+            let t = *clock.get_or_insert_with(|| self.clock.now());
+            self.run_engine(t);
+        }
+        if self.staged > 0 || self.engine.rdm().wants_transmit() {
+            let t = clock.unwrap_or_else(|| self.clock.now());
+            self.flush(t);
+        }
+    }
+
+    /// After a post: runs what the post itself produced (a match against an
+    /// unexpected message, a read to start, completions, datagrams to send)
+    /// without polling the device or the timers, which the next round does. A
+    /// full round per posted operation would cost a device poll and the timer
+    /// checks on every send and receive.
+    fn settle(&mut self, t: Instant) {
+        if self.engine.rdm().has_events() || self.engine.has_actions() {
+            self.run_engine(t);
+        }
+        if self.staged > 0 || self.engine.rdm().wants_transmit() {
+            self.flush(t);
+            // A DIRECT message completes as it is written out: report it now,
+            // so the application's next completion read finds it.
+            if self.engine.rdm().has_events() {
+                self.engine.handle_events(t, &mut self.mem);
+            }
+        }
+    }
+
+    /// Runs the message engine on what the rdm engine delivered, posts the
+    /// reads it asks for, takes in the reads that finished, and runs it again
+    /// on their outcome.
+    fn run_engine(&mut self, t: Instant) {
+        self.engine.handle_events(t, &mut self.mem);
+        if self.engine.has_actions() || !self.reads.is_empty() {
+            self.post_reads(t);
+            self.finish_reads(t);
+            self.engine.handle_events(t, &mut self.mem);
+        }
+    }
+
+    /// Turns the message engine's read requests into posted device reads.
+    fn post_reads(&mut self, t: Instant) {
+        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = self.engine.poll_action() {
+            let path = self.device.caps_for(&addr);
+            if !self.cfg.remote_reads || !path.remote_read {
+                self.engine.remote_read_done(t, id, ReadOutcome::NotPermitted);
+                continue;
+            }
+            self.runs.clear();
+            let mut held: [Option<RegHandle>; READ_RUNS_MAX] = [None; READ_RUNS_MAX];
+            let mut nameable = true;
+            let (mem, runs, engine) = (&mut self.mem, &mut self.runs, &mut self.engine);
+            for_each_read_run(&src[..src_count], &dst, |remote_key, from, to, len| {
+                let Some(mut local) = mem.read_target(to, len) else {
+                    nameable = false;
+                    return false;
+                };
+                if path.registration {
+                    // The destination must be registered for the device to
+                    // write it (verbs: the read's local key).
+                    let Some(regs) = engine.registrations() else {
+                        nameable = false;
+                        return false;
+                    };
+                    match regs.acquire(to, len, Access::LocalWrite) {
+                        Ok(r) => {
+                            held[runs.len()] = Some(r.handle);
+                            local = local.with_key(r.key);
+                        }
+                        Err(_) => {
+                            nameable = false;
+                            return false;
+                        }
+                    }
+                }
+                runs.push(ReadRun { remote_addr: from, remote_key, local });
+                runs.len() < READ_RUNS_MAX
+            });
+            let posted = if nameable { self.device.post_read(self.reads.vacant_key() as u64, addr, &self.runs) } else { Err(DeviceError::Unsupported) };
+            match posted {
+                Ok(()) => {
+                    let key = self.reads.insert(ReadInFlight { local_regs: held });
+                    if self.read_pull.len() <= key {
+                        self.read_pull.resize(key + 1, PullId(u32::MAX));
+                    }
+                    self.read_pull[key] = id;
+                }
+                Err(error) => {
+                    self.release_regs(&held);
+                    let outcome = match error {
+                        // This path cannot read (or the memory cannot be
+                        // named for it): the sender pushes instead.
+                        DeviceError::Unsupported => ReadOutcome::NotPermitted,
+                        error => {
+                            self.events.push_back(EndpointEvent::ReadFailed { addr, bytes: 0, error: Some(error) });
+                            ReadOutcome::Failed(0)
+                        }
+                    };
+                    self.engine.remote_read_done(t, id, outcome);
+                }
+            }
+        }
+    }
+
+    /// Takes in device reads that finished.
+    fn finish_reads(&mut self, t: Instant) {
+        while let Some(done) = self.device.poll_read() {
+            let key = done.id as usize;
+            let Some(r) = self.reads.try_remove(key) else { continue };
+            self.release_regs(&r.local_regs);
+            let id = self.read_pull[key];
+            let outcome = match done.error {
+                None => ReadOutcome::Done(done.bytes),
+                Some(error) => {
+                    let addr = self.engine.pull_peer(id).map(|p| self.engine.rdm().peer_addr(p)).unwrap_or(DevAddr::NONE);
+                    self.events.push_back(EndpointEvent::ReadFailed { addr, bytes: done.bytes, error: Some(error) });
+                    ReadOutcome::Failed(done.bytes)
+                }
+            };
+            self.engine.remote_read_done(t, id, outcome);
+        }
+    }
+
+    fn release_regs(&mut self, held: &[Option<RegHandle>]) {
+        if let Some(regs) = self.engine.registrations() {
+            for h in held.iter().flatten() {
+                regs.release(*h);
+            }
+        }
+    }
+
+    /// Moves datagrams from the engine to the device until either runs dry.
+    /// Each batch pulled goes to the device in this call: the rdm engine
+    /// reports a DIRECT message complete when it is pulled, so no pulled
+    /// datagram may wait here across a return to the application unless the
+    /// device refused it (then it is retried first, in order).
+    fn flush(&mut self, t: Instant) {
+        loop {
+            while self.staged < TX_BATCH {
+                let i = self.staged;
+                match self.engine.rdm_mut().poll_transmit(t, &mut self.stage[i]) {
+                    Some(tx) => {
+                        self.stage_dst[i] = tx.dst;
+                        self.stage_len[i] = tx.len;
+                        self.stage_seg[i] = tx.seg;
+                        self.staged += 1;
+                    }
+                    None => break,
+                }
+            }
+            if self.staged == 0 {
+                return;
+            }
+            // One datagram (a small message, an ack) is the usual case: no
+            // batch array to fill.
+            let one;
+            let mut batch;
+            let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
+                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])];
+                &one
+            } else {
+                batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
+                for (i, slot) in batch.iter_mut().enumerate().take(self.staged) {
+                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
+                }
+                &batch[..self.staged]
+            };
+            let taken = match self.device.send_batch(datagrams) {
+                Ok(n) => n,
+                Err(error) => {
+                    // The first datagram cannot go out (peer gone, unroutable):
+                    // drop it; a destination the device calls unreachable fails
+                    // the peer now, anything else is retransmitted or times the
+                    // peer out.
+                    match error {
+                        DeviceError::Unreachable(a) => self.engine.handle_unreachable(a),
+                        // A run the device can no longer send whole (its offload
+                        // was refused): single datagrams from now on.
+                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.engine.rdm_mut().disable_runs(),
+                        _ => {}
+                    }
+                    self.events.push_back(EndpointEvent::DeviceFailed { op: "send", error });
+                    1
+                }
+            };
+            let taken = taken.min(self.staged);
+            if taken == 0 {
+                return;
+            }
+            // Keep the untaken tail at the front, in order.
+            for i in taken..self.staged {
+                self.stage.swap(i - taken, i);
+                self.stage_dst[i - taken] = self.stage_dst[i];
+                self.stage_len[i - taken] = self.stage_len[i];
+                self.stage_seg[i - taken] = self.stage_seg[i];
+            }
+            self.staged -= taken;
+            if self.staged > 0 {
+                return;
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ close
+
+    /// Starts closing: acknowledges everything received so far (no peer
+    /// waits on a delayed ack) and pushes it out. On a path that can lose
+    /// datagrams the endpoint then lingers, like TCP's TIME_WAIT briefly: a
+    /// peer whose last acknowledgement was lost resends, and without an
+    /// answer its send would fail with the port closed although the message
+    /// arrived. Call [`Endpoint::poll_close`] until it says done.
+    pub fn close(&mut self) {
+        self.progress();
+        self.engine.rdm_mut().flush_acks();
+        let t = self.clock.now();
+        self.flush(t);
+        let rdm = self.engine.rdm();
+        if rdm.has_lossy_peers() && rdm.stats().received > 0 {
+            self.linger = Some(Linger { start: t, last_rx: t, seen: rdm.stats().received });
+        } else {
+            self.closed = true;
+        }
+    }
+
+    /// Whether a close has finished.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// One round of closing; true once the endpoint may go: nothing arrived
+    /// for `LINGER_IDLE` and our data is acknowledged, or `LINGER_MAX` passed.
+    pub fn poll_close(&mut self) -> bool {
+        if self.closed {
+            return true;
+        }
+        if self.linger.is_none() {
+            self.close();
+            return self.closed;
+        }
+        self.progress();
+        self.engine.rdm_mut().flush_acks();
+        let t = self.clock.now();
+        self.flush(t);
+        let received = self.engine.rdm().stats().received;
+        let unacked = self.engine.rdm().has_unacked();
+        let Some(l) = self.linger.as_mut() else { return true };
+        if received != l.seen {
+            l.seen = received;
+            l.last_rx = t;
+        }
+        let idle = t.saturating_duration_since(l.last_rx) >= LINGER_IDLE && !unacked;
+        if idle || t.saturating_duration_since(l.start) >= LINGER_MAX {
+            self.closed = true;
+        }
+        self.closed
+    }
+}
