@@ -15,19 +15,18 @@ use crate::cq::{Completion, CompletionError, CqShared};
 use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
-use crate::params::{params, DeviceChoice};
-use libfabric_sys as fi;
-use parking_lot::Mutex;
-use rdm::device::TxDatagram;
-use crate::rma::RmaArgs;
-use rdm::engine::{Engine, EngineConfig, PeerId};
-use rdm::{DevAddr, Device, DeviceError};
-use rndv::{Action, IoBuf, IoList, MsgEngine, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, ReadOutcome, RecvSpec, Src};
+use crate::params::params;
 use crate::regcache::{DomainRegistrations, SharedDomainMr};
+use crate::rma::RmaArgs;
+use libfabric_sys as fi;
 use mr_cache::KeyTable;
-use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use parking_lot::Mutex;
+use rdm::device::{DeviceContext, LocalBuf, OpenSpec};
+use rdm::engine::PeerId;
+use rdm::{DevAddr, Device};
+use rndv::{Endpoint, EndpointConfig, EndpointEvent, IoBuf, IoList, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, RecvSpec, Src};
 use smallvec::SmallVec;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -38,6 +37,19 @@ pub fn now() -> rdm::Instant {
     let epoch = *EPOCH.get_or_init(std::time::Instant::now);
     rdm::Instant::from_nanos(epoch.elapsed().as_nanos() as u64)
 }
+
+/// The endpoint's clock: the process's monotonic one.
+pub struct MonotonicClock;
+
+impl rndv::Clock for MonotonicClock {
+    fn now(&self) -> rdm::Instant {
+        now()
+    }
+}
+
+/// The endpoint below libfabric, over the device its domain opened, the
+/// process's memory and the monotonic clock.
+pub type RdmxEndpoint = Endpoint<Box<dyn Device>, ProcessMemory, MonotonicClock>;
 
 fn random_u64() -> u64 {
     let mut v = [0u8; 8];
@@ -139,22 +151,11 @@ pub struct CqBinding {
     pub selective: bool,
 }
 
-const TX_BATCH: usize = 32;
-
 /// Everything an enabled endpoint needs to move data.
 pub struct Running {
-    pub(crate) device: Box<dyn Device>,
-    /// The message engine (and, inside it, the rdm engine): every protocol
-    /// decision lives there.
-    pub(crate) engine: MsgEngine,
+    /// Device, engines, staging, reads: every protocol decision lives there.
+    pub(crate) ep: RdmxEndpoint,
     pub(crate) local: RdmxAddr,
-    /// Datagrams pulled from the engine but not yet taken by the device.
-    pub(crate) stage: Vec<Vec<u8>>,
-    pub(crate) stage_dst: [DevAddr; TX_BATCH],
-    pub(crate) stage_len: [usize; TX_BATCH],
-    /// Bytes per datagram of each staged transmit (less than its length for a run).
-    pub(crate) stage_seg: [usize; TX_BATCH],
-    pub(crate) staged: usize,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
     pub(crate) src_cache: rustc_hash::FxHashMap<PeerId, u64>,
     /// The AV generation `src_cache` was built against.
@@ -213,29 +214,20 @@ pub struct EpState {
     pub running: Option<Running>,
 }
 
-/// Opens the devices an endpoint uses and returns them with the local address.
-fn open_device(profile: &Profile) -> Result<(Box<dyn Device>, RdmxAddr)> {
+/// Opens the endpoint's queue on its domain's device and returns it with the
+/// local address (built from every address the device answers on).
+fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dyn Device>, RdmxAddr)> {
     let src = profile.src.unwrap_or(RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false });
-    let host_id = rdm::device::host::host_id();
     let incarnation = random_u64();
-    let pid = std::process::id();
-    let p = params();
-    let udp_bind = || -> SocketAddr { src.udp.unwrap_or_else(|| SocketAddr::new(crate::info::default_ip(), 0)) };
-    let choice = profile.device;
-    let (dev, udp, has_shm): (Box<dyn Device>, Option<SocketAddr>, bool) = match choice {
-        DeviceChoice::Udp => {
-            let d = crate::devices::open_udp(udp_bind(), p.udp_mtu)?;
-            let a = d.1;
-            (d.0, Some(a), false)
-        }
-        DeviceChoice::Shm => (crate::devices::open_shm(incarnation)?, None, true),
-        DeviceChoice::Auto => {
-            let (d, a, shm) = crate::devices::open_auto(udp_bind(), p.udp_mtu, incarnation)?;
-            (d, Some(a), shm)
-        }
-    };
-    let dev = crate::devices::maybe_fault(dev, p);
-    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid, has_shm }))
+    let dev = devices.open(&OpenSpec { bind: src.udp, incarnation })?;
+    let addrs = dev.local_addrs();
+    let udp = addrs.iter().find_map(|a| match a {
+        DevAddr::Udp(sa) => Some(*sa),
+        _ => None,
+    });
+    let has_shm = addrs.iter().any(|a| matches!(a, DevAddr::Shm(_)));
+    let host_id = rdm::device::host::host_id();
+    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid: std::process::id(), has_shm }))
 }
 
 /// The progress thread's loop: while the application does not call in, sleep on
@@ -261,8 +253,8 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
 }
 
 impl EpShared {
-    pub fn new(profile: Profile, mr_keys: Arc<Mutex<KeyTable>>, mr_cache: Option<SharedDomainMr>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
-        let (device, local) = open_device(&profile)?;
+    pub fn new(profile: Profile, devices: &dyn DeviceContext, mr_keys: Arc<Mutex<KeyTable>>, mr_cache: Option<SharedDomainMr>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
+        let (device, local) = open_device(&profile, devices)?;
         Ok(Arc::new(EpShared {
             state: Mutex::new(EpState {
                 profile,
@@ -359,54 +351,28 @@ impl EpShared {
         let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
         let caps = device.caps();
         let p = params();
-        let cfg = EngineConfig {
-            mtu: caps.mtu,
-            reliable: caps.reliable,
+        let cfg = EndpointConfig {
             job_key: st.profile.auth_key.map(|(k, _)| k).unwrap_or(p.job_key),
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
-            // With a progress thread, the ack of a completed message may wait
-            // a little for the application's answer to carry it (the thread
-            // sends it if the application stops calling in); without one, at
-            // once.
-            completed_ack_delay: if auto { Duration::from_micros(50) } else { Duration::ZERO },
-            ..EngineConfig::default()
+            background_progress: auto,
+            rndv_threshold: p.rndv_threshold,
+            window_threshold: p.window_threshold,
+            min_multi_recv: st.min_multi_recv,
+            unexpected_limit: p.unexpected_limit,
+            datagram: st.profile.ep_type == fi::FI_EP_DGRAM,
+            remote_reads: p.shm_cma,
+            tx_size: st.profile.tx_size,
+            rx_size: st.profile.rx_size,
         };
         let local = st.local;
         fi_info!(Subsys::EpCtrl, "endpoint enabled at {} (mtu {}, reliable device: {})", local.to_uri(), caps.mtu, caps.reliable);
-        let msg_cfg = rndv::Config {
-            rndv_threshold: p.rndv_threshold,
-            window_threshold: p.window_threshold,
-            window: rndv::Config::default().window,
-            min_multi_recv: st.min_multi_recv,
-            unexpected_limit: p.unexpected_limit,
-            // Often enough that a peer which died while we wait on it draws an
-            // ICMP (UDP) or a device report within a second; rare enough to cost
-            // nothing (one small datagram per waited-on peer).
-            keepalive: (p.peer_timeout / 4).min(Duration::from_millis(500)),
-            datagram: st.profile.ep_type == fi::FI_EP_DGRAM,
-        };
-        let placeholder = device.local_addr();
-        // Paths differ under auto (shm segments are larger than UDP's).
-        let max_mtu = device.max_transmit();
-        let mut engine = MsgEngine::new(Engine::new(cfg), msg_cfg);
+        let mem = ProcessMemory { keys: st.mr_keys.clone(), virt_addr: st.mr_virt_addr };
+        let mut ep = Endpoint::new(device, cfg, mem, MonotonicClock);
         if let Some(c) = &st.mr_cache {
-            engine.set_registrations(Box::new(DomainRegistrations::new(c.clone())));
+            ep.set_registrations(Box::new(DomainRegistrations::new(c.clone())));
         }
-        st.running = Some(Running {
-            device,
-            engine,
-            local,
-            stage: (0..TX_BATCH).map(|_| vec![0u8; max_mtu.max(64)]).collect(),
-            stage_dst: [placeholder; TX_BATCH],
-            stage_len: [0; TX_BATCH],
-            stage_seg: [0; TX_BATCH],
-            staged: 0,
-            src_cache: Default::default(),
-            src_cache_gen: 0,
-            peer_cache: Default::default(),
-            peer_cache_gen: 0,
-        });
+        st.running = Some(Running { ep, local, src_cache: Default::default(), src_cache_gen: 0, peer_cache: Default::default(), peer_cache_gen: 0 });
         Ok(auto)
     }
 
@@ -427,9 +393,8 @@ impl EpShared {
         let mut st = self.state.lock();
         match &mut st.running {
             Some(r) => {
-                let ready = r.device.prepare_wait();
-                let deadline = [r.engine.rdm().poll_timeout(), r.engine.poll_timeout()].into_iter().flatten().min();
-                (r.device.wait_fd(), deadline, ready)
+                let w = r.ep.prepare_wait();
+                (w.fd, w.deadline, w.ready)
             }
             None => (None, None, false),
         }
@@ -442,15 +407,15 @@ impl EpShared {
     }
 }
 
-/// The application's memory as the message engine sees it: received bytes are
-/// copied into posted buffers, and one-sided requests are checked against the
-/// domain's registrations before memory is touched.
-struct ProcessMemory<'a> {
-    keys: &'a Mutex<KeyTable>,
+/// The application's memory as the endpoint sees it: received bytes are
+/// copied into posted buffers, reads land in them, and one-sided requests are
+/// checked against the domain's registrations before memory is touched.
+pub struct ProcessMemory {
+    keys: Arc<Mutex<KeyTable>>,
     virt_addr: bool,
 }
 
-impl rndv::Memory for ProcessMemory<'_> {
+impl rndv::Memory for ProcessMemory {
     fn write(&mut self, addr: u64, data: &[u8]) {
         // SAFETY: the engine writes only into buffers the application posted
         // (receives, read results) or registered (RMA targets, checked by
@@ -478,12 +443,21 @@ impl rndv::Memory for ProcessMemory<'_> {
         unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
     }
 
+    fn read_target(&mut self, addr: u64, len: u64) -> Option<LocalBuf> {
+        // SAFETY: the endpoint names only pieces of a buffer the application
+        // posted for a receive still pending (the engine pairs runs inside
+        // the pieces), which libfabric's contract keeps valid and leaves to
+        // the provider until the receive completes, after the read.
+        Some(unsafe { LocalBuf::new(addr, len) })
+    }
+
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
         let mut keys = self.keys.lock();
         let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
         let want = match access {
             rndv::Access::RemoteRead => fi::FI_REMOTE_READ as u64,
             rndv::Access::RemoteWrite => fi::FI_REMOTE_WRITE as u64,
+            rndv::Access::LocalWrite => fi::FI_WRITE as u64,
         };
         // Registrations made without any access flag allow every access.
         let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
@@ -539,7 +513,7 @@ impl EpState {
         }
         if let Some(&(peer, inc)) = r.peer_cache.get(&fi_addr) {
             drop(av);
-            return if r.engine.rdm_mut().expect_incarnation(peer, inc) { Ok(peer) } else { Err(Error::HostUnreach) };
+            return if r.ep.expect_incarnation(peer, inc) { Ok(peer) } else { Err(Error::HostUnreach) };
         }
         let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         drop(av);
@@ -547,12 +521,11 @@ impl EpState {
             .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
             .ok_or(Error::AddrNotAvail)?;
         // The peer's path is fixed here, from what the device offers toward it.
-        let path = r.device.caps_for(&dev);
-        let peer = r.engine.peer(dev, path);
+        let peer = r.ep.peer(dev);
         // The AV entry names one incarnation of the process at that address;
         // after a restart there, it names a process that is gone, and nothing
         // sent on it may reach the new one.
-        if !r.engine.rdm_mut().expect_incarnation(peer, a.incarnation) {
+        if !r.ep.expect_incarnation(peer, a.incarnation) {
             return Err(Error::HostUnreach);
         }
         if r.peer_cache.len() < 4096 {
@@ -586,11 +559,6 @@ impl EpState {
         let peer = self.peer_for(args.dest)?;
         let delivery_complete = args.flags & fi::FI_DELIVERY_COMPLETE as u64 != 0;
         let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete };
-        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        if r.engine.pending_sends() >= self.profile.tx_size.max(1) * 4 {
-            self.progress();
-            return Err(Error::Again);
-        }
         let mut user = IoList::default();
         for s in args.payload.iter().take(user.bufs.len()) {
             user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
@@ -609,14 +577,11 @@ impl EpState {
             }
         }
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
-        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.engine.rdm().peer_addr(peer), copy_at_post));
-        let t = now();
-        if let Err(e) = r.engine.send(t, peer, header, args.payload, user, meta) {
-            self.progress();
-            return Err(post_error(e));
-        }
-        self.settle(t);
-        Ok(())
+        let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
+        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post));
+        let sent = r.ep.send(peer, header, args.payload, user, meta);
+        self.drain_outputs();
+        sent.map(|_| ()).map_err(post_error)
     }
 
     pub fn post_recv(&mut self, args: RecvArgs) -> Result<()> {
@@ -636,46 +601,33 @@ impl EpState {
         if multi && (args.kind != MsgKind::Msg || args.iov.count != 1) {
             return Err(Error::Inval("FI_MULTI_RECV takes one untagged buffer"));
         }
-        // A peek or claim looks at what has arrived: take in what the
-        // device holds first (MPI_Iprobe must see a message already sent).
-        if peek || claim {
-            self.progress();
-        }
-        // The receive queue is bounded like the send queue: an application
-        // that posts without ever reading completions gets -FI_EAGAIN, not
-        // unbounded provider memory.
-        let limit = self.profile.rx_size.max(1) * 4;
-        if !peek && !claim && self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= limit) {
-            // Arrivals may complete posted receives: count again after them.
-            self.progress();
-            if self.running.as_ref().is_some_and(|r| r.engine.posted_recvs() >= limit) {
-                return Err(Error::Again);
-            }
-        }
         // A peek always reports (its answer is the point); so does a claim.
         let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, ..OpMeta::default() };
         let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
-        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let t = now();
-        if peek {
-            r.engine.peek(t, spec, claim, discard);
+        // A peek or claim takes in what the device holds first (MPI_Iprobe
+        // must see a message already sent); a receive queue that is full
+        // answers -FI_EAGAIN (an application that posts without reading
+        // completions gets that, not unbounded provider memory).
+        let posted = if peek {
+            r.ep.peek(spec, claim, discard);
+            Ok(())
         } else if claim {
-            r.engine.claim(t, spec, discard, &mut mem).map_err(post_error)?;
+            r.ep.claim(spec, discard)
         } else {
-            r.engine.post_recv(t, spec, &mut mem);
-        }
-        self.settle(t);
-        Ok(())
+            r.ep.post_recv(spec)
+        };
+        self.drain_outputs();
+        posted.map_err(post_error)
     }
 
     /// fi_cancel of a posted receive: completes it with FI_ECANCELED.
     pub fn cancel(&mut self, context: usize) -> Result<()> {
         let r = self.running.as_mut().ok_or(Error::NoEnt)?;
-        if !r.engine.cancel(context as u64) {
+        if !r.ep.cancel(context as u64) {
             return Err(Error::NoEnt);
         }
-        self.progress();
+        self.drain_outputs();
         Ok(())
     }
 
@@ -695,7 +647,7 @@ impl EpState {
         if let Some(a) = r.src_cache.get(&peer) {
             return *a;
         }
-        let dev = r.engine.rdm().peer_addr(peer);
+        let dev = r.ep.peer_addr(peer);
         let (host, shm, udp) = (r.local.host_id, r.local.has_shm, r.local.udp.is_some());
         let found = self
             .av
@@ -757,7 +709,7 @@ impl EpState {
                 // FI_SOURCE_ERR: a sender missing from the AV is reported as an
                 // error entry carrying its address, so the application can insert it.
                 let src_err = (err.is_none() && c.src.is_some() && src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
-                    .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.engine.rdm().peer_addr(p))))
+                    .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.ep.peer_addr(p))))
                     .flatten();
                 let cerr = match c.err {
                     Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
@@ -803,7 +755,7 @@ impl EpState {
             return None;
         }
         let r = self.running.as_ref()?;
-        Some(sender_addr(r.engine.rdm().peer_addr(c.src?)))
+        Some(sender_addr(r.ep.peer_addr(c.src?)))
     }
 
     /// A failure of an operation that has no context (an inject): an EQ error
@@ -814,49 +766,6 @@ impl EpState {
         fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
         if let Some((eq, fid)) = &self.eq {
             eq.push_error(*fid, err as u32);
-        }
-    }
-
-    /// Performs the remote reads the message engine asked for (the device's
-    /// `process_vm_readv` on shm) straight into the posted buffers.
-    fn run_actions(&mut self, t: rdm::Instant) {
-        let cma = params().shm_cma;
-        let Some(r) = self.running.as_mut() else { return };
-        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = r.engine.poll_action() {
-            let outcome = if !cma || !r.device.caps_for(&addr).remote_read {
-                ReadOutcome::NotPermitted
-            } else {
-                let device = &mut r.device;
-                let mut failure: Option<DeviceError> = None;
-                let (n, ok) = rndv::engine::for_each_read_run(&src[..src_count], &dst, |_key, from, to, len| {
-                    // Keys come only on registering paths; shm's
-                    // process_vm_readv reads any address of the peer.
-                    // SAFETY: `to..to+len` lies inside a buffer the application
-                    // posted for this receive (the engine pairs runs inside the
-                    // pieces), valid and unaliased until the receive completes.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(to as *mut u8, len as usize) };
-                    match device.remote_read(addr, from, dst) {
-                        Ok(n) if n as u64 == len => true,
-                        Ok(n) => {
-                            failure = Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")));
-                            false
-                        }
-                        Err(e) => {
-                            failure = Some(e);
-                            false
-                        }
-                    }
-                });
-                match failure {
-                    None if ok => ReadOutcome::Done(n),
-                    Some(DeviceError::Unsupported) if n == 0 => ReadOutcome::NotPermitted,
-                    other => {
-                        fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {n} bytes: {other:?}");
-                        ReadOutcome::Failed(n)
-                    }
-                }
-            };
-            r.engine.remote_read_done(t, id, outcome);
         }
     }
 
@@ -871,18 +780,18 @@ impl EpState {
         let peer = self.peer_for(args.peer_addr)?;
         let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        r.engine.rma_write(now(), peer, args.key, args.addr, args.payload, data, meta).map_err(post_error)?;
-        self.progress();
-        Ok(())
+        let posted = r.ep.rma_write(peer, args.key, args.addr, args.payload, data, meta);
+        self.drain_outputs();
+        posted.map(|_| ()).map_err(post_error)
     }
 
     pub fn rma_read(&mut self, args: RmaArgs<'_>) -> Result<()> {
         let peer = self.peer_for(args.peer_addr)?;
         let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), ..OpMeta::default() };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        r.engine.rma_read(now(), peer, args.key, args.addr, args.result.io(), meta).map_err(post_error)?;
-        self.progress();
-        Ok(())
+        let posted = r.ep.rma_read(peer, args.key, args.addr, args.result.io(), meta);
+        self.drain_outputs();
+        posted.map(|_| ()).map_err(post_error)
     }
 
     pub fn atomic(&mut self, args: RmaArgs<'_>, datatype: u32, op: u32, count: usize, fetch: bool) -> Result<()> {
@@ -896,25 +805,30 @@ impl EpState {
         let peer = self.peer_for(args.peer_addr)?;
         let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        r.engine
-            .atomic(now(), peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta)
-            .map_err(post_error)?;
-        self.progress();
-        Ok(())
+        let posted = r.ep.atomic(peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta);
+        self.drain_outputs();
+        posted.map(|_| ()).map_err(post_error)
     }
 
     /// Endpoint close: acknowledge everything received so far, so no peer waits
-    /// on an ack that would have been delayed, and push it out.
+    /// on an ack that would have been delayed, and push it out; on a lossy
+    /// path linger a moment answering peers (see [`rndv::Endpoint::close`]).
     pub fn flush_on_close(&mut self) {
-        self.progress();
-        if let Some(r) = self.running.as_mut() {
-            r.engine.rdm_mut().flush_acks();
-            r.flush(now());
+        let Some(r) = self.running.as_mut() else { return };
+        r.ep.close();
+        self.drain_outputs();
+        loop {
+            let Some(r) = self.running.as_mut() else { return };
+            if r.ep.poll_close() {
+                break;
+            }
+            self.drain_outputs();
+            std::thread::sleep(Duration::from_micros(200));
         }
-        self.linger();
-        if let Some(r) = self.running.as_mut() {
-            let st = r.engine.rdm().stats();
-            let m = r.engine.stats();
+        self.drain_outputs();
+        if let Some(r) = self.running.as_ref() {
+            let s = r.ep.stats();
+            let (st, m) = (&s.rdm, &s.msg);
             fi_info!(
                 Subsys::EpCtrl,
                 "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served, rendezvous: {} sent, {} pulled, {} pushed; {} malformed and {} stray messages dropped",
@@ -938,231 +852,40 @@ impl EpState {
                 // The domain's cache (shared by its endpoints): zeros where
                 // the device registers nothing (udp, shm).
                 let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
-                print_stats(&r.local, st, &m, r.engine.unexpected_bytes(), revoked, &cache);
+                print_stats(&r.local, st, m, s.unexpected_bytes, revoked, &cache);
             }
         }
     }
 
-    /// At close, on a device that can lose datagrams, answers the peers for a
-    /// moment (like TCP's TIME_WAIT, briefly): a peer whose last message's
-    /// acknowledgement was lost resends it, and without an answer its send
-    /// would fail with the port closed (the application sees
-    /// `FI_EHOSTUNREACH` for a message that arrived). The endpoint keeps
-    /// receiving and acknowledging until nothing has arrived for
-    /// `LINGER_IDLE` (a peer's probes and first three retransmission
-    /// timeouts, 2 + 4 + 8 ms at the floor) and its own data is acknowledged,
-    /// at most `LINGER_MAX`. Only endpoints that talked to a peer over a lossy
-    /// path linger.
-    fn linger(&mut self) {
-        const LINGER_IDLE: Duration = Duration::from_millis(20);
-        const LINGER_MAX: Duration = Duration::from_millis(200);
-        let Some(r) = self.running.as_ref() else { return };
-        if !r.engine.rdm().has_lossy_peers() || r.engine.rdm().stats().received == 0 {
-            return;
-        }
-        let start = std::time::Instant::now();
-        let mut last_rx = start;
-        let mut seen = r.engine.rdm().stats().received;
-        loop {
-            self.progress();
-            let Some(r) = self.running.as_mut() else { return };
-            r.engine.rdm_mut().flush_acks();
-            r.flush(now());
-            let received = r.engine.rdm().stats().received;
-            let t = std::time::Instant::now();
-            if received != seen {
-                seen = received;
-                last_rx = t;
-            }
-            let idle = t.duration_since(last_rx) >= LINGER_IDLE && !r.engine.rdm().has_unacked();
-            if idle || t.duration_since(start) >= LINGER_MAX {
-                return;
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-
-    /// One round of progress: receive a batch from the device into the rdm
-    /// engine, fire due timers, run the message engine on what arrived (and the
-    /// remote reads it asks for), report its completions, and flush what the
-    /// engines want to transmit.
-    ///
-    /// The order matters for completion semantics: acknowledgements produced
-    /// while receiving leave only in the transmit step, after the message
-    /// engine matched every delivered message (or buffered it as unexpected).
-    /// So a sender's completion always means "processed by the peer": delivery
-    /// complete.
+    /// One round of progress (see [`rndv::Endpoint::progress`]), then the
+    /// completions and events it produced, reported.
     pub fn progress(&mut self) {
         let Some(r) = self.running.as_mut() else { return };
-        // The clock is read only when something needs it: an idle poll (nothing
-        // received, no timer, nothing to send) costs no clock read.
-        let mut clock: Option<rdm::Instant> = None;
-        let mut active = false;
-        {
-            let Running { device, engine, .. } = r;
-            let rdm = engine.rdm_mut();
-            for _ in 0..4 {
-                match device.recv_batch(64, &mut |from, bytes| rdm.handle_datagram(*clock.get_or_insert_with(now), from, bytes)) {
-                    Ok(0) => break,
-                    Ok(_) => active = true,
-                    Err(e) => {
-                        fi_warn!(Subsys::EpData, "device receive failed: {e}");
-                        break;
-                    }
-                }
-            }
-            while let Some(addr) = device.poll_unreachable() {
-                engine.handle_unreachable(addr);
-                active = true;
-            }
-        }
-        if let Some(deadline) = r.engine.rdm_mut().next_timeout() {
-            let t = *clock.get_or_insert_with(now);
-            if deadline <= t {
-                r.engine.rdm_mut().handle_timeout(t);
-                active = true;
-            }
-        }
-        if let Some(deadline) = r.engine.poll_timeout() {
-            let t = *clock.get_or_insert_with(now);
-            if deadline <= t {
-                r.engine.handle_timeout(t);
-            }
-        }
-        // A receive posted for an announced (rendezvous) message queues a remote
-        // read with no datagram arriving: run it now, not at the next input.
-        if active || r.engine.rdm().has_events() || r.engine.has_actions() {
-            let t = *clock.get_or_insert_with(now);
-            self.run_engine(t);
-        }
-        self.drain_outputs();
-        if let Some(r) = self.running.as_mut() {
-            if r.staged > 0 || r.engine.rdm().wants_transmit() {
-                r.flush(clock.unwrap_or_else(now));
-            }
+        r.ep.progress();
+        if r.ep.has_output() {
+            self.drain_outputs();
         }
     }
 
-    /// Runs the message engine on what the rdm engine delivered, performs the
-    /// remote reads it asks for, and runs it again on their outcome.
-    fn run_engine(&mut self, t: rdm::Instant) {
-        let Some(r) = self.running.as_mut() else { return };
-        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-        r.engine.handle_events(t, &mut mem);
-        self.run_actions(t);
-        let Some(r) = self.running.as_mut() else { return };
-        let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-        r.engine.handle_events(t, &mut mem);
-    }
-
-    /// After the application posted an operation: runs what the post itself
-    /// produced — a match against an unexpected message, a remote read to
-    /// start, completions, datagrams to send (a DIRECT message leaves here) —
-    /// without polling the device or the timers, which the next CQ or counter
-    /// read (or the progress thread) does. A full round per posted operation
-    /// cost a device poll and the engines' timer checks on every send and
-    /// receive.
-    fn settle(&mut self, t: rdm::Instant) {
-        let Some(r) = self.running.as_mut() else { return };
-        if r.engine.rdm().has_events() || r.engine.has_actions() {
-            self.run_engine(t);
-        }
-        self.drain_outputs();
-        let Some(r) = self.running.as_mut() else { return };
-        if r.staged > 0 || r.engine.rdm().wants_transmit() {
-            r.flush(t);
-            // A DIRECT message completes as it is written out: report it now,
-            // so the application's next CQ read finds it.
-            if r.engine.rdm().has_events() {
-                let mut mem = ProcessMemory { keys: &self.mr_keys, virt_addr: self.mr_virt_addr };
-                r.engine.handle_events(t, &mut mem);
-                self.drain_outputs();
-            }
-        }
-    }
-
-    /// Reports the message engine's completions and failed peers.
+    /// Reports the endpoint's completions and events.
     fn drain_outputs(&mut self) {
         loop {
             let Some(r) = self.running.as_mut() else { return };
-            if let Some(peer) = r.engine.poll_failed_peer() {
-                fi_warn!(Subsys::EpData, "peer {:?} is unreachable", r.engine.rdm().peer_addr(peer));
-                if let Some((eq, fid)) = &self.eq {
-                    eq.push_error(*fid, fi::FI_EHOSTUNREACH);
+            if let Some(e) = r.ep.poll_event() {
+                match e {
+                    EndpointEvent::PeerFailed { addr, .. } => {
+                        fi_warn!(Subsys::EpData, "peer {addr:?} is unreachable");
+                        if let Some((eq, fid)) = &self.eq {
+                            eq.push_error(*fid, fi::FI_EHOSTUNREACH);
+                        }
+                    }
+                    EndpointEvent::DeviceFailed { op, error } => fi_warn!(Subsys::EpData, "device {op} failed: {error}"),
+                    EndpointEvent::ReadFailed { addr, bytes, error } => fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {bytes} bytes: {error:?}"),
                 }
                 continue;
             }
-            let Some(c) = r.engine.poll_completion() else { return };
+            let Some(c) = r.ep.poll_completion() else { return };
             self.report(c);
-        }
-    }
-}
-
-impl Running {
-    /// Moves datagrams from the engine to the device until either runs dry.
-    fn flush(&mut self, t: rdm::Instant) {
-        loop {
-            while self.staged < TX_BATCH {
-                let i = self.staged;
-                match self.engine.rdm_mut().poll_transmit(t, &mut self.stage[i]) {
-                    Some(tx) => {
-                        self.stage_dst[i] = tx.dst;
-                        self.stage_len[i] = tx.len;
-                        self.stage_seg[i] = tx.seg;
-                        self.staged += 1;
-                    }
-                    None => break,
-                }
-            }
-            if self.staged == 0 {
-                return;
-            }
-            // One datagram (a small message, an ack) is the usual case: no
-            // batch array to fill.
-            let one;
-            let mut batch;
-            let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
-                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])];
-                &one
-            } else {
-                batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
-                for (i, slot) in batch.iter_mut().enumerate().take(self.staged) {
-                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
-                }
-                &batch[..self.staged]
-            };
-            let taken = match self.device.send_batch(datagrams) {
-                Ok(n) => n,
-                Err(e) => {
-                    // The first datagram cannot go out (peer gone, unroutable): drop
-                    // it; a destination the device calls unreachable fails the peer
-                    // now, anything else is retransmitted or times the peer out.
-                    fi_warn!(Subsys::EpData, "device send to {:?} failed: {e}", self.stage_dst[0]);
-                    match e {
-                        DeviceError::Unreachable(a) => self.engine.handle_unreachable(a),
-                        // A run the device can no longer send whole (its offload
-                        // was refused): single datagrams from now on.
-                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.engine.rdm_mut().disable_runs(),
-                        _ => {}
-                    }
-                    1
-                }
-            };
-            let taken = taken.min(self.staged);
-            if taken == 0 {
-                return;
-            }
-            // Keep the untaken tail at the front, in order.
-            for i in taken..self.staged {
-                self.stage.swap(i - taken, i);
-                self.stage_dst[i - taken] = self.stage_dst[i];
-                self.stage_len[i - taken] = self.stage_len[i];
-                self.stage_seg[i - taken] = self.stage_seg[i];
-            }
-            self.staged -= taken;
-            if self.staged > 0 {
-                return;
-            }
         }
     }
 }

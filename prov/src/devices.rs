@@ -1,21 +1,56 @@
 //! Opening the datagram devices an endpoint uses (`FI_RDMX_DEVICE`), and wrapping
 //! them in the fault injector when `FI_RDMX_FAULT_*` asks for it.
-use crate::error::{Error, Result};
-use crate::params::Params;
-use rdm::device::fault::{FaultConfig, FaultDevice};
+use crate::params::{DeviceChoice, Params};
 use rdm::device::composite::AutoDevice;
+use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
-use rdm::Device;
+use rdm::device::{DeviceContext, OpenSpec, Registrar};
+use rdm::{Device, DeviceError};
 use std::net::SocketAddr;
 
-/// The UDP device bound to `bind`; returns it with the bound address.
-pub fn open_udp(bind: SocketAddr, mtu: usize) -> Result<(Box<dyn Device>, SocketAddr)> {
+/// A domain's device (one per libfabric domain): every endpoint of the domain
+/// opens its queue here, and the domain registers memory through its
+/// registrar, so that a registration is valid on every endpoint's queue.
+pub struct DomainDevices {
+    choice: DeviceChoice,
+}
+
+impl DomainDevices {
+    pub fn new(choice: DeviceChoice) -> DomainDevices {
+        DomainDevices { choice }
+    }
+}
+
+impl DeviceContext for DomainDevices {
+    fn open(&self, spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError> {
+        let p = crate::params::params();
+        let bind = spec.bind.unwrap_or_else(|| SocketAddr::new(crate::info::default_ip(), 0));
+        let dev = match self.choice {
+            DeviceChoice::Udp => open_udp(bind, p.udp_mtu)?,
+            DeviceChoice::Shm => open_shm(spec.incarnation)?,
+            DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec.incarnation)?,
+        };
+        Ok(maybe_fault(dev, p))
+    }
+
+    /// `None` for every device rdmx has today: udp pushes long messages and
+    /// shm reads them with `process_vm_readv`, neither needs a registration,
+    /// so their domains keep no registration cache (see [`crate::regcache`]).
+    /// The verbs UD and EFA SRD devices return their protection domain's
+    /// registrar here.
+    fn registrar(&self) -> Option<Box<dyn Registrar>> {
+        match self.choice {
+            DeviceChoice::Auto | DeviceChoice::Udp | DeviceChoice::Shm => None,
+        }
+    }
+}
+
+/// The UDP device bound to `bind`.
+fn open_udp(bind: SocketAddr, mtu: usize) -> Result<Box<dyn Device>, DeviceError> {
     let mut cfg = UdpConfig::new(bind);
     cfg.mtu = mtu;
-    let dev = UdpDevice::open(&cfg)?;
-    let local = dev.local_socket_addr();
-    Ok((Box::new(dev), local))
+    Ok(Box::new(UdpDevice::open(&cfg)?))
 }
 
 fn shm_config(incarnation: u64) -> ShmConfig {
@@ -25,36 +60,23 @@ fn shm_config(incarnation: u64) -> ShmConfig {
 }
 
 /// The shared-memory device.
-pub fn open_shm(incarnation: u64) -> Result<Box<dyn Device>> {
+fn open_shm(incarnation: u64) -> Result<Box<dyn Device>, DeviceError> {
     Ok(Box::new(ShmDevice::open(&shm_config(incarnation))?))
 }
 
-/// Shared memory to local peers and UDP to the rest; the flag says whether the
-/// shared-memory half could be opened (if not, the endpoint is UDP-only and says
-/// so in its address).
-pub fn open_auto(bind: SocketAddr, mtu: usize, incarnation: u64) -> Result<(Box<dyn Device>, SocketAddr, bool)> {
+/// Shared memory to local peers and UDP to the rest; without the
+/// shared-memory half the endpoint is UDP-only and its address says so.
+fn open_auto(bind: SocketAddr, mtu: usize, incarnation: u64) -> Result<Box<dyn Device>, DeviceError> {
     let mut udp = UdpConfig::new(bind);
     udp.mtu = mtu;
     let dev = AutoDevice::open(Some(&shm_config(incarnation)), &udp)?;
-    let has_shm = dev.shm().is_some();
-    if !has_shm {
+    if dev.shm().is_none() {
         crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", "shared memory unavailable; this endpoint uses UDP only");
     }
-    let local = dev.net().map(|n| n.local_socket_addr()).ok_or_else(|| Error::Other("auto device without UDP".into()))?;
-    Ok((Box::new(dev), local, has_shm))
-}
-
-/// The registrar of a domain's device: what registers memory so that peers can
-/// read it remotely (paths with `DeviceCaps::registration`). `None` for every
-/// device rdmx has today: udp pushes long messages and shm reads them with
-/// `process_vm_readv`, neither needs a registration, so their domains keep no
-/// registration cache (see [`crate::regcache`]). The verbs UD and EFA SRD
-/// devices will return their protection domain's registrar here.
-pub fn open_registrar(choice: crate::params::DeviceChoice) -> Option<crate::regcache::BoxedRegistrar> {
-    use crate::params::DeviceChoice;
-    match choice {
-        DeviceChoice::Auto | DeviceChoice::Udp | DeviceChoice::Shm => None,
+    if dev.net().is_none() {
+        return Err(DeviceError::Config("auto device without UDP".into()));
     }
+    Ok(Box::new(dev))
 }
 
 /// Wraps `dev` in the fault-injecting decorator when any FI_RDMX_FAULT_* rate is set.

@@ -21,6 +21,8 @@ pub struct Domain {
     /// The registration cache, when the domain's device registers memory
     /// (none for udp and shm).
     pub mr_cache: Option<crate::regcache::SharedDomainMr>,
+    /// The domain's device: endpoints open their queues on it.
+    pub devices: Arc<crate::devices::DomainDevices>,
 }
 
 // SAFETY: #[repr(C)] with fid_domain first.
@@ -68,7 +70,8 @@ entry! {
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: the application passes an fi_info (normally one we returned).
         let profile = unsafe { info::profile_from_info(info) }?;
-        let mr_cache = crate::regcache::open(crate::devices::open_registrar(profile.device), crate::params::params().mr_cache);
+        let devices = Arc::new(crate::devices::DomainDevices::new(profile.device));
+        let mr_cache = crate::regcache::open(rdm::device::DeviceContext::registrar(&*devices), crate::params::params().mr_cache);
         fab.children.get();
         let d = fid::leak(Domain {
             fid: fi::fid_domain {
@@ -81,6 +84,7 @@ entry! {
             profile,
             mr_keys: Arc::new(Mutex::new(KeyTable::new(unmap_monitor()))),
             mr_cache,
+            devices,
         });
         out.set(d as *mut fi::fid_domain);
         Ok(0)

@@ -183,7 +183,7 @@ entry! {
         // The endpoint lives in its domain's device family.
         profile.device = d.profile.device;
         let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
-        let shared = EpShared::new(profile, d.mr_keys.clone(), d.mr_cache.clone(), virt)?;
+        let shared = EpShared::new(profile, &*d.devices, d.mr_keys.clone(), d.mr_cache.clone(), virt)?;
         d.children.get();
         let ep = fid::leak(Ep {
             fid: fi::fid_ep {
@@ -473,7 +473,7 @@ entry! {
                 let mut st = ep.shared.lock();
                 st.min_multi_recv = v;
                 if let Some(r) = st.running.as_mut() {
-                    r.engine.set_min_multi_recv(v);
+                    r.ep.set_min_multi_recv(v);
                 }
                 Ok(0)
             }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 /// A device's registrar: registers memory and returns the key a peer's
 /// remote read names.
-pub type BoxedRegistrar = Box<dyn Registrar<Handle = u64, Error = DeviceError> + Send>;
+pub type BoxedRegistrar = Box<dyn rdm::device::Registrar>;
 
 /// [`BoxedRegistrar`] as a [`Registrar`] the cache can own.
 pub struct DeviceRegistrar(pub BoxedRegistrar);
@@ -133,6 +133,8 @@ impl rndv::Registrations for DomainRegistrations {
         let want = match access {
             rndv::Access::RemoteRead => libfabric_sys::FI_REMOTE_READ as u64,
             rndv::Access::RemoteWrite => libfabric_sys::FI_REMOTE_WRITE as u64,
+            // The destination of a device read (verbs: local write access).
+            rndv::Access::LocalWrite => libfabric_sys::FI_WRITE as u64,
         };
         let mut d = self.domain.lock();
         let entry = d.cache.acquire(addr, len, want).map_err(|e| {
@@ -158,9 +160,7 @@ mod tests {
     /// A registrar that counts live registrations.
     struct Counting(Arc<Mutex<(u64, u64)>>);
 
-    impl Registrar for Counting {
-        type Handle = u64;
-        type Error = DeviceError;
+    impl rdm::device::Registrar for Counting {
         fn register(&mut self, _addr: u64, _len: u64, _access: u64) -> Result<u64, DeviceError> {
             let mut c = self.0.lock();
             c.0 += 1;
