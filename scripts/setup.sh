@@ -11,6 +11,9 @@ PKGS=(
   iproute2 nftables                    # network-namespace tests with kernel packet drops
   procps psmisc                        # pgrep/pkill/fuser used by the test scripts
   valgrind                             # memcheck over fi_pingpong (fi_tests/tests/memcheck.rs)
+  dpkg-dev binutils make               # scripts/package.sh (dpkg-shlibdeps, dpkg-architecture, strip), make install
+  groff-base man-db                    # fi_rdmx(7): groff -ww and man in scripts/check-package.sh
+  gcc                                  # cc: the fi_version shim of fi_tests/tests/version.rs
 )
 
 missing=()

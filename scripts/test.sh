@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: clippy over every target, unit and model tests of each crate, the simulator scenarios,
-# the device conformance suite, and fi_tests (rdmx driven only through the system
+# the device conformance suite, the package check, and fi_tests (rdmx driven only through the system
 # libfabric.so, including two-process and network-namespace runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +20,8 @@ cargo test --release --workspace --exclude fi_tests
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom
 # A short fuzz run of every decoder and both engines (fuzz/, on stable).
 ./scripts/fuzz.sh
+# The .deb and make install, installed, used (fi_info, two-process fi_pingpong
+# with no FI_PROVIDER_PATH) and removed inside a private mount namespace that
+# no other test sees.
+./scripts/check-package.sh
 cargo test --release -p fi_tests -- --test-threads=1

@@ -36,6 +36,7 @@ pub mod params;
 pub mod poll;
 pub mod regcache;
 pub mod rma;
+pub mod version;
 pub mod wait;
 
 use entry::entry;
@@ -70,10 +71,17 @@ pub fn provider_ptr() -> *mut fi::fi_provider {
     PROVIDER.0.get()
 }
 
-/// The provider's entry point, called by libfabric after `dlopen`.
+/// The provider's entry point, called by libfabric after `dlopen`. Returns
+/// NULL (libfabric then skips rdmx) for a libfabric whose version rdmx was not
+/// built for ([`version::check`]), with a warning saying which it found and
+/// which it needs.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi::fi_provider {
     let r = std::panic::catch_unwind(|| {
+        if let Err(why) = version::check(version::running(), version::BUILT_API) {
+            log::warn(log::Subsys::Core, "fi_prov_ini", &why);
+            return std::ptr::null_mut();
+        }
         params::define_all();
         provider_ptr()
     });
