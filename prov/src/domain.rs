@@ -82,7 +82,7 @@ entry! {
             fabric: fab,
             children: Refs::default(),
             profile,
-            mr_keys: Arc::new(Mutex::new(KeyTable::new(unmap_monitor()))),
+            mr_keys: Arc::new(Mutex::new(KeyTable::new(crate::regcache::unmap_monitor()))),
             mr_cache,
             devices,
         });
@@ -91,26 +91,14 @@ entry! {
     }
 }
 
-/// The process's unmap monitor; says once in the log when it cannot watch
-/// memory (registrations then stay unprotected against the application
-/// unmapping their memory while they are open).
-pub(crate) fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
-    static SAID: std::sync::Once = std::sync::Once::new();
-    let m = mr_cache::monitor::Monitor::global();
-    if let Some(why) = m.unavailable_reason() {
-        SAID.call_once(|| crate::log::warn(crate::log::Subsys::Mr, "unmap_monitor", why));
-    }
-    m
-}
-
 /// Says once per process that registered memory cannot be watched for
 /// unmapping (file-backed mappings, memory another userfaultfd watches,
 /// kernels without userfaultfd write-protect): its key is not revoked if the
 /// application unmaps it while registered. Not repeated where the monitor is
-/// unavailable altogether ([`unmap_monitor`] said so then).
+/// unavailable altogether ([`crate::regcache::unmap_monitor`] said so then).
 pub(crate) fn warn_unwatched(s: mr_cache::Segment) {
     static SAID: std::sync::Once = std::sync::Once::new();
-    if unmap_monitor().unavailable_reason().is_some() {
+    if crate::regcache::unmap_monitor().unavailable_reason().is_some() {
         return;
     }
     SAID.call_once(|| {

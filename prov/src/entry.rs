@@ -94,22 +94,6 @@ pub trait FromRaw<P>: Sized {
     unsafe fn from_raw(p: P) -> Result<Self, Error>;
 }
 
-/// A fid of rdmx's, resolved to its object (class checked).
-impl<T: crate::fid::FidObject, P> FromRaw<*mut P> for &T {
-    unsafe fn from_raw(p: *mut P) -> Result<Self, Error> {
-        // SAFETY: per the trait's contract, a fid rdmx handed out (or NULL);
-        // from_fid checks NULL and the class.
-        unsafe { crate::fid::resolve(p as *const libfabric_sys::fid) }
-    }
-}
-
-impl<T: crate::fid::FidObject, P> FromRaw<*const P> for &T {
-    unsafe fn from_raw(p: *const P) -> Result<Self, Error> {
-        // SAFETY: as above.
-        unsafe { crate::fid::resolve(p as *const libfabric_sys::fid) }
-    }
-}
-
 /// An out-pointer of the caller's, checked non-null.
 pub struct Out<'a, T>(&'a mut T);
 

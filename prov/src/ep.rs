@@ -4,9 +4,10 @@
 //! operation tables. Each operation validates its arguments here and hands a
 //! typed request to [`crate::core`].
 use crate::addr::ADDR_LEN;
+use crate::args::{RecvArgs, SendArgs, UserBuf, UserIov};
 use crate::av::Av;
 use crate::cntr::Cntr;
-use crate::core::{CqBinding, EpShared, RecvArgs, SendArgs, UserBuf, UserIov};
+use crate::core::{CqBinding, EpShared};
 use crate::cq::Cq;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, entry_unsupported, non_null, Out};

@@ -1,6 +1,6 @@
 //! Helpers shared by the fid objects: casting libfabric's pointers back to ours,
 //! parent/child reference counts, and the `-FI_ENOSYS` slots.
-use crate::entry::entry_unsupported;
+use crate::entry::{entry_unsupported, FromRaw};
 use crate::error::{Error, Result};
 use libfabric_sys as fi;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,6 +42,22 @@ pub unsafe trait FidObject: Sized {
 pub unsafe fn resolve<'a, T: FidObject>(fid: *const fi::fid) -> Result<&'a T> {
     // SAFETY: this function's contract.
     unsafe { T::from_fid(fid) }
+}
+
+/// A fid of rdmx's, resolved to its object (class checked).
+impl<T: FidObject, P> FromRaw<*mut P> for &T {
+    unsafe fn from_raw(p: *mut P) -> Result<Self, Error> {
+        // SAFETY: per the trait's contract, a fid rdmx handed out (or NULL);
+        // from_fid checks NULL and the class.
+        unsafe { resolve(p as *const libfabric_sys::fid) }
+    }
+}
+
+impl<T: FidObject, P> FromRaw<*const P> for &T {
+    unsafe fn from_raw(p: *const P) -> Result<Self, Error> {
+        // SAFETY: as above.
+        unsafe { resolve(p as *const libfabric_sys::fid) }
+    }
 }
 
 /// Counts live children / bindings of an object; closing with a non-zero count

@@ -17,7 +17,9 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod addr;
+pub mod args;
 pub mod av;
+pub mod av_table;
 pub mod cntr;
 pub mod core;
 pub mod cq;

@@ -1,7 +1,7 @@
 //! The registration cache of a domain, on the data path.
 //!
 //! Layering (ARCHITECTURE.md): the device provides a [`Registrar`]
-//! ([`crate::devices::open_registrar`]), `mr_cache` caches its registrations,
+//! ([`rdm::device::DeviceContext::registrar`]), `mr_cache` caches its registrations,
 //! `rndv` asks for them through [`rndv::Registrations`] when it announces a
 //! rendezvous on a path whose remote reads need a key
 //! (`DeviceCaps::registration`), and this module glues the three: one
@@ -63,11 +63,23 @@ pub struct DomainMr {
 /// Shared by the domain, its endpoints and its MRs.
 pub type SharedDomainMr = Arc<Mutex<DomainMr>>;
 
+/// The process's unmap monitor; says once in the log when it cannot watch
+/// memory (registrations then stay unprotected against the application
+/// unmapping their memory while they are open).
+pub(crate) fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let m = mr_cache::monitor::Monitor::global();
+    if let Some(why) = m.unavailable_reason() {
+        SAID.call_once(|| crate::log::warn(crate::log::Subsys::Mr, "unmap_monitor", why));
+    }
+    m
+}
+
 /// The cache of a domain whose device registers memory (`None` for udp and
 /// shm, which need no registration).
 pub fn open(registrar: Option<BoxedRegistrar>, cfg: CacheConfig) -> Option<SharedDomainMr> {
     let reg = registrar?;
-    Some(Arc::new(Mutex::new(DomainMr { cache: MrCache::new(DeviceRegistrar(reg), cfg, crate::domain::unmap_monitor()), descs: HashMap::default() })))
+    Some(Arc::new(Mutex::new(DomainMr { cache: MrCache::new(DeviceRegistrar(reg), cfg, unmap_monitor()), descs: HashMap::default() })))
 }
 
 impl DomainMr {

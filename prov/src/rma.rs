@@ -1,6 +1,6 @@
 //! One-sided operations as the C entry points hand them to the endpoint; the
 //! protocol (requests, checks at the target, answers) is `rndv`'s.
-use crate::core::{UserBuf, UserIov};
+use crate::args::{UserBuf, UserIov};
 use libfabric_sys as fi;
 use rndv::atomic::{Datatype, Op};
 
