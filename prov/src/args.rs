@@ -1,6 +1,6 @@
-//! The arguments the C entry points hand to the endpoint (`crate::core`):
-//! application buffers, and what a send or a receive carries. Plain data,
-//! below the runtime and the fid objects.
+//! The arguments the C entry points hand to the endpoint (the runtime in
+//! `core.rs`): application buffers, and what a send or a receive carries.
+//! Plain data, below the runtime and the fid objects.
 use rndv::{IoBuf, IoList, MsgKind};
 
 /// A piece of application memory the provider writes received data into. The

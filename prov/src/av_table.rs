@@ -1,6 +1,6 @@
-//! The table of an address vector, shared by the AV object ([`crate::av`]) and
-//! the endpoints bound to it (`crate::core` looks destinations and senders up
-//! here).
+//! The table of an address vector, shared by the AV object (`av.rs`) and the
+//! endpoints bound to it (the runtime, `core.rs`, looks destinations and
+//! senders up here).
 use crate::addr::{RdmxAddr, ADDR_LEN};
 use crate::error::{Error, Result};
 use crate::log::{fi_warn, Subsys};

@@ -1,101 +1,17 @@
 //! Counters: success and error counts of operations bound with FI_SEND, FI_RECV,
 //! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
 //! progress of the bound endpoints.
-use crate::core::{self, BoundEndpoints, EpShared};
-use crate::cq::WaitFd;
+use crate::cntr_queue::CntrShared;
+use crate::core;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
+use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-#[derive(Default)]
-pub struct CntrShared {
-    value: AtomicU64,
-    errors: AtomicU64,
-    eps: BoundEndpoints,
-    /// FI_WAIT_FD: set on every change, cleared by reads.
-    pub wait: Option<WaitFd>,
-}
-
-impl CntrShared {
-    pub fn inc(&self) {
-        self.add(1);
-    }
-
-    pub fn inc_err(&self) {
-        self.add_err(1);
-    }
-
-    // Every change, from a completion or from fi_cntr_add/set/adderr/seterr,
-    // signals the wait fd (and through it a wait set): a waiter on the fd
-    // cannot tell who changed the counter.
-    fn add(&self, v: u64) {
-        self.value.fetch_add(v, Ordering::AcqRel);
-        self.changed();
-    }
-
-    fn set(&self, v: u64) {
-        self.value.store(v, Ordering::Release);
-        self.changed();
-    }
-
-    fn add_err(&self, v: u64) {
-        self.errors.fetch_add(v, Ordering::AcqRel);
-        self.changed();
-    }
-
-    fn set_err(&self, v: u64) {
-        self.errors.store(v, Ordering::Release);
-        self.changed();
-    }
-
-    fn changed(&self) {
-        if let Some(w) = &self.wait {
-            w.set(true);
-        }
-    }
-
-    fn seen(&self) {
-        if let Some(w) = &self.wait {
-            w.set(false);
-        }
-    }
-
-    pub fn attach(&self, ep: &Arc<EpShared>) {
-        self.eps.attach(ep);
-    }
-
-    pub fn detach(&self, ep: &EpShared) {
-        self.eps.detach(ep);
-    }
-
-    pub(crate) fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
-        self.eps.endpoints()
-    }
-
-    /// For wait sets: the counter changed since it was last read.
-    pub(crate) fn changed_unseen(&self) -> bool {
-        self.wait.as_ref().is_some_and(|w| w.is_set())
-    }
-
-    fn progress(&self) {
-        self.eps.progress();
-    }
-
-    /// For poll sets: one round of progress of the bound endpoints.
-    pub(crate) fn progress_now(&self) {
-        self.progress();
-    }
-
-    /// For poll sets: (value, errors) now.
-    pub(crate) fn snapshot(&self) -> (u64, u64) {
-        (self.value.load(Ordering::Acquire), self.errors.load(Ordering::Acquire))
-    }
-}
 
 #[repr(C)]
 pub struct Cntr {

@@ -11,12 +11,13 @@
 use crate::addr::RdmxAddr;
 use crate::args::{RecvArgs, SendArgs};
 use crate::av_table::{SharedAv, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
-use crate::cntr::CntrShared;
-use crate::cq::{Completion, CompletionError, CqShared};
+use crate::cntr_queue::CntrShared;
+use crate::cq_queue::{Completion, CompletionError, CqShared};
 use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::params;
+use crate::progress::Progress;
 use crate::regcache::{DomainRegistrations, SharedDomainMr};
 use crate::rma::RmaArgs;
 use libfabric_sys as fi;
@@ -26,7 +27,6 @@ use rdm::device::{DeviceContext, LocalBuf, OpenSpec};
 use rdm::engine::PeerId;
 use rdm::{DevAddr, Device};
 use rndv::{Endpoint, EndpointConfig, EndpointEvent, IoBuf, IoList, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, RecvSpec, Src};
-use smallvec::SmallVec;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -120,7 +120,7 @@ pub struct EpState {
     pub rwrite_cntr: Option<Arc<CntrShared>>,
     /// The EQ bound to the endpoint, and the endpoint's fid for its error
     /// events: where failures without an operation context are reported.
-    pub eq: Option<(Arc<crate::eq::EqQueue>, usize)>,
+    pub eq: Option<(Arc<crate::eq_queue::EqQueue>, usize)>,
     /// The domain's registrations (RMA targets) and whether RMA addresses are
     /// virtual addresses (FI_MR_VIRT_ADDR) or offsets into the registration.
     pub mr_keys: Arc<Mutex<KeyTable>>,
@@ -295,19 +295,20 @@ impl EpShared {
         Ok(auto)
     }
 
-    pub fn progress(&self) {
-        let mut st = self.lock();
-        st.progress();
-    }
-
     /// Progress on behalf of an application that is not calling in.
     fn progress_background(&self) {
         let mut st = self.state.lock();
         st.progress();
     }
 
-    /// Before a sleep: arms the device's wait fd and returns it with the engine's
-    /// next deadline and whether input is already waiting (then do not sleep).
+}
+
+impl Progress for EpShared {
+    fn progress(&self) {
+        let mut st = self.lock();
+        st.progress();
+    }
+
     fn prepare_wait(&self) -> (Option<RawFd>, Option<rdm::Instant>, bool) {
         let mut st = self.state.lock();
         match &mut st.running {
@@ -319,9 +320,7 @@ impl EpShared {
         }
     }
 
-    /// `fi_trywait` for this endpoint: false when sleeping on the wait fd now
-    /// could miss input that already arrived.
-    pub fn try_wait(&self) -> bool {
+    fn try_wait(&self) -> bool {
         !self.prepare_wait().2
     }
 }
@@ -891,67 +890,14 @@ fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {
     f
 }
 
-/// The endpoints bound to a CQ or counter, whose progress reading it drives.
-/// Weak references: an endpoint's close detaches it, and a dangling one is
-/// simply skipped.
-#[derive(Default)]
-pub struct BoundEndpoints(Mutex<Vec<Weak<EpShared>>>);
-
-impl BoundEndpoints {
-    pub fn attach(&self, ep: &Arc<EpShared>) {
-        let mut eps = self.0.lock();
-        eps.retain(|w| w.strong_count() > 0);
-        if !eps.iter().any(|w| w.as_ptr() == Arc::as_ptr(ep)) {
-            eps.push(Arc::downgrade(ep));
-        }
-    }
-
-    pub fn detach(&self, ep: &EpShared) {
-        self.0.lock().retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), ep));
-    }
-
-    /// The live endpoints (on the stack for the usual few: this runs on every
-    /// CQ read).
-    pub fn endpoints(&self) -> SmallVec<[Arc<EpShared>; 4]> {
-        self.0.lock().iter().filter_map(Weak::upgrade).collect()
-    }
-
-    /// Runs one round of progress on every bound endpoint. This runs on every
-    /// CQ read: the usual single endpoint is taken without a collected copy.
-    /// (The list's lock is never held during progress: an endpoint's close
-    /// holds the endpoint's lock while it detaches.)
-    pub fn progress(&self) {
-        let single = {
-            let eps = self.0.lock();
-            (eps.len() == 1).then(|| eps[0].upgrade())
-        };
-        match single {
-            Some(Some(ep)) => ep.progress(),
-            Some(None) => {}
-            None => {
-                for ep in self.endpoints() {
-                    ep.progress();
-                }
-            }
-        }
-    }
-
-    /// `fi_trywait` on every bound endpoint (all of them: each must arm its
-    /// device); false if any has input waiting.
-    #[allow(clippy::unnecessary_fold)] // not `all`: it would stop at the first endpoint with input, leaving the rest unarmed
-    pub fn try_wait(&self) -> bool {
-        self.endpoints().iter().fold(true, |ok, ep| ep.try_wait() && ok)
-    }
-}
-
 /// Sleeps until one of the endpoints' devices has input, an engine timer is due,
 /// or `max` has passed.
-pub fn wait_any(eps: &[Arc<EpShared>], max: Duration) {
+pub fn wait_any<P: Progress + ?Sized>(eps: &[Arc<P>], max: Duration) {
     wait_any_or_fd(eps, None, max);
 }
 
 /// Like [`wait_any`], also waking when `extra` turns readable (a wait set's fd).
-pub fn wait_any_or_fd(eps: &[Arc<EpShared>], extra: Option<RawFd>, max: Duration) {
+pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>, max: Duration) {
     let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len() + 1);
     if let Some(fd) = extra {
         fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });

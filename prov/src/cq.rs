@@ -1,253 +1,21 @@
-//! Completion queues. Endpoints push [`Completion`]s; `fi_cq_read*` drives the
+//! Completion queues. Endpoints push [`Completion`](crate::cq_queue::Completion)s; `fi_cq_read*` drives the
 //! progress of every endpoint bound to the CQ (manual progress) and then copies
 //! entries out in the CQ's format. The queue grows as needed: with
 //! `FI_RM_ENABLED` a completion is never dropped.
-use crate::core::{self, BoundEndpoints, EpShared};
+use crate::core;
+use crate::cq_queue::CqShared;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
+use crate::progress::BoundEndpoints;
+use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// One completion, successful or not. Pointers are the application's opaque
-/// values, carried as integers.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Completion {
-    pub op_context: usize,
-    pub flags: u64,
-    pub len: usize,
-    pub buf: usize,
-    pub data: u64,
-    pub tag: u64,
-    pub src: u64,
-    pub err: Option<CompletionError>,
-}
-
-#[derive(Clone, Copy, Debug)]
-pub struct CompletionError {
-    /// Positive `FI_E*`.
-    pub err: i32,
-    pub olen: usize,
-    pub prov_errno: i32,
-    /// An rdmx address handed out as `err_data`: the unknown sender
-    /// (FI_SOURCE_ERR, with FI_EADDRNOTAVAIL) or the peer whose failure failed
-    /// the operation (`fi_cq_strerror` then names it).
-    pub src_addr: Option<[u8; crate::addr::ADDR_LEN]>,
-}
-
-impl CompletionError {
-    pub fn new(err: u32) -> CompletionError {
-        CompletionError { err: err as i32, olen: 0, prov_errno: err as i32, src_addr: None }
-    }
-}
-
-/// The wait object of a CQ or counter opened with `FI_WAIT_FD`: an epoll fd
-/// over the bound endpoints' device fds plus an eventfd that is readable while
-/// completions are queued / the counter changed unseen (so events found by the
-/// background progress thread also wake a sleeper).
-pub struct WaitFd {
-    epoll: libc::c_int,
-    event: libc::c_int,
-}
-
-impl WaitFd {
-    /// The fd handed out by `fi_control(FI_GETWAIT)`.
-    pub fn fd(&self) -> RawFd {
-        self.epoll
-    }
-
-    /// Whether the eventfd is currently set.
-    pub fn is_set(&self) -> bool {
-        let mut p = libc::pollfd { fd: self.event, events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd, zero timeout.
-        unsafe { libc::poll(&mut p, 1, 0) > 0 }
-    }
-
-    pub fn new() -> Result<WaitFd> {
-        // SAFETY: plain syscalls; the fds are owned by the returned value.
-        let (epoll, event) = unsafe { (libc::epoll_create1(libc::EPOLL_CLOEXEC), libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)) };
-        if epoll < 0 || event < 0 {
-            // SAFETY: closing only what was opened.
-            unsafe {
-                if epoll >= 0 {
-                    libc::close(epoll);
-                }
-                if event >= 0 {
-                    libc::close(event);
-                }
-            }
-            return Err(Error::Io("cannot create the CQ wait fd".into()));
-        }
-        let w = WaitFd { epoll, event };
-        w.add(event);
-        Ok(w)
-    }
-
-    /// Watches `fd` for input (a bound endpoint's device).
-    pub fn add(&self, fd: RawFd) {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
-        // SAFETY: `ev` is valid for the call; a failure (e.g. already added) is
-        // harmless, the fd is then watched already or cannot be.
-        unsafe { libc::epoll_ctl(self.epoll, libc::EPOLL_CTL_ADD, fd, &mut ev) };
-    }
-
-    pub fn set(&self, ready: bool) {
-        if ready {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a valid u64 into our eventfd.
-            unsafe { libc::write(self.event, &one as *const u64 as *const libc::c_void, 8) };
-        } else {
-            let mut v: u64 = 0;
-            // SAFETY: reads at most 8 bytes into a valid u64 (non-blocking).
-            unsafe { libc::read(self.event, &mut v as *mut u64 as *mut libc::c_void, 8) };
-        }
-    }
-}
-
-impl Drop for WaitFd {
-    fn drop(&mut self) {
-        // SAFETY: both fds are owned by this value and closed once.
-        unsafe {
-            libc::close(self.epoll);
-            libc::close(self.event);
-        }
-    }
-}
-
-pub struct CqShared {
-    pub wait: Option<WaitFd>,
-    pub format: fi::fi_cq_format,
-    queue: Mutex<VecDeque<Completion>>,
-    /// Provider-owned `err_data` for callers that pass `err_data_size == 0`; valid
-    /// until the next readerr, as libfabric specifies.
-    err_data: Mutex<[u8; crate::addr::ADDR_LEN]>,
-    /// The last `err_data` handed out that holds a whole address (pointer,
-    /// size): `fi_cq_strerror` reads it back only if it gets this pointer.
-    last_err_data: Mutex<(usize, usize)>,
-    /// Provider-owned `fi_cq_strerror` text for callers that pass no buffer.
-    strerror_text: Mutex<std::ffi::CString>,
-    eps: BoundEndpoints,
-    signaled: AtomicBool,
-}
-
-impl CqShared {
-    pub fn push(&self, c: Completion) {
-        let mut q = self.queue.lock();
-        q.push_back(c);
-        if q.len() == 1 {
-            if let Some(w) = &self.wait {
-                w.set(true);
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.queue.lock().is_empty()
-    }
-
-    /// For poll sets: whether entries are queued.
-    pub(crate) fn is_empty_now(&self) -> bool {
-        self.is_empty()
-    }
-
-    /// For poll sets: one round of progress of the bound endpoints.
-    pub(crate) fn progress_now(&self) {
-        self.progress();
-    }
-
-    pub fn attach(&self, ep: &Arc<EpShared>) {
-        self.eps.attach(ep);
-    }
-
-    pub fn detach(&self, ep: &EpShared) {
-        self.eps.detach(ep);
-    }
-
-    pub(crate) fn endpoints(&self) -> smallvec::SmallVec<[Arc<EpShared>; 4]> {
-        self.eps.endpoints()
-    }
-
-    fn progress(&self) {
-        self.eps.progress();
-    }
-
-    fn entry_size(&self) -> usize {
-        match self.format {
-            fi::FI_CQ_FORMAT_CONTEXT => std::mem::size_of::<fi::fi_cq_entry>(),
-            fi::FI_CQ_FORMAT_MSG => std::mem::size_of::<fi::fi_cq_msg_entry>(),
-            fi::FI_CQ_FORMAT_DATA => std::mem::size_of::<fi::fi_cq_data_entry>(),
-            _ => std::mem::size_of::<fi::fi_cq_tagged_entry>(),
-        }
-    }
-
-    /// Copies up to `count` good entries to `buf` (and sources to `src`).
-    /// `Ok(0)` means empty; `Err(Avail)` style is returned as -FI_EAVAIL by caller.
-    fn read(&self, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
-        let mut q = self.queue.lock();
-        let mut n = 0;
-        while n < count {
-            match q.front() {
-                Some(c) if c.err.is_none() => {
-                    let c = *c;
-                    q.pop_front();
-                    // SAFETY: the application's buffer holds `count` entries of the
-                    // CQ's format, and `src` (if given) `count` fi_addr_t.
-                    unsafe {
-                        let slot = (buf as *mut u8).add(n * self.entry_size());
-                        write_entry(self.format, slot, &c);
-                        if !src.is_null() {
-                            *src.add(n) = c.src;
-                        }
-                    }
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
-        if q.is_empty() {
-            if let Some(w) = &self.wait {
-                w.set(false);
-            }
-        }
-        if n > 0 {
-            return Ok(n as isize);
-        }
-        match q.front() {
-            Some(_) => Ok(-(fi::FI_EAVAIL as isize)),
-            None => Err(Error::Again),
-        }
-    }
-}
-
-/// # Safety
-/// `slot` is valid for one entry of `format`.
-unsafe fn write_entry(format: fi::fi_cq_format, slot: *mut u8, c: &Completion) {
-    let ctx = c.op_context as *mut libc::c_void;
-    // SAFETY: per contract; entries are written unaligned-safe via write_unaligned.
-    unsafe {
-        match format {
-            fi::FI_CQ_FORMAT_CONTEXT => std::ptr::write_unaligned(slot as *mut fi::fi_cq_entry, fi::fi_cq_entry { op_context: ctx }),
-            fi::FI_CQ_FORMAT_MSG => std::ptr::write_unaligned(
-                slot as *mut fi::fi_cq_msg_entry,
-                fi::fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len },
-            ),
-            fi::FI_CQ_FORMAT_DATA => std::ptr::write_unaligned(
-                slot as *mut fi::fi_cq_data_entry,
-                fi::fi_cq_data_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data },
-            ),
-            _ => std::ptr::write_unaligned(
-                slot as *mut fi::fi_cq_tagged_entry,
-                fi::fi_cq_tagged_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data, tag: c.tag },
-            ),
-        }
-    }
-}
 
 #[repr(C)]
 pub struct Cq {
@@ -353,7 +121,7 @@ entry! {
             (fi::FI_GETWAIT, Some(w)) => {
                 non_null!(arg);
                 // SAFETY: for FI_WAIT_FD, FI_GETWAIT's argument is an int *.
-                unsafe { *(arg as *mut libc::c_int) = w.epoll };
+                unsafe { *(arg as *mut libc::c_int) = w.fd() };
                 Ok(0)
             }
             (fi::FI_GETWAIT, None) => Err(Error::NoData),
@@ -495,27 +263,6 @@ pub fn trywait(cq: &Cq) -> Result<()> {
     }
 }
 
-/// Writes the text for `prov_errno` into `buf` (if given) and returns it.
-///
-/// # Safety
-/// `buf` is null or the caller's buffer of `len` bytes.
-pub unsafe fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
-    // SAFETY: fi_strerror returns a static string for any value.
-    let s = unsafe { fi::fi_strerror(prov_errno.abs()) };
-    if !buf.is_null() && len > 0 && !s.is_null() {
-        // SAFETY: `s` is a valid C string; `buf` holds `len` bytes; we write at most
-        // len - 1 bytes plus NUL.
-        unsafe {
-            let src = std::ffi::CStr::from_ptr(s).to_bytes();
-            let n = src.len().min(len - 1);
-            std::ptr::copy_nonoverlapping(src.as_ptr(), buf as *mut u8, n);
-            *buf.add(n) = 0;
-        }
-        return buf;
-    }
-    s
-}
-
 entry! {
     fn cq_strerror(cq: *mut fi::fid_cq => &Cq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
         let (ptr, size) = *cq.shared.last_err_data.lock();
@@ -530,7 +277,7 @@ entry! {
             })
             .flatten();
         // SAFETY: the application's buffer of `len` bytes, or null (fi_cq_strerror's contract).
-        let Some(peer) = peer else { return Ok(unsafe { strerror_into(prov_errno, buf, len) }) };
+        let Some(peer) = peer else { return Ok(unsafe { crate::error::strerror_into(prov_errno, buf, len) }) };
         // SAFETY: fi_strerror returns a static string for any value.
         let base = unsafe { std::ffi::CStr::from_ptr(fi::fi_strerror(prov_errno.abs())) }.to_string_lossy().into_owned();
         let text = std::ffi::CString::new(format!("{base} (peer {})", peer.to_uri())).unwrap_or_default();

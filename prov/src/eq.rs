@@ -2,24 +2,13 @@
 //! applications (fabtests, MPICH) open an EQ anyway and `fi_eq_write`/`read`/
 //! `sread`/`readerr` must behave.
 use crate::entry::{entry, non_null, Out};
+use crate::eq_queue::{EqQueue, Event};
 use crate::error::{Error, Result};
 use crate::fabric;
 use crate::fid::{self, FidObject, Refs};
 use libfabric_sys as fi;
-use parking_lot::{Condvar, Mutex};
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-struct Event {
-    kind: u32,
-    data: Vec<u8>,
-    err: Option<fi::fi_eq_err_entry>,
-}
-
-// SAFETY: the raw pointers inside fi_eq_err_entry are opaque values the application
-// wrote; rdmx never dereferences them.
-unsafe impl Send for Event {}
 
 #[repr(C)]
 pub struct Eq {
@@ -29,66 +18,6 @@ pub struct Eq {
     pub shared: Arc<EqQueue>,
     /// The wait set this EQ belongs to (`FI_WAIT_SET`), released at close.
     wait_set: Option<Arc<crate::wait::WaitSetShared>>,
-}
-
-/// The queue of an EQ, shared with the endpoints bound to it: they report there
-/// the errors that have no operation context to carry them to a CQ (a failed
-/// `fi_inject`, a peer declared unreachable).
-#[derive(Default)]
-pub struct EqQueue {
-    queue: Mutex<VecDeque<Event>>,
-    cond: Condvar,
-    /// `FI_WAIT_FD`: an eventfd that is readable exactly while events are queued.
-    wait_fd: Option<std::os::fd::OwnedFd>,
-}
-
-impl EqQueue {
-    /// Queues an error event for `fid` (the endpoint) with a positive `FI_E*`.
-    pub fn push_error(&self, fid: usize, err: u32) {
-        // SAFETY: fi_eq_err_entry is plain C data; all-zero is a valid value.
-        let mut e: fi::fi_eq_err_entry = unsafe { std::mem::zeroed() };
-        e.fid = fid as *mut fi::fid;
-        e.err = err as i32;
-        e.prov_errno = err as i32;
-        self.push(Event { kind: 0, data: Vec::new(), err: Some(e) });
-    }
-
-    /// For wait sets: whether events are queued.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queue.lock().is_empty()
-    }
-
-    /// For wait sets: the eventfd (FI_WAIT_FD or FI_WAIT_SET), if any.
-    pub(crate) fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        self.wait_fd.as_ref().map(|f| f.as_raw_fd())
-    }
-
-    fn push(&self, ev: Event) {
-        let mut q = self.queue.lock();
-        q.push_back(ev);
-        if q.len() == 1 {
-            self.signal(true);
-        }
-        drop(q);
-        self.cond.notify_all();
-    }
-
-    /// Keeps the wait fd readable exactly while `non_empty` (called under the
-    /// queue lock when the queue's emptiness changes).
-    fn signal(&self, non_empty: bool) {
-        let Some(fd) = &self.wait_fd else { return };
-        use std::os::fd::AsRawFd;
-        let mut v: u64 = 1;
-        // SAFETY: an eventfd we own; 8-byte reads and writes of a local u64.
-        unsafe {
-            if non_empty {
-                libc::write(fd.as_raw_fd(), &v as *const u64 as *const libc::c_void, 8);
-            } else {
-                libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8);
-            }
-        }
-    }
 }
 
 // SAFETY: #[repr(C)] with fid_eq first.
@@ -312,6 +241,6 @@ entry! {
     fn eq_strerror(eq: *mut fi::fid_eq, prov_errno: i32, err_data: *const libc::c_void, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
         let _ = (eq, err_data);
         // SAFETY: the application's buffer of `len` bytes, or null (fi_eq_strerror's contract).
-        Ok(unsafe { crate::cq::strerror_into(prov_errno, buf, len) })
+        Ok(unsafe { crate::error::strerror_into(prov_errno, buf, len) })
     }
 }

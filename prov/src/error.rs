@@ -97,3 +97,24 @@ impl From<mr_cache::MrError> for Error {
 }
 
 pub type Result<T, E = Error> = core::result::Result<T, E>;
+
+/// Writes the text for `prov_errno` into `buf` (if given) and returns it.
+///
+/// # Safety
+/// `buf` is null or the caller's buffer of `len` bytes.
+pub unsafe fn strerror_into(prov_errno: i32, buf: *mut libc::c_char, len: usize) -> *const libc::c_char {
+    // SAFETY: fi_strerror returns a static string for any value.
+    let s = unsafe { fi::fi_strerror(prov_errno.abs()) };
+    if !buf.is_null() && len > 0 && !s.is_null() {
+        // SAFETY: `s` is a valid C string; `buf` holds `len` bytes; we write at most
+        // len - 1 bytes plus NUL.
+        unsafe {
+            let src = std::ffi::CStr::from_ptr(s).to_bytes();
+            let n = src.len().min(len - 1);
+            std::ptr::copy_nonoverlapping(src.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+        return buf;
+    }
+    s
+}

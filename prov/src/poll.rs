@@ -3,8 +3,10 @@
 //! and reports the context of each one that has something new — a CQ with
 //! entries queued, a counter whose value or error count changed since the last
 //! `fi_poll` reported it.
-use crate::cntr::{Cntr, CntrShared};
-use crate::cq::{Cq, CqShared};
+use crate::cntr::Cntr;
+use crate::cntr_queue::CntrShared;
+use crate::cq::Cq;
+use crate::cq_queue::CqShared;
 use crate::domain::Domain;
 use crate::entry::{entry, Out};
 use crate::error::Error;

@@ -16,14 +16,15 @@
 //! and the members' engine timers until then or the timeout
 //! (`-FI_ETIMEDOUT`). Members stay in the set until they close; the set cannot
 //! close before them (`-FI_EBUSY`).
-use crate::cntr::CntrShared;
-use crate::core::{self, EpShared};
-use crate::cq::CqShared;
+use crate::cntr_queue::CntrShared;
+use crate::core;
+use crate::cq_queue::CqShared;
 use crate::entry::{entry, non_null, Out};
-use crate::eq::EqQueue;
+use crate::eq_queue::EqQueue;
 use crate::error::{Error, Result};
 use crate::fabric::{self, Fabric};
 use crate::fid::{self, FidObject, Refs};
+use crate::progress::Progress;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
@@ -69,7 +70,7 @@ impl WaitSetShared {
         self.refs.get();
     }
 
-    /// A CQ opened with `FI_WAIT_SET` (it has a [`crate::cq::WaitFd`]).
+    /// A CQ opened with `FI_WAIT_SET` (it has a [`crate::wait_fd::WaitFd`]).
     pub fn join_cq(&self, cq: &Arc<CqShared>) {
         self.join(Member::Cq(Arc::downgrade(cq)), cq.wait.as_ref().map(|w| w.fd()));
     }
@@ -87,7 +88,7 @@ impl WaitSetShared {
     /// One round of progress of every member; whether any has something, and
     /// the endpoints bound to the members (what a sleeper must arm and whose
     /// timers bound the sleep).
-    fn poll_members(&self) -> (bool, SmallVec<[Arc<EpShared>; 4]>) {
+    fn poll_members(&self) -> (bool, SmallVec<[Arc<dyn Progress>; 4]>) {
         let live: SmallVec<[Member; 4]> = self
             .members
             .lock()
@@ -99,7 +100,7 @@ impl WaitSetShared {
             })
             .collect();
         let mut ready = false;
-        let mut eps: SmallVec<[Arc<EpShared>; 4]> = SmallVec::new();
+        let mut eps: SmallVec<[Arc<dyn Progress>; 4]> = SmallVec::new();
         // Outside the set's lock: progress takes endpoint locks, and another
         // thread may be opening a member meanwhile.
         for m in live {

@@ -1,0 +1,82 @@
+//! What a CQ or counter needs of the endpoints bound to it: a round of
+//! progress, and what to sleep on. The queues hold their endpoints weakly as
+//! [`Progress`] objects; the runtime's endpoint (`EpShared` in `core.rs`) is
+//! the one implementation.
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Weak};
+
+/// An endpoint as the queues bound to it drive it (manual progress).
+pub trait Progress: Send + Sync {
+    /// One round of progress, on behalf of an application call.
+    fn progress(&self);
+
+    /// Before a sleep: arms the device's wait fd and returns it with the engine's
+    /// next deadline and whether input is already waiting (then do not sleep).
+    fn prepare_wait(&self) -> (Option<RawFd>, Option<rdm::Instant>, bool);
+
+    /// `fi_trywait` for this endpoint: false when sleeping on the wait fd now
+    /// could miss input that already arrived.
+    fn try_wait(&self) -> bool;
+}
+
+/// Whether `w` is the endpoint `ep` (by address: the vtable part of the
+/// pointer is not compared).
+fn same<P: Progress>(w: &Weak<dyn Progress>, ep: &Arc<P>) -> bool {
+    w.as_ptr() as *const () == Arc::as_ptr(ep) as *const ()
+}
+
+/// The endpoints bound to a CQ or counter, whose progress reading it drives.
+/// Weak references: an endpoint's close detaches it, and a dangling one is
+/// simply skipped.
+#[derive(Default)]
+pub struct BoundEndpoints(Mutex<Vec<Weak<dyn Progress>>>);
+
+impl BoundEndpoints {
+    pub fn attach<P: Progress + 'static>(&self, ep: &Arc<P>) {
+        let mut eps = self.0.lock();
+        eps.retain(|w| w.strong_count() > 0);
+        if !eps.iter().any(|w| same(w, ep)) {
+            let w = Arc::downgrade(ep);
+            eps.push(w);
+        }
+    }
+
+    pub fn detach<P: Progress>(&self, ep: &Arc<P>) {
+        self.0.lock().retain(|w| w.strong_count() > 0 && !same(w, ep));
+    }
+
+    /// The live endpoints (on the stack for the usual few: this runs on every
+    /// CQ read).
+    pub fn endpoints(&self) -> SmallVec<[Arc<dyn Progress>; 4]> {
+        self.0.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Runs one round of progress on every bound endpoint. This runs on every
+    /// CQ read: the usual single endpoint is taken without a collected copy.
+    /// (The list's lock is never held during progress: an endpoint's close
+    /// holds the endpoint's lock while it detaches.)
+    pub fn progress(&self) {
+        let single = {
+            let eps = self.0.lock();
+            (eps.len() == 1).then(|| eps[0].upgrade())
+        };
+        match single {
+            Some(Some(ep)) => ep.progress(),
+            Some(None) => {}
+            None => {
+                for ep in self.endpoints() {
+                    ep.progress();
+                }
+            }
+        }
+    }
+
+    /// `fi_trywait` on every bound endpoint (all of them: each must arm its
+    /// device); false if any has input waiting.
+    #[allow(clippy::unnecessary_fold)] // not `all`: it would stop at the first endpoint with input, leaving the rest unarmed
+    pub fn try_wait(&self) -> bool {
+        self.endpoints().iter().fold(true, |ok, ep| ep.try_wait() && ok)
+    }
+}
