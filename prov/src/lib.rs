@@ -14,6 +14,15 @@
 //! * [`core`]: an enabled endpoint's engine — device, `rdm` engine, `rndv` matcher —
 //!   and its progress function.
 //! * [`log`], [`params`]: `fi_log` and `fi_param` glue (`FI_RDMX_*`).
+//!
+//! Layers, bottom to top (checked by `prov/tests/layers.rs`): the base
+//! ([`error`], [`log`], [`params`], [`addr`], [`fid`], [`entry`], [`info`]);
+//! the argument types and the queues ([`args`], [`av_table`], [`cq_queue`],
+//! [`cntr_queue`], [`eq_queue`], [`wait_fd`], and [`progress`], the trait
+//! through which a queue drives the endpoints bound to it); the runtime
+//! ([`core`]); the fid objects. A module imports only its own layer and the
+//! ones below, with no circle except an fid object's link to its parent
+//! object (an endpoint to its domain, a domain to its fabric).
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod addr;
