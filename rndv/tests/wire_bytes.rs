@@ -2,7 +2,8 @@
 //! fixed field values must stay byte-for-byte what earlier commits sent, so
 //! that refactoring the encoders cannot silently break interoperation with a
 //! peer built from an earlier commit. The expected strings were produced by the
-//! per-kind `encode_*` functions before `Packet::encode` existed.
+//! per-kind `encode_*` functions before `Packet::encode` existed (commit
+//! 33703be); the test now encodes with `Packet::encode`.
 use rndv::wire::rendezvous::{RemoteIov, Rts, MAX_IOV};
 use rndv::wire::rma::Status;
 use rndv::{FinStatus, MsgHeader, MsgKind, Packet};
@@ -38,47 +39,9 @@ fn packets() -> Vec<Packet<'static>> {
     ]
 }
 
-/// The per-kind encoders, as the engine calls them.
 fn encode(p: &Packet<'_>) -> Vec<u8> {
-    use rndv::wire::rendezvous::{encode_cts, encode_fin, encode_push, RTS_MAX};
-    use rndv::wire::rma::{encode_atomic, encode_atomic_resp, encode_read_req, encode_read_resp, encode_write, encode_write_ack};
     let mut v = Vec::new();
-    match *p {
-        Packet::Msg(h, payload) => {
-            v.extend_from_slice(&h.encode());
-            v.extend_from_slice(payload);
-        }
-        Packet::Write { req, key, addr, data, payload } => {
-            v.extend_from_slice(&encode_write(req, key, addr, data));
-            v.extend_from_slice(payload);
-        }
-        Packet::ReadReq { req, key, addr, len } => v.extend_from_slice(&encode_read_req(req, key, addr, len)),
-        Packet::ReadResp { req, status, payload } => {
-            v.extend_from_slice(&encode_read_resp(req, status));
-            v.extend_from_slice(payload);
-        }
-        Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload } => {
-            v.extend_from_slice(&encode_atomic(req, key, addr, datatype, op, count, fetch));
-            v.extend_from_slice(payload);
-        }
-        Packet::AtomicResp { req, status, payload } => {
-            v.extend_from_slice(&encode_atomic_resp(req, status));
-            v.extend_from_slice(payload);
-        }
-        Packet::WriteAck { req, status } => v.extend_from_slice(&encode_write_ack(req, status)),
-        Packet::Rts(rts) => {
-            let mut b = [0u8; RTS_MAX];
-            let n = rts.encode(&mut b);
-            v.extend_from_slice(&b[..n]);
-        }
-        Packet::Fin { req, status, read } => v.extend_from_slice(&encode_fin(req, status, read)),
-        Packet::Push { req, offset, payload } => {
-            v.extend_from_slice(&encode_push(req, offset));
-            v.extend_from_slice(payload);
-        }
-        Packet::Cts { req, offset, len } => v.extend_from_slice(&encode_cts(req, offset, len)),
-        Packet::Keepalive => v.extend_from_slice(&rndv::wire::KEEPALIVE),
-    }
+    p.encode(&mut v);
     v
 }
 
