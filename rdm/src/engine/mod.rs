@@ -1268,6 +1268,36 @@ mod tests {
         assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
     }
 
+    /// The path is kept once (the cold entry): a path given before anything
+    /// was sent is what sends use and what `datagram_max` reports, even when
+    /// the peer's state exists already (it sent first); one given after data
+    /// went out on the defaults changes neither.
+    #[test]
+    fn a_path_is_taken_until_data_went_out_and_reported_as_used() {
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
+        let t = Instant::ZERO;
+        let pa = b.peer(DevAddr::Sim(0));
+        b.send(t, pa, &[b"first"], 1).unwrap();
+        let mut buf = vec![0u8; 9000];
+        let x = b.poll_transmit(t, &mut buf).unwrap();
+        a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+        // a heard from b (hot state, nothing sent): the path is taken.
+        let pb = a.peer_with_path(DevAddr::Sim(1), &shm);
+        assert_eq!(a.datagram_max(pb), 8192 - HEADER_LEN);
+        a.send(t, pb, &[&[0u8; 8000]], 2).unwrap();
+        let mut lens = Vec::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            lens.push(x.len);
+        }
+        assert_eq!(lens, vec![HEADER_LEN + 8000], "one datagram on the shm path");
+        // b sent on the defaults already: a path given now changes nothing.
+        b.peer_with_path(DevAddr::Sim(0), &shm);
+        assert_eq!(b.datagram_max(pa), 1472 - HEADER_LEN);
+        assert!(b.has_lossy_peers());
+    }
+
     /// Two engines joined by a perfect path; `path` is what each knows of the
     /// other. Returns (a, b, a's id of b, b's id of a).
     fn pair(path: DeviceCaps) -> (Engine, Engine, PeerId, PeerId) {
