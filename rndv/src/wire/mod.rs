@@ -2,8 +2,13 @@
 //! packet family: two-sided messages ([`msg`]), the rendezvous packets
 //! ([`rendezvous`]) and the emulated one-sided operations ([`rma`]). Every packet
 //! arriving from the network is parsed exactly once, by [`Packet::decode`], into
-//! typed fields; each family's file holds the emit (encode) side next to its
-//! parse side. The first byte of every packet is its kind.
+//! typed fields, and every packet sent is written by its inverse,
+//! [`Packet::encode_header`] (the payload follows as a gather list, not
+//! copied). Each family's file holds the table of its field offsets
+//! (`field`), which both sides read. The first byte of every packet is its
+//! kind. Each packet has exactly one encoding: reserved bytes and fields their
+//! flags mark absent are zero, and the decoder refuses anything else (every
+//! earlier encoder wrote zeros there), so `encode(decode(b)) == b`.
 pub mod msg;
 pub mod rendezvous;
 pub mod rma;
