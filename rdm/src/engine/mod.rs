@@ -44,7 +44,7 @@ use congestion::Congestion;
 use reassembly::RecvState;
 use recovery::SendState;
 pub use seq::Psn;
-pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, VERSION};
+pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, SACK_SPAN, VERSION};
 
 use crate::device::{DevAddr, DeviceCaps};
 use crate::time::Instant;

@@ -23,7 +23,7 @@ impl RecvState {
         let mut bits = 0u64;
         for (&psn, _) in self.ooo.range(..) {
             let d = Psn(psn).diff(self.rx_next);
-            if (1..=64).contains(&d) {
+            if (1..=SACK_SPAN as i32).contains(&d) {
                 bits |= 1 << (d - 1);
             }
         }

@@ -281,7 +281,7 @@ impl Engine {
             Some(t) => !seg.retransmitted || now.saturating_duration_since(t) > srtt + srtt / 2,
         };
         if hdr.sack != 0 && !reliable {
-            let highest = 64 - hdr.sack.leading_zeros();
+            let highest = SACK_SPAN - hdr.sack.leading_zeros();
             let base = hdr.ack;
             let mut fast = 0;
             for seg in hot.tx.unacked.iter_mut() {
@@ -295,7 +295,7 @@ impl Engine {
                     }
                     continue;
                 }
-                if d > 64 {
+                if d > SACK_SPAN as i32 {
                     break;
                 }
                 if hdr.sack & (1 << (d - 1)) != 0 {

@@ -26,6 +26,9 @@ pub mod field {
     pub const SACK: Range<usize> = 40..48;
 }
 
+/// PSNs beyond the cumulative ack that the SACK field covers: one per bit.
+pub const SACK_SPAN: u32 = u64::BITS;
+
 /// Bits of the flags byte (DATA and DIRECT only).
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
@@ -43,7 +46,7 @@ pub struct Header {
     pub psn_or_window: u32,
     /// Cumulative ack: the next PSN the sender of this packet expects from us.
     pub ack: Psn,
-    /// Bit i set: PSN `ack + 1 + i` was received.
+    /// Bit i set: PSN `ack + 1 + i` was received (`i` < [`SACK_SPAN`]).
     pub sack: u64,
 }
 
