@@ -369,15 +369,11 @@ impl Net {
                     Inc::Receiver => INC[i],
                     Inc::Other(v) => v,
                 };
+                let ptype = PacketType::ALL[f.ptype as usize % PacketType::ALL.len()];
                 let h = Header {
-                    ptype: match f.ptype % 4 {
-                        0 => PacketType::Data,
-                        1 => PacketType::Ack,
-                        2 => PacketType::Datagram,
-                        _ => PacketType::Direct,
-                    },
-                    first: f.first && matches!(f.ptype % 4, 0 | 3),
-                    last: f.last && matches!(f.ptype % 4, 0 | 3),
+                    ptype,
+                    first: f.first && ptype.has_fragments(),
+                    last: f.last && ptype.has_fragments(),
                     job_key: if f.right_job { JOB } else { f.job },
                     src_inc: inc(f.src_inc),
                     dst_inc: inc(f.dst_inc),

@@ -20,9 +20,9 @@ use rdm::engine::{Engine, EngineConfig, Event};
 use rdm::{DevAddr, DeviceCaps, Instant};
 use rndv::atomic::{Datatype, Op as AOp};
 use rndv::engine::{Access, Action, Config, IoBuf, IoList, Memory, MsgEngine, OpKind, OpMeta, ReadOutcome, RecvSpec};
-use rndv::wire::rendezvous::{encode_cts, encode_fin, encode_push, RemoteIov, Rts, MAX_IOV, RTS_MAX};
-use rndv::wire::rma::{self as rma_wire, Status};
-use rndv::wire::KEEPALIVE;
+use rndv::wire::rendezvous::{RemoteIov, Rts, MAX_IOV};
+use rndv::wire::rma::Status;
+use rndv::wire::Packet;
 use rndv::{FinStatus, MsgHeader, MsgKind, Src};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -122,60 +122,64 @@ fn status(b: u8) -> Status {
     [Status::Ok, Status::NoKey, Status::Access, Status::Invalid][b as usize % 4]
 }
 
+/// The bytes the peer sends for `p`, through the real encoder
+/// (`Packet::encode`); `Raw` bytes as given.
 fn encode(p: &Pkt) -> Vec<u8> {
-    let fill = |v: &mut Vec<u8>, n: u16| v.extend((0..n % 9000).map(|i| i as u8));
+    let fill = |n: u16| -> Vec<u8> { (0..n % 9000).map(|i| i as u8).collect() };
+    let kind = |tagged: bool| if tagged { MsgKind::Tagged } else { MsgKind::Msg };
     let mut v = Vec::new();
-    match p {
+    let payload: Vec<u8>;
+    let packet = match p {
         Pkt::Msg { tagged, tag, data, len } => {
-            let kind = if *tagged { MsgKind::Tagged } else { MsgKind::Msg };
-            v.extend_from_slice(&MsgHeader { kind, tag: *tag as u64, data: *data }.encode());
-            fill(&mut v, *len);
+            payload = fill(*len);
+            Packet::Msg(MsgHeader { kind: kind(*tagged), tag: *tag as u64, data: *data }, &payload)
         }
         Pkt::Rts { tagged, tag, req, iov } => {
-            let kind = if *tagged { MsgKind::Tagged } else { MsgKind::Msg };
-            let mut r = Rts { header: MsgHeader { kind, tag: *tag as u64, data: None }, req: *req as u64, total: 0, iov: [RemoteIov::default(); MAX_IOV], iov_count: 0 };
+            let mut r = Rts { header: MsgHeader { kind: kind(*tagged), tag: *tag as u64, data: None }, req: *req as u64, total: 0, iov: [RemoteIov::default(); MAX_IOV], iov_count: 0 };
             for &(addr, len) in iov.iter().take(MAX_IOV) {
                 r.iov[r.iov_count] = RemoteIov { addr: addr % (1 << 48), len: len as u64, key: None };
                 r.total += len as u64;
                 r.iov_count += 1;
             }
-            let mut b = [0u8; RTS_MAX];
-            let n = r.encode(&mut b);
-            v.extend_from_slice(&b[..n]);
+            Packet::Rts(r)
         }
         Pkt::Fin { req, status, read } => {
-            let s = [FinStatus::Done, FinStatus::Discarded, FinStatus::Failed][*status as usize % 3];
-            v.extend_from_slice(&encode_fin(*req as u64, s, *read));
+            let status = [FinStatus::Done, FinStatus::Discarded, FinStatus::Failed][*status as usize % 3];
+            Packet::Fin { req: *req as u64, status, read: *read }
         }
         Pkt::Push { req, offset, len } => {
-            v.extend_from_slice(&encode_push(*req as u64, *offset as u64));
-            fill(&mut v, *len);
+            payload = fill(*len);
+            Packet::Push { req: *req as u64, offset: *offset as u64, payload: &payload }
         }
-        Pkt::Cts { req, offset, len } => v.extend_from_slice(&encode_cts(*req as u64, *offset as u64, *len as u64)),
+        Pkt::Cts { req, offset, len } => Packet::Cts { req: *req as u64, offset: *offset as u64, len: *len as u64 },
         Pkt::Write { req, key, off, data, len } => {
-            v.extend_from_slice(&rma_wire::encode_write(*req as u64, *key as u64 % 4, REG + *off as u64, *data));
-            fill(&mut v, *len);
+            payload = fill(*len);
+            Packet::Write { req: *req as u64, key: *key as u64 % 4, addr: REG + *off as u64, data: *data, payload: &payload }
         }
         Pkt::ReadReq { req, key, off, len } => {
             let base = if key % 2 == 0 { REG } else { SEND };
-            v.extend_from_slice(&rma_wire::encode_read_req(*req as u64, *key as u64 % 4, base + *off as u64, *len as u64));
+            Packet::ReadReq { req: *req as u64, key: *key as u64 % 4, addr: base + *off as u64, len: *len as u64 }
         }
         Pkt::ReadResp { req, status: s, len } => {
-            v.extend_from_slice(&rma_wire::encode_read_resp(*req as u64, status(*s)));
-            fill(&mut v, *len);
+            payload = fill(*len);
+            Packet::ReadResp { req: *req as u64, status: status(*s), payload: &payload }
         }
-        Pkt::Atomic { req, key, off, datatype, op, count, fetch, payload } => {
-            v.extend_from_slice(&rma_wire::encode_atomic(*req as u64, *key as u64 % 4, REG + *off as u64, *datatype % 16, *op % 24, *count as u32, *fetch));
-            v.extend_from_slice(payload);
-        }
-        Pkt::AtomicResp { req, status: s, payload } => {
-            v.extend_from_slice(&rma_wire::encode_atomic_resp(*req as u64, status(*s)));
-            v.extend_from_slice(payload);
-        }
-        Pkt::WriteAck { req, status: s } => v.extend_from_slice(&rma_wire::encode_write_ack(*req as u64, status(*s))),
-        Pkt::Keepalive => v.extend_from_slice(&KEEPALIVE),
-        Pkt::Raw(b) => v.extend_from_slice(b),
-    }
+        Pkt::Atomic { req, key, off, datatype, op, count, fetch, payload } => Packet::Atomic {
+            req: *req as u64,
+            key: *key as u64 % 4,
+            addr: REG + *off as u64,
+            datatype: *datatype % 16,
+            op: *op % 24,
+            count: *count as u32,
+            fetch: *fetch,
+            payload,
+        },
+        Pkt::AtomicResp { req, status: s, payload } => Packet::AtomicResp { req: *req as u64, status: status(*s), payload },
+        Pkt::WriteAck { req, status: s } => Packet::WriteAck { req: *req as u64, status: status(*s) },
+        Pkt::Keepalive => Packet::Keepalive,
+        Pkt::Raw(b) => return b.clone(),
+    };
+    packet.encode(&mut v);
     v
 }
 

@@ -34,7 +34,7 @@ use crate::matching::{Arrived, Matcher, RecvPost, Src};
 use crate::wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use crate::wire::rma::{self as rma_wire, Status};
-use crate::wire::Packet;
+use crate::wire::{Packet, MAX_HEADER_LEN};
 use rdm::engine::{Engine, Event, FailReason, PeerId, SendError};
 use rdm::{DevAddr, DeviceCaps, Instant};
 use slab::Slab;
@@ -1069,15 +1069,14 @@ impl MsgEngine {
     // ------------------------------------------------------------------ RMA
 
     #[allow(clippy::too_many_arguments)] // one request's parts, as the RMA calls take them
-    fn start_rma(&mut self, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, header: &[u8], extra: &[&[u8]]) -> Result<RmaId, PostError> {
+    fn start_rma(&mut self, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, request: impl FnOnce(u64) -> Packet<'static>, extra: &[&[u8]]) -> Result<RmaId, PostError> {
         let entry = self.rma.vacant_entry();
         let id = RmaId(entry.key() as u32);
-        // The request id travels in the header (bytes 8..16).
-        let mut hdr = [0u8; 40];
-        hdr[..header.len()].copy_from_slice(header);
-        hdr[8..16].copy_from_slice(&(id.0 as u64).to_le_bytes());
+        // The request names its id, for the answer to echo; its payload follows as `extra`.
+        let mut hdr = [0u8; MAX_HEADER_LEN];
+        let hdr_len = request(id.0 as u64).encode_header(&mut hdr);
         let mut parts: [&[u8]; 2 * MAX_IOV + 1] = [&[]; 2 * MAX_IOV + 1];
-        parts[0] = &hdr[..header.len()];
+        parts[0] = &hdr[..hdr_len];
         let n = extra.len().min(2 * MAX_IOV);
         parts[1..=n].copy_from_slice(&extra[..n]);
         self.rdm.send(now, peer, &parts[..=n], Token::Rma(id).encode())?;
@@ -1091,15 +1090,15 @@ impl MsgEngine {
     #[allow(clippy::too_many_arguments)] // fi_writedata's own arguments
     pub fn rma_write(&mut self, now: Instant, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
         let len = payload.iter().map(|p| p.len()).sum();
-        let hdr = rma_wire::encode_write(0, key, addr, data);
-        self.start_rma(now, peer, OpKind::Write, meta, IoList::default(), len, &hdr, payload)
+        let request = |req| Packet::Write { req, key, addr, data, payload: &[] };
+        self.start_rma(now, peer, OpKind::Write, meta, IoList::default(), len, request, payload)
     }
 
     /// fi_read: `dst.total()` bytes at `addr` under `key` at `peer` into `dst`.
     pub fn rma_read(&mut self, now: Instant, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
         let len = dst.total();
-        let hdr = rma_wire::encode_read_req(0, key, addr, len);
-        self.start_rma(now, peer, OpKind::Read, meta, dst, len as usize, &hdr, &[])
+        let request = |req| Packet::ReadReq { req, key, addr, len };
+        self.start_rma(now, peer, OpKind::Read, meta, dst, len as usize, request, &[])
     }
 
     /// An atomic of `count` elements; `fetch` returns the old values into
@@ -1136,7 +1135,8 @@ impl MsgEngine {
             return Err(PostError::AtomicOperands);
         }
         let count32 = u32::try_from(count).map_err(|_| PostError::AtomicOperands)?;
-        let hdr = rma_wire::encode_atomic(0, key, addr, dt.wire(), op.wire(), count32, fetch);
+        let (datatype, op_byte) = (dt.wire(), op.wire());
+        let request = |req| Packet::Atomic { req, key, addr, datatype, op: op_byte, count: count32, fetch, payload: &[] };
         let mut extra: [&[u8]; 2 * MAX_IOV] = [&[]; 2 * MAX_IOV];
         let mut n = 0;
         let operands: &[&[u8]] = if op == Op::Read { &[] } else { operand };
@@ -1144,7 +1144,7 @@ impl MsgEngine {
             extra[n] = p;
             n += 1;
         }
-        self.start_rma(now, peer, OpKind::Atomic { fetch }, meta, result, bytes, &hdr, &extra[..n])
+        self.start_rma(now, peer, OpKind::Atomic { fetch }, meta, result, bytes, request, &extra[..n])
     }
 
     fn finish_rma(&mut self, peer: PeerId, req: u64, status: Status, payload: &[u8], mem: &mut dyn Memory) {

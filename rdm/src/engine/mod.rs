@@ -27,18 +27,24 @@
 //! (sequence numbers, windows, timers, queues) is created on first traffic.
 //!
 //! Modules: [`seq`] (sequence numbers), [`wire`] (the header), [`recovery`]
-//! (timers, retransmission, acknowledgements, congestion window) and
-//! [`reassembly`] (reorder window, message reassembly, ack policy); this file
-//! holds the engine's state, peers and paths, the send path and events.
+//! (the send side's state; timers, retransmission, acknowledgements),
+//! [`congestion`] (the congestion window and its rules) and [`reassembly`]
+//! (the receive side's state; reorder window, message reassembly, ack
+//! policy); this file holds the engine's state, peers and paths, the send
+//! path and events.
 #![forbid(unsafe_code)]
 
+pub mod congestion;
 pub mod reassembly;
 pub mod recovery;
 pub mod seq;
 pub mod wire;
 
+use congestion::Congestion;
+use reassembly::RecvState;
+use recovery::SendState;
 pub use seq::Psn;
-pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, VERSION};
+pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, SACK_SPAN, VERSION};
 
 use crate::device::{DevAddr, DeviceCaps};
 use crate::time::Instant;
@@ -198,11 +204,13 @@ struct Cold {
     addr: DevAddr,
     hot: Option<u32>,
     /// The path to the peer, when the layer above gave one
-    /// ([`Engine::peer_with_path`]); else the engine's defaults.
+    /// ([`Engine::peer_with_path`]); else the engine's defaults
+    /// ([`Engine::path_of`]). The one place a peer's path is kept.
     path: Option<PeerPath>,
 }
 
-/// What the engine needs of a peer's path, fixed when its hot state is created.
+/// What the engine needs of a peer's path, fixed before anything is sent to
+/// the peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PeerPath {
     /// Largest payload per datagram (the path's mtu minus the header).
@@ -216,7 +224,7 @@ struct PeerPath {
     ordered: bool,
 }
 
-struct TxSeg {
+pub(super) struct TxSeg {
     psn: Psn,
     data: Arc<Vec<u8>>,
     off: u32,
@@ -230,7 +238,7 @@ struct TxSeg {
     queued: bool,
 }
 
-struct PendingMsg {
+pub(super) struct PendingMsg {
     data: Arc<Vec<u8>>,
     token: u64,
     next_off: usize,
@@ -265,12 +273,17 @@ struct DgramTx {
     last: bool,
 }
 
-struct RxSeg {
+pub(super) struct RxSeg {
     first: bool,
     last: bool,
     payload: Vec<u8>,
 }
 
+/// A peer's hot state: who it is, its liveness and timer bookkeeping; the
+/// send side ([`SendState`], driven by [`recovery`]), the receive side
+/// ([`RecvState`], [`reassembly`]) and the congestion window
+/// ([`Congestion`]) each in their own type. The path is not here: it is the
+/// peer's cold entry's ([`Engine::path_of`]).
 struct Hot {
     peer: PeerId,
     peer_inc: u64,
@@ -278,66 +291,16 @@ struct Hot {
     /// the application gave).
     inc_heard: bool,
     retired: [u64; 2],
-    // Send side.
-    next_psn: Psn,
-    unacked: VecDeque<TxSeg>,
-    pending: VecDeque<PendingMsg>,
-    queued_bytes: usize,
-    to_send: VecDeque<Psn>,
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    /// The lowest RTT sampled: the path's delay without queueing. An RTT well
-    /// above it means a queue is building — congestion, which a random loss
-    /// does not show.
-    min_rtt: Option<Duration>,
-    /// After a window reduction, no other until the cumulative ack reaches
-    /// this PSN (one reduction per round trip, however many holes it had).
-    recover: Option<Psn>,
-    /// Loss accounting of the current round (a window's worth of data, until
-    /// the cumulative ack reaches `round_end`): datagrams acknowledged, and
-    /// how many of them had to be resent.
-    round_end: Psn,
-    round_acked: u32,
-    round_retx: u32,
-    /// The last whole round needed a third of its datagrams resent.
-    last_round_heavy: bool,
-    /// The lowest RTT sampled in this round, and in the last whole one: a
-    /// queue raises every sample of a round, ack batching only some.
-    round_min_rtt: Option<Duration>,
-    last_round_min_rtt: Option<Duration>,
-    rto: Duration,
-    backoff: u32,
-    rto_deadline: Option<Instant>,
-    /// The timer armed for the current flight is a probe (see
-    /// [`Hot::retransmit_timer`]), not yet the full RTO.
-    probing: bool,
-    /// Probes fired since the last ack progress (at most two, then the RTO).
-    probes_fired: u8,
-    cwnd: f64,
-    ssthresh: f64,
-    peer_window: u32,
     last_heard: Instant,
     /// Declared unreachable: sends fail at once until the peer shows up with a
     /// new incarnation (a restart), since the stream to the old one is broken.
     failed: bool,
-    // Receive side.
-    rx_next: Psn,
-    ooo: BTreeMap<u32, RxSeg>,
-    assembling: Option<Vec<u8>>,
-    rx_since_ack: u32,
-    ack_now: bool,
-    ack_deadline: Option<Instant>,
     scheduled: bool,
     /// The deadline this peer has on the engine's timer heap (the live entry).
     armed_at: Option<Instant>,
-    /// Per-path parameters (see [`PeerPath`]).
-    payload_max: usize,
-    reliable: bool,
-    gso: bool,
-    ordered: bool,
-    /// The peer's last ACK advertised a zero window (it is out of buffer
-    /// space): no DIRECT packets until it opens again.
-    peer_paused: bool,
+    tx: SendState,
+    rx: RecvState,
+    cc: Congestion,
 }
 
 const RX_WINDOW: u32 = 4096;
@@ -349,87 +312,14 @@ impl Hot {
             peer_inc: 0,
             inc_heard: false,
             retired: [0; 2],
-            next_psn: Psn(0),
-            unacked: VecDeque::new(),
-            pending: VecDeque::new(),
-            queued_bytes: 0,
-            to_send: VecDeque::new(),
-            srtt: None,
-            rttvar: Duration::ZERO,
-            min_rtt: None,
-            recover: None,
-            round_end: Psn(0),
-            round_acked: 0,
-            round_retx: 0,
-            last_round_heavy: false,
-            round_min_rtt: None,
-            last_round_min_rtt: None,
-            rto: cfg.initial_rto,
-            backoff: 1,
-            rto_deadline: None,
-            probing: false,
-            probes_fired: 0,
-            cwnd: if path.reliable { cfg.max_window as f64 } else { 64f64.min(cfg.max_window as f64) },
-            ssthresh: cfg.max_window as f64,
-            peer_window: RX_WINDOW,
             last_heard: now,
             failed: false,
-            rx_next: Psn(0),
-            ooo: BTreeMap::new(),
-            assembling: None,
-            rx_since_ack: 0,
-            ack_now: false,
-            ack_deadline: None,
             scheduled: false,
             armed_at: None,
-            payload_max: path.payload_max as usize,
-            reliable: path.reliable,
-            gso: path.gso,
-            ordered: path.ordered,
-            peer_paused: false,
+            tx: SendState::new(cfg),
+            rx: RecvState::default(),
+            cc: Congestion::new(path.reliable, cfg.max_window),
         }
-    }
-
-    /// The timer for data just sent with none armed: after a loss-free round
-    /// trip (no timeout since the last ack progress) a *probe* — two smoothed
-    /// RTTs, at least half the delayed-ack time, capped by the RTO — whose
-    /// firing resends what is overdue without backing off or shrinking the
-    /// window (a tail loss probe: the last datagrams of a message have no
-    /// later ones to reveal their loss by selective acks, and the 2 ms RTO
-    /// floor is dozens of round trips on a LAN); otherwise the RTO with its
-    /// backoff.
-    fn retransmit_timer(&mut self, max_rto: Duration, ack_delay: Duration) -> Duration {
-        match self.probe_time(max_rto, ack_delay) {
-            Some(pto) if self.backoff == 1 && self.probes_fired < 2 => {
-                self.probing = true;
-                pto
-            }
-            _ => {
-                self.probing = false;
-                (self.rto * self.backoff).min(max_rto)
-            }
-        }
-    }
-
-    /// Two smoothed RTTs, at least half the delayed-ack time, at most the RTO.
-    fn probe_time(&self, max_rto: Duration, ack_delay: Duration) -> Option<Duration> {
-        let rto = (self.rto * self.backoff).min(max_rto);
-        self.srtt.map(|s| (s * 2).max(ack_delay / 2).min(rto))
-    }
-
-    fn busy(&self) -> bool {
-        !self.unacked.is_empty() || !self.pending.is_empty()
-    }
-
-    fn sack_bits(&self) -> u64 {
-        let mut bits = 0u64;
-        for (&psn, _) in self.ooo.range(..) {
-            let d = Psn(psn).diff(self.rx_next);
-            if (1..=64).contains(&d) {
-                bits |= 1 << (d - 1);
-            }
-        }
-        bits
     }
 }
 
@@ -441,7 +331,8 @@ pub struct Engine {
     /// The layer above is out of buffer space: new messages are not accepted
     /// (not acknowledged, so senders keep them) and the window is advertised 0.
     paused: bool,
-    payload_max: usize,
+    /// The path of peers the layer above gave none for.
+    default_path: PeerPath,
     cold: Vec<Cold>,
     by_addr: FxHashMap<DevAddr, PeerId>,
     /// The incarnation the application's address names, for peers without hot
@@ -482,11 +373,11 @@ const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
-        let payload_max = cfg.mtu.saturating_sub(HEADER_LEN).max(1);
+        let default_path = PeerPath { payload_max: cfg.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: cfg.reliable, gso: false, ordered: false };
         Engine {
             cfg,
             paused: false,
-            payload_max,
+            default_path,
             cold: Vec::new(),
             by_addr: FxHashMap::default(),
             expected_inc: FxHashMap::default(),
@@ -539,21 +430,29 @@ impl Engine {
                 gso: caps.gso,
                 ordered: caps.ordered,
             };
-            cold.path = Some(path);
-            if let Some(h) = cold.hot {
-                let hot = &mut self.hot[h as usize];
-                if hot.next_psn == Psn(0) {
-                    hot.payload_max = path.payload_max as usize;
-                    hot.reliable = path.reliable;
-                    hot.gso = path.gso;
-                    hot.ordered = path.ordered;
-                    if path.reliable {
-                        hot.cwnd = self.cfg.max_window as f64;
+            match cold.hot {
+                None => cold.path = Some(path),
+                Some(h) => {
+                    let hot = &mut self.hot[h as usize];
+                    // Data already sent keeps the path it went out on (a
+                    // stream cannot turn reliable under its retransmissions).
+                    if hot.tx.next_psn == Psn(0) {
+                        cold.path = Some(path);
+                        if path.reliable {
+                            hot.cc.open_fully(self.cfg.max_window);
+                        }
                     }
                 }
             }
         }
         id
+    }
+
+    /// The path to `peer`: the one given ([`Engine::peer_with_path`]), else
+    /// the engine's defaults.
+    #[inline]
+    fn path_of(&self, peer: PeerId) -> PeerPath {
+        self.cold.get(peer.0 as usize).and_then(|c| c.path).unwrap_or(self.default_path)
     }
 
     /// The id of `addr` if the engine knows it (no entry is created).
@@ -571,33 +470,33 @@ impl Engine {
         let hot = &self.hot[h as usize];
         format!(
             "next_psn {} unacked {} (first {:?}, sacked {}, queued {}) pending {} to_send {} cwnd {:.1} rto {:?} backoff {} rto_deadline {:?} rx_next {} ooo {} ack_now {} ack_deadline {:?}",
-            hot.next_psn.0,
-            hot.unacked.len(),
-            hot.unacked.front().map(|s| (s.psn.0, s.sacked, s.queued, s.retransmitted, s.sent_at)),
-            hot.unacked.iter().filter(|s| s.sacked).count(),
-            hot.unacked.iter().filter(|s| s.queued).count(),
-            hot.pending.len(),
-            hot.to_send.len(),
-            hot.cwnd,
-            hot.rto,
-            hot.backoff,
-            hot.rto_deadline,
-            hot.rx_next.0,
-            hot.ooo.len(),
-            hot.ack_now,
-            hot.ack_deadline
+            hot.tx.next_psn.0,
+            hot.tx.unacked.len(),
+            hot.tx.unacked.front().map(|s| (s.psn.0, s.sacked, s.queued, s.retransmitted, s.sent_at)),
+            hot.tx.unacked.iter().filter(|s| s.sacked).count(),
+            hot.tx.unacked.iter().filter(|s| s.queued).count(),
+            hot.tx.pending.len(),
+            hot.tx.to_send.len(),
+            hot.cc.cwnd(),
+            hot.tx.rto,
+            hot.tx.backoff,
+            hot.tx.rto_deadline,
+            hot.rx.rx_next.0,
+            hot.rx.ooo.len(),
+            hot.rx.ack_now,
+            hot.rx.ack_deadline
         )
     }
 
     /// Whether data to some peer is still unacknowledged or queued.
     pub fn has_unacked(&self) -> bool {
-        self.hot.iter().any(|(_, h)| h.busy() && !h.failed)
+        self.hot.iter().any(|(_, h)| h.tx.busy() && !h.failed)
     }
 
     /// Whether some peer that carried traffic sits on a path that can lose
     /// datagrams.
     pub fn has_lossy_peers(&self) -> bool {
-        self.hot.iter().any(|(_, h)| !h.reliable)
+        self.hot.iter().any(|(_, h)| !self.path_of(h.peer).reliable)
     }
 
     /// Number of peers with hot state.
@@ -613,11 +512,11 @@ impl Engine {
         let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return cold };
         let hot = &self.hot[h as usize];
         cold + std::mem::size_of::<slab::Slab<Hot>>().max(std::mem::size_of::<Hot>())
-            + hot.unacked.capacity() * std::mem::size_of::<TxSeg>()
-            + hot.to_send.capacity() * std::mem::size_of::<Psn>()
-            + hot.pending.capacity() * std::mem::size_of::<PendingMsg>()
-            + hot.ooo.len() * (std::mem::size_of::<(u32, RxSeg)>() + 16)
-            + hot.assembling.as_ref().map_or(0, |b| b.capacity())
+            + hot.tx.unacked.capacity() * std::mem::size_of::<TxSeg>()
+            + hot.tx.to_send.capacity() * std::mem::size_of::<Psn>()
+            + hot.tx.pending.capacity() * std::mem::size_of::<PendingMsg>()
+            + hot.rx.ooo.len() * (std::mem::size_of::<(u32, RxSeg)>() + 16)
+            + hot.rx.assembling.as_ref().map_or(0, |b| b.capacity())
     }
 
     fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {
@@ -625,7 +524,7 @@ impl Engine {
         if let Some(h) = cold.hot {
             return h;
         }
-        let path = cold.path.unwrap_or(PeerPath { payload_max: self.payload_max as u32, reliable: self.cfg.reliable, gso: false, ordered: false });
+        let path = cold.path.unwrap_or(self.default_path);
         let mut hot = Hot::new(peer, &self.cfg, path, now);
         hot.peer_inc = self.expected_inc.remove(&peer.0).unwrap_or(0);
         let h = self.hot.insert(hot) as u32;
@@ -655,7 +554,7 @@ impl Engine {
                 let hot = &mut self.hot[h as usize];
                 if hot.peer_inc == inc {
                     true
-                } else if !hot.inc_heard && hot.next_psn == Psn(0) {
+                } else if !hot.inc_heard && hot.tx.next_psn == Psn(0) {
                     hot.peer_inc = inc;
                     true
                 } else if !hot.inc_heard {
@@ -697,7 +596,7 @@ impl Engine {
             self.events.push_back(Event::SendFailed { token, peer, reason: FailReason::Timeout });
             return Ok(());
         }
-        if !hot.pending.is_empty() && hot.queued_bytes + len > self.cfg.max_queued_bytes {
+        if !hot.tx.pending.is_empty() && hot.tx.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
         let pool = &mut self.pool;
@@ -710,18 +609,18 @@ impl Engine {
             buf.extend_from_slice(p);
         }
         let hot = &mut self.hot[h as usize];
-        if !hot.busy() {
+        if !hot.tx.busy() {
             hot.last_heard = now;
-            if hot.unacked.capacity() == 0 && hot.to_send.capacity() == 0 {
+            if hot.tx.unacked.capacity() == 0 && hot.tx.to_send.capacity() == 0 {
                 if let Some(spare) = self.spare_queues.pop() {
-                    hot.unacked = spare.unacked;
-                    hot.pending = spare.pending;
-                    hot.to_send = spare.to_send;
+                    hot.tx.unacked = spare.unacked;
+                    hot.tx.pending = spare.pending;
+                    hot.tx.to_send = spare.to_send;
                 }
             }
         }
-        hot.queued_bytes += len;
-        hot.pending.push_back(PendingMsg { data, token, next_off: 0 });
+        hot.tx.queued_bytes += len;
+        hot.tx.pending.push_back(PendingMsg { data, token, next_off: 0 });
         let timeout = hot.last_heard + self.cfg.peer_timeout;
         self.arm(h, timeout);
         self.fill_window(h);
@@ -739,25 +638,26 @@ impl Engine {
     /// written it. Anywhere else it is exactly [`Engine::send`].
     pub fn send_transmit_complete(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
         if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
+            let path = self.path_of(peer);
             let hot = &self.hot[h as usize];
             let len: usize = parts.iter().map(|p| p.len()).sum();
             // Only to a peer heard from: a valid packet of ours from it proved
             // it is in this job and this incarnation, so a DIRECT packet
             // (which nothing acknowledges) cannot be silently dropped there
             // as foreign or stale while its send reports success.
-            if hot.reliable
-                && hot.ordered
+            if path.reliable
+                && path.ordered
                 && hot.inc_heard
                 && !hot.failed
-                && !hot.peer_paused
-                && !hot.busy()
+                && !hot.tx.peer_paused
+                && !hot.tx.busy()
                 && len <= DIRECT_MAX
                 && (self.dgram_tx.is_empty() || self.dgram_bytes + len <= self.cfg.max_queued_bytes)
             {
                 // Cut into fragments of the path's payload size: the path keeps
                 // them in order, so they need no sequence number either.
                 let dst_inc = hot.peer_inc;
-                let payload_max = hot.payload_max.max(1);
+                let payload_max = (path.payload_max as usize).max(1);
                 let dst = self.cold[peer.0 as usize].addr;
                 let mut parts = parts.iter().copied().filter(|p| !p.is_empty()).peekable();
                 let mut taken = 0usize;
@@ -799,10 +699,7 @@ impl Engine {
     /// The largest payload one datagram to `peer` carries: its path's (see
     /// [`Engine::peer_with_path`]), else the engine's.
     pub fn datagram_max(&self, peer: PeerId) -> usize {
-        match self.cold.get(peer.0 as usize).and_then(|c| c.path) {
-            Some(p) => p.payload_max as usize,
-            None => self.payload_max,
-        }
+        self.path_of(peer).payload_max as usize
     }
 
     /// Queues the gather list, concatenated, as one unreliable datagram to
@@ -871,19 +768,19 @@ impl Engine {
 
     /// Moves pending messages into segments while the window allows.
     fn fill_window(&mut self, h: u32) {
+        let payload_max = self.path_of(self.hot[h as usize].peer).payload_max as usize;
         let hot = &mut self.hot[h as usize];
-        let payload_max = hot.payload_max;
-        let window = (hot.cwnd as u32).min(hot.peer_window).min(self.cfg.max_window).max(1);
-        while (hot.unacked.len() as u32) < window {
-            let Some(m) = hot.pending.front_mut() else { break };
+        let window = hot.cc.window().min(hot.tx.peer_window).min(self.cfg.max_window).max(1);
+        while (hot.tx.unacked.len() as u32) < window {
+            let Some(m) = hot.tx.pending.front_mut() else { break };
             let total = m.data.len();
             let off = m.next_off;
             let len = (total - off).min(payload_max);
             let first = off == 0;
             let last = off + len == total;
-            let psn = hot.next_psn;
-            hot.next_psn = psn.next();
-            hot.unacked.push_back(TxSeg {
+            let psn = hot.tx.next_psn;
+            hot.tx.next_psn = psn.next();
+            hot.tx.unacked.push_back(TxSeg {
                 psn,
                 data: m.data.clone(),
                 off: off as u32,
@@ -896,11 +793,11 @@ impl Engine {
                 sacked: false,
                 queued: true,
             });
-            hot.to_send.push_back(psn);
+            hot.tx.to_send.push_back(psn);
             m.next_off = off + len;
             if last {
-                hot.queued_bytes = hot.queued_bytes.saturating_sub(total);
-                hot.pending.pop_front();
+                hot.tx.queued_bytes = hot.tx.queued_bytes.saturating_sub(total);
+                hot.tx.pending.pop_front();
             }
         }
     }
@@ -923,27 +820,28 @@ impl Engine {
             let max_rto = self.cfg.max_rto;
             let ack_delay = self.cfg.ack_delay;
             let hot = &mut self.hot[h as usize];
-            let reliable = hot.reliable;
-            let dst = self.cold[hot.peer.0 as usize].addr;
+            let cold = &self.cold[hot.peer.0 as usize];
+            let (dst, path) = (cold.addr, cold.path.unwrap_or(self.default_path));
+            let reliable = path.reliable;
             // Data: one datagram, or a run of them back to back in `buf` where the
             // path's device takes runs (each `seg` bytes, the last maybe shorter).
-            let run_room = if hot.gso && self.runs { buf.len().min(RUN_MAX_BYTES) } else { 0 };
+            let run_room = if path.gso && self.runs { buf.len().min(RUN_MAX_BYTES) } else { 0 };
             let (mut total, mut seg_len, mut count) = (0usize, 0usize, 0usize);
-            while let Some(&psn) = hot.to_send.front() {
-                let Some(front) = hot.unacked.front() else {
-                    hot.to_send.pop_front();
+            while let Some(&psn) = hot.tx.to_send.front() {
+                let Some(front) = hot.tx.unacked.front() else {
+                    hot.tx.to_send.pop_front();
                     break;
                 };
                 let idx = psn.diff(front.psn);
-                if idx < 0 || idx as usize >= hot.unacked.len() || hot.unacked[idx as usize].sacked {
+                if idx < 0 || idx as usize >= hot.tx.unacked.len() || hot.tx.unacked[idx as usize].sacked {
                     // Acknowledged meanwhile.
-                    hot.to_send.pop_front();
-                    if let Some(seg) = usize::try_from(idx).ok().and_then(|i| hot.unacked.get_mut(i)) {
+                    hot.tx.to_send.pop_front();
+                    if let Some(seg) = usize::try_from(idx).ok().and_then(|i| hot.tx.unacked.get_mut(i)) {
                         seg.queued = false;
                     }
                     continue;
                 }
-                let wire_len = HEADER_LEN + hot.unacked[idx as usize].len as usize;
+                let wire_len = HEADER_LEN + hot.tx.unacked[idx as usize].len as usize;
                 if total == 0 {
                     if buf.len() < wire_len {
                         return None;
@@ -951,10 +849,10 @@ impl Engine {
                 } else if wire_len > seg_len || total + wire_len > run_room || count >= RUN_MAX_SEGMENTS {
                     break;
                 }
-                hot.to_send.pop_front();
-                let sack = hot.sack_bits();
-                let (rx_next, peer_inc) = (hot.rx_next, hot.peer_inc);
-                let seg = &mut hot.unacked[idx as usize];
+                hot.tx.to_send.pop_front();
+                let sack = hot.rx.sack_bits();
+                let (rx_next, peer_inc) = (hot.rx.rx_next, hot.peer_inc);
+                let seg = &mut hot.tx.unacked[idx as usize];
                 seg.queued = false;
                 let header = Header {
                     ptype: PacketType::Data,
@@ -974,9 +872,9 @@ impl Engine {
                     self.stats.retransmits += 1;
                 }
                 seg.sent_at = Some(now);
-                if hot.rto_deadline.is_none() && !reliable {
-                    let d = now + hot.retransmit_timer(max_rto, ack_delay);
-                    hot.rto_deadline = Some(d);
+                if hot.tx.rto_deadline.is_none() && !reliable {
+                    let d = now + hot.tx.retransmit_timer(max_rto, ack_delay);
+                    hot.tx.rto_deadline = Some(d);
                     // Inline `arm` (the peer is borrowed from `self.hot`).
                     if hot.armed_at.is_none_or(|a| d < a) {
                         hot.armed_at = Some(d);
@@ -984,9 +882,9 @@ impl Engine {
                     }
                 }
                 // Every data packet carries the cumulative ack.
-                hot.ack_now = false;
-                hot.ack_deadline = None;
-                hot.rx_since_ack = 0;
+                hot.rx.ack_now = false;
+                hot.rx.ack_deadline = None;
+                hot.rx.rx_since_ack = 0;
                 self.stats.sent_data += 1;
                 if total == 0 {
                     seg_len = len;
@@ -1001,10 +899,10 @@ impl Engine {
             if total > 0 {
                 return Some(Transmit { dst, len: total, seg: seg_len });
             }
-            if hot.ack_now {
-                hot.ack_now = false;
-                hot.ack_deadline = None;
-                hot.rx_since_ack = 0;
+            if hot.rx.ack_now {
+                hot.rx.ack_now = false;
+                hot.rx.ack_deadline = None;
+                hot.rx.rx_since_ack = 0;
                 let header = Header {
                     ptype: PacketType::Ack,
                     first: false,
@@ -1012,9 +910,9 @@ impl Engine {
                     job_key,
                     src_inc: my_inc,
                     dst_inc: hot.peer_inc,
-                    psn_or_window: if self.paused { 0 } else { RX_WINDOW.saturating_sub(hot.ooo.len() as u32) },
-                    ack: hot.rx_next,
-                    sack: hot.sack_bits(),
+                    psn_or_window: if self.paused { 0 } else { RX_WINDOW.saturating_sub(hot.rx.ooo.len() as u32) },
+                    ack: hot.rx.rx_next,
+                    sack: hot.rx.sack_bits(),
                 };
                 if buf.len() < HEADER_LEN {
                     return None;
@@ -1060,13 +958,14 @@ impl Engine {
     fn unreachable(&mut self, addr: DevAddr, even_idle: bool) {
         let Some(peer) = self.peer_id_of(addr) else { return };
         let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
+        let path = self.path_of(peer);
         let hot = &self.hot[h as usize];
         // On a reliable, ordered path the report answers a datagram that was
         // lost with the peer — perhaps a DIRECT message, which left nothing
         // busy behind it: fail the peer even when idle (on UDP an ICMP may only
         // answer an ack to a peer that finished and left, which costs nobody).
-        let direct_path = hot.reliable && hot.ordered;
-        if hot.failed || !(even_idle || hot.busy() || direct_path) {
+        let direct_path = path.reliable && path.ordered;
+        if hot.failed || !(even_idle || hot.tx.busy() || direct_path) {
             return;
         }
         self.fail_peer(h, FailReason::Unreachable);
@@ -1097,21 +996,21 @@ impl Engine {
         let hot = &mut self.hot[h as usize];
         let peer = hot.peer;
         let mut tokens: Vec<u64> = Vec::new();
-        for seg in hot.unacked.drain(..) {
+        for seg in hot.tx.unacked.drain(..) {
             if seg.last {
                 tokens.push(seg.token);
             }
         }
-        for m in hot.pending.drain(..) {
+        for m in hot.tx.pending.drain(..) {
             if m.next_off == 0 || !tokens.contains(&m.token) {
                 tokens.push(m.token);
             }
         }
         tokens.dedup();
-        hot.to_send.clear();
-        hot.queued_bytes = 0;
-        hot.rto_deadline = None;
-        hot.backoff = 1;
+        hot.tx.to_send.clear();
+        hot.tx.queued_bytes = 0;
+        hot.tx.rto_deadline = None;
+        hot.tx.backoff = 1;
         for token in tokens {
             self.events.push_back(Event::SendFailed { token, peer, reason });
         }
@@ -1119,22 +1018,21 @@ impl Engine {
 
     fn reset_for_restart(&mut self, h: u32, new_inc: u64) {
         self.fail_peer(h, FailReason::PeerRestarted);
+        let reliable = self.path_of(self.hot[h as usize].peer).reliable;
         let hot = &mut self.hot[h as usize];
         let old = hot.peer_inc;
         hot.retired = [old, hot.retired[0]];
         hot.peer_inc = new_inc;
         hot.failed = false;
-        hot.next_psn = Psn(0);
-        hot.rx_next = Psn(0);
-        hot.ooo.clear();
-        if let Some(b) = hot.assembling.take() {
+        hot.tx.next_psn = Psn(0);
+        hot.rx.rx_next = Psn(0);
+        hot.rx.ooo.clear();
+        if let Some(b) = hot.rx.assembling.take() {
             self.pool.push(b);
         }
-        hot.cwnd = if hot.reliable { self.cfg.max_window as f64 } else { 64f64.min(self.cfg.max_window as f64) };
-        hot.srtt = None;
-        hot.min_rtt = None;
-        hot.recover = None;
-        hot.rto = self.cfg.initial_rto;
+        hot.cc.restart(reliable, self.cfg.max_window);
+        hot.tx.srtt = None;
+        hot.tx.rto = self.cfg.initial_rto;
         self.stats.peer_restarts += 1;
         self.events.push_back(Event::PeerRestarted { peer: hot.peer });
     }
@@ -1189,7 +1087,7 @@ impl Engine {
             // Addressed to an earlier incarnation of this endpoint: drop it, and
             // answer so the peer learns our new incarnation.
             self.stats.dropped_stale += 1;
-            self.hot[h as usize].ack_now = true;
+            self.hot[h as usize].rx.ack_now = true;
             self.schedule(h);
             return;
         }
@@ -1200,20 +1098,21 @@ impl Engine {
         }
         match hdr.ptype {
             PacketType::Ack => {
+                let reliable = self.path_of(self.hot[h as usize].peer).reliable;
                 let hot = &mut self.hot[h as usize];
-                hot.peer_window = hdr.psn_or_window.max(1);
-                let was_paused = hot.peer_paused;
-                hot.peer_paused = hdr.psn_or_window == 0;
-                if was_paused && !hot.peer_paused && hot.reliable {
+                hot.tx.peer_window = hdr.psn_or_window.max(1);
+                let was_paused = hot.tx.peer_paused;
+                hot.tx.peer_paused = hdr.psn_or_window == 0;
+                if was_paused && !hot.tx.peer_paused && reliable {
                     // The peer refused everything it got while paused, and a
                     // reliable path has no retransmission timer to resend it:
                     // its window reopening is the signal (go back to the
                     // cumulative point, in order, ahead of what never left).
                     let mut n = 0u64;
-                    for seg in hot.unacked.iter_mut().rev() {
+                    for seg in hot.tx.unacked.iter_mut().rev() {
                         if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
                             seg.queued = true;
-                            hot.to_send.push_front(seg.psn);
+                            hot.tx.to_send.push_front(seg.psn);
                             n += 1;
                         }
                     }
@@ -1233,7 +1132,7 @@ impl Engine {
             _ => self.process_data(h, now, &hdr, payload),
         }
         let hot = &self.hot[h as usize];
-        if hot.ack_now || !hot.to_send.is_empty() || !hot.pending.is_empty() {
+        if hot.rx.ack_now || !hot.tx.to_send.is_empty() || !hot.tx.pending.is_empty() {
             self.schedule(h);
         }
     }
@@ -1250,15 +1149,18 @@ impl Engine {
         if paused {
             // Peers on reliable, ordered paths send DIRECT packets, which no
             // window holds back: tell them now (an ACK of window 0).
-            let ids: Vec<u32> = self.hot.iter().filter(|(_, h)| h.reliable && h.ordered).map(|(i, _)| i as u32).collect();
+            let ids: Vec<u32> = self.hot.iter().filter(|(_, h)| {
+                    let path = self.path_of(h.peer);
+                    path.reliable && path.ordered
+                }).map(|(i, _)| i as u32).collect();
             for h in ids {
-                self.hot[h as usize].ack_now = true;
+                self.hot[h as usize].rx.ack_now = true;
                 self.schedule(h);
             }
         } else {
             let ids: Vec<u32> = self.hot.iter().map(|(i, _)| i as u32).collect();
             for h in ids {
-                self.hot[h as usize].ack_now = true;
+                self.hot[h as usize].rx.ack_now = true;
                 self.schedule(h);
             }
         }
@@ -1274,13 +1176,13 @@ impl Engine {
         let due: Vec<u32> = self
             .hot
             .iter()
-            .filter(|(_, h)| h.ack_deadline.is_some() || h.rx_since_ack > 0)
+            .filter(|(_, h)| h.rx.ack_deadline.is_some() || h.rx.rx_since_ack > 0)
             .map(|(i, _)| i as u32)
             .collect();
         for h in due {
             let hot = &mut self.hot[h as usize];
-            hot.ack_deadline = None;
-            hot.ack_now = true;
+            hot.rx.ack_deadline = None;
+            hot.rx.ack_now = true;
             self.schedule(h);
         }
     }
@@ -1364,6 +1266,36 @@ mod tests {
             resent.push(x.dst);
         }
         assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
+    }
+
+    /// The path is kept once (the cold entry): a path given before anything
+    /// was sent is what sends use and what `datagram_max` reports, even when
+    /// the peer's state exists already (it sent first); one given after data
+    /// went out on the defaults changes neither.
+    #[test]
+    fn a_path_is_taken_until_data_went_out_and_reported_as_used() {
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
+        let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
+        let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
+        let t = Instant::ZERO;
+        let pa = b.peer(DevAddr::Sim(0));
+        b.send(t, pa, &[b"first"], 1).unwrap();
+        let mut buf = vec![0u8; 9000];
+        let x = b.poll_transmit(t, &mut buf).unwrap();
+        a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+        // a heard from b (hot state, nothing sent): the path is taken.
+        let pb = a.peer_with_path(DevAddr::Sim(1), &shm);
+        assert_eq!(a.datagram_max(pb), 8192 - HEADER_LEN);
+        a.send(t, pb, &[&[0u8; 8000]], 2).unwrap();
+        let mut lens = Vec::new();
+        while let Some(x) = a.poll_transmit(t, &mut buf) {
+            lens.push(x.len);
+        }
+        assert_eq!(lens, vec![HEADER_LEN + 8000], "one datagram on the shm path");
+        // b sent on the defaults already: a path given now changes nothing.
+        b.peer_with_path(DevAddr::Sim(0), &shm);
+        assert_eq!(b.datagram_max(pa), 1472 - HEADER_LEN);
+        assert!(b.has_lossy_peers());
     }
 
     /// Two engines joined by a perfect path; `path` is what each knows of the
@@ -1818,7 +1750,7 @@ mod tests {
                     b.recycle(msg);
                 }
             }
-            if !moved && a.stats().sent_data > 0 && a.hot.iter().all(|(_, h)| !h.busy()) {
+            if !moved && a.stats().sent_data > 0 && a.hot.iter().all(|(_, h)| !h.tx.busy()) {
                 break;
             }
         }
@@ -1922,10 +1854,10 @@ mod tests {
                 b.handle_datagram(t, DevAddr::Sim(0), d);
                 // SACK bits vs the model: exactly the buffered PSNs in range.
                 let hot = &b.hot[b.cold[0].hot.unwrap() as usize];
-                let bits = hot.sack_bits();
+                let bits = hot.rx.sack_bits();
                 for k in 1..=64u32 {
-                    let psn = hot.rx_next.plus(k);
-                    prop_assert_eq!(bits & (1 << (k - 1)) != 0, hot.ooo.contains_key(&psn.0));
+                    let psn = hot.rx.rx_next.plus(k);
+                    prop_assert_eq!(bits & (1 << (k - 1)) != 0, hot.rx.ooo.contains_key(&psn.0));
                 }
                 while let Some(ev) = b.poll_event() {
                     if let Event::Delivered { msg, .. } = ev {

@@ -4,15 +4,42 @@
 //! otherwise).
 use super::*;
 
+/// One peer's receive side.
+#[derive(Default)]
+pub(super) struct RecvState {
+    /// The next PSN to deliver; `ooo` holds what arrived beyond it.
+    pub(super) rx_next: Psn,
+    pub(super) ooo: BTreeMap<u32, RxSeg>,
+    /// The message being put together from in-order fragments.
+    pub(super) assembling: Option<Vec<u8>>,
+    pub(super) rx_since_ack: u32,
+    pub(super) ack_now: bool,
+    pub(super) ack_deadline: Option<Instant>,
+}
+
+impl RecvState {
+    /// Bit i set: PSN `rx_next + 1 + i` is buffered (the SACK field).
+    pub(super) fn sack_bits(&self) -> u64 {
+        let mut bits = 0u64;
+        for (&psn, _) in self.ooo.range(..) {
+            let d = Psn(psn).diff(self.rx_next);
+            if (1..=SACK_SPAN as i32).contains(&d) {
+                bits |= 1 << (d - 1);
+            }
+        }
+        bits
+    }
+}
+
 impl Engine {
     pub(super) fn process_data(&mut self, h: u32, now: Instant, hdr: &Header, payload: &[u8]) {
         let ack_delay = self.cfg.ack_delay;
         let hot = &mut self.hot[h as usize];
         let psn = Psn(hdr.psn_or_window);
-        let d = psn.diff(hot.rx_next);
+        let d = psn.diff(hot.rx.rx_next);
         if d < 0 {
             self.stats.duplicates += 1;
-            hot.ack_now = true;
+            hot.rx.ack_now = true;
             return;
         }
         if d as u32 >= RX_WINDOW {
@@ -22,11 +49,11 @@ impl Engine {
         if self.paused {
             // Refuse without acknowledging: the sender keeps the data.
             self.stats.dropped_window += 1;
-            hot.ack_now = true;
+            hot.rx.ack_now = true;
             return;
         }
         if d > 0 {
-            match hot.ooo.entry(psn.0) {
+            match hot.rx.ooo.entry(psn.0) {
                 std::collections::btree_map::Entry::Occupied(_) => self.stats.duplicates += 1,
                 std::collections::btree_map::Entry::Vacant(slot) => {
                     self.stats.out_of_order += 1;
@@ -37,7 +64,7 @@ impl Engine {
                 }
             }
             // Out of order: tell the sender now so it can fill the hole.
-            hot.ack_now = true;
+            hot.rx.ack_now = true;
             return;
         }
         // In order: accept it and whatever it unblocks.
@@ -57,9 +84,9 @@ impl Engine {
                 }
             }
             let hot = &mut self.hot[h as usize];
-            hot.rx_next = hot.rx_next.next();
-            hot.rx_since_ack += 1;
-            match hot.ooo.remove(&hot.rx_next.0) {
+            hot.rx.rx_next = hot.rx.rx_next.next();
+            hot.rx.rx_since_ack += 1;
+            match hot.rx.ooo.remove(&hot.rx.rx_next.0) {
                 Some(next) => seg = next,
                 None => break,
             }
@@ -72,17 +99,17 @@ impl Engine {
         // thread, the ack waits `completed_ack_delay` for the application's
         // answer to carry it: in a ping-pong that saves one datagram per
         // message, which on UDP is a system call on the critical path.
-        if hot.rx_since_ack >= 16 || !hot.ooo.is_empty() || (completed_msg && completed_ack_delay.is_zero()) {
-            hot.ack_now = true;
+        if hot.rx.rx_since_ack >= 16 || !hot.rx.ooo.is_empty() || (completed_msg && completed_ack_delay.is_zero()) {
+            hot.rx.ack_now = true;
         } else if completed_msg {
             let d = now + completed_ack_delay;
-            if hot.ack_deadline.is_none_or(|x| d < x) {
-                hot.ack_deadline = Some(d);
+            if hot.rx.ack_deadline.is_none_or(|x| d < x) {
+                hot.rx.ack_deadline = Some(d);
                 self.arm(h, d);
             }
-        } else if hot.ack_deadline.is_none() {
+        } else if hot.rx.ack_deadline.is_none() {
             let d = now + ack_delay;
-            hot.ack_deadline = Some(d);
+            hot.rx.ack_deadline = Some(d);
             self.arm(h, d);
         }
     }
@@ -96,22 +123,22 @@ impl Engine {
     pub(super) fn assemble(&mut self, h: u32, first: bool, last: bool, data: &[u8]) -> bool {
         let hot = &mut self.hot[h as usize];
         if first {
-            if let Some(old) = hot.assembling.take() {
+            if let Some(old) = hot.rx.assembling.take() {
                 self.stats.dropped_malformed += 1;
                 self.pool.push(old);
             }
             let mut b = self.pool.pop().unwrap_or_default();
             b.clear();
-            hot.assembling = Some(b);
+            hot.rx.assembling = Some(b);
         }
-        match hot.assembling.as_mut() {
+        match hot.rx.assembling.as_mut() {
             Some(b) => b.extend_from_slice(data),
             None => self.stats.dropped_malformed += 1,
         }
         if !last {
             return false;
         }
-        match hot.assembling.take() {
+        match hot.rx.assembling.take() {
             Some(msg) => {
                 self.stats.delivered_msgs += 1;
                 self.events.push_back(Event::Delivered { peer: hot.peer, msg });

@@ -1,8 +1,85 @@
-//! Loss recovery and congestion control: the timer heap (delayed acks,
-//! retransmission timeouts, peer timeouts), retransmission of holes on timeout,
-//! and the processing of acknowledgements (RTT estimate, cumulative and
-//! selective acks, fast retransmission, the congestion window).
+//! The send side: its state ([`SendState`]: sequence numbers, the queues of
+//! unacknowledged and pending data, the RTT estimate and retransmission
+//! timer), the timer heap (delayed acks, retransmission timeouts, peer
+//! timeouts), retransmission of holes on timeout, and the processing of
+//! acknowledgements (RTT estimate, cumulative and selective acks, fast
+//! retransmission), which feeds the congestion window ([`Congestion`]).
 use super::*;
+
+/// One peer's send side.
+pub(super) struct SendState {
+    pub(super) next_psn: Psn,
+    pub(super) unacked: VecDeque<TxSeg>,
+    pub(super) pending: VecDeque<PendingMsg>,
+    pub(super) queued_bytes: usize,
+    pub(super) to_send: VecDeque<Psn>,
+    pub(super) srtt: Option<Duration>,
+    pub(super) rttvar: Duration,
+    pub(super) rto: Duration,
+    pub(super) backoff: u32,
+    pub(super) rto_deadline: Option<Instant>,
+    /// The timer armed for the current flight is a probe (see
+    /// [`SendState::retransmit_timer`]), not yet the full RTO.
+    pub(super) probing: bool,
+    /// Probes fired since the last ack progress (at most two, then the RTO).
+    pub(super) probes_fired: u8,
+    pub(super) peer_window: u32,
+    /// The peer's last ACK advertised a zero window (it is out of buffer
+    /// space): no DIRECT packets until it opens again.
+    pub(super) peer_paused: bool,
+}
+
+impl SendState {
+    pub(super) fn new(cfg: &EngineConfig) -> SendState {
+        SendState {
+            next_psn: Psn(0),
+            unacked: VecDeque::new(),
+            pending: VecDeque::new(),
+            queued_bytes: 0,
+            to_send: VecDeque::new(),
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rto: cfg.initial_rto,
+            backoff: 1,
+            rto_deadline: None,
+            probing: false,
+            probes_fired: 0,
+            peer_window: RX_WINDOW,
+            peer_paused: false,
+        }
+    }
+
+    /// The timer for data just sent with none armed: after a loss-free round
+    /// trip (no timeout since the last ack progress) a *probe* — two smoothed
+    /// RTTs, at least half the delayed-ack time, capped by the RTO — whose
+    /// firing resends what is overdue without backing off or shrinking the
+    /// window (a tail loss probe: the last datagrams of a message have no
+    /// later ones to reveal their loss by selective acks, and the 2 ms RTO
+    /// floor is dozens of round trips on a LAN); otherwise the RTO with its
+    /// backoff.
+    pub(super) fn retransmit_timer(&mut self, max_rto: Duration, ack_delay: Duration) -> Duration {
+        match self.probe_time(max_rto, ack_delay) {
+            Some(pto) if self.backoff == 1 && self.probes_fired < 2 => {
+                self.probing = true;
+                pto
+            }
+            _ => {
+                self.probing = false;
+                (self.rto * self.backoff).min(max_rto)
+            }
+        }
+    }
+
+    /// Two smoothed RTTs, at least half the delayed-ack time, at most the RTO.
+    pub(super) fn probe_time(&self, max_rto: Duration, ack_delay: Duration) -> Option<Duration> {
+        let rto = (self.rto * self.backoff).min(max_rto);
+        self.srtt.map(|s| (s * 2).max(ack_delay / 2).min(rto))
+    }
+
+    pub(super) fn busy(&self) -> bool {
+        !self.unacked.is_empty() || !self.pending.is_empty()
+    }
+}
 
 impl Engine {
     /// When `handle_timeout` must next be called (possibly a little early: a
@@ -62,12 +139,12 @@ impl Engine {
     fn fire(&mut self, h: u32, now: Instant) {
         let Some(hot) = self.hot.get_mut(h as usize) else { return };
         let mut wake = false;
-        if hot.ack_deadline.is_some_and(|d| d <= now) {
-            hot.ack_deadline = None;
-            hot.ack_now = true;
+        if hot.rx.ack_deadline.is_some_and(|d| d <= now) {
+            hot.rx.ack_deadline = None;
+            hot.rx.ack_now = true;
             wake = true;
         }
-        if hot.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
+        if hot.tx.busy() && now.saturating_duration_since(hot.last_heard) >= self.cfg.peer_timeout {
             self.fail_peer(h, FailReason::Timeout);
             self.hot[h as usize].failed = true;
             self.events.push_back(Event::PeerUnreachable { peer: self.hot[h as usize].peer });
@@ -77,16 +154,17 @@ impl Engine {
             return;
         }
         let hot = &mut self.hot[h as usize];
-        if hot.probing && hot.rto_deadline.is_some_and(|d| d <= now) {
+        if hot.tx.probing && hot.tx.rto_deadline.is_some_and(|d| d <= now) {
             // A probe (RFC 8985's tail loss probe): resend the newest datagram
             // still unacknowledged after the probe time; keep the window and
             // the backoff, and arm the full RTO behind it. If the tail of a
             // flight was lost, the peer's answer to the probe selectively
             // acknowledges it and shows the holes before it, which fast
             // retransmission then fills.
-            let pto = hot.probe_time(self.cfg.max_rto, self.cfg.ack_delay).unwrap_or(hot.rto);
-            hot.probes_fired += 1;
+            let pto = hot.tx.probe_time(self.cfg.max_rto, self.cfg.ack_delay).unwrap_or(hot.tx.rto);
+            hot.tx.probes_fired += 1;
             let overdue = hot
+                .tx
                 .unacked
                 .iter_mut()
                 .rev()
@@ -94,56 +172,46 @@ impl Engine {
             let queued = overdue.is_some();
             if let Some(seg) = overdue {
                 seg.queued = true;
-                hot.to_send.push_back(seg.psn);
+                hot.tx.to_send.push_back(seg.psn);
             }
             self.stats.probes += 1;
             // A second probe if the first (or its answer) was lost too, then
             // the full RTO.
             let (max_rto, ack_delay) = (self.cfg.max_rto, self.cfg.ack_delay);
-            hot.rto_deadline = Some(now + hot.retransmit_timer(max_rto, ack_delay));
+            hot.tx.rto_deadline = Some(now + hot.tx.retransmit_timer(max_rto, ack_delay));
             if queued {
                 wake = true;
             }
-        } else if hot.rto_deadline.is_some_and(|d| d <= now) {
-            hot.rto_deadline = None;
+        } else if hot.tx.rto_deadline.is_some_and(|d| d <= now) {
+            hot.tx.rto_deadline = None;
             // Retransmit every hole (not selectively acked) that has been out
             // for at least an RTO, oldest first, not only the first one: at
             // high loss several holes are usually open at once.
-            let rto = hot.rto;
-            let mut queued = 0;
-            for seg in hot.unacked.iter_mut() {
+            let rto = hot.tx.rto;
+            let mut queued = 0u32;
+            for seg in hot.tx.unacked.iter_mut() {
                 if seg.sacked || seg.queued {
                     continue;
                 }
                 if seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= rto) {
                     seg.queued = true;
-                    hot.to_send.push_back(seg.psn);
+                    hot.tx.to_send.push_back(seg.psn);
                     queued += 1;
                     if queued >= 64 {
                         break;
                     }
                 }
             }
-            if queued > 0 || hot.unacked.iter().any(|s| !s.sacked) {
-                hot.backoff = (hot.backoff * 2).min(16);
-                if hot.backoff > 2 || queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) {
-                    // Repeated timeouts (a path that lost everything, or a
-                    // peer gone) or a queue: start again from a few packets.
-                    hot.ssthresh = (hot.cwnd / 2.0).max(4.0);
-                    hot.cwnd = 4.0f64.max(queued as f64).min(hot.ssthresh.max(4.0));
+            if queued > 0 || hot.tx.unacked.iter().any(|s| !s.sacked) {
+                hot.tx.backoff = (hot.tx.backoff * 2).min(16);
+                if hot.cc.on_timeout(hot.tx.backoff, queued, hot.tx.next_psn) {
                     self.stats.congestion_reductions += 1;
-                } else {
-                    // A first timeout without a queue: a tail or a lost
-                    // retransmission under random loss; keep most of the window.
-                    hot.ssthresh = (hot.cwnd * 0.7).max(4.0);
-                    hot.cwnd = hot.ssthresh;
                 }
-                hot.recover = Some(hot.next_psn);
                 self.stats.timeouts += 1;
                 wake = true;
                 if queued == 0 {
                     // Nothing old enough yet: look again after an RTO.
-                    hot.rto_deadline = Some(now + rto);
+                    hot.tx.rto_deadline = Some(now + rto);
                 }
             }
         }
@@ -160,8 +228,8 @@ impl Engine {
     /// wake-up instead of a heap push per message.
     pub(super) fn rearm(&mut self, h: u32) {
         let Some(hot) = self.hot.get_mut(h as usize) else { return };
-        let timeout = hot.busy().then(|| hot.last_heard + self.cfg.peer_timeout);
-        match ([hot.ack_deadline, hot.rto_deadline, timeout].into_iter().flatten().min(), hot.armed_at) {
+        let timeout = hot.tx.busy().then(|| hot.last_heard + self.cfg.peer_timeout);
+        match ([hot.rx.ack_deadline, hot.tx.rto_deadline, timeout].into_iter().flatten().min(), hot.armed_at) {
             (None, _) => hot.armed_at = None,
             (Some(t), Some(a)) if a <= t => {}
             (Some(t), _) => {
@@ -172,21 +240,21 @@ impl Engine {
     }
 
     pub(super) fn process_ack(&mut self, h: u32, now: Instant, hdr: &Header) {
+        let reliable = self.path_of(self.hot[h as usize].peer).reliable;
+        let max_window = self.cfg.max_window;
         let hot = &mut self.hot[h as usize];
         let mut advanced = false;
         let mut rtt_sample: Option<Duration> = None;
         // The ack cannot be ahead of what we sent.
-        if hdr.ack.diff(hot.next_psn) > 0 {
+        if hdr.ack.diff(hot.tx.next_psn) > 0 {
             return;
         }
-        while let Some(front) = hot.unacked.front() {
+        while let Some(front) = hot.tx.unacked.front() {
             if !front.psn.lt(hdr.ack) {
                 break;
             }
-            let Some(seg) = hot.unacked.pop_front() else { break };
+            let Some(seg) = hot.tx.unacked.pop_front() else { break };
             advanced = true;
-            hot.round_acked += 1;
-            hot.round_retx += u32::from(seg.retransmitted);
             // Karn: no sample from retransmitted segments, nor from segments that
             // waited for a hole to be filled (their delay is recovery, not RTT).
             if !seg.retransmitted && !seg.sacked {
@@ -194,12 +262,7 @@ impl Engine {
                     rtt_sample = Some(now.saturating_duration_since(t));
                 }
             }
-            if hot.cwnd < hot.ssthresh {
-                hot.cwnd += 1.0;
-            } else {
-                hot.cwnd += 1.0 / hot.cwnd.max(1.0);
-            }
-            hot.cwnd = hot.cwnd.min(self.cfg.max_window as f64);
+            hot.cc.on_acked(seg.retransmitted, max_window);
             if seg.last {
                 self.events.push_back(Event::SendComplete { token: seg.token });
                 // The last reference (earlier segments were acknowledged
@@ -212,81 +275,71 @@ impl Engine {
         // Selective acks: mark, and fast-retransmit holes below the highest one.
         // A hole is resent once per smoothed RTT at most (a lost retransmission
         // is resent again without waiting for the timer).
-        let srtt = hot.srtt.unwrap_or(self.cfg.initial_rto);
+        let srtt = hot.tx.srtt.unwrap_or(self.cfg.initial_rto);
         let resend_ok = |seg: &TxSeg| match seg.sent_at {
             None => false,
             Some(t) => !seg.retransmitted || now.saturating_duration_since(t) > srtt + srtt / 2,
         };
-        if hdr.sack != 0 && !hot.reliable {
-            let highest = 64 - hdr.sack.leading_zeros();
+        if hdr.sack != 0 && !reliable {
+            let highest = SACK_SPAN - hdr.sack.leading_zeros();
             let base = hdr.ack;
             let mut fast = 0;
-            for seg in hot.unacked.iter_mut() {
+            for seg in hot.tx.unacked.iter_mut() {
                 let d = seg.psn.diff(base);
                 if d < 1 {
                     // d == 0 is the hole at the cumulative point.
                     if d == 0 && !seg.queued && resend_ok(seg) {
                         seg.queued = true;
-                        hot.to_send.push_front(seg.psn);
+                        hot.tx.to_send.push_front(seg.psn);
                         fast += 1;
                     }
                     continue;
                 }
-                if d > 64 {
+                if d > SACK_SPAN as i32 {
                     break;
                 }
                 if hdr.sack & (1 << (d - 1)) != 0 {
                     seg.sacked = true;
                 } else if (d as u32) < highest && !seg.queued && resend_ok(seg) {
                     seg.queued = true;
-                    hot.to_send.push_back(seg.psn);
+                    hot.tx.to_send.push_back(seg.psn);
                     fast += 1;
                 }
             }
             if fast > 0 {
                 self.stats.fast_retransmits += fast;
-                // Random loss is not congestion: the window shrinks (halved,
-                // once per round trip) only when the RTT shows a queue. A
-                // window halved on every lost datagram keeps a few packets in
-                // flight at 5% random loss, a small fraction of the path.
-                let in_recovery = hot.recover.is_some_and(|r| hdr.ack.lt(r));
-                if !in_recovery {
-                    hot.recover = Some(hot.next_psn);
-                    if queue_building(hot.round_min_rtt.or(hot.last_round_min_rtt), hot.min_rtt) {
-                        hot.ssthresh = (hot.cwnd * 0.5).max(4.0);
-                        hot.cwnd = hot.ssthresh;
-                        self.stats.congestion_reductions += 1;
-                    }
+                // Random loss is not congestion: see `Congestion`.
+                if hot.cc.on_fast_retransmit(hdr.ack, hot.tx.next_psn) {
+                    self.stats.congestion_reductions += 1;
                 }
             }
         }
         if let Some(r) = rtt_sample {
-            hot.min_rtt = Some(hot.min_rtt.map_or(r, |m| m.min(r)));
-            hot.round_min_rtt = Some(hot.round_min_rtt.map_or(r, |m| m.min(r)));
+            hot.cc.on_rtt_sample(r);
             // RFC 6298.
-            match hot.srtt {
+            match hot.tx.srtt {
                 None => {
-                    hot.srtt = Some(r);
-                    hot.rttvar = r / 2;
+                    hot.tx.srtt = Some(r);
+                    hot.tx.rttvar = r / 2;
                 }
                 Some(s) => {
                     let diff = s.abs_diff(r);
-                    hot.rttvar = (hot.rttvar * 3 + diff) / 4;
-                    hot.srtt = Some((s * 7 + r) / 8);
+                    hot.tx.rttvar = (hot.tx.rttvar * 3 + diff) / 4;
+                    hot.tx.srtt = Some((s * 7 + r) / 8);
                 }
             }
-            let s = hot.srtt.unwrap_or(r);
-            hot.rto = (s + (hot.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
+            let s = hot.tx.srtt.unwrap_or(r);
+            hot.tx.rto = (s + (hot.tx.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
         }
-        if advanced && !hot.busy() {
+        if advanced && !hot.tx.busy() {
             // Idle again: give back what a burst grew, so an idle peer stays small;
             // queues of a modest size go to the engine's spares for reuse. With
             // nothing unacknowledged, what `to_send` still lists is stale.
-            hot.to_send.clear();
+            hot.tx.to_send.clear();
             let spare = SpareQueues {
-                unacked: std::mem::take(&mut hot.unacked),
-                pending: std::mem::take(&mut hot.pending),
-                to_send: std::mem::take(&mut hot.to_send),
+                unacked: std::mem::take(&mut hot.tx.unacked),
+                pending: std::mem::take(&mut hot.tx.pending),
+                to_send: std::mem::take(&mut hot.tx.to_send),
             };
             let modest = spare.unacked.capacity().max(spare.pending.capacity()).max(spare.to_send.capacity())
                 <= SPARE_MAX_ENTRIES;
@@ -294,55 +347,15 @@ impl Engine {
                 self.spare_queues.push(spare);
             }
         }
-        if advanced && !hdr.ack.lt(hot.round_end) {
-            // A round ended. If it and the round before each needed more
-            // than a third of their datagrams resent, the path is
-            // overflowing, whatever the RTT says: halve the window (once per
-            // round trip, as for a queue). One such round alone is a burst —
-            // a dropped GSO run is dozens of datagrams — not a buffer that
-            // stays full.
-            let heavy = heavy_loss(hot.round_acked, hot.round_retx);
-            let twice = heavy && hot.last_round_heavy;
-            hot.last_round_heavy = heavy;
-            if twice && !hot.recover.is_some_and(|r| hdr.ack.lt(r)) {
-                hot.recover = Some(hot.next_psn);
-                hot.ssthresh = (hot.cwnd * 0.5).max(4.0);
-                hot.cwnd = hot.ssthresh;
-                self.stats.congestion_reductions += 1;
-            }
-            hot.round_end = hot.next_psn;
-            hot.round_acked = 0;
-            hot.round_retx = 0;
-            hot.last_round_min_rtt = hot.round_min_rtt.take().or(hot.last_round_min_rtt);
+        if advanced && hot.cc.on_ack_advanced(hdr.ack, hot.tx.next_psn) {
+            self.stats.congestion_reductions += 1;
         }
         if advanced {
-            hot.backoff = 1;
-            hot.probes_fired = 0;
+            hot.tx.backoff = 1;
+            hot.tx.probes_fired = 0;
             let (max_rto, ack_delay) = (self.cfg.max_rto, self.cfg.ack_delay);
-            hot.rto_deadline = if hot.unacked.is_empty() || hot.reliable { None } else { Some(now + hot.retransmit_timer(max_rto, ack_delay)) };
+            hot.tx.rto_deadline = if hot.tx.unacked.is_empty() || reliable { None } else { Some(now + hot.tx.retransmit_timer(max_rto, ack_delay)) };
             self.rearm(h);
         }
     }
-}
-
-/// Whether the RTT shows a queue on the path: the lowest RTT of the round
-/// (every sample of a round carries a queue; only some carry the receiver's
-/// ack batching or a delayed-ack timer) exceeds twice the lowest ever seen
-/// plus 500 µs. On loopback the lowest RTT is ~10 µs while a round's lowest
-/// sits at 100–400 µs from receive batching alone (measured with 5% random
-/// loss and no queue); a socket buffer or link queue that fills adds
-/// milliseconds. Congestion that drops before it queues that much shows as
-/// [`heavy_loss`] instead.
-fn queue_building(round_min_rtt: Option<Duration>, min_rtt: Option<Duration>) -> bool {
-    match (round_min_rtt, min_rtt) {
-        (Some(s), Some(m)) => s > m * 2 + Duration::from_micros(300),
-        // No sample yet: assume the worst.
-        _ => true,
-    }
-}
-
-/// Whether a round needed more than a third of its datagrams resent (at
-/// least 20 acknowledged): far beyond random loss on any usable path.
-fn heavy_loss(acked: u32, resent: u32) -> bool {
-    acked >= 20 && resent * 3 > acked
 }

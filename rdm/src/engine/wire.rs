@@ -5,11 +5,31 @@ use super::seq::Psn;
 
 pub const MAGIC: u8 = 0xD7;
 pub const VERSION: u8 = 2;
-pub const HEADER_LEN: usize = 48;
-const T_DATA: u8 = 1;
-const T_ACK: u8 = 2;
-const T_DGRAM: u8 = 3;
-const T_DIRECT: u8 = 4;
+/// Bytes of the header: it ends where its last field ends.
+pub const HEADER_LEN: usize = field::SACK.end;
+
+/// Where each header field lies (`rdm/PROTOCOL.md` §2, one row per field):
+/// the one place offsets are written; [`Header::decode`] and
+/// [`Header::encode`] both read them from here.
+pub mod field {
+    use core::ops::Range;
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 1;
+    pub const TYPE: usize = 2;
+    pub const FLAGS: usize = 3;
+    pub const CHECKSUM: Range<usize> = 4..8;
+    pub const JOB_KEY: Range<usize> = 8..16;
+    pub const SRC_INC: Range<usize> = 16..24;
+    pub const DST_INC: Range<usize> = 24..32;
+    pub const PSN_OR_WINDOW: Range<usize> = 32..36;
+    pub const ACK: Range<usize> = 36..40;
+    pub const SACK: Range<usize> = 40..48;
+}
+
+/// PSNs beyond the cumulative ack that the SACK field covers: one per bit.
+pub const SACK_SPAN: u32 = u64::BITS;
+
+/// Bits of the flags byte (DATA and DIRECT only).
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
 
@@ -26,7 +46,7 @@ pub struct Header {
     pub psn_or_window: u32,
     /// Cumulative ack: the next PSN the sender of this packet expects from us.
     pub ack: Psn,
-    /// Bit i set: PSN `ack + 1 + i` was received.
+    /// Bit i set: PSN `ack + 1 + i` was received (`i` < [`SACK_SPAN`]).
     pub sack: u64,
 }
 
@@ -42,6 +62,40 @@ pub enum PacketType {
     /// exactly-once, in-order delivery, so it carries no sequence number and is
     /// never acknowledged. Incarnations and the job key are checked as for DATA.
     Direct,
+}
+
+impl PacketType {
+    /// Every type, in wire-number order.
+    pub const ALL: [PacketType; 4] = [PacketType::Data, PacketType::Ack, PacketType::Datagram, PacketType::Direct];
+
+    /// The type byte: the one place types are numbered.
+    #[inline]
+    pub const fn to_wire(self) -> u8 {
+        match self {
+            PacketType::Data => 1,
+            PacketType::Ack => 2,
+            PacketType::Datagram => 3,
+            PacketType::Direct => 4,
+        }
+    }
+
+    #[inline]
+    pub const fn from_wire(b: u8) -> Option<PacketType> {
+        match b {
+            1 => Some(PacketType::Data),
+            2 => Some(PacketType::Ack),
+            3 => Some(PacketType::Datagram),
+            4 => Some(PacketType::Direct),
+            _ => None,
+        }
+    }
+
+    /// Whether packets of this type carry the FIRST/LAST fragment flags (the
+    /// others must send a zero flags byte).
+    #[inline]
+    pub const fn has_fragments(self) -> bool {
+        matches!(self, PacketType::Data | PacketType::Direct)
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -64,88 +118,155 @@ pub enum DecodeError {
 /// Table-free and vectorised (`crc32fast`: PCLMULQDQ where the CPU has it), so
 /// that it costs a fraction of the copy it guards; a byte-at-a-time hash here
 /// capped every eager transfer at well under 1 GB/s.
+#[inline]
 fn checksum(b: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
-    h.update(&b[..4]);
-    h.update(&[0; 4]);
-    h.update(&b[8..]);
+    h.update(&b[..field::CHECKSUM.start]);
+    h.update(&[0; field::CHECKSUM.end - field::CHECKSUM.start]);
+    h.update(&b[field::CHECKSUM.end..]);
     h.finalize()
 }
 
-fn le64(b: &[u8], at: usize) -> u64 {
+/// Writes the checksum of a whole datagram (header and payload, at least
+/// [`HEADER_LEN`] bytes) into its checksum field: the last step of
+/// [`Header::encode`]. Public for tools that edit a datagram's fields and
+/// must reseal it (the fuzzers, to get past the checksum).
+#[inline]
+pub fn seal(datagram: &mut [u8]) {
+    let c = checksum(datagram);
+    datagram[field::CHECKSUM].copy_from_slice(&c.to_le_bytes());
+}
+
+#[inline]
+fn get_u64(b: &[u8], f: core::ops::Range<usize>) -> u64 {
     let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
+    a.copy_from_slice(&b[f]);
     u64::from_le_bytes(a)
 }
 
-fn le32(b: &[u8], at: usize) -> u32 {
+#[inline]
+fn get_u32(b: &[u8], f: core::ops::Range<usize>) -> u32 {
     let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
+    a.copy_from_slice(&b[f]);
     u32::from_le_bytes(a)
 }
 
 impl Header {
     /// Parses and verifies an untrusted datagram; returns the header and payload.
+    #[inline]
     pub fn decode(b: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
         if b.len() < HEADER_LEN {
             return Err(DecodeError::Short);
         }
-        if b[0] != MAGIC {
+        if b[field::MAGIC] != MAGIC {
             return Err(DecodeError::Magic);
         }
-        if b[1] != VERSION {
-            return Err(DecodeError::Version(b[1]));
+        if b[field::VERSION] != VERSION {
+            return Err(DecodeError::Version(b[field::VERSION]));
         }
-        if le32(b, 4) != checksum(b) {
+        if get_u32(b, field::CHECKSUM) != checksum(b) {
             return Err(DecodeError::Checksum);
         }
-        let ptype = match b[2] {
-            T_DATA => PacketType::Data,
-            T_ACK => PacketType::Ack,
-            T_DGRAM => PacketType::Datagram,
-            T_DIRECT => PacketType::Direct,
-            t => return Err(DecodeError::Type(t)),
-        };
-        if b[3] & !(F_FIRST | F_LAST) != 0 || (!matches!(ptype, PacketType::Data | PacketType::Direct) && b[3] != 0) {
-            return Err(DecodeError::Flags(b[3]));
+        let ptype = PacketType::from_wire(b[field::TYPE]).ok_or(DecodeError::Type(b[field::TYPE]))?;
+        let flags = b[field::FLAGS];
+        if flags & !(F_FIRST | F_LAST) != 0 || (!ptype.has_fragments() && flags != 0) {
+            return Err(DecodeError::Flags(flags));
         }
         let h = Header {
             ptype,
-            first: b[3] & F_FIRST != 0,
-            last: b[3] & F_LAST != 0,
-            job_key: le64(b, 8),
-            src_inc: le64(b, 16),
-            dst_inc: le64(b, 24),
-            psn_or_window: le32(b, 32),
-            ack: Psn(le32(b, 36)),
-            sack: le64(b, 40),
+            first: flags & F_FIRST != 0,
+            last: flags & F_LAST != 0,
+            job_key: get_u64(b, field::JOB_KEY),
+            src_inc: get_u64(b, field::SRC_INC),
+            dst_inc: get_u64(b, field::DST_INC),
+            psn_or_window: get_u32(b, field::PSN_OR_WINDOW),
+            ack: Psn(get_u32(b, field::ACK)),
+            sack: get_u64(b, field::SACK),
         };
         Ok((h, &b[HEADER_LEN..]))
     }
 
-    /// Writes the header and `payload` into `buf`; returns the datagram length.
+    /// Writes every field of the header, then `payload`, into `buf`, then
+    /// the checksum over both; returns the datagram length.
+    #[inline]
     pub fn encode(&self, payload: &[u8], buf: &mut [u8]) -> usize {
         let n = HEADER_LEN + payload.len();
         let b = &mut buf[..n];
-        b[0] = MAGIC;
-        b[1] = VERSION;
-        b[2] = match self.ptype {
-            PacketType::Data => T_DATA,
-            PacketType::Ack => T_ACK,
-            PacketType::Datagram => T_DGRAM,
-            PacketType::Direct => T_DIRECT,
-        };
-        b[3] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
-        b[4..8].fill(0);
-        b[8..16].copy_from_slice(&self.job_key.to_le_bytes());
-        b[16..24].copy_from_slice(&self.src_inc.to_le_bytes());
-        b[24..32].copy_from_slice(&self.dst_inc.to_le_bytes());
-        b[32..36].copy_from_slice(&self.psn_or_window.to_le_bytes());
-        b[36..40].copy_from_slice(&self.ack.0.to_le_bytes());
-        b[40..48].copy_from_slice(&self.sack.to_le_bytes());
+        b[field::MAGIC] = MAGIC;
+        b[field::VERSION] = VERSION;
+        b[field::TYPE] = self.ptype.to_wire();
+        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
+        b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
+        b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
+        b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
+        b[field::PSN_OR_WINDOW].copy_from_slice(&self.psn_or_window.to_le_bytes());
+        b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
+        b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
         b[HEADER_LEN..].copy_from_slice(payload);
-        let c = checksum(b);
-        b[4..8].copy_from_slice(&c.to_le_bytes());
+        seal(b);
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    prop_compose! {
+        fn header()(ptype in proptest::sample::select(&PacketType::ALL[..]), first: bool, last: bool, job_key: u64,
+                    src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64) -> Header {
+            let fragments = ptype.has_fragments();
+            Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack }
+        }
+    }
+
+    #[test]
+    fn the_fields_tile_the_header() {
+        let ranges = [
+            field::MAGIC..field::MAGIC + 1,
+            field::VERSION..field::VERSION + 1,
+            field::TYPE..field::TYPE + 1,
+            field::FLAGS..field::FLAGS + 1,
+            field::CHECKSUM,
+            field::JOB_KEY,
+            field::SRC_INC,
+            field::DST_INC,
+            field::PSN_OR_WINDOW,
+            field::ACK,
+            field::SACK,
+        ];
+        let mut at = 0;
+        for r in ranges {
+            assert_eq!(r.start, at, "a gap or an overlap before {r:?}");
+            at = r.end;
+        }
+        assert_eq!(at, HEADER_LEN);
+    }
+
+    proptest! {
+        /// decode(encode(h)) == h, for every header the engine can send.
+        #[test]
+        fn encode_then_decode_is_identity(h in header(), payload in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut buf = [0u8; HEADER_LEN + 64];
+            let n = h.encode(&payload, &mut buf);
+            prop_assert_eq!(Header::decode(&buf[..n]), Ok((h, &payload[..])));
+        }
+
+        /// encode(decode(b)) == b, for every datagram the decoder accepts
+        /// (arbitrary bytes with a valid magic, version and checksum).
+        #[test]
+        fn decode_then_encode_is_identity(mut b in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 64),
+                                          ptype in proptest::sample::select(&PacketType::ALL[..]), flags in 0u8..4) {
+            b[field::MAGIC] = MAGIC;
+            b[field::VERSION] = VERSION;
+            b[field::TYPE] = ptype.to_wire();
+            b[field::FLAGS] = if ptype.has_fragments() { flags } else { 0 };
+            seal(&mut b);
+            let (h, payload) = Header::decode(&b).expect("a sealed datagram of a known type decodes");
+            let mut again = vec![0u8; b.len()];
+            let n = h.encode(payload, &mut again);
+            prop_assert_eq!(&again[..n], &b[..]);
+        }
     }
 }

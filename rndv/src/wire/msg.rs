@@ -6,11 +6,22 @@
 //! | 1 | 1 | flags: bit0 = remote CQ data present |
 //! | 2 | 6 | reserved, zero |
 //! | 8 | 8 | tag (little-endian; 0 for untagged) |
-//! | 16 | 8 | remote CQ data (little-endian) |
+//! | 16 | 8 | remote CQ data (little-endian; zero when absent) |
 //!
-//! The payload follows immediately.
+//! The payload follows immediately. The offsets are [`field`]'s.
 
-pub const HEADER_LEN: usize = 24;
+use super::{check_zero, get_u64, put_u64, Kind};
+
+/// Where the header's fields lie (the table above).
+pub mod field {
+    use core::ops::Range;
+    pub use crate::wire::field::{FLAGS, KIND};
+    pub const RESERVED: Range<usize> = 2..8;
+    pub const TAG: Range<usize> = 8..16;
+    pub const DATA: Range<usize> = 16..24;
+}
+
+pub const HEADER_LEN: usize = field::DATA.end;
 const FLAG_DATA: u8 = 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,38 +50,39 @@ pub enum HeaderError {
 }
 
 impl MsgHeader {
+    /// The header's bytes; [`MsgHeader::decode`] is its inverse.
+    #[inline]
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
-        b[0] = match self.kind {
-            MsgKind::Msg => 0,
-            MsgKind::Tagged => 1,
+        b[field::KIND] = match self.kind {
+            MsgKind::Msg => Kind::Msg as u8,
+            MsgKind::Tagged => Kind::Tagged as u8,
         };
-        if let Some(d) = self.data {
-            b[1] = FLAG_DATA;
-            b[16..24].copy_from_slice(&d.to_le_bytes());
-        }
-        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[field::FLAGS] = if self.data.is_some() { FLAG_DATA } else { 0 };
+        put_u64(&mut b, field::TAG, self.tag);
+        put_u64(&mut b, field::DATA, self.data.unwrap_or(0));
         b
     }
 
     /// Parses the header of an (untrusted) message; returns it and the payload.
+    #[inline]
     pub fn decode(msg: &[u8]) -> Result<(MsgHeader, &[u8]), HeaderError> {
         let (h, payload) = msg.split_at_checked(HEADER_LEN).ok_or(HeaderError::Short)?;
-        let kind = match h[0] {
-            0 => MsgKind::Msg,
-            1 => MsgKind::Tagged,
+        let kind = match h[field::KIND] {
+            k if k == Kind::Msg as u8 => MsgKind::Msg,
+            k if k == Kind::Tagged as u8 => MsgKind::Tagged,
             k => return Err(HeaderError::Kind(k)),
         };
-        if h[1] & !FLAG_DATA != 0 {
-            return Err(HeaderError::Flags(h[1]));
+        let flags = h[field::FLAGS];
+        if flags & !FLAG_DATA != 0 {
+            return Err(HeaderError::Flags(flags));
         }
-        let word = |at: usize| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&h[at..at + 8]);
-            u64::from_le_bytes(a)
-        };
-        let data = (h[1] & FLAG_DATA != 0).then(|| word(16));
-        Ok((MsgHeader { kind, tag: word(8), data }, payload))
+        check_zero(h, field::RESERVED)?;
+        let data = flags & FLAG_DATA != 0;
+        if !data {
+            check_zero(h, field::DATA)?;
+        }
+        Ok((MsgHeader { kind, tag: get_u64(h, field::TAG), data: data.then(|| get_u64(h, field::DATA)) }, payload))
     }
 }
 

@@ -45,25 +45,51 @@
 //! (unknown flag), which only a registering path, new with bit 2, sends.
 
 use super::msg::{HeaderError, MsgHeader, MsgKind};
-use super::{u64_at, Kind};
+use super::{check_zero, get_u64, put_u64, Kind, Packet};
 
-pub(crate) const RTS: u8 = Kind::Rts as u8;
-pub(crate) const FIN: u8 = Kind::Fin as u8;
-pub(crate) const PUSH: u8 = Kind::Push as u8;
-pub(crate) const CTS: u8 = Kind::Cts as u8;
+/// Where the fields of the rendezvous packets lie (the table above).
+pub mod field {
+    use core::ops::Range;
+    pub use crate::wire::field::{FLAGS, KIND, REQ};
+    pub const RTS_IOV_COUNT: usize = 2;
+    pub const RTS_RESERVED: Range<usize> = 3..8;
+    pub const RTS_TAG: Range<usize> = 16..24;
+    /// Remote CQ data; zero when absent.
+    pub const RTS_DATA: Range<usize> = 24..32;
+    pub const RTS_TOTAL: Range<usize> = 32..40;
+    /// Bytes of an RTS before its iov list.
+    pub const RTS_FIXED: usize = RTS_TOTAL.end;
+    /// Within one entry of the iov list, which starts at [`RTS_FIXED`].
+    pub const IOV_ADDR: Range<usize> = 0..8;
+    pub const IOV_LEN: Range<usize> = 8..16;
+    pub const IOV_ENTRY: usize = IOV_LEN.end;
+    /// One registration key per iov, after the iov list (flag bit 2).
+    pub const KEY_ENTRY: usize = 8;
+    pub const FIN_RESERVED: Range<usize> = 2..8;
+    pub const FIN_READ: Range<usize> = 16..24;
+    pub const FIN_LEN: usize = FIN_READ.end;
+    pub const PUSH_RESERVED: Range<usize> = 1..8;
+    pub const PUSH_OFFSET: Range<usize> = 16..24;
+    pub const PUSH_HEADER_LEN: usize = PUSH_OFFSET.end;
+    pub const CTS_RESERVED: Range<usize> = 1..8;
+    pub const CTS_OFFSET: Range<usize> = 16..24;
+    /// Bytes granted.
+    pub const CTS_GRANT: Range<usize> = 24..32;
+    pub const CTS_LEN: usize = CTS_GRANT.end;
+}
 
 /// Most pieces a long message is gathered from (libfabric's iov limit).
 pub const MAX_IOV: usize = 4;
 /// Bytes of an RTS header before its iov list.
-pub const RTS_FIXED: usize = 40;
+pub const RTS_FIXED: usize = field::RTS_FIXED;
 /// Largest RTS (with keys).
-pub const RTS_MAX: usize = RTS_FIXED + 24 * MAX_IOV;
+pub const RTS_MAX: usize = RTS_FIXED + (field::IOV_ENTRY + field::KEY_ENTRY) * MAX_IOV;
 /// Bytes of a `Fin`.
-pub const FIN_LEN: usize = 24;
+pub const FIN_LEN: usize = field::FIN_LEN;
 /// Bytes of a `Push` header before the payload.
-pub const PUSH_HEADER_LEN: usize = 24;
+pub const PUSH_HEADER_LEN: usize = field::PUSH_HEADER_LEN;
 /// Bytes of a `Cts`.
-pub const CTS_LEN: usize = 32;
+pub const CTS_LEN: usize = field::CTS_LEN;
 
 const FLAG_DATA: u8 = 1;
 const FLAG_TAGGED: u8 = 2;
@@ -96,29 +122,49 @@ impl Rts {
         &self.iov[..self.iov_count]
     }
 
+    fn has_keys(&self) -> bool {
+        self.iovs().iter().any(|v| v.key.is_some())
+    }
+
+    /// Bytes of this RTS on the wire.
+    #[inline]
+    pub fn encoded_len(&self) -> usize {
+        let per_iov = if self.has_keys() { field::IOV_ENTRY + field::KEY_ENTRY } else { field::IOV_ENTRY };
+        RTS_FIXED + per_iov * self.iov_count
+    }
+
     /// Encodes the RTS into `out`; returns its length.
+    #[inline]
     pub fn encode(&self, out: &mut [u8; RTS_MAX]) -> usize {
+        self.encode_into(out)
+    }
+
+    /// Writes all [`Rts::encoded_len`] bytes of the RTS at the start of
+    /// `out`; [`Rts::decode`] is its inverse. With any key, every iov gets
+    /// one (a missing one as 0).
+    pub(super) fn encode_into(&self, out: &mut [u8]) -> usize {
+        use field::*;
+        let keys = self.has_keys();
+        let n = self.encoded_len();
+        let out = &mut out[..n];
         out[..RTS_FIXED].fill(0);
-        out[0] = RTS;
-        let keys = self.iovs().iter().any(|v| v.key.is_some());
-        out[1] = if self.header.data.is_some() { FLAG_DATA } else { 0 }
+        out[KIND] = Kind::Rts as u8;
+        out[FLAGS] = if self.header.data.is_some() { FLAG_DATA } else { 0 }
             | if self.header.kind == MsgKind::Tagged { FLAG_TAGGED } else { 0 }
             | if keys { FLAG_KEYS } else { 0 };
-        out[2] = self.iov_count as u8;
-        out[8..16].copy_from_slice(&self.req.to_le_bytes());
-        out[16..24].copy_from_slice(&self.header.tag.to_le_bytes());
-        out[24..32].copy_from_slice(&self.header.data.unwrap_or(0).to_le_bytes());
-        out[32..40].copy_from_slice(&self.total.to_le_bytes());
+        out[RTS_IOV_COUNT] = self.iov_count as u8;
+        put_u64(out, REQ, self.req);
+        put_u64(out, RTS_TAG, self.header.tag);
+        put_u64(out, RTS_DATA, self.header.data.unwrap_or(0));
+        put_u64(out, RTS_TOTAL, self.total);
+        let keys_at = RTS_FIXED + IOV_ENTRY * self.iov_count;
         for (i, v) in self.iovs().iter().enumerate() {
-            let at = RTS_FIXED + 16 * i;
-            out[at..at + 8].copy_from_slice(&v.addr.to_le_bytes());
-            out[at + 8..at + 16].copy_from_slice(&v.len.to_le_bytes());
-        }
-        let mut n = RTS_FIXED + 16 * self.iov_count;
-        if keys {
-            for v in self.iovs() {
-                out[n..n + 8].copy_from_slice(&v.key.unwrap_or(0).to_le_bytes());
-                n += 8;
+            let entry = &mut out[RTS_FIXED + IOV_ENTRY * i..][..IOV_ENTRY];
+            put_u64(entry, IOV_ADDR, v.addr);
+            put_u64(entry, IOV_LEN, v.len);
+            if keys {
+                let at = keys_at + KEY_ENTRY * i;
+                put_u64(out, at..at + KEY_ENTRY, v.key.unwrap_or(0));
             }
         }
         n
@@ -126,37 +172,46 @@ impl Rts {
 
     /// Parses an RTS from untrusted bytes (the kind byte included).
     pub(crate) fn decode(b: &[u8]) -> Result<Rts, HeaderError> {
+        use field::*;
         let h = b.get(..RTS_FIXED).ok_or(HeaderError::Short)?;
-        if h[1] & !(FLAG_DATA | FLAG_TAGGED | FLAG_KEYS) != 0 {
-            return Err(HeaderError::Flags(h[1]));
+        let flags = h[FLAGS];
+        if flags & !(FLAG_DATA | FLAG_TAGGED | FLAG_KEYS) != 0 {
+            return Err(HeaderError::Flags(flags));
         }
-        let count = h[2] as usize;
+        check_zero(h, RTS_RESERVED)?;
+        let count = h[RTS_IOV_COUNT] as usize;
         if count == 0 || count > MAX_IOV {
             return Err(HeaderError::Malformed("rendezvous iov count"));
         }
-        let keys = h[1] & FLAG_KEYS != 0;
-        let per_iov = if keys { 24 } else { 16 };
+        let keys = flags & FLAG_KEYS != 0;
+        let per_iov = if keys { IOV_ENTRY + KEY_ENTRY } else { IOV_ENTRY };
         if b.len() != RTS_FIXED + per_iov * count {
             return Err(HeaderError::Malformed("rendezvous length"));
         }
+        let keys_at = RTS_FIXED + IOV_ENTRY * count;
         let mut iov = [RemoteIov::default(); MAX_IOV];
         let mut sum: u64 = 0;
         for (i, v) in iov.iter_mut().take(count).enumerate() {
-            let at = RTS_FIXED + 16 * i;
-            let key = keys.then(|| u64_at(b, RTS_FIXED + 16 * count + 8 * i));
-            *v = RemoteIov { addr: u64_at(b, at), len: u64_at(b, at + 8), key };
+            let entry = &b[RTS_FIXED + IOV_ENTRY * i..][..IOV_ENTRY];
+            let at = keys_at + KEY_ENTRY * i;
+            let key = keys.then(|| get_u64(b, at..at + KEY_ENTRY));
+            *v = RemoteIov { addr: get_u64(entry, IOV_ADDR), len: get_u64(entry, IOV_LEN), key };
             sum = sum.checked_add(v.len).ok_or(HeaderError::Malformed("rendezvous length"))?;
             if v.addr.checked_add(v.len).is_none() {
                 return Err(HeaderError::Malformed("rendezvous address"));
             }
         }
-        let total = u64_at(h, 32);
+        let total = get_u64(h, RTS_TOTAL);
         if sum != total {
             return Err(HeaderError::Malformed("rendezvous length"));
         }
-        let kind = if h[1] & FLAG_TAGGED != 0 { MsgKind::Tagged } else { MsgKind::Msg };
-        let data = (h[1] & FLAG_DATA != 0).then(|| u64_at(h, 24));
-        Ok(Rts { header: MsgHeader { kind, tag: u64_at(h, 16), data }, req: u64_at(h, 8), total, iov, iov_count: count })
+        let kind = if flags & FLAG_TAGGED != 0 { MsgKind::Tagged } else { MsgKind::Msg };
+        let has_data = flags & FLAG_DATA != 0;
+        if !has_data {
+            check_zero(h, RTS_DATA)?;
+        }
+        let data = has_data.then(|| get_u64(h, RTS_DATA));
+        Ok(Rts { header: MsgHeader { kind, tag: get_u64(h, RTS_TAG), data }, req: get_u64(h, REQ), total, iov, iov_count: count })
     }
 }
 
@@ -173,7 +228,7 @@ pub enum FinStatus {
 }
 
 impl FinStatus {
-    fn to_byte(self) -> u8 {
+    pub(crate) fn to_byte(self) -> u8 {
         match self {
             FinStatus::Done => 0,
             FinStatus::Discarded => 2,
@@ -181,7 +236,7 @@ impl FinStatus {
         }
     }
 
-    fn from_byte(b: u8) -> Result<FinStatus, HeaderError> {
+    pub(crate) fn from_byte(b: u8) -> Result<FinStatus, HeaderError> {
         Ok(match b {
             0 => FinStatus::Done,
             2 => FinStatus::Discarded,
@@ -191,43 +246,32 @@ impl FinStatus {
     }
 }
 
+// The engine's shorthands: each packet's header through `Packet::encode_header`.
+
+#[inline]
 pub fn encode_fin(req: u64, status: FinStatus, read: u64) -> [u8; FIN_LEN] {
     let mut h = [0u8; FIN_LEN];
-    h[0] = FIN;
-    h[1] = status.to_byte();
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&read.to_le_bytes());
+    Packet::Fin { req, status, read }.encode_header(&mut h);
     h
 }
 
-pub(crate) fn decode_fin(b: &[u8]) -> Result<(u64, FinStatus, u64), HeaderError> {
-    if b.len() != FIN_LEN {
-        return Err(HeaderError::Short);
-    }
-    Ok((u64_at(b, 8), FinStatus::from_byte(b[1])?, u64_at(b, 16)))
-}
-
+#[inline]
 pub fn encode_push(req: u64, offset: u64) -> [u8; PUSH_HEADER_LEN] {
     let mut h = [0u8; PUSH_HEADER_LEN];
-    h[0] = PUSH;
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&offset.to_le_bytes());
+    Packet::Push { req, offset, payload: &[] }.encode_header(&mut h);
     h
 }
 
+#[inline]
 pub fn encode_cts(req: u64, offset: u64, len: u64) -> [u8; CTS_LEN] {
     let mut h = [0u8; CTS_LEN];
-    h[0] = CTS;
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&offset.to_le_bytes());
-    h[24..32].copy_from_slice(&len.to_le_bytes());
+    Packet::Cts { req, offset, len }.encode_header(&mut h);
     h
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Packet;
     use proptest::prelude::*;
 
     fn rts(count: usize) -> Rts {

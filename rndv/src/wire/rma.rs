@@ -17,18 +17,39 @@
 //! Kinds 0 and 1 are the two-sided messages of [`super::msg`]; 8–10 the
 //! rendezvous packets of [`super::rendezvous`]. All integers
 //! little-endian; offsets: byte 0 kind, byte 1 flags/status, bytes 8.. the u64
-//! fields in the order listed.
+//! fields in the order listed (the [`field`] table); unused bytes, and the
+//! remote CQ data of a write without it, are zero. [`Packet::decode`] and
+//! [`Packet::encode_header`] are the parse and emit sides.
 
-use super::{Kind, WireError as HeaderError};
-#[cfg(test)]
-use super::Packet;
+use super::{put_u64, Kind, Packet, WireError as HeaderError};
 
-pub(crate) const WRITE: u8 = Kind::Write as u8;
-pub(crate) const READ_REQ: u8 = Kind::ReadReq as u8;
-pub(crate) const READ_RESP: u8 = Kind::ReadResp as u8;
-pub(crate) const ATOMIC: u8 = Kind::Atomic as u8;
-pub(crate) const ATOMIC_RESP: u8 = Kind::AtomicResp as u8;
-pub(crate) const WRITE_ACK: u8 = Kind::WriteAck as u8;
+/// Where the fields of the RMA packets lie.
+pub mod field {
+    use core::ops::Range;
+    pub use crate::wire::field::{FLAGS, KIND, REQ};
+    pub const KEY: Range<usize> = 16..24;
+    pub const ADDR: Range<usize> = 24..32;
+    /// `Write`: the remote CQ data.
+    pub const WRITE_DATA: Range<usize> = 32..40;
+    pub const WRITE_RESERVED: Range<usize> = 2..8;
+    pub const WRITE_LEN: usize = WRITE_DATA.end;
+    /// `ReadReq`: bytes to read.
+    pub const READ_LEN: Range<usize> = 32..40;
+    pub const READ_REQ_RESERVED: Range<usize> = 1..8;
+    pub const READ_REQ_LEN: usize = READ_LEN.end;
+    /// `ReadResp`, `AtomicResp`, `WriteAck`: status at [`FLAGS`], then the request id.
+    pub const RESP_RESERVED: Range<usize> = 2..8;
+    pub const RESP_LEN: usize = REQ.end;
+    pub const ATOMIC_DATATYPE: usize = 2;
+    pub const ATOMIC_OP: usize = 3;
+    pub const ATOMIC_COUNT: Range<usize> = 4..8;
+    pub const ATOMIC_LEN: usize = ADDR.end;
+}
+
+/// `Write` flag: remote CQ data present.
+pub(crate) const FLAG_DATA: u8 = 1;
+/// `Atomic` flag: return the old values.
+pub(crate) const FLAG_FETCH: u8 = 1;
 
 /// The target's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,58 +84,58 @@ impl Status {
     }
 }
 
-pub fn encode_write(req: u64, key: u64, addr: u64, data: Option<u64>) -> [u8; 40] {
-    let mut h = [0u8; 40];
-    h[0] = WRITE;
-    h[1] = data.is_some() as u8;
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&key.to_le_bytes());
-    h[24..32].copy_from_slice(&addr.to_le_bytes());
-    h[32..40].copy_from_slice(&data.unwrap_or(0).to_le_bytes());
+/// Writes an answer's header (`ReadResp`, `AtomicResp`, `WriteAck`: the
+/// same layout) into `h`, exactly [`field::RESP_LEN`] bytes.
+#[inline]
+pub(super) fn put_resp(h: &mut [u8], kind: Kind, req: u64, status: Status) {
+    h.fill(0);
+    h[field::KIND] = kind as u8;
+    h[field::FLAGS] = status.to_byte();
+    put_u64(h, field::REQ, req);
+}
+
+// The engine's shorthands: each packet's header through `Packet::encode_header`.
+
+#[inline]
+pub fn encode_write(req: u64, key: u64, addr: u64, data: Option<u64>) -> [u8; field::WRITE_LEN] {
+    let mut h = [0u8; field::WRITE_LEN];
+    Packet::Write { req, key, addr, data, payload: &[] }.encode_header(&mut h);
     h
 }
 
-pub fn encode_read_req(req: u64, key: u64, addr: u64, len: u64) -> [u8; 40] {
-    let mut h = [0u8; 40];
-    h[0] = READ_REQ;
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&key.to_le_bytes());
-    h[24..32].copy_from_slice(&addr.to_le_bytes());
-    h[32..40].copy_from_slice(&len.to_le_bytes());
+#[inline]
+pub fn encode_read_req(req: u64, key: u64, addr: u64, len: u64) -> [u8; field::READ_REQ_LEN] {
+    let mut h = [0u8; field::READ_REQ_LEN];
+    Packet::ReadReq { req, key, addr, len }.encode_header(&mut h);
     h
 }
 
-fn encode_resp(kind: u8, req: u64, status: Status) -> [u8; 16] {
-    let mut h = [0u8; 16];
-    h[0] = kind;
-    h[1] = status.to_byte();
-    h[8..16].copy_from_slice(&req.to_le_bytes());
+#[inline]
+pub fn encode_read_resp(req: u64, status: Status) -> [u8; field::RESP_LEN] {
+    let mut h = [0u8; field::RESP_LEN];
+    Packet::ReadResp { req, status, payload: &[] }.encode_header(&mut h);
     h
 }
 
-pub fn encode_read_resp(req: u64, status: Status) -> [u8; 16] {
-    encode_resp(READ_RESP, req, status)
+#[inline]
+pub fn encode_atomic_resp(req: u64, status: Status) -> [u8; field::RESP_LEN] {
+    let mut h = [0u8; field::RESP_LEN];
+    Packet::AtomicResp { req, status, payload: &[] }.encode_header(&mut h);
+    h
 }
 
-pub fn encode_atomic_resp(req: u64, status: Status) -> [u8; 16] {
-    encode_resp(ATOMIC_RESP, req, status)
-}
-
-pub fn encode_write_ack(req: u64, status: Status) -> [u8; 16] {
-    encode_resp(WRITE_ACK, req, status)
+#[inline]
+pub fn encode_write_ack(req: u64, status: Status) -> [u8; field::RESP_LEN] {
+    let mut h = [0u8; field::RESP_LEN];
+    Packet::WriteAck { req, status }.encode_header(&mut h);
+    h
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn encode_atomic(req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool) -> [u8; 32] {
-    let mut h = [0u8; 32];
-    h[0] = ATOMIC;
-    h[1] = fetch as u8;
-    h[2] = datatype;
-    h[3] = op;
-    h[4..8].copy_from_slice(&count.to_le_bytes());
-    h[8..16].copy_from_slice(&req.to_le_bytes());
-    h[16..24].copy_from_slice(&key.to_le_bytes());
-    h[24..32].copy_from_slice(&addr.to_le_bytes());
+#[inline]
+pub fn encode_atomic(req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool) -> [u8; field::ATOMIC_LEN] {
+    let mut h = [0u8; field::ATOMIC_LEN];
+    Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload: &[] }.encode_header(&mut h);
     h
 }
 
