@@ -39,9 +39,14 @@ pub enum DevAddr {
     Raw(RawAddr),
 }
 
-/// Longest address a [`RawAddr`] carries (an EFA address is 32 bytes: GID,
-/// QPN, QKey; verbs UD needs GID + QPN + Q_Key = 24).
-pub const RAW_ADDR_MAX: usize = 32;
+/// Longest address a [`RawAddr`] carries: verbs UD needs GID + QPN + Q_Key
+/// (24 bytes), EFA its GID, QPN and QKey (24). Kept so that a `DevAddr` is no
+/// larger than a `SocketAddr` (the engine keeps two per peer).
+pub const RAW_ADDR_MAX: usize = 28;
+
+// The engine keeps a peer's address twice (its map and its entry): a raw
+// address must not make every peer larger.
+const _: () = assert!(std::mem::size_of::<DevAddr>() <= std::mem::size_of::<SocketAddr>());
 
 /// A device's own address bytes, tagged with the device family that defines
 /// them (so two device kinds never mistake each other's addresses).
@@ -119,7 +124,7 @@ pub struct DeviceCaps {
     /// Datagrams up to this many bytes are copied into the send queue itself
     /// (verbs `max_inline_data`): no buffer need stay registered for them. 0
     /// where the notion does not apply (sockets and rings copy every datagram).
-    pub max_inline: usize,
+    pub max_inline: u16,
     /// A remote read of this endpoint's memory needs a registration key (verbs
     /// UD, EFA SRD: the peer's RDMA read names a memory key). The sender of a
     /// rendezvous then registers its buffers (through the registration cache)

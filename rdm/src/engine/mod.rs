@@ -1274,7 +1274,7 @@ mod tests {
     /// went out on the defaults changes neither.
     #[test]
     fn a_path_is_taken_until_data_went_out_and_reported_as_used() {
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false };
+        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
         let t = Instant::ZERO;
