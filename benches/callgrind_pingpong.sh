@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$1
 ITERS=${2:-5000}
-DIR=$PWD/build-out/lib
+# RDMX_LIB_DIR: another build (e.g. a before/after comparison).
+DIR=${RDMX_LIB_DIR:-$PWD/build-out/lib}
 tmp=$(mktemp -d)
 port=47700
 FI_PROVIDER_PATH="$DIR" fi_pingpong -p rdmx -e rdm -m tagged -d shm -S 8 -I "$ITERS" -B "$port" >/dev/null 2>&1 &
@@ -18,7 +19,7 @@ FI_PROVIDER_PATH="$DIR" valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.
   fi_pingpong -p rdmx -e rdm -m tagged -d shm -S 8 -I "$ITERS" -P "$port" 127.0.0.1 > "$tmp/client.txt" 2>&1
 wait || true
 {
-  echo "# rdmx $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- prov rdm rndv mr_cache || echo '+dirty'); command: benches/callgrind_pingpong.sh OUT $ITERS"
+  echo "# library $DIR; rdmx tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- prov rdm rndv mr_cache || echo '+dirty'); command: benches/callgrind_pingpong.sh OUT $ITERS"
   echo "# client output:"
   sed 's/^/#   /' "$tmp/client.txt"
   callgrind_annotate --inclusive=yes --threshold=99.9 "$tmp/cg.out"
