@@ -138,7 +138,8 @@ pub struct EpState {
 fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dyn Device>, RdmxAddr)> {
     let src = profile.src.unwrap_or(RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false });
     let incarnation = random_u64();
-    let dev = devices.open(&OpenSpec { bind: src.udp, incarnation })?;
+    let job_key = profile.auth_key.map(|(k, _)| k).unwrap_or(params().job_key);
+    let dev = devices.open(&OpenSpec { bind: src.udp, incarnation, job_key })?;
     let addrs = dev.local_addrs();
     let udp = addrs.iter().find_map(|a| match a {
         DevAddr::Udp(sa) => Some(*sa),

@@ -225,6 +225,10 @@ pub struct OpenSpec {
     /// This endpoint instance, unique per process lifetime: names its ring on
     /// shm, feeds its Q_Key-independent identity elsewhere.
     pub incarnation: u64,
+    /// The job's key: devices that can filter in hardware derive their own
+    /// key from it (verbs UD: the Q_Key, so the NIC drops another job's
+    /// packets).
+    pub job_key: u64,
 }
 
 /// A domain's device: one per libfabric domain (on verbs its protection
