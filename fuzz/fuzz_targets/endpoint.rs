@@ -26,9 +26,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 const BASE: u64 = 0x10_0000;
-/// Receive area (256 KiB), then the send area: each send has its own
-/// piece of it (an application may not touch a buffer whose send is pending).
-const AREA: u64 = 256 << 10;
+/// Receive area (2 MiB), then the send area: each receive and each send has
+/// its own piece (an application may not hand out a buffer twice while an
+/// operation on it is pending).
+const AREA: u64 = 2 << 20;
+const RECV_MAX: u64 = 32 << 10;
 const RECV: u64 = BASE;
 const SEND: u64 = BASE + AREA;
 const SEND_AREA: u64 = 4 << 20;
@@ -85,7 +87,8 @@ impl SimMemory for Mem {
 enum Step {
     /// Node `from & 1` sends `len` bytes (scaled) with `tag`.
     Send { from: u8, len: u16, scale: u8, tag: u8, tagged: bool },
-    /// Node `at & 1` posts a receive of `len` bytes (scaled) at `slot`.
+    /// Node `at & 1` posts a receive of `len` bytes (scaled) into a buffer of
+    /// its own (`slot` is not used: kept so that the corpus stays valid).
     Recv { at: u8, len: u16, scale: u8, slot: u8, tag: u8, tagged: bool, any_tag: bool },
     Cancel { at: u8, context: u8 },
     Peek { at: u8, tag: u8 },
@@ -116,6 +119,7 @@ fuzz_target!(|input: Input| {
     let cfg = EndpointConfig { peer_timeout: Duration::from_secs(2), rndv_threshold: 4096, window_threshold: 16 << 10, ..EndpointConfig::default() };
     let mems = (0..3).map(|_| Mem { bytes: vec![0; (AREA + SEND_AREA) as usize] }).collect();
     let mut send_used = [0u64; 2];
+    let mut recv_used = [0u64; 2];
     let mut sim = EndpointSim::new(net, cfg, mems);
     let peers = [sim.peer(0, 1), sim.peer(1, 0)];
     let mut contexts: HashSet<u64> = HashSet::new();
@@ -156,9 +160,13 @@ fuzz_target!(|input: Input| {
                 if closed[i] || !sim.net.alive(i as u32) {
                     continue;
                 }
-                // Eight slots of 32 KiB in the receive area.
-                let room = ((len as u64) << (scale % 3 * 4)).min(32 << 10);
-                let addr = RECV + (slot as u64 % 8) * (32 << 10);
+                let room = ((len as u64) << (scale % 3 * 4)).min(RECV_MAX);
+                if recv_used[i] + room > AREA {
+                    continue;
+                }
+                let addr = RECV + recv_used[i];
+                recv_used[i] += room;
+                let _ = slot;
                 let kind = if tagged { MsgKind::Tagged } else { MsgKind::Msg };
                 let context = next_context;
                 next_context += 1;
