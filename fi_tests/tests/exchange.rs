@@ -346,11 +346,11 @@ fn source_err_reports_unknown_senders_with_their_address() {
     }
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EADDRNOTAVAIL as i32);
-    assert_eq!(e.err_data_size, 48);
+    assert_eq!(e.err_data_size, 64);
     assert_eq!(&buf, b"who am i", "the data is delivered with the error entry");
     // The reported address is insertable, and names the sender from then on.
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    let addr = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 48) }.to_vec();
+    let addr = unsafe { std::slice::from_raw_parts(e.err_data as *const u8, 64) }.to_vec();
     let b_at_a = a.insert(&addr);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {

@@ -14,7 +14,7 @@ fn no_hints_lists_rdm_entries_with_msg_and_tagged_and_a_src_addr() {
         assert_ne!(i.caps & fi::FI_MSG as u64, 0);
         assert_ne!(i.caps & fi::FI_TAGGED as u64, 0);
         assert_eq!(i.mode, 0, "rdmx requires no mode bits");
-        assert!(!i.src_addr.is_null() && i.src_addrlen == 48, "every entry carries a src_addr");
+        assert!(!i.src_addr.is_null() && i.src_addrlen == 64, "every entry carries a src_addr");
         // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
         let fab = unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) };
         assert_eq!(fab.to_str().unwrap(), "rdmx");
@@ -163,7 +163,7 @@ fn fi_source_needs_node_or_service_and_sets_src_addr() {
     let i = info.first();
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let a = unsafe { std::slice::from_raw_parts(i.src_addr as *const u8, i.src_addrlen) };
-    assert_eq!(&a[4..6], &45111u16.to_be_bytes(), "port in the address");
+    assert_eq!(&a[6..8], &45111u16.to_be_bytes(), "port in the address");
     assert_eq!(&a[8..12], &[127, 0, 0, 1]);
     // Without FI_SOURCE, node/service name the destination.
     let info = getinfo(Some("127.0.0.1"), Some("45112"), 0, Some(&h)).unwrap();

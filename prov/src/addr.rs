@@ -1,30 +1,68 @@
 //! The rdmx endpoint address: what `fi_getname` returns and `fi_av_insert` takes.
 //!
-//! A fixed-size (48-byte) binary struct, because OpenMPI and MPICH pack addresses
-//! back to back and need one fixed length. Layout (little-endian):
+//! A fixed-size (64-byte) binary struct, because OpenMPI and MPICH pack addresses
+//! back to back and need one fixed length, and at most `FI_NAME_MAX` (64) bytes,
+//! the buffer OpenMPI's `mtl ofi` hands `fi_getname`. Layout (little-endian
+//! unless said):
 //!
 //! | off | size | field |
 //! |----:|-----:|-------|
 //! | 0 | 1 | magic `0x52` ('R') |
-//! | 1 | 1 | format version (1) |
-//! | 2 | 2 | flags: bit0 has UDP, bit1 UDP is IPv6, bit2 has shm ring |
-//! | 4 | 2 | UDP port (big-endian, as on the wire) |
-//! | 6 | 2 | reserved (0) |
+//! | 1 | 1 | format version (2: the UD queue pair was added) |
+//! | 2 | 1 | flags: bit0 has UDP, bit1 UDP is IPv6, bit2 has shm ring, bit3 has a verbs UD queue pair |
+//! | 3 | 3 | UD: queue pair number (24 bits, as verbs defines it) |
+//! | 6 | 2 | UDP port (big-endian, as on the wire) |
 //! | 8 | 16 | IPv6 address, or IPv4 in the first 4 bytes |
 //! | 24 | 8 | host id (boot id + hostname hash): peers with ours use shm |
 //! | 32 | 8 | incarnation: random per `fi_enable`, also the shm ring id |
 //! | 40 | 4 | pid (for shm single-copy reads) |
-//! | 44 | 4 | IPv6 scope id |
-use rdm::device::ShmAddr;
+//! | 44 | 2 | IPv6 scope id (an interface index; larger ones are not carried) |
+//! | 46 | 2 | UD: LID (InfiniBand without GRH; 0 on RoCE) |
+//! | 48 | 16 | UD: the port's GID (RoCE v2: the netdev's address, IPv4-mapped) |
+use rdm::device::{RawAddr, ShmAddr};
 use rdm::DevAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
-pub const ADDR_LEN: usize = 48;
+pub const ADDR_LEN: usize = 64;
 const MAGIC: u8 = 0x52;
-const VERSION: u8 = 1;
-const HAS_UDP: u16 = 1;
-const UDP_V6: u16 = 2;
-const HAS_SHM: u16 = 4;
+const VERSION: u8 = 2;
+const HAS_UDP: u8 = 1;
+const UDP_V6: u8 = 2;
+const HAS_SHM: u8 = 4;
+const HAS_UD: u8 = 8;
+
+/// A verbs UD queue pair: what a peer's address handle and send name. QPNs
+/// are 24 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UdAddr {
+    pub gid: [u8; 16],
+    pub qpn: u32,
+    pub lid: u16,
+}
+
+impl UdAddr {
+    /// The device address of this queue pair: GID ++ QPN ++ LID, the verbs
+    /// device's encoding of `DevAddr::Raw` (`rdm::device::verbs`).
+    pub fn dev_addr(&self) -> DevAddr {
+        let mut b = [0u8; 22];
+        b[..16].copy_from_slice(&self.gid);
+        b[16..20].copy_from_slice(&self.qpn.to_le_bytes());
+        b[20..22].copy_from_slice(&self.lid.to_le_bytes());
+        DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_VERBS_UD, &b).expect("22 bytes fit a raw address"))
+    }
+
+    /// The queue pair a verbs device address names.
+    pub fn from_dev_addr(a: &DevAddr) -> Option<UdAddr> {
+        let DevAddr::Raw(r) = a else { return None };
+        let b = r.bytes();
+        if r.family() != RawAddr::FAMILY_VERBS_UD || b.len() != 22 {
+            return None;
+        }
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[..16]);
+        Some(UdAddr { gid, qpn: u32::from_le_bytes([b[16], b[17], b[18], b[19]]), lid: u16::from_le_bytes([b[20], b[21]]) })
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RdmxAddr {
@@ -33,6 +71,12 @@ pub struct RdmxAddr {
     pub incarnation: u64,
     pub pid: u32,
     pub has_shm: bool,
+    pub ud: Option<UdAddr>,
+}
+
+impl RdmxAddr {
+    /// An address with nothing in it but what the caller sets.
+    pub const EMPTY: RdmxAddr = RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false, ud: None };
 }
 
 impl RdmxAddr {
@@ -40,26 +84,32 @@ impl RdmxAddr {
         let mut b = [0u8; ADDR_LEN];
         b[0] = MAGIC;
         b[1] = VERSION;
-        let mut flags = 0u16;
+        let mut flags = 0u8;
         if self.has_shm {
             flags |= HAS_SHM;
         }
         if let Some(sa) = self.udp {
             flags |= HAS_UDP;
-            b[4..6].copy_from_slice(&sa.port().to_be_bytes());
+            b[6..8].copy_from_slice(&sa.port().to_be_bytes());
             match sa {
                 SocketAddr::V4(v4) => b[8..12].copy_from_slice(&v4.ip().octets()),
                 SocketAddr::V6(v6) => {
                     flags |= UDP_V6;
                     b[8..24].copy_from_slice(&v6.ip().octets());
-                    b[44..48].copy_from_slice(&v6.scope_id().to_le_bytes());
+                    b[44..46].copy_from_slice(&u16::try_from(v6.scope_id()).unwrap_or(0).to_le_bytes());
                 }
             }
         }
-        b[2..4].copy_from_slice(&flags.to_le_bytes());
         b[24..32].copy_from_slice(&self.host_id.to_le_bytes());
         b[32..40].copy_from_slice(&self.incarnation.to_le_bytes());
         b[40..44].copy_from_slice(&self.pid.to_le_bytes());
+        if let Some(ud) = self.ud {
+            flags |= HAS_UD;
+            b[3..6].copy_from_slice(&ud.qpn.to_le_bytes()[..3]);
+            b[46..48].copy_from_slice(&ud.lid.to_le_bytes());
+            b[48..64].copy_from_slice(&ud.gid);
+        }
+        b[2] = flags;
         b
     }
 
@@ -74,21 +124,16 @@ impl RdmxAddr {
             a.copy_from_slice(&b[r]);
             u64::from_le_bytes(a)
         };
-        let le32 = |r: core::ops::Range<usize>| -> u32 {
-            let mut a = [0u8; 4];
-            a.copy_from_slice(&b[r]);
-            u32::from_le_bytes(a)
-        };
-        let flags = u16::from_le_bytes([b[2], b[3]]);
-        if flags & !(HAS_UDP | UDP_V6 | HAS_SHM) != 0 {
+        let flags = b[2];
+        if flags & !(HAS_UDP | UDP_V6 | HAS_SHM | HAS_UD) != 0 {
             return None;
         }
-        let port = u16::from_be_bytes([b[4], b[5]]);
+        let port = u16::from_be_bytes([b[6], b[7]]);
         let udp = (flags & HAS_UDP != 0).then(|| {
             if flags & UDP_V6 != 0 {
                 let mut ip = [0u8; 16];
                 ip.copy_from_slice(&b[8..24]);
-                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, le32(44..48)))
+                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, u16::from_le_bytes([b[44], b[45]]) as u32))
             } else {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[8], b[9], b[10], b[11])), port)
             }
@@ -97,8 +142,13 @@ impl RdmxAddr {
             udp,
             host_id: le64(24..32),
             incarnation: le64(32..40),
-            pid: le32(40..44),
+            pid: u32::from_le_bytes([b[40], b[41], b[42], b[43]]),
             has_shm: flags & HAS_SHM != 0,
+            ud: (flags & HAS_UD != 0).then(|| {
+                let mut gid = [0u8; 16];
+                gid.copy_from_slice(&b[48..64]);
+                UdAddr { gid, qpn: u32::from_le_bytes([b[3], b[4], b[5], 0]), lid: u16::from_le_bytes([b[46], b[47]]) }
+            }),
         })
     }
 
@@ -108,25 +158,38 @@ impl RdmxAddr {
 
     /// The device address rdmx uses to reach this peer from an endpoint on
     /// `local_host` that has the given devices: shared memory when both sides have
-    /// it on the same host, else UDP.
-    pub fn route(&self, local_host: u64, local_has_shm: bool, local_has_udp: bool) -> Option<DevAddr> {
-        if local_has_shm && self.host_id == local_host {
+    /// it on the same host, else its verbs queue pair when both have one, else UDP.
+    pub fn route(&self, local: &RdmxAddr) -> Option<DevAddr> {
+        if local.has_shm && self.host_id == local.host_id {
             if let Some(s) = self.shm() {
                 return Some(DevAddr::Shm(s));
             }
         }
-        if local_has_udp {
+        if local.ud.is_some() {
+            if let Some(ud) = self.ud {
+                return Some(ud.dev_addr());
+            }
+        }
+        if local.udp.is_some() {
             return self.udp.map(DevAddr::Udp);
         }
         None
     }
 
-    /// `rdmx://<host id>/<ip:port>/<incarnation>[/shm:<pid>]`, for fi_av_straddr.
+    /// `rdmx://<host id>/<ip:port>/<incarnation>[/shm:<pid>][/ud:<gid>/qpn:<qpn>[/lid:<lid>]]`,
+    /// for fi_av_straddr.
     pub fn to_uri(&self) -> String {
         let udp = self.udp.map(|a| a.to_string()).unwrap_or_else(|| "-".into());
         let mut s = format!("rdmx://{:016x}/{}/{:016x}", self.host_id, udp, self.incarnation);
         if self.has_shm {
             s.push_str(&format!("/shm:{}", self.pid));
+        }
+        if let Some(ud) = self.ud {
+            let gid: String = ud.gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect::<Vec<_>>().join(":");
+            s.push_str(&format!("/ud:{gid}/qpn:{:#x}", ud.qpn));
+            if ud.lid != 0 {
+                s.push_str(&format!("/lid:{}", ud.lid));
+            }
         }
         s
     }
@@ -143,13 +206,36 @@ mod tests {
             Some("[fe80::1%3]:99".parse::<SocketAddr>().unwrap()),
             None,
         ] {
-            let a = RdmxAddr { udp, host_id: 7, incarnation: 0xdead_beef, pid: 42, has_shm: true };
-            assert_eq!(RdmxAddr::decode(&a.encode()), Some(a));
+            for ud in [None, Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 9 })] {
+                let a = RdmxAddr { udp, host_id: 7, incarnation: 0xdead_beef, pid: 42, has_shm: true, ud };
+                assert_eq!(RdmxAddr::decode(&a.encode()), Some(a));
+            }
         }
-        assert_eq!(RdmxAddr::decode(&[0u8; 48]), None);
+        assert_eq!(RdmxAddr::decode(&[0u8; ADDR_LEN]), None);
         assert_eq!(RdmxAddr::decode(&[MAGIC, VERSION]), None);
-        let mut bad = RdmxAddr { udp: None, host_id: 1, incarnation: 1, pid: 1, has_shm: false }.encode();
+        let mut bad = RdmxAddr { host_id: 1, incarnation: 1, pid: 1, ..RdmxAddr::EMPTY }.encode();
+        assert!(ADDR_LEN <= 64, "OpenMPI's fi_getname buffer is FI_NAME_MAX (64) bytes");
         bad[2] = 0x80;
         assert_eq!(RdmxAddr::decode(&bad), None);
+        // A version-1 address of an older rdmx is not taken for one.
+        let mut v1 = RdmxAddr { host_id: 1, ..RdmxAddr::EMPTY }.encode();
+        v1[1] = 1;
+        assert_eq!(RdmxAddr::decode(&v1), None);
+    }
+
+    #[test]
+    fn routes_shm_then_ud_then_udp() {
+        let ud = |qpn| Some(UdAddr { gid: [1; 16], qpn, lid: 0 });
+        let udp = Some("10.0.0.1:5".parse().unwrap());
+        let local = RdmxAddr { udp, host_id: 1, has_shm: true, ud: ud(1), ..RdmxAddr::EMPTY };
+        let same_host = RdmxAddr { udp, host_id: 1, pid: 3, incarnation: 4, has_shm: true, ud: ud(2), ..RdmxAddr::EMPTY };
+        assert!(matches!(same_host.route(&local), Some(DevAddr::Shm(_))));
+        let remote = RdmxAddr { host_id: 2, ..same_host };
+        let via_ud = remote.route(&local).unwrap();
+        assert_eq!(UdAddr::from_dev_addr(&via_ud), ud(2));
+        let no_ud_here = RdmxAddr { ud: None, ..local };
+        assert_eq!(remote.route(&no_ud_here), udp.map(DevAddr::Udp));
+        let no_ud_there = RdmxAddr { ud: None, ..remote };
+        assert_eq!(no_ud_there.route(&local), udp.map(DevAddr::Udp));
     }
 }

@@ -174,7 +174,7 @@ entry! {
             .ok()
             .and_then(|mut a| a.next())
             .ok_or(Error::Inval("node does not resolve"))?;
-        let a = RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false };
+        let a = RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY };
         let idx = av.table.write().insert(a);
         if !fi_addr.is_null() {
             // SAFETY: the application's output slot.

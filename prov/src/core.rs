@@ -136,7 +136,7 @@ pub struct EpState {
 /// Opens the endpoint's queue on its domain's device and returns it with the
 /// local address (built from every address the device answers on).
 fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dyn Device>, RdmxAddr)> {
-    let src = profile.src.unwrap_or(RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false });
+    let src = profile.src.unwrap_or(RdmxAddr::EMPTY);
     let incarnation = random_u64();
     let job_key = profile.auth_key.map(|(k, _)| k).unwrap_or(params().job_key);
     let dev = devices.open(&OpenSpec { bind: src.udp, incarnation, job_key })?;
@@ -146,8 +146,9 @@ fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dy
         _ => None,
     });
     let has_shm = addrs.iter().any(|a| matches!(a, DevAddr::Shm(_)));
+    let ud = addrs.iter().find_map(crate::addr::UdAddr::from_dev_addr);
     let host_id = rdm::device::host::host_id();
-    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid: std::process::id(), has_shm }))
+    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid: std::process::id(), has_shm, ud }))
 }
 
 /// The progress thread's loop: while the application does not call in, sleep on
@@ -437,7 +438,7 @@ impl EpState {
         let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         drop(av);
         let dev = a
-            .route(r.local.host_id, r.local.has_shm, r.local.udp.is_some())
+            .route(&r.local)
             .ok_or(Error::AddrNotAvail)?;
         // The peer's path is fixed here, from what the device offers toward it.
         let peer = r.ep.peer(dev);
@@ -567,11 +568,11 @@ impl EpState {
             return *a;
         }
         let dev = r.ep.peer_addr(peer);
-        let (host, shm, udp) = (r.local.host_id, r.local.has_shm, r.local.udp.is_some());
+        let local = r.local;
         let found = self
             .av
             .as_ref()
-            .and_then(|av| av.read().find(|a| a.route(host, shm, udp) == Some(dev)))
+            .and_then(|av| av.read().find(|a| a.route(&local) == Some(dev)))
             .unwrap_or(FI_ADDR_NOTAVAIL);
         if found != FI_ADDR_NOTAVAIL {
             r.src_cache.insert(peer, found);
@@ -870,11 +871,12 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
 /// An insertable rdmx address for a sender known only by its device address.
 fn sender_addr(dev: DevAddr) -> [u8; crate::addr::ADDR_LEN] {
     let a = match dev {
-        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false },
-        DevAddr::Shm(s) => RdmxAddr { udp: None, host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true },
+        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY },
+        DevAddr::Shm(s) => RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY },
+        DevAddr::Raw(_) => RdmxAddr { ud: crate::addr::UdAddr::from_dev_addr(&dev), ..RdmxAddr::EMPTY },
         // The simulator's addresses exist only in test builds of rdm.
         #[allow(unreachable_patterns)]
-        _ => RdmxAddr { udp: None, host_id: 0, incarnation: 0, pid: 0, has_shm: false },
+        _ => RdmxAddr::EMPTY,
     };
     a.encode()
 }

@@ -658,7 +658,7 @@ pub unsafe fn getinfo(
         if source {
             src_sock = Some(sa);
         } else {
-            dest = Some(RdmxAddr { udp: Some(sa), host_id: 0, incarnation: 0, pid: 0, has_shm: false }.encode().to_vec());
+            dest = Some(RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY }.encode().to_vec());
         }
     }
     if let Some(h) = &hints {
@@ -698,6 +698,7 @@ pub unsafe fn getinfo(
             incarnation: 0,
             pid: std::process::id(),
             has_shm: dev != DeviceChoice::Udp,
+            ud: None,
         });
         if let Some(d) = &dest {
             // A shm-only domain cannot reach a peer on another host.
