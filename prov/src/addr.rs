@@ -24,6 +24,8 @@ use rdm::DevAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
 
 pub const ADDR_LEN: usize = 64;
+// OpenMPI's `mtl ofi` gives fi_getname a buffer of FI_NAME_MAX bytes.
+const _: () = assert!(ADDR_LEN <= libfabric_sys::FI_NAME_MAX as usize);
 const MAGIC: u8 = 0x52;
 const VERSION: u8 = 2;
 const HAS_UDP: u8 = 1;
@@ -214,7 +216,6 @@ mod tests {
         assert_eq!(RdmxAddr::decode(&[0u8; ADDR_LEN]), None);
         assert_eq!(RdmxAddr::decode(&[MAGIC, VERSION]), None);
         let mut bad = RdmxAddr { host_id: 1, incarnation: 1, pid: 1, ..RdmxAddr::EMPTY }.encode();
-        assert!(ADDR_LEN <= 64, "OpenMPI's fi_getname buffer is FI_NAME_MAX (64) bytes");
         bad[2] = 0x80;
         assert_eq!(RdmxAddr::decode(&bad), None);
         // A version-1 address of an older rdmx is not taken for one.
@@ -228,7 +229,7 @@ mod tests {
         let ud = |qpn| Some(UdAddr { gid: [1; 16], qpn, lid: 0 });
         let udp = Some("10.0.0.1:5".parse().unwrap());
         let local = RdmxAddr { udp, host_id: 1, has_shm: true, ud: ud(1), ..RdmxAddr::EMPTY };
-        let same_host = RdmxAddr { udp, host_id: 1, pid: 3, incarnation: 4, has_shm: true, ud: ud(2), ..RdmxAddr::EMPTY };
+        let same_host = RdmxAddr { udp, host_id: 1, pid: 3, incarnation: 4, has_shm: true, ud: ud(2) };
         assert!(matches!(same_host.route(&local), Some(DevAddr::Shm(_))));
         let remote = RdmxAddr { host_id: 2, ..same_host };
         let via_ud = remote.route(&local).unwrap();
