@@ -24,4 +24,4 @@ for _ in $(seq 50); do
 done
 rdma link show
 export RDMX_VERBS_REQUIRED=1
-exec "$BIN" "$FILTER" --test-threads=1
+exec "$BIN" "$FILTER" --test-threads=1 ${NOCAPTURE:+--nocapture}

@@ -48,6 +48,20 @@
 //!   endpoint does): the registration stays until the device drops. Other
 //!   datagrams go inline (up to `max_inline`) or through a registered bounce
 //!   slot (`stats.bounce_copies`).
+//! * [`VerbsDevice`] extras: `pub stats: VerbsStats` (sent, received,
+//!   inline / zero-copy / bounced sends, `sq_full`, send and receive errors,
+//!   AH created / evicted / overflow / failed, `qp_recoveries`), `qpn()`,
+//!   `qkey()`, `outstanding()` (sends not yet covered by a completion),
+//!   `ah_cache_len()`, `ah_cache_cap()`. Helpers: [`ibv_access`] (libfabric
+//!   bits to `IBV_ACCESS_*`), [`mr_key`], [`grh_source_gid`]; constants
+//!   [`GRH_LEN`], [`UD_ADDR_LEN`], [`DEFAULT_AH_CACHE`],
+//!   [`DEFAULT_SQ_DEPTH`], [`DEFAULT_RQ_DEPTH`], [`SIGNAL_EVERY`].
+//! * Errors: a send completion in error puts its destination on
+//!   `poll_unreachable` and brings the QP back (SQE -> RTS, or RESET ->
+//!   RTS with every receive reposted after ERR). Soft-RoCE drops datagrams
+//!   to unroutable GIDs silently (no error to report). Soft-RoCE (Linux 6.1)
+//!   on one host cannot carry datagrams between two of its devices (rxe0 ->
+//!   rxe1 loops back into rxe0): endpoints of one host share a device there.
 //!
 //! # How it works
 //!
@@ -783,6 +797,8 @@ pub struct VerbsDevice {
     unreachable: VecDeque<DevAddr>,
     /// A send completed in error: the QP may need bringing back.
     check_qp: bool,
+    /// Test hook: the next non-inline send names a wrong memory key.
+    corrupt_next_key: bool,
     pub stats: VerbsStats,
 }
 
@@ -831,6 +847,7 @@ impl VerbsDevice {
             ah_clock: 0,
             unreachable: VecDeque::new(),
             check_qp: false,
+            corrupt_next_key: false,
             stats: VerbsStats::default(),
             ctx,
         };
@@ -1106,6 +1123,14 @@ impl VerbsDevice {
         self.qpn
     }
 
+    /// Test hook: the next send that is not inline names a wrong memory
+    /// key, so it completes in error (a local protection error): how the
+    /// tests reach the error-completion and queue-pair recovery paths.
+    #[doc(hidden)]
+    pub fn corrupt_next_send_key_for_test(&mut self) {
+        self.corrupt_next_key = true;
+    }
+
     /// Sends posted and not yet covered by a completion.
     pub fn outstanding(&self) -> usize {
         self.inflight.len()
@@ -1220,6 +1245,11 @@ impl Device for VerbsDevice {
                 let lkey = unsafe { (*self.bounce_mr).lkey };
                 ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey }
             };
+            let mut sge = sge;
+            if self.corrupt_next_key && flags & ib::ibv_send_flags::IBV_SEND_INLINE.0 == 0 {
+                self.corrupt_next_key = false;
+                sge.lkey ^= 0x00ba_d000;
+            }
             self.since_signal += 1;
             if self.since_signal >= SIGNAL_EVERY {
                 flags |= ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
