@@ -1062,3 +1062,317 @@ fn shm_crashed_peer() {
     let _e = ShmDevice::new().unwrap();
     assert!(!path.exists(), "stale ring cleaned at open");
 }
+
+// ---- verbs UD: skips on a host without an RDMA device, unless
+// RDMX_VERBS_REQUIRED=1 (the rxe VM test script sets it), then fails ----
+
+mod verbs {
+    use super::*;
+    use rdm::device::verbs::{mr_keys, parse_ud_addr, ud_addr, VerbsConfig, VerbsContext, VerbsDevice, FI_REMOTE_READ, FI_SEND};
+    use rdm::device::{DeviceContext, OpenSpec};
+
+    fn required() -> bool {
+        std::env::var("RDMX_VERBS_REQUIRED").is_ok_and(|v| v == "1")
+    }
+
+    /// A context as `cfg` asks, or `None` (skip) without an RDMA device.
+    pub fn ctx(cfg: &VerbsConfig) -> Option<VerbsContext> {
+        if !VerbsContext::available() {
+            assert!(!required(), "RDMX_VERBS_REQUIRED=1 and this host has no RDMA device");
+            eprintln!("skip: no RDMA device");
+            return None;
+        }
+        Some(VerbsContext::open(cfg).unwrap_or_else(|e| panic!("verbs context {cfg:?}: {e}")))
+    }
+
+    /// A part of a test that needs more than one RDMA device or address:
+    /// skipped (said so), a failure under RDMX_VERBS_REQUIRED=1.
+    fn skip_part(reason: &str) {
+        assert!(!required(), "RDMX_VERBS_REQUIRED=1 and {reason}");
+        eprintln!("skip: {reason}");
+    }
+
+    pub fn spec(job_key: u64) -> OpenSpec {
+        OpenSpec { bind: None, incarnation: 1, job_key }
+    }
+
+    pub fn pair() -> Option<Pair> {
+        let c = ctx(&VerbsConfig::default())?;
+        Some((c.open(&spec(7)).unwrap(), c.open(&spec(7)).unwrap()))
+    }
+
+    fn dev(c: &VerbsContext, job: u64) -> VerbsDevice {
+        c.open_device(&spec(job)).unwrap()
+    }
+
+    /// Sends `msgs` from `a` to `b` and checks they arrive, from `a`.
+    fn exchange(a: &mut dyn Device, b: &mut dyn Device, msgs: &[Vec<u8>]) {
+        let dst = b.local_addr();
+        let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
+        send_all(a, &batch);
+        let got = recv_n(b, msgs.len());
+        assert_eq!(got.len(), msgs.len());
+        let mut data: Vec<Vec<u8>> = got.iter().map(|(_, d)| d.clone()).collect();
+        for (src, _) in &got {
+            assert_eq!(*src, a.local_addr());
+        }
+        let mut want = msgs.to_vec();
+        want.sort();
+        data.sort();
+        assert_eq!(data, want);
+    }
+
+    #[test]
+    fn caps_address_and_read() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        eprintln!("verbs context: {c:?}");
+        let d = dev(&c, 1);
+        let caps = d.caps();
+        assert!(!caps.reliable && !caps.ordered && !caps.remote_read && !caps.gso);
+        assert!(caps.registration);
+        assert_eq!(caps.mtu, c.mtu());
+        assert!(caps.max_inline as usize <= caps.mtu);
+        let (gid, qpn, lid) = parse_ud_addr(&d.local_addr()).expect("a verbs UD address");
+        assert_eq!((gid, qpn, lid), (c.gid(), d.qpn(), c.lid()));
+        assert_eq!(d.local_addr(), ud_addr(gid, qpn, lid));
+        assert_ne!(c.gid_index(), 0, "never the link-local GID 0 on RoCE");
+        assert!(d.owns(&d.local_addr()));
+        assert!(!d.owns(&DevAddr::Udp("127.0.0.1:1".parse().unwrap())));
+        assert_eq!(d.local_addrs(), vec![d.local_addr()]);
+        let mut d = d;
+        let mut one = [0u8; 8];
+        // SAFETY: `one` outlives the call; a refused post touches nothing.
+        let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 8) };
+        let me = d.local_addr();
+        assert!(matches!(d.post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
+        assert!(d.poll_read().is_none());
+        // A datagram of the wrong kind is refused, not sent.
+        let udp = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
+        assert!(matches!(d.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
+    }
+
+    #[test]
+    fn config_names_device_netdev_or_address() {
+        let bad = VerbsConfig { iface: Some("rdmx-no-such0".into()), ..VerbsConfig::default() };
+        assert!(matches!(VerbsContext::open(&bad), Err(DeviceError::Config(_))));
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let by_dev = ctx(&VerbsConfig { iface: Some(c.device_name().into()), ..VerbsConfig::default() }).unwrap();
+        assert_eq!(by_dev.device_name(), c.device_name());
+        if let Some(n) = c.netdev() {
+            let by_net = ctx(&VerbsConfig { iface: Some(n.into()), ..VerbsConfig::default() }).unwrap();
+            assert_eq!((by_net.device_name(), by_net.gid()), (c.device_name(), c.gid()));
+        }
+    }
+
+    #[test]
+    fn two_devices() {
+        let have = |d: &str| std::path::Path::new("/sys/class/infiniband").join(d).exists();
+        if !(have("rxe0") && have("rxe1")) {
+            if ctx(&VerbsConfig::default()).is_some() {
+                skip_part("no second RDMA device rxe1");
+            }
+            return;
+        }
+        let c0 = ctx(&VerbsConfig { iface: Some("rxe0".into()), ..VerbsConfig::default() }).unwrap();
+        let c1 = ctx(&VerbsConfig { iface: Some("rxe1".into()), ..VerbsConfig::default() }).unwrap();
+        assert_ne!(c0.gid(), c1.gid());
+        // Two devices in one process, each with two endpoints at once.
+        let (mut a0, mut b0) = (dev(&c0, 3), dev(&c0, 3));
+        let (mut a1, mut b1) = (dev(&c1, 3), dev(&c1, 3));
+        let msgs: Vec<Vec<u8>> = (0..50).map(|i| payload(i, 1 + i * 80 % c0.mtu())).collect();
+        exchange(&mut a0, &mut b0, &msgs);
+        exchange(&mut a1, &mut b1, &msgs);
+        exchange(&mut b1, &mut a1, &msgs);
+        // Across the devices. Soft-RoCE in Linux 6.1 does not carry this on
+        // one host: the kernel resolves a local destination's MAC to the
+        // sender's own netdev, so rxe loops the packet back into the
+        // *sending* device, to whichever QP has the destination's number
+        // there (ibv_ud_pingpong between rxe0 and rxe1 only seems to work
+        // because both sides have QPN 17 and each receives its own
+        // packets). Checked, reported, not failed on.
+        let to_b1 = b1.local_addr();
+        send_all(&mut a0, &[TxDatagram::new(to_b1, b"across")]);
+        std::thread::sleep(Duration::from_millis(300));
+        let mut got = Vec::new();
+        b1.recv_batch(8, &mut |src, d| got.push((src, d.to_vec()))).unwrap();
+        let misdelivered = drain(&mut a0) + drain(&mut b0);
+        if got.is_empty() {
+            eprintln!("note: rxe0 -> rxe1 datagram not delivered to rxe1 ({misdelivered} landed on rxe0's QPs): the single-host Soft-RoCE limitation");
+        } else {
+            assert_eq!(got, vec![(a0.local_addr(), b"across".to_vec())]);
+        }
+    }
+
+    #[test]
+    fn qkey_drops_other_jobs() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let mut a = dev(&c, 100);
+        let mut other = dev(&c, 200);
+        let mut same = dev(&c, 100);
+        assert_ne!(a.qkey(), other.qkey());
+        assert_eq!(a.qkey(), same.qkey());
+        let to_other = other.local_addr();
+        send_all(&mut a, &[TxDatagram::new(to_other, b"not for you"); 8]);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(drain(&mut other), 0, "the NIC drops another job's datagrams");
+        exchange(&mut a, &mut same, &[b"same job".to_vec()]);
+        assert_eq!(a.stats.send_errors, 0, "a dropped UD datagram is no send error");
+    }
+
+    #[test]
+    fn back_pressure_is_a_short_count() {
+        let Some(c) = ctx(&VerbsConfig { sq_depth: 16, ..VerbsConfig::default() }) else { return };
+        let mut a = dev(&c, 5);
+        let mut b = dev(&c, 5);
+        let dst = b.local_addr();
+        let len = (a.caps().max_inline as usize + 1).min(a.caps().mtu);
+        let msgs: Vec<Vec<u8>> = (0..100).map(|i| payload(i, len)).collect();
+        let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
+        let n = a.send_batch(&batch).unwrap();
+        assert!(n > 0 && n <= 16, "took {n} with a send queue of 16");
+        assert!(a.outstanding() <= 16);
+        send_all(&mut a, &batch[n..]);
+        let got = recv_n(&mut b, 100);
+        assert_eq!(got.len(), 100);
+        assert!(a.stats.sq_full > 0);
+    }
+
+    #[test]
+    fn transmit_buffers_inline_and_bounce() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let mut a = dev(&c, 9);
+        let mut b = dev(&c, 9);
+        let mtu = a.caps().mtu;
+        let inline = a.caps().max_inline as usize;
+        let mut bufs = a.transmit_buffers(4, mtu);
+        for (i, buf) in bufs.iter_mut().enumerate() {
+            buf.copy_from_slice(&payload(i, mtu));
+        }
+        let dst = b.local_addr();
+        // Lent buffers: no copy, also for a piece inside one.
+        let batch: Vec<TxDatagram> = bufs.iter().map(|x| TxDatagram::new(dst, &x[..])).collect();
+        send_all(&mut a, &batch);
+        send_all(&mut a, &[TxDatagram::new(dst, &bufs[0][100..100 + inline + 1])]);
+        assert_eq!(a.stats.zero_copy_sends, 5);
+        let got = recv_n(&mut b, 5);
+        assert_eq!(got.len(), 5);
+        assert!(got.iter().any(|(_, d)| d[..] == bufs[0][100..100 + inline + 1]));
+        // Elsewhere: bounced when larger than the inline limit, inline else.
+        let big = payload(7, mtu);
+        let small = payload(8, inline.max(1).min(mtu));
+        send_all(&mut a, &[TxDatagram::new(dst, &big), TxDatagram::new(dst, &small)]);
+        assert_eq!(a.stats.bounce_copies, 1 + u64::from(inline == 0));
+        assert!(inline == 0 || a.stats.inline_sends >= 1);
+        let mut got: Vec<Vec<u8>> = recv_n(&mut b, 2).into_iter().map(|(_, d)| d).collect();
+        got.sort();
+        let mut want = vec![big, small];
+        want.sort();
+        assert_eq!(got, want);
+        drop(bufs);
+    }
+
+    #[test]
+    fn ah_cache_is_bounded() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        // Peers on distinct GIDs: every address of the VM script's netdevs
+        // that some RDMA port carries.
+        let ips = ["10.11.12.1", "10.11.12.2", "10.11.12.3", "10.11.12.4", "10.11.13.1"];
+        let ctxs: Vec<VerbsContext> = ips
+            .iter()
+            .filter_map(|ip| VerbsContext::open(&VerbsConfig { iface: Some((*ip).into()), ..VerbsConfig::default() }).ok())
+            .filter(|p| p.gid() != c.gid())
+            // Soft-RoCE on one host cannot carry datagrams between two of
+            // its devices (see `two_devices`): peers on the sender's device.
+            .filter(|p| p.device_name() == c.device_name())
+            .collect();
+        let mut gids: Vec<[u8; 16]> = ctxs.iter().map(|p| p.gid()).collect();
+        gids.sort();
+        gids.dedup();
+        if gids.len() < 3 {
+            skip_part("fewer than 3 RDMA peers with distinct GIDs (add addresses 10.11.12.2-4 to dummy0)");
+            return;
+        }
+        let sender_ctx = ctx(&VerbsConfig { ah_cache: 2, ..VerbsConfig::default() }).unwrap();
+        let mut a = dev(&sender_ctx, 11);
+        assert_eq!(a.ah_cache_cap(), 2);
+        let mut peers: Vec<VerbsDevice> = ctxs.iter().map(|p| dev(p, 11)).collect();
+        for round in 0..5 {
+            for p in peers.iter_mut() {
+                let msgs: Vec<Vec<u8>> = (0..3).map(|i| payload(round * 10 + i, 64 + i)).collect();
+                exchange(&mut a, p, &msgs);
+                assert!(a.ah_cache_len() <= 2, "{} address handles cached", a.ah_cache_len());
+            }
+        }
+        assert_eq!(a.stats.ah_overflow, 0);
+        assert!(a.stats.ah_evicted > 0);
+        assert_eq!(a.stats.send_errors, 0);
+        eprintln!("{} peers, ah stats: created {} evicted {}", peers.len(), a.stats.ah_created, a.stats.ah_evicted);
+    }
+
+    #[test]
+    fn registrar_register_deregister() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let mut r = c.registrar().expect("verbs registers");
+        let buf = vec![0u8; 1 << 16];
+        let k1 = r.register(buf.as_ptr() as u64, buf.len() as u64, FI_REMOTE_READ).unwrap();
+        let k2 = r.register(buf.as_ptr() as u64 + 4096, 4096, FI_SEND).unwrap();
+        assert_ne!(k1, k2);
+        let (l1, r1) = mr_keys(k1);
+        assert_eq!(k1, (r1 as u64) << 32 | l1 as u64);
+        r.deregister(k1);
+        r.deregister(k1); // unknown now: ignored
+        // Unmapped memory cannot be registered.
+        assert!(r.register(8, 4096, FI_REMOTE_READ).is_err());
+        // A registration survives its registrar's siblings and endpoints.
+        let d = dev(&c, 1);
+        drop(d);
+        r.deregister(k2);
+        drop(r);
+    }
+
+    #[test]
+    fn unroutable_destination_is_harmless() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let mut a = dev(&c, 12);
+        let mut b = dev(&c, 12);
+        // An address nothing routes to (TEST-NET-3). Soft-RoCE creates the
+        // address handle and drops the datagram silently; hardware may
+        // refuse the handle (Unreachable) or fail the send (reported).
+        let ghost = ud_addr([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 203, 0, 113, 77], 0x99, 0);
+        let res = a.send_batch(&[TxDatagram::new(ghost, b"to nobody")]);
+        assert!(matches!(res, Ok(1) | Err(DeviceError::Unreachable(_))), "{res:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        a.recv_batch(8, &mut |_, _| {}).unwrap();
+        let reported = a.poll_unreachable();
+        assert!(reported.is_none() || reported == Some(ghost));
+        eprintln!("send to an unroutable GID: {res:?}, reported: {reported:?}");
+        exchange(&mut a, &mut b, &[b"still alive".to_vec()]);
+    }
+
+    #[test]
+    fn send_error_is_reported_and_the_queue_recovers() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let mut a = dev(&c, 13);
+        let mut b = dev(&c, 13);
+        let dst = b.local_addr();
+        let big = payload(1, (a.caps().max_inline as usize + 1).min(a.caps().mtu));
+        a.corrupt_next_send_key_for_test();
+        assert_eq!(a.send_batch(&[TxDatagram::new(dst, &big)]).unwrap(), 1);
+        let deadline = Instant::now() + PATIENCE;
+        let mut reported = None;
+        while reported.is_none() && Instant::now() < deadline {
+            a.recv_batch(8, &mut |_, _| {}).unwrap();
+            reported = a.poll_unreachable();
+        }
+        assert_eq!(reported, Some(dst), "the failed send's destination is reported");
+        assert!(a.stats.send_errors >= 1);
+        assert_eq!(a.outstanding(), 0, "the failed send released what it held");
+        assert_eq!(drain(&mut b), 0);
+        // The queue pair works again, both ways.
+        exchange(&mut a, &mut b, &[big.clone(), b"small".to_vec()]);
+        exchange(&mut b, &mut a, &[big, b"small".to_vec()]);
+        eprintln!("after a send error: {:?}", a.stats);
+    }
+}
+
+conformance!(verbs_ud, verbs::pair());

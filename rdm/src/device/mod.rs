@@ -15,6 +15,7 @@ pub mod host;
 pub mod iface;
 pub mod shm;
 pub mod udp;
+pub mod verbs;
 
 use std::io;
 use std::net::SocketAddr;

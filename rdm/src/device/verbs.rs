@@ -1,0 +1,1516 @@
+//! The verbs UD device: one unreliable-datagram queue pair per endpoint over
+//! libibverbs (Soft-RoCE, RoCE NICs, InfiniBand HCAs).
+//!
+//! # API (for the provider's integration)
+//!
+//! * [`VerbsConfig`] `{ iface, ah_cache, sq_depth, rq_depth }`: `iface` names a
+//!   netdev (`"eth0"`, `"dummy0"`), an RDMA device (`"rxe0"`, `"mlx5_0"`) or an
+//!   IP address of a netdev (picks the RoCE v2 GID of that address); `None`:
+//!   the RDMA device whose netdev the UDP device would choose
+//!   ([`super::iface::default_choice`]), else the first active port of any
+//!   device. `ah_cache` 0 = the device's `max_ah` capped at
+//!   [`DEFAULT_AH_CACHE`]; the depths 0 = the defaults.
+//! * [`VerbsContext::open`]`(&VerbsConfig) -> Result<VerbsContext, DeviceError>`:
+//!   one per libfabric domain. Opens the device and one protection domain
+//!   (shared, through an `Arc`, by every queue it opens and by its
+//!   registrars). Implements [`DeviceContext`]: `open(&OpenSpec)` gives a
+//!   `Box<dyn Device>` ([`VerbsContext::open_device`] gives the concrete
+//!   [`VerbsDevice`], which has `stats`); `registrar()` is always `Some`.
+//!   [`VerbsContext::available`]`()` says whether any RDMA device exists
+//!   (cheap: lists devices, opens none). Accessors: `device_name()`,
+//!   `port()`, `netdev()`, `gid()`, `gid_index()`, `lid()`, `mtu()`.
+//! * [`VerbsDevice`] implements [`Device`]: caps = unreliable, unordered,
+//!   `mtu` = the port's active MTU in bytes, `remote_read` false (UD cannot
+//!   read; `post_read` returns `Unsupported`), `gso` false, `registration`
+//!   true, `max_inline` = the QP's `max_inline_data`. `wait_fd` is the
+//!   completion channel's fd (non-blocking): call `prepare_wait` before each
+//!   sleep. `poll_unreachable` reports destinations whose send completed in
+//!   error or whose address handle could not be created.
+//! * Address: `DevAddr::Raw(RawAddr)` of family [`RawAddr::FAMILY_VERBS_UD`],
+//!   22 bytes = GID (16, network order as in the GID table) ++ QPN (u32 LE)
+//!   ++ LID (u16 LE). On RoCE the LID is 0; on InfiniBand (no GRH) the GID is
+//!   all zeros and the LID names the port. [`ud_addr`]`(gid, qpn, lid)` builds
+//!   one, [`parse_ud_addr`]`(&DevAddr) -> Option<([u8; 16], u32, u16)>` reads
+//!   one back (`None` for any other family or length). The Q_Key is not in
+//!   the address: every endpoint of a job derives the same one from
+//!   `OpenSpec::job_key` ([`qkey_for`]); the NIC drops other jobs' packets.
+//! * Registration: the registrar's `register(addr, len, access)` takes
+//!   libfabric access bits ([`FI_READ`], [`FI_WRITE`], [`FI_RECV`],
+//!   [`FI_SEND`], [`FI_REMOTE_READ`], [`FI_REMOTE_WRITE`], the values of
+//!   `rdma/fabric.h`) and returns the key `(rkey as u64) << 32 | lkey as u64`;
+//!   [`mr_keys`]`(key) -> (lkey, rkey)` splits it. A [`LocalBuf`] of a local
+//!   read target carries this key (the device takes the low half); a peer's
+//!   remote read names the high half. `deregister(key)` takes the same key.
+//!   Registrations are of the context's PD, valid on every queue it opens.
+//! * Transmit buffers: `transmit_buffers(count, len)` allocates and registers
+//!   them (one MR per buffer); a datagram whose bytes lie inside one is sent
+//!   from it without a copy. Keep them alive as long as the device (the
+//!   endpoint does): the registration stays until the device drops. Other
+//!   datagrams go inline (up to `max_inline`) or through a registered bounce
+//!   slot (`stats.bounce_copies`).
+//! * [`VerbsDevice`] extras: `pub stats: VerbsStats` (sent, received,
+//!   inline / zero-copy / bounced sends, `sq_full`, send and receive errors,
+//!   AH created / evicted / overflow / failed, `qp_recoveries`), `qpn()`,
+//!   `qkey()`, `outstanding()` (sends not yet covered by a completion),
+//!   `ah_cache_len()`, `ah_cache_cap()`. Helpers: [`ibv_access`] (libfabric
+//!   bits to `IBV_ACCESS_*`), [`mr_key`], [`grh_source_gid`]; constants
+//!   [`GRH_LEN`], [`UD_ADDR_LEN`], [`DEFAULT_AH_CACHE`],
+//!   [`DEFAULT_SQ_DEPTH`], [`DEFAULT_RQ_DEPTH`], [`SIGNAL_EVERY`].
+//! * Errors: a send completion in error puts its destination on
+//!   `poll_unreachable` and brings the QP back (SQE -> RTS, or RESET ->
+//!   RTS with every receive reposted after ERR). Soft-RoCE drops datagrams
+//!   to unroutable GIDs silently (no error to report). Soft-RoCE (Linux 6.1)
+//!   on one host cannot carry datagrams between two of its devices (rxe0 ->
+//!   rxe1 loops back into rxe0): endpoints of one host share a device there.
+//!
+//! # How it works
+//!
+//! Sends are posted as one chain of work requests per `send_batch` (one
+//! `ibv_post_send`); every [`SIGNAL_EVERY`]th one and the last of each chain
+//! asks for a completion, and a completion covers every earlier request of
+//! the send queue, so the device knows how many requests are outstanding and
+//! takes only as many datagrams as fit (a short count is back-pressure). The
+//! address handle and bounce slot of a request are released when a
+//! completion covers it, never before: an address handle the send queue
+//! still uses is not destroyed by the cache's eviction.
+//!
+//! Receives land in a pool of registered slots of GRH + MTU bytes, each
+//! posted once; `recv_batch` lends the payload (after the 40-byte GRH) and
+//! reposts the slots in one chain. The source of a datagram is the GRH's
+//! source GID (RoCE; RoCE v2 over IPv4 carries an IPv4 header in the GRH's
+//! last 20 bytes, recognised as rdma-core's `ibv_init_ah_from_wc` does) with
+//! the completion's source QPN, or the completion's source LID on
+//! InfiniBand.
+#![allow(unsafe_code)]
+
+use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, Registrar, TxDatagram};
+use rdma_core_sys as ib;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::Arc;
+
+/// Bytes the NIC writes before the payload of every UD receive.
+pub const GRH_LEN: usize = 40;
+/// Length of a verbs UD address: GID 16 + QPN 4 + LID 2.
+pub const UD_ADDR_LEN: usize = 22;
+/// Address handles cached per endpoint at most (fewer where the device's
+/// `max_ah` is smaller).
+pub const DEFAULT_AH_CACHE: usize = 1024;
+/// Send queue depth asked for by default.
+pub const DEFAULT_SQ_DEPTH: u32 = 256;
+/// Receive slots posted by default (each GRH + MTU bytes).
+pub const DEFAULT_RQ_DEPTH: u32 = 512;
+/// Every this many sends one asks for a completion.
+pub const SIGNAL_EVERY: u32 = 32;
+/// Inline data asked for at QP creation (the provider may give more or less).
+const REQ_INLINE: u32 = 256;
+/// Completions polled per `ibv_poll_cq`.
+const POLL_BATCH: usize = 32;
+/// Hop limit of the GRH of RoCE address handles (libfabric verbs dgram's).
+const HOP_LIMIT: u8 = 64;
+
+// libfabric access bits, the values of <rdma/fabric.h> (rdm does not link
+// libfabric): what `Registrar::register`'s `access` means here.
+pub const FI_READ: u64 = 1 << 8;
+pub const FI_WRITE: u64 = 1 << 9;
+pub const FI_RECV: u64 = 1 << 10;
+pub const FI_SEND: u64 = 1 << 11;
+pub const FI_REMOTE_READ: u64 = 1 << 12;
+pub const FI_REMOTE_WRITE: u64 = 1 << 13;
+
+/// The verbs access flags for libfabric `access` bits. Local write (needed
+/// by remote write, and by memory the NIC writes into: a read's target, a
+/// receive buffer) is added where asked for; 0 means local write + remote
+/// read.
+pub fn ibv_access(access: u64) -> u32 {
+    let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+    let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+    let rw = ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+    if access == 0 {
+        return lw | rr;
+    }
+    let mut f = 0;
+    if access & (FI_READ | FI_RECV) != 0 {
+        f |= lw;
+    }
+    if access & FI_REMOTE_READ != 0 {
+        f |= rr;
+    }
+    if access & FI_REMOTE_WRITE != 0 {
+        f |= rw | lw;
+    }
+    f
+}
+
+/// The key a registration returns: rkey in the high half, lkey in the low.
+pub fn mr_key(lkey: u32, rkey: u32) -> u64 {
+    (rkey as u64) << 32 | lkey as u64
+}
+
+/// `(lkey, rkey)` of a key from [`mr_key`] (what the registrar returned).
+pub fn mr_keys(key: u64) -> (u32, u32) {
+    (key as u32, (key >> 32) as u32)
+}
+
+/// The Q_Key of a job: 31 bits (values with the high bit set are
+/// privileged), the same on every endpoint of the job.
+pub fn qkey_for(job_key: u64) -> u32 {
+    let x = (job_key ^ (job_key >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((x >> 32) as u32) & 0x7fff_ffff
+}
+
+/// A verbs UD address (see the module docs for the layout).
+pub fn ud_addr(gid: [u8; 16], qpn: u32, lid: u16) -> DevAddr {
+    let mut b = [0u8; UD_ADDR_LEN];
+    b[..16].copy_from_slice(&gid);
+    b[16..20].copy_from_slice(&qpn.to_le_bytes());
+    b[20..22].copy_from_slice(&lid.to_le_bytes());
+    // 22 bytes always fit a RawAddr (RAW_ADDR_MAX is 28).
+    DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_VERBS_UD, &b).expect("22 <= RAW_ADDR_MAX"))
+}
+
+/// `(gid, qpn, lid)` of a verbs UD address; `None` for anything else.
+pub fn parse_ud_addr(addr: &DevAddr) -> Option<([u8; 16], u32, u16)> {
+    let DevAddr::Raw(r) = addr else { return None };
+    if r.family() != RawAddr::FAMILY_VERBS_UD || r.bytes().len() != UD_ADDR_LEN {
+        return None;
+    }
+    let b = r.bytes();
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&b[..16]);
+    Some((gid, u32::from_le_bytes([b[16], b[17], b[18], b[19]]), u16::from_le_bytes([b[20], b[21]])))
+}
+
+/// The source GID a UD receive's GRH area names: RoCE v2 over IPv4 puts an
+/// IPv4 header in the last 20 bytes (recognised as rdma-core's
+/// `get_grh_header_version` does: not IPv6 version, or IHL 5 with a valid
+/// checksum), else it is a GRH proper (IB, RoCE v1, RoCE v2 over IPv6).
+pub fn grh_source_gid(grh: &[u8]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    if grh.len() < GRH_LEN {
+        return gid;
+    }
+    let ip4 = &grh[20..40];
+    let v4 = if grh[0] >> 4 != 6 {
+        ip4[0] >> 4 == 4
+    } else if ip4[0] & 0xf != 5 {
+        false
+    } else {
+        let mut sum: u32 = ip4.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum == 0xffff
+    };
+    if v4 {
+        gid[10] = 0xff;
+        gid[11] = 0xff;
+        gid[12..16].copy_from_slice(&ip4[12..16]);
+    } else {
+        gid.copy_from_slice(&grh[8..24]);
+    }
+    gid
+}
+
+/// Bytes of an `ibv_mtu` value (IBV_MTU_256 = 1 .. IBV_MTU_4096 = 5).
+fn mtu_bytes(m: ib::ibv_mtu) -> usize {
+    if (1..=5).contains(&m) {
+        128 << m
+    } else {
+        256
+    }
+}
+
+fn last_err(op: &'static str) -> DeviceError {
+    DeviceError::io(op, io::Error::last_os_error())
+}
+
+/// Verbs calls return a positive errno (or -1 with errno set).
+fn ret_err(op: &'static str, rc: i32) -> DeviceError {
+    if rc > 0 {
+        DeviceError::io(op, io::Error::from_raw_os_error(rc))
+    } else {
+        last_err(op)
+    }
+}
+
+/// How to open a [`VerbsContext`].
+#[derive(Clone, Debug, Default)]
+pub struct VerbsConfig {
+    /// A netdev, an RDMA device or an IP address of a netdev; `None`: see
+    /// the module docs.
+    pub iface: Option<String>,
+    /// Address handles cached per endpoint (0: the default). A test knob as
+    /// much as a tuning one: a send never fails because the cache is full.
+    pub ah_cache: usize,
+    /// Send queue depth (0: [`DEFAULT_SQ_DEPTH`]).
+    pub sq_depth: u32,
+    /// Receive slots (0: [`DEFAULT_RQ_DEPTH`]).
+    pub rq_depth: u32,
+}
+
+// ---- discovery ----
+
+const SYSFS_IB: &str = "/sys/class/infiniband";
+
+fn sysfs(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// Netdevs of an RDMA device's port: the GID table's (RoCE: rxe has only
+/// these) and the PCI device's (`device/net`, e.g. IPoIB).
+fn port_netdevs(dev: &str, port: u8, gid_tbl_len: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..gid_tbl_len {
+        if let Some(n) = sysfs(&format!("{SYSFS_IB}/{dev}/ports/{port}/gid_attrs/ndevs/{i}")) {
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(format!("{SYSFS_IB}/{dev}/device/net")) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// One usable GID table entry.
+#[derive(Clone, Debug)]
+struct GidEntry {
+    index: u8,
+    gid: [u8; 16],
+    roce_v2: bool,
+    ndev: Option<String>,
+}
+
+fn ipv4_mapped(gid: &[u8; 16]) -> Option<std::net::Ipv4Addr> {
+    (gid[..10].iter().all(|&b| b == 0) && gid[10] == 0xff && gid[11] == 0xff)
+        .then(|| std::net::Ipv4Addr::new(gid[12], gid[13], gid[14], gid[15]))
+}
+
+fn gid_matches_ip(gid: &[u8; 16], ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => ipv4_mapped(gid) == Some(*v4),
+        IpAddr::V6(v6) => v6.octets() == *gid,
+    }
+}
+
+/// The best GID of `entries` for `netdev` / `ips`: RoCE v2, the address
+/// asked for, IPv4-mapped, not link-local, in that order of importance.
+fn rank_gid<'a>(entries: &'a [GidEntry], netdev: Option<&str>, ips: &[IpAddr]) -> Option<&'a GidEntry> {
+    entries
+        .iter()
+        .filter(|e| netdev.is_none() || e.ndev.is_none() || e.ndev.as_deref() == netdev)
+        .min_by_key(|e| {
+            let link_local = e.gid[0] == 0xfe && e.gid[1] & 0xc0 == 0x80;
+            (
+                !e.roce_v2,
+                !ips.iter().any(|ip| gid_matches_ip(&e.gid, ip)),
+                ipv4_mapped(&e.gid).is_none(),
+                link_local,
+                e.index == 0,
+                e.index,
+            )
+        })
+}
+
+/// What the configuration asks for.
+enum Want {
+    /// An RDMA device by name.
+    Device(String),
+    /// The device of a netdev, preferring the GIDs of these addresses.
+    Netdev(String, Vec<IpAddr>),
+    /// The first active port.
+    Any,
+}
+
+fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
+    match cfg.iface.as_deref() {
+        Some(s) => {
+            if let Ok(ip) = s.parse::<IpAddr>() {
+                let a = super::iface::local_addrs()
+                    .into_iter()
+                    .find(|a| a.ip == ip)
+                    .ok_or_else(|| DeviceError::Config(format!("verbs: no netdev has the address {ip}")))?;
+                return Ok((Want::Netdev(a.name, vec![ip]), true));
+            }
+            if std::path::Path::new(&format!("{SYSFS_IB}/{s}")).exists() {
+                return Ok((Want::Device(s.to_owned()), true));
+            }
+            let ips = super::iface::addrs_of(s, true).unwrap_or_default();
+            if nix::net::if_::if_nametoindex(s).is_err() {
+                return Err(DeviceError::Config(format!("verbs: {s:?} is neither an RDMA device nor a netdev")));
+            }
+            Ok((Want::Netdev(s.to_owned(), ips), true))
+        }
+        None => {
+            let c = super::iface::default_choice(true);
+            Ok(match c.iface {
+                Some(n) => (Want::Netdev(n, vec![c.ip]), false),
+                None => (Want::Any, false),
+            })
+        }
+    }
+}
+
+/// The device list, freed on drop.
+struct DeviceList {
+    list: *mut *mut ib::ibv_device,
+    n: usize,
+}
+
+impl DeviceList {
+    fn get() -> DeviceList {
+        let mut n = 0;
+        // SAFETY: `n` is a valid out-pointer; a null list means no devices.
+        let list = unsafe { ib::ibv_get_device_list(&mut n) };
+        DeviceList { list, n: if list.is_null() { 0 } else { n.max(0) as usize } }
+    }
+
+    fn device(&self, i: usize) -> *mut ib::ibv_device {
+        // SAFETY: i < n entries of the list ibv_get_device_list returned.
+        unsafe { *self.list.add(i) }
+    }
+
+    fn name(&self, i: usize) -> String {
+        // SAFETY: a device of the live list; the name is a NUL-terminated
+        // string owned by the device.
+        unsafe { CStr::from_ptr(ib::ibv_get_device_name(self.device(i))) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        if !self.list.is_null() {
+            // SAFETY: the list from ibv_get_device_list, freed once; opened
+            // contexts stay valid after it.
+            unsafe { ib::ibv_free_device_list(self.list) };
+        }
+    }
+}
+
+/// An open device context, closed on drop unless taken.
+struct OpenDev(*mut ib::ibv_context);
+
+impl Drop for OpenDev {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: a context from ibv_open_device with nothing allocated on it.
+            unsafe { ib::ibv_close_device(self.0) };
+        }
+    }
+}
+
+fn query_port(ctx: *mut ib::ibv_context, port: u8) -> Option<ib::ibv_port_attr> {
+    let mut attr = ib::ibv_port_attr::default();
+    // SAFETY: verbs.h's `ibv_query_port` is a static inline that, without
+    // the extended op, calls the exported symbol with the full (zeroed)
+    // struct cast to the compat one, exactly as here; providers fill the
+    // full struct.
+    let rc = unsafe { ib::ibv_query_port(ctx, port, &mut attr as *mut ib::ibv_port_attr as *mut ib::_compat_ibv_port_attr) };
+    (rc == 0).then_some(attr)
+}
+
+fn gid_entries(ctx: *mut ib::ibv_context, dev: &str, port: u8, tbl_len: usize) -> Vec<GidEntry> {
+    let mut out = Vec::new();
+    for i in 0..tbl_len.min(256) {
+        let ty = sysfs(&format!("{SYSFS_IB}/{dev}/ports/{port}/gid_attrs/types/{i}"));
+        let mut gid = ib::ibv_gid::default();
+        // SAFETY: an open context and a valid out-pointer.
+        if unsafe { ib::ibv_query_gid(ctx, port, i as i32, &mut gid) } != 0 {
+            continue;
+        }
+        // SAFETY: every bit pattern of the union is a valid byte array.
+        let raw = unsafe { gid.raw };
+        if raw.iter().all(|&b| b == 0) {
+            continue;
+        }
+        let ndev = sysfs(&format!("{SYSFS_IB}/{dev}/ports/{port}/gid_attrs/ndevs/{i}"));
+        out.push(GidEntry { index: i as u8, gid: raw, roce_v2: ty.as_deref() == Some("RoCE v2"), ndev });
+    }
+    out
+}
+
+/// The context shared by a domain's endpoints and registrars.
+struct Ctx {
+    ctx: *mut ib::ibv_context,
+    pd: *mut ib::ibv_pd,
+    name: String,
+    port: u8,
+    netdev: Option<String>,
+    /// The GID this context's endpoints send from (zeros on InfiniBand).
+    gid: [u8; 16],
+    gid_index: u8,
+    lid: u16,
+    /// InfiniBand link layer: address handles carry the LID, no GRH.
+    infiniband: bool,
+    mtu: usize,
+    max_ah: usize,
+    max_qp_wr: u32,
+    max_cqe: u32,
+    cfg: VerbsConfig,
+}
+
+// SAFETY: libibverbs objects may be used from any thread (every verb is
+// thread-safe); the raw pointers are owned by this object.
+unsafe impl Send for Ctx {}
+// SAFETY: as above; nothing here is mutated after construction.
+unsafe impl Sync for Ctx {}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        // SAFETY: every queue, MR and AH of the PD belonged to devices and
+        // registrars holding an Arc of this context: all dropped before it.
+        unsafe {
+            ib::ibv_dealloc_pd(self.pd);
+            ib::ibv_close_device(self.ctx);
+        }
+    }
+}
+
+/// A domain's verbs device: one RDMA port and one protection domain.
+#[derive(Clone)]
+pub struct VerbsContext {
+    inner: Arc<Ctx>,
+}
+
+impl std::fmt::Debug for VerbsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsContext")
+            .field("device", &self.inner.name)
+            .field("port", &self.inner.port)
+            .field("netdev", &self.inner.netdev)
+            .field("gid_index", &self.inner.gid_index)
+            .field("mtu", &self.inner.mtu)
+            .finish()
+    }
+}
+
+impl VerbsContext {
+    /// Whether this host has any RDMA device (opens none).
+    pub fn available() -> bool {
+        DeviceList::get().n > 0
+    }
+
+    /// Finds the device and port (see the module docs), opens it and
+    /// allocates the protection domain.
+    pub fn open(cfg: &VerbsConfig) -> Result<VerbsContext, DeviceError> {
+        let (want, explicit) = want_of(cfg)?;
+        let list = DeviceList::get();
+        if list.n == 0 {
+            return Err(DeviceError::Config("verbs: no RDMA device on this host".into()));
+        }
+        let found = Self::find(&list, &want)?;
+        let found = match (found, &want, explicit) {
+            (Some(f), _, _) => f,
+            // The default netdev has no RDMA device: any active port will do.
+            (None, Want::Netdev(..), false) => Self::find(&list, &Want::Any)?.ok_or_else(|| DeviceError::Config("verbs: no active RDMA port".into()))?,
+            (None, Want::Netdev(n, _), true) => return Err(DeviceError::Config(format!("verbs: no active RDMA port on netdev {n:?}"))),
+            (None, Want::Device(d), _) => return Err(DeviceError::Config(format!("verbs: RDMA device {d:?} has no active port"))),
+            (None, Want::Any, _) => return Err(DeviceError::Config("verbs: no active RDMA port".into())),
+        };
+        let mut found = found;
+        found.cfg = cfg.clone();
+        Ok(VerbsContext { inner: Arc::new(found) })
+    }
+
+    fn find(list: &DeviceList, want: &Want) -> Result<Option<Ctx>, DeviceError> {
+        for i in 0..list.n {
+            let name = list.name(i);
+            if let Want::Device(d) = want {
+                if *d != name {
+                    continue;
+                }
+            }
+            // SAFETY: a device of the live list.
+            let dev = OpenDev(unsafe { ib::ibv_open_device(list.device(i)) });
+            if dev.0.is_null() {
+                continue;
+            }
+            let mut dattr = ib::ibv_device_attr::default();
+            // SAFETY: an open context and a valid out-pointer.
+            if unsafe { ib::ibv_query_device(dev.0, &mut dattr) } != 0 {
+                continue;
+            }
+            for port in 1..=dattr.phys_port_cnt {
+                let Some(pattr) = query_port(dev.0, port) else { continue };
+                if pattr.state != ib::ibv_port_state_IBV_PORT_ACTIVE {
+                    continue;
+                }
+                let tbl = pattr.gid_tbl_len.max(0) as usize;
+                let netdevs = port_netdevs(&name, port, tbl);
+                let (netdev, ips) = match want {
+                    Want::Netdev(n, ips) => {
+                        if !netdevs.contains(n) {
+                            continue;
+                        }
+                        (Some(n.clone()), ips.clone())
+                    }
+                    _ => (netdevs.first().cloned(), Vec::new()),
+                };
+                let infiniband = pattr.link_layer == ib::IBV_LINK_LAYER_INFINIBAND as u8;
+                let (gid, gid_index) = if infiniband {
+                    ([0u8; 16], 0)
+                } else {
+                    let entries = gid_entries(dev.0, &name, port, tbl);
+                    let ips = if ips.is_empty() {
+                        netdev.as_deref().and_then(|n| super::iface::addrs_of(n, true).ok()).unwrap_or_default()
+                    } else {
+                        ips
+                    };
+                    match rank_gid(&entries, netdev.as_deref(), &ips) {
+                        Some(e) => (e.gid, e.index),
+                        None => continue,
+                    }
+                };
+                // SAFETY: an open context.
+                let pd = unsafe { ib::ibv_alloc_pd(dev.0) };
+                if pd.is_null() {
+                    return Err(last_err("ibv_alloc_pd"));
+                }
+                let ctx = dev.0;
+                std::mem::forget(dev);
+                return Ok(Some(Ctx {
+                    ctx,
+                    pd,
+                    name,
+                    port,
+                    netdev,
+                    gid,
+                    gid_index,
+                    lid: if infiniband { pattr.lid } else { 0 },
+                    infiniband,
+                    mtu: mtu_bytes(pattr.active_mtu),
+                    max_ah: dattr.max_ah.max(1) as usize,
+                    max_qp_wr: dattr.max_qp_wr.max(1) as u32,
+                    max_cqe: dattr.max_cqe.max(1) as u32,
+                    cfg: VerbsConfig::default(),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The RDMA device's name (`rxe0`, `mlx5_0`).
+    pub fn device_name(&self) -> &str {
+        &self.inner.name
+    }
+    pub fn port(&self) -> u8 {
+        self.inner.port
+    }
+    /// The netdev of the port, where it has one.
+    pub fn netdev(&self) -> Option<&str> {
+        self.inner.netdev.as_deref()
+    }
+    /// The GID endpoints send from (zeros on InfiniBand).
+    pub fn gid(&self) -> [u8; 16] {
+        self.inner.gid
+    }
+    pub fn gid_index(&self) -> u8 {
+        self.inner.gid_index
+    }
+    /// The port's LID on InfiniBand, 0 on RoCE.
+    pub fn lid(&self) -> u16 {
+        self.inner.lid
+    }
+    /// The port's active MTU in bytes: the largest UD payload.
+    pub fn mtu(&self) -> usize {
+        self.inner.mtu
+    }
+
+    /// Opens one endpoint's queue pair.
+    pub fn open_device(&self, spec: &OpenSpec) -> Result<VerbsDevice, DeviceError> {
+        VerbsDevice::open(self.inner.clone(), spec)
+    }
+}
+
+impl DeviceContext for VerbsContext {
+    fn open(&self, spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError> {
+        Ok(Box::new(self.open_device(spec)?))
+    }
+
+    fn registrar(&self) -> Option<Box<dyn Registrar>> {
+        Some(Box::new(VerbsRegistrar { ctx: self.inner.clone(), mrs: FxHashMap::default() }))
+    }
+}
+
+/// An `ibv_mr` pointer that may move between threads.
+struct MrPtr(*mut ib::ibv_mr);
+// SAFETY: an MR is a handle any thread may deregister (verbs are thread-safe).
+unsafe impl Send for MrPtr {}
+
+fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result<*mut ib::ibv_mr, DeviceError> {
+    // SAFETY: the caller names memory of this process; registering it only
+    // pins it (the NIC touches it only through requests naming its keys).
+    let mr = unsafe { ib::ibv_reg_mr(pd, addr.cast(), len, access as i32) };
+    if mr.is_null() {
+        Err(last_err("ibv_reg_mr"))
+    } else {
+        Ok(mr)
+    }
+}
+
+fn dereg_mr(mr: *mut ib::ibv_mr) {
+    if !mr.is_null() {
+        // SAFETY: an MR from ibv_reg_mr, deregistered once.
+        unsafe { ib::ibv_dereg_mr(mr) };
+    }
+}
+
+/// Registers memory with a [`VerbsContext`]'s protection domain.
+struct VerbsRegistrar {
+    ctx: Arc<Ctx>,
+    mrs: FxHashMap<u64, MrPtr>,
+}
+
+impl Registrar for VerbsRegistrar {
+    fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError> {
+        let mr = reg_mr(self.ctx.pd, addr as *mut u8, len as usize, ibv_access(access))?;
+        // SAFETY: a registered MR, readable until deregistered.
+        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+        let key = mr_key(lkey, rkey);
+        if let Some(old) = self.mrs.insert(key, MrPtr(mr)) {
+            // The device reused keys of an MR we still hold: impossible for
+            // a live MR, so the old one is gone; keep the map honest.
+            dereg_mr(old.0);
+        }
+        Ok(key)
+    }
+
+    fn deregister(&mut self, key: u64) {
+        if let Some(mr) = self.mrs.remove(&key) {
+            dereg_mr(mr.0);
+        }
+    }
+}
+
+impl Drop for VerbsRegistrar {
+    fn drop(&mut self) {
+        for (_, mr) in self.mrs.drain() {
+            dereg_mr(mr.0);
+        }
+    }
+}
+
+// ---- the endpoint's queue pair ----
+
+/// Counters of one [`VerbsDevice`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VerbsStats {
+    pub sent: u64,
+    pub received: u64,
+    /// Sends whose payload went inline (`IBV_SEND_INLINE`).
+    pub inline_sends: u64,
+    /// Sends straight from a lent transmit buffer.
+    pub zero_copy_sends: u64,
+    /// Sends copied into a registered bounce slot first.
+    pub bounce_copies: u64,
+    /// `send_batch` calls cut short by a full send queue.
+    pub sq_full: u64,
+    /// Send completions in error (their destinations go to
+    /// [`Device::poll_unreachable`]).
+    pub send_errors: u64,
+    /// Receive completions in error, or too short to hold a GRH.
+    pub recv_errors: u64,
+    pub ah_created: u64,
+    pub ah_evicted: u64,
+    /// Address handles created beyond the cache bound because every cached
+    /// one was still used by an outstanding send.
+    pub ah_overflow: u64,
+    /// Address handles that could not be created (destination unreachable).
+    pub ah_failed: u64,
+    /// Times the queue pair was brought back from an error state.
+    pub qp_recoveries: u64,
+}
+
+type AhKey = ([u8; 16], u16);
+
+struct AhEntry {
+    ah: *mut ib::ibv_ah,
+    last_use: u64,
+    /// Posted sends using it that no completion has covered yet.
+    inflight: u32,
+}
+
+/// A posted send no completion has covered yet.
+struct Inflight {
+    seq: u64,
+    dst: DevAddr,
+    ah: AhKey,
+    bounce: Option<u32>,
+}
+
+/// A lent transmit buffer and its registration.
+struct TxRegion {
+    start: usize,
+    end: usize,
+    mr: *mut ib::ibv_mr,
+}
+
+/// One endpoint's UD queue pair (see the module docs).
+pub struct VerbsDevice {
+    ctx: Arc<Ctx>,
+    channel: *mut ib::ibv_comp_channel,
+    scq: *mut ib::ibv_cq,
+    rcq: *mut ib::ibv_cq,
+    qp: *mut ib::ibv_qp,
+    qpn: u32,
+    qkey: u32,
+    local: DevAddr,
+    mtu: usize,
+    max_inline: u16,
+    // Receive.
+    rx_buf: Box<[u8]>,
+    rx_mr: *mut ib::ibv_mr,
+    rx_slot: usize,
+    rq_depth: u32,
+    /// Receive completions polled by `prepare_wait`, not yet delivered.
+    rx_pending: VecDeque<ib::ibv_wc>,
+    rwrs: Vec<ib::ibv_recv_wr>,
+    rsges: Vec<ib::ibv_sge>,
+    // Send.
+    sq_depth: u32,
+    tx_seq: u64,
+    since_signal: u32,
+    inflight: VecDeque<Inflight>,
+    bounce: Box<[u8]>,
+    bounce_mr: *mut ib::ibv_mr,
+    bounce_free: Vec<u32>,
+    tx_regions: Vec<TxRegion>,
+    swrs: Vec<ib::ibv_send_wr>,
+    ssges: Vec<ib::ibv_sge>,
+    wcs: Vec<ib::ibv_wc>,
+    // Address handles.
+    ahs: FxHashMap<AhKey, AhEntry>,
+    ah_cap: usize,
+    ah_clock: u64,
+    unreachable: VecDeque<DevAddr>,
+    /// A send completed in error: the QP may need bringing back.
+    check_qp: bool,
+    /// Test hook: the next non-inline send names a wrong memory key.
+    corrupt_next_key: bool,
+    pub stats: VerbsStats,
+}
+
+// SAFETY: the device owns its verbs objects and buffers; verbs calls are
+// thread-safe, and `&mut self` serialises this device's own use.
+unsafe impl Send for VerbsDevice {}
+
+impl VerbsDevice {
+    fn open(ctx: Arc<Ctx>, spec: &OpenSpec) -> Result<VerbsDevice, DeviceError> {
+        let cfg = &ctx.cfg;
+        let sq_depth = if cfg.sq_depth == 0 { DEFAULT_SQ_DEPTH } else { cfg.sq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(2);
+        let rq_depth = if cfg.rq_depth == 0 { DEFAULT_RQ_DEPTH } else { cfg.rq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(1);
+        let ah_cap = if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(ctx.max_ah).max(1);
+        let mtu = ctx.mtu;
+        let rx_slot = GRH_LEN + mtu;
+        let mut dev = VerbsDevice {
+            channel: ptr::null_mut(),
+            scq: ptr::null_mut(),
+            rcq: ptr::null_mut(),
+            qp: ptr::null_mut(),
+            qpn: 0,
+            qkey: qkey_for(spec.job_key),
+            local: DevAddr::NONE,
+            mtu,
+            max_inline: 0,
+            rx_buf: vec![0u8; rx_slot * rq_depth as usize].into_boxed_slice(),
+            rx_mr: ptr::null_mut(),
+            rx_slot,
+            rq_depth,
+            rx_pending: VecDeque::new(),
+            rwrs: Vec::with_capacity(rq_depth as usize),
+            rsges: Vec::with_capacity(rq_depth as usize),
+            sq_depth,
+            tx_seq: 0,
+            since_signal: 0,
+            inflight: VecDeque::with_capacity(sq_depth as usize),
+            bounce: vec![0u8; mtu * sq_depth as usize].into_boxed_slice(),
+            bounce_mr: ptr::null_mut(),
+            bounce_free: (0..sq_depth).rev().collect(),
+            tx_regions: Vec::new(),
+            swrs: Vec::with_capacity(sq_depth as usize),
+            ssges: Vec::with_capacity(sq_depth as usize),
+            wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
+            ahs: FxHashMap::default(),
+            ah_cap,
+            ah_clock: 0,
+            unreachable: VecDeque::new(),
+            check_qp: false,
+            corrupt_next_key: false,
+            stats: VerbsStats::default(),
+            ctx,
+        };
+        // From here on, Drop releases whatever was created.
+        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        dev.rx_mr = reg_mr(dev.ctx.pd, dev.rx_buf.as_mut_ptr(), dev.rx_buf.len(), lw)?;
+        dev.bounce_mr = reg_mr(dev.ctx.pd, dev.bounce.as_mut_ptr(), dev.bounce.len().max(1), 0)?;
+        // SAFETY: an open context.
+        dev.channel = unsafe { ib::ibv_create_comp_channel(dev.ctx.ctx) };
+        if dev.channel.is_null() {
+            return Err(last_err("ibv_create_comp_channel"));
+        }
+        // SAFETY: the channel is live; its fd is a plain fd we may set flags on.
+        let fd = unsafe { (*dev.channel).fd };
+        // SAFETY: fcntl on an fd we own.
+        let rc = unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
+        };
+        if rc < 0 {
+            return Err(last_err("fcntl(O_NONBLOCK)"));
+        }
+        // SAFETY: an open context; the channel outlives the CQ (Drop order).
+        dev.scq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, sq_depth as i32, ptr::null_mut(), ptr::null_mut(), 0) };
+        if dev.scq.is_null() {
+            return Err(last_err("ibv_create_cq(send)"));
+        }
+        // SAFETY: as above.
+        dev.rcq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, rq_depth as i32, ptr::null_mut(), dev.channel, 0) };
+        if dev.rcq.is_null() {
+            return Err(last_err("ibv_create_cq(recv)"));
+        }
+        for inline in [REQ_INLINE, 64, 0] {
+            let mut init = ib::ibv_qp_init_attr {
+                send_cq: dev.scq,
+                recv_cq: dev.rcq,
+                cap: ib::ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: rq_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: inline },
+                qp_type: ib::ibv_qp_type_IBV_QPT_UD,
+                sq_sig_all: 0,
+                ..Default::default()
+            };
+            // SAFETY: a live PD and CQs; `init` is a valid in/out struct.
+            dev.qp = unsafe { ib::ibv_create_qp(dev.ctx.pd, &mut init) };
+            if !dev.qp.is_null() {
+                dev.max_inline = init.cap.max_inline_data.min(u16::MAX as u32).min(mtu as u32) as u16;
+                break;
+            }
+        }
+        if dev.qp.is_null() {
+            return Err(last_err("ibv_create_qp(UD)"));
+        }
+        // SAFETY: a live QP.
+        dev.qpn = unsafe { (*dev.qp).qp_num };
+        dev.bring_up()?;
+        dev.post_all_receives()?;
+        dev.local = ud_addr(dev.ctx.gid, dev.qpn, dev.ctx.lid);
+        Ok(dev)
+    }
+
+    fn modify(&mut self, attr: &mut ib::ibv_qp_attr, mask: u32, what: &'static str) -> Result<(), DeviceError> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let rc = unsafe { ib::ibv_modify_qp(self.qp, attr, mask as i32) };
+        if rc != 0 {
+            return Err(ret_err(what, rc));
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT (port, P_Key index 0, Q_Key) -> RTR -> RTS.
+    fn bring_up(&mut self) -> Result<(), DeviceError> {
+        use ib::ibv_qp_attr_mask as m;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_INIT, pkey_index: 0, port_num: self.ctx.port, qkey: self.qkey, ..Default::default() };
+        self.modify(&mut a, (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY).0, "ibv_modify_qp(INIT)")?;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTR, ..Default::default() };
+        self.modify(&mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(RTR)")?;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
+        self.modify(&mut a, (m::IBV_QP_STATE | m::IBV_QP_SQ_PSN).0, "ibv_modify_qp(RTS)")
+    }
+
+    /// Posts receive slots `slots` as one chain.
+    fn post_receives(&mut self, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
+        self.rwrs.clear();
+        self.rsges.clear();
+        // SAFETY: the MR is live.
+        let lkey = unsafe { (*self.rx_mr).lkey };
+        let base = self.rx_buf.as_mut_ptr() as u64;
+        for s in slots {
+            self.rsges.push(ib::ibv_sge { addr: base + s as u64 * self.rx_slot as u64, length: self.rx_slot as u32, lkey });
+            self.rwrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
+        }
+        if self.rwrs.is_empty() {
+            return Ok(());
+        }
+        // Link after every push: the vectors no longer move.
+        let n = self.rwrs.len();
+        for i in 0..n {
+            self.rwrs[i].sg_list = &mut self.rsges[i];
+            if i + 1 < n {
+                let next: *mut ib::ibv_recv_wr = &mut self.rwrs[i + 1];
+                self.rwrs[i].next = next;
+            }
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: a chain of valid WRs whose SGEs name slots of the
+        // registered receive buffer, which lives as long as the QP.
+        let rc = unsafe { ib::ibv_post_recv(self.qp, self.rwrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(ret_err("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    fn post_all_receives(&mut self) -> Result<(), DeviceError> {
+        self.post_receives(0..self.rq_depth)
+    }
+
+    /// Polls the send CQ: releases what the completions cover and records
+    /// the destinations of failed sends.
+    fn reap_sends(&mut self) {
+        loop {
+            // SAFETY: a live CQ and room for POLL_BATCH completions.
+            let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            for i in 0..n as usize {
+                let wc = self.wcs[i];
+                if wc.status != ib::ibv_wc_status_IBV_WC_SUCCESS {
+                    self.stats.send_errors += 1;
+                    if wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+                        self.check_qp = true;
+                    }
+                    if let Some(f) = self.inflight.iter().find(|f| f.seq == wc.wr_id) {
+                        let dst = f.dst;
+                        if !self.unreachable.contains(&dst) {
+                            self.unreachable.push_back(dst);
+                        }
+                    }
+                }
+                self.release_through(wc.wr_id);
+            }
+            if (n as usize) < POLL_BATCH {
+                break;
+            }
+        }
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
+    }
+
+    /// A completion of send `seq` covers it and every send before it.
+    fn release_through(&mut self, seq: u64) {
+        while self.inflight.front().is_some_and(|f| f.seq <= seq) {
+            let f = self.inflight.pop_front().expect("checked");
+            self.release(&f);
+        }
+    }
+
+    fn release(&mut self, f: &Inflight) {
+        if let Some(e) = self.ahs.get_mut(&f.ah) {
+            e.inflight -= 1;
+        }
+        if let Some(b) = f.bounce {
+            self.bounce_free.push(b);
+        }
+    }
+
+    /// Brings the QP back after a send error: SQE -> RTS, or the whole
+    /// cycle from RESET (reposting every receive slot) after ERR.
+    fn recover(&mut self) {
+        let mut attr = ib::ibv_qp_attr::default();
+        let mut init = ib::ibv_qp_init_attr::default();
+        // SAFETY: a live QP and valid out-structs.
+        let rc = unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
+        if rc != 0 {
+            return;
+        }
+        use ib::ibv_qp_attr_mask as m;
+        match attr.qp_state {
+            ib::ibv_qp_state_IBV_QPS_SQE => {
+                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE, ..Default::default() };
+                if self.modify(&mut a, (m::IBV_QP_STATE | m::IBV_QP_CUR_STATE).0, "ibv_modify_qp(SQE->RTS)").is_ok() {
+                    self.stats.qp_recoveries += 1;
+                }
+            }
+            ib::ibv_qp_state_IBV_QPS_ERR => {
+                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RESET, ..Default::default() };
+                if self.modify(&mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(RESET)").is_err() {
+                    return;
+                }
+                // Reset discarded every posted request: drop their
+                // completions (flushes) and what they held.
+                self.rx_pending.clear();
+                // SAFETY: live CQs and room for POLL_BATCH completions.
+                while unsafe { ib::ibv_poll_cq(self.rcq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) } > 0 {}
+                // SAFETY: as above.
+                while unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) } > 0 {}
+                while let Some(f) = self.inflight.pop_front() {
+                    self.release(&f);
+                }
+                self.since_signal = 0;
+                if self.bring_up().is_ok() && self.post_all_receives().is_ok() {
+                    self.stats.qp_recoveries += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The address handle for `key`, from the cache or new (evicting the
+    /// least recently used one no outstanding send uses).
+    fn ah_for(&mut self, key: AhKey) -> Option<*mut ib::ibv_ah> {
+        self.ah_clock += 1;
+        let clock = self.ah_clock;
+        if let Some(e) = self.ahs.get_mut(&key) {
+            e.last_use = clock;
+            return Some(e.ah);
+        }
+        if self.ahs.len() >= self.ah_cap && !self.evict_one() {
+            self.reap_sends();
+            if !self.evict_one() {
+                self.stats.ah_overflow += 1;
+            }
+        }
+        let mut attr = ib::ibv_ah_attr { port_num: self.ctx.port, ..Default::default() };
+        if self.ctx.infiniband {
+            attr.dlid = key.1;
+        } else {
+            attr.is_global = 1;
+            attr.grh.dgid.raw = key.0;
+            attr.grh.sgid_index = self.ctx.gid_index;
+            attr.grh.hop_limit = HOP_LIMIT;
+        }
+        // SAFETY: a live PD and a valid attribute struct.
+        let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
+        if ah.is_null() {
+            self.stats.ah_failed += 1;
+            return None;
+        }
+        self.stats.ah_created += 1;
+        self.ahs.insert(key, AhEntry { ah, last_use: clock, inflight: 0 });
+        Some(ah)
+    }
+
+    fn evict_one(&mut self) -> bool {
+        let Some((&k, _)) = self.ahs.iter().filter(|(_, e)| e.inflight == 0).min_by_key(|(_, e)| e.last_use) else {
+            return false;
+        };
+        let e = self.ahs.remove(&k).expect("present");
+        // SAFETY: an AH no outstanding send uses, destroyed once.
+        unsafe { ib::ibv_destroy_ah(e.ah) };
+        self.stats.ah_evicted += 1;
+        true
+    }
+
+    /// Address handles cached now.
+    pub fn ah_cache_len(&self) -> usize {
+        self.ahs.len()
+    }
+
+    /// The bound of the address-handle cache.
+    pub fn ah_cache_cap(&self) -> usize {
+        self.ah_cap
+    }
+
+    /// The Q_Key of this queue pair.
+    pub fn qkey(&self) -> u32 {
+        self.qkey
+    }
+
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// Test hook: the next send that is not inline names a wrong memory
+    /// key, so it completes in error (a local protection error): how the
+    /// tests reach the error-completion and queue-pair recovery paths.
+    #[doc(hidden)]
+    pub fn corrupt_next_send_key_for_test(&mut self) {
+        self.corrupt_next_key = true;
+    }
+
+    /// Sends posted and not yet covered by a completion.
+    pub fn outstanding(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// The lkey of a lent transmit buffer holding `data`.
+    fn tx_lkey(&self, data: &[u8]) -> Option<u32> {
+        let s = data.as_ptr() as usize;
+        let e = s + data.len();
+        let i = self.tx_regions.partition_point(|r| r.start <= s);
+        let r = self.tx_regions.get(i.checked_sub(1)?)?;
+        // SAFETY: a live MR.
+        (e <= r.end).then(|| unsafe { (*r.mr).lkey })
+    }
+
+    /// Consumes the completion channel's events (acknowledging them), so
+    /// its fd is not readable until the next armed completion.
+    fn ack_events(&mut self) {
+        let mut n = 0;
+        loop {
+            let mut cq = ptr::null_mut();
+            let mut cq_ctx = ptr::null_mut();
+            // SAFETY: a live channel (non-blocking fd) and valid out-pointers.
+            if unsafe { ib::ibv_get_cq_event(self.channel, &mut cq, &mut cq_ctx) } != 0 {
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            // SAFETY: events of the receive CQ (the only one on the channel).
+            unsafe { ib::ibv_ack_cq_events(self.rcq, n) };
+        }
+    }
+
+    /// Polls the receive CQ into `rx_pending`, at most `max`.
+    fn poll_recv(&mut self, max: usize) {
+        let want = max.min(POLL_BATCH) as i32;
+        // SAFETY: a live CQ and room for POLL_BATCH completions.
+        let n = unsafe { ib::ibv_poll_cq(self.rcq, want, self.wcs.as_mut_ptr()) };
+        for i in 0..n.max(0) as usize {
+            self.rx_pending.push_back(self.wcs[i]);
+        }
+    }
+}
+
+impl Device for VerbsDevice {
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu: self.mtu,
+            remote_read: false,
+            gso: false,
+            max_inline: self.max_inline,
+            registration: true,
+        }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        self.local
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        parse_ud_addr(addr).is_some()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.reap_sends();
+        let room = (self.sq_depth as usize).saturating_sub(self.inflight.len());
+        if room < batch.len() {
+            self.stats.sq_full += 1;
+        }
+        self.swrs.clear();
+        self.ssges.clear();
+        let first_seq = self.tx_seq;
+        let mut failure = None;
+        for d in batch.iter().take(room) {
+            let Some((gid, qpn, lid)) = parse_ud_addr(&d.dst) else {
+                failure = Some(DeviceError::Unreachable(d.dst));
+                break;
+            };
+            if d.data.len() > self.mtu {
+                failure = Some(DeviceError::TooLarge { len: d.data.len(), mtu: self.mtu });
+                break;
+            }
+            let key: AhKey = if self.ctx.infiniband { ([0; 16], lid) } else { (gid, 0) };
+            let Some(ah) = self.ah_for(key) else {
+                if !self.unreachable.contains(&d.dst) {
+                    self.unreachable.push_back(d.dst);
+                }
+                failure = Some(DeviceError::Unreachable(d.dst));
+                break;
+            };
+            let len = d.data.len();
+            let mut flags = 0u32;
+            let mut bounce = None;
+            let sge = if len <= self.max_inline as usize {
+                flags |= ib::ibv_send_flags::IBV_SEND_INLINE.0;
+                self.stats.inline_sends += 1;
+                ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey: 0 }
+            } else if let Some(lkey) = self.tx_lkey(d.data) {
+                self.stats.zero_copy_sends += 1;
+                ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey }
+            } else {
+                // One slot per outstanding send: never empty while room > 0.
+                let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
+                let off = b as usize * self.mtu;
+                self.bounce[off..off + len].copy_from_slice(d.data);
+                bounce = Some(b);
+                self.stats.bounce_copies += 1;
+                // SAFETY: a live MR.
+                let lkey = unsafe { (*self.bounce_mr).lkey };
+                ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey }
+            };
+            let mut sge = sge;
+            if self.corrupt_next_key && flags & ib::ibv_send_flags::IBV_SEND_INLINE.0 == 0 {
+                self.corrupt_next_key = false;
+                sge.lkey ^= 0x00ba_d000;
+            }
+            self.since_signal += 1;
+            if self.since_signal >= SIGNAL_EVERY {
+                flags |= ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
+                self.since_signal = 0;
+            }
+            let seq = self.tx_seq;
+            self.tx_seq += 1;
+            if let Some(e) = self.ahs.get_mut(&key) {
+                e.inflight += 1;
+            }
+            self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce });
+            self.ssges.push(sge);
+            let mut wr = ib::ibv_send_wr {
+                wr_id: seq,
+                num_sge: if len == 0 { 0 } else { 1 },
+                opcode: ib::ibv_wr_opcode_IBV_WR_SEND,
+                send_flags: flags,
+                ..Default::default()
+            };
+            wr.wr.ud = ib::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 { ah, remote_qpn: qpn, remote_qkey: self.qkey };
+            self.swrs.push(wr);
+        }
+        let n = self.swrs.len();
+        if n == 0 {
+            return match failure {
+                Some(e) => Err(e),
+                None => Ok(0),
+            };
+        }
+        // The chain's last request is signaled: every posted send is covered
+        // by a completion to come.
+        let last = &mut self.swrs[n - 1];
+        if last.send_flags & ib::ibv_send_flags::IBV_SEND_SIGNALED.0 == 0 {
+            last.send_flags |= ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
+            self.since_signal = 0;
+        }
+        for i in 0..n {
+            if self.swrs[i].num_sge > 0 {
+                self.swrs[i].sg_list = &mut self.ssges[i];
+            }
+            if i + 1 < n {
+                let next: *mut ib::ibv_send_wr = &mut self.swrs[i + 1];
+                self.swrs[i].next = next;
+            }
+        }
+        let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
+        // SAFETY: a chain of valid UD send requests: each AH is live (its
+        // inflight count keeps it from eviction), each SGE names either
+        // inline data (copied by the post), a lent registered transmit
+        // buffer or a bounce slot.
+        let rc = unsafe { ib::ibv_post_send(self.qp, self.swrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            // Requests from `bad` on were not posted: undo them.
+            let posted = if bad.is_null() { 0 } else { (bad as usize - self.swrs.as_ptr() as usize) / std::mem::size_of::<ib::ibv_send_wr>() };
+            for _ in posted..n {
+                let f = self.inflight.pop_back().expect("pushed above");
+                self.release(&f);
+            }
+            self.tx_seq = first_seq + posted as u64;
+            if posted > 0 {
+                // The last posted one may be unsignaled: signal nothing
+                // more is needed, the next chain's last covers it.
+                self.stats.sent += posted as u64;
+                return Ok(posted);
+            }
+            return Err(ret_err("ibv_post_send", rc));
+        }
+        self.stats.sent += n as u64;
+        Ok(n)
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        self.reap_sends();
+        if self.rx_pending.len() < max {
+            self.poll_recv(max - self.rx_pending.len());
+        }
+        let mut delivered = 0;
+        let mut repost: [u32; POLL_BATCH] = [0; POLL_BATCH];
+        let mut nrepost = 0;
+        while delivered < max {
+            let Some(wc) = self.rx_pending.pop_front() else { break };
+            let slot = wc.wr_id as usize;
+            if slot >= self.rq_depth as usize {
+                continue;
+            }
+            if wc.status != ib::ibv_wc_status_IBV_WC_SUCCESS {
+                if wc.status == ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+                    // The QP went to error: recovery reposts every slot.
+                    self.check_qp = true;
+                    continue;
+                }
+                self.stats.recv_errors += 1;
+            } else if (wc.byte_len as usize) < GRH_LEN || wc.byte_len as usize > self.rx_slot {
+                self.stats.recv_errors += 1;
+            } else {
+                let off = slot * self.rx_slot;
+                let buf = &self.rx_buf[off..off + wc.byte_len as usize];
+                let src = if self.ctx.infiniband || wc.wc_flags & ib::ibv_wc_flags_IBV_WC_GRH == 0 {
+                    ud_addr([0; 16], wc.src_qp, wc.slid)
+                } else {
+                    ud_addr(grh_source_gid(&buf[..GRH_LEN]), wc.src_qp, 0)
+                };
+                deliver(src, &buf[GRH_LEN..]);
+                delivered += 1;
+                self.stats.received += 1;
+            }
+            repost[nrepost] = slot as u32;
+            nrepost += 1;
+            if nrepost == POLL_BATCH {
+                self.post_receives(repost.iter().copied())?;
+                nrepost = 0;
+            }
+            if self.rx_pending.is_empty() && delivered < max {
+                self.poll_recv(max - delivered);
+            }
+        }
+        self.post_receives(repost[..nrepost].iter().copied())?;
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
+        Ok(delivered)
+    }
+
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut b = vec![0u8; len.max(1)].into_boxed_slice();
+            if let Ok(mr) = reg_mr(self.ctx.pd, b.as_mut_ptr(), b.len(), 0) {
+                let start = b.as_ptr() as usize;
+                let at = self.tx_regions.partition_point(|r| r.start < start);
+                self.tx_regions.insert(at, TxRegion { start, end: start + b.len(), mr });
+            }
+            out.push(b);
+        }
+        out
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        // SAFETY: the channel lives as long as the device.
+        Some(unsafe { (*self.channel).fd })
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        self.ack_events();
+        if !self.rx_pending.is_empty() {
+            return true;
+        }
+        // SAFETY: a live CQ attached to the channel.
+        unsafe { ib::ibv_req_notify_cq(self.rcq, 0) };
+        // A completion that arrived before the arm raises no event: look.
+        self.poll_recv(POLL_BATCH);
+        !self.rx_pending.is_empty()
+    }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.unreachable.pop_front()
+    }
+}
+
+impl Drop for VerbsDevice {
+    fn drop(&mut self) {
+        // SAFETY: every object is destroyed once, users before what they
+        // use: the QP (nothing is posted any more), then the AHs it sent
+        // through, the CQs (their events acknowledged), the channel, and the
+        // MRs; the buffers are freed after (fields drop after this), the PD
+        // and context when the last Arc of the context goes.
+        unsafe {
+            if !self.qp.is_null() {
+                ib::ibv_destroy_qp(self.qp);
+            }
+            for (_, e) in self.ahs.drain() {
+                ib::ibv_destroy_ah(e.ah);
+            }
+            if !self.channel.is_null() {
+                self.ack_events();
+            }
+            if !self.scq.is_null() {
+                ib::ibv_destroy_cq(self.scq);
+            }
+            if !self.rcq.is_null() {
+                ib::ibv_destroy_cq(self.rcq);
+            }
+            if !self.channel.is_null() {
+                ib::ibv_destroy_comp_channel(self.channel);
+            }
+        }
+        dereg_mr(self.rx_mr);
+        dereg_mr(self.bounce_mr);
+        for r in self.tx_regions.drain(..) {
+            dereg_mr(r.mr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_round_trip() {
+        let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 11, 12, 1];
+        let a = ud_addr(gid, 0x12345, 7);
+        assert_eq!(parse_ud_addr(&a), Some((gid, 0x12345, 7)));
+        let DevAddr::Raw(r) = a else { panic!() };
+        assert_eq!(r.bytes().len(), UD_ADDR_LEN);
+        assert_eq!(&r.bytes()[16..20], &0x12345u32.to_le_bytes());
+        assert_eq!(parse_ud_addr(&DevAddr::NONE), None);
+        let efa = DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_EFA, &[0; 22]).unwrap());
+        assert_eq!(parse_ud_addr(&efa), None);
+    }
+
+    #[test]
+    fn keys_and_access() {
+        let k = mr_key(0x1111, 0x2222);
+        assert_eq!(k, 0x2222_0000_1111);
+        assert_eq!(mr_keys(k), (0x1111, 0x2222));
+        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        let rw = ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        assert_eq!(ibv_access(FI_SEND), 0);
+        assert_eq!(ibv_access(FI_REMOTE_READ), rr);
+        assert_eq!(ibv_access(FI_REMOTE_WRITE), rw | lw);
+        assert_eq!(ibv_access(FI_READ), lw);
+        assert_eq!(ibv_access(FI_RECV | FI_REMOTE_READ), lw | rr);
+    }
+
+    #[test]
+    fn qkeys_are_unprivileged_and_spread() {
+        let keys: Vec<u32> = (0..1000u64).map(qkey_for).collect();
+        assert!(keys.iter().all(|k| k & 0x8000_0000 == 0));
+        let mut d = keys.clone();
+        d.sort();
+        d.dedup();
+        assert_eq!(d.len(), keys.len());
+        assert_eq!(qkey_for(42), qkey_for(42));
+    }
+
+    #[test]
+    fn grh_source_of_ipv4_and_ipv6() {
+        // RoCE v2 over IPv4: 20 bytes unused, then an IPv4 header.
+        let mut g = [0u8; GRH_LEN];
+        let ip4: [u8; 20] = [0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 11, 12, 1, 10, 11, 13, 1];
+        g[20..].copy_from_slice(&ip4);
+        let mut sum: u32 = ip4.chunks(2).map(|w| u16::from_be_bytes([w[0], w[1]]) as u32).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        let ck = !(sum as u16);
+        g[30..32].copy_from_slice(&ck.to_be_bytes());
+        assert_eq!(grh_source_gid(&g), [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 11, 12, 1]);
+        // A GRH proper (IPv6 version): sgid at bytes 8..24.
+        let mut g = [0u8; GRH_LEN];
+        g[0] = 0x60;
+        for (i, b) in g[8..24].iter_mut().enumerate() {
+            *b = 0xf0 + i as u8;
+        }
+        let want: [u8; 16] = std::array::from_fn(|i| 0xf0 + i as u8);
+        assert_eq!(grh_source_gid(&g), want);
+    }
+}
