@@ -964,9 +964,19 @@ impl VerbsDevice {
         self.post_receives(0..self.rq_depth)
     }
 
-    /// Polls the send CQ: releases what the completions cover and records
-    /// the destinations of failed sends.
+    /// Polls the send CQ and brings the QP back if a send failed.
     fn reap_sends(&mut self) {
+        self.poll_sends();
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
+    }
+
+    /// Polls the send CQ: releases what the completions cover and records
+    /// the destinations of failed sends. Safe in the middle of building a
+    /// chain: completions cover only posted requests.
+    fn poll_sends(&mut self) {
         loop {
             // SAFETY: a live CQ and room for POLL_BATCH completions.
             let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
@@ -992,10 +1002,6 @@ impl VerbsDevice {
             if (n as usize) < POLL_BATCH {
                 break;
             }
-        }
-        if self.check_qp {
-            self.check_qp = false;
-            self.recover();
         }
     }
 
@@ -1068,7 +1074,9 @@ impl VerbsDevice {
             return Some(e.ah);
         }
         if self.ahs.len() >= self.ah_cap && !self.evict_one() {
-            self.reap_sends();
+            // Not `reap_sends`: a recovery would release the requests of the
+            // chain being built.
+            self.poll_sends();
             if !self.evict_one() {
                 self.stats.ah_overflow += 1;
             }
@@ -1310,8 +1318,8 @@ impl Device for VerbsDevice {
             }
             self.tx_seq = first_seq + posted as u64;
             if posted > 0 {
-                // The last posted one may be unsignaled: signal nothing
-                // more is needed, the next chain's last covers it.
+                // The last posted one may be unsignaled: the next chain's
+                // signaled last request covers it.
                 self.stats.sent += posted as u64;
                 return Ok(posted);
             }
