@@ -5,7 +5,9 @@ use rdm::device::composite::AutoDevice;
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
+use rdm::device::verbs::VerbsContext;
 use rdm::device::{DeviceContext, OpenSpec, Registrar};
+use std::sync::Arc;
 use rdm::{Device, DeviceError};
 use std::net::SocketAddr;
 
@@ -14,11 +16,27 @@ use std::net::SocketAddr;
 /// registrar, so that a registration is valid on every endpoint's queue.
 pub struct DomainDevices {
     choice: DeviceChoice,
+    /// The RDMA device and its protection domain (the verbs domain): every
+    /// endpoint's queue pair and every registration of the domain on it.
+    verbs: Option<Arc<VerbsContext>>,
 }
 
 impl DomainDevices {
-    pub fn new(choice: DeviceChoice) -> DomainDevices {
-        DomainDevices { choice }
+    pub fn new(choice: DeviceChoice) -> Result<DomainDevices, DeviceError> {
+        let verbs = match choice {
+            DeviceChoice::Verbs => {
+                let cfg = crate::info::verbs_config().ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
+                let ctx = VerbsContext::open(&cfg)?;
+                crate::log::info(
+                    crate::log::Subsys::Domain,
+                    "verbs",
+                    &format!("verbs domain on {} port {} (netdev {:?}, GID index {}, mtu {})", ctx.device_name(), ctx.port(), ctx.netdev(), ctx.gid_index(), ctx.mtu()),
+                );
+                Some(Arc::new(ctx))
+            }
+            _ => None,
+        };
+        Ok(DomainDevices { choice, verbs })
     }
 }
 
@@ -30,18 +48,19 @@ impl DeviceContext for DomainDevices {
             DeviceChoice::Udp => open_udp(bind, p.udp_mtu)?,
             DeviceChoice::Shm => open_shm(spec.incarnation)?,
             DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec.incarnation)?,
+            DeviceChoice::Verbs => self.verbs.as_ref().ok_or_else(|| DeviceError::Config("verbs domain without a device".into()))?.open(spec)?,
         };
         Ok(maybe_fault(dev, p))
     }
 
-    /// `None` for every device rdmx has today: udp pushes long messages and
-    /// shm reads them with `process_vm_readv`, neither needs a registration,
-    /// so their domains keep no registration cache (see [`crate::regcache`]).
-    /// The verbs UD and EFA SRD devices return their protection domain's
-    /// registrar here.
+    /// `None` for udp, shm and auto: udp pushes long messages and shm reads
+    /// them with `process_vm_readv`, neither needs a registration, so their
+    /// domains keep no registration cache (see [`crate::regcache`]). The
+    /// verbs domain's protection domain registers (and the EFA SRD one will).
     fn registrar(&self) -> Option<Box<dyn Registrar>> {
         match self.choice {
             DeviceChoice::Auto | DeviceChoice::Udp | DeviceChoice::Shm => None,
+            DeviceChoice::Verbs => self.verbs.as_ref().and_then(|v| v.registrar()),
         }
     }
 }

@@ -70,7 +70,7 @@ entry! {
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: the application passes an fi_info (normally one we returned).
         let profile = unsafe { info::profile_from_info(info) }?;
-        let devices = Arc::new(crate::devices::DomainDevices::new(profile.device));
+        let devices = Arc::new(crate::devices::DomainDevices::new(profile.device)?);
         let mr_cache = crate::regcache::open(rdm::device::DeviceContext::registrar(&*devices), crate::params::params().mr_cache);
         fab.children.get();
         let d = fid::leak(Domain {

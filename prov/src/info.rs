@@ -161,6 +161,9 @@ pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
         DeviceChoice::Udp => udp,
         DeviceChoice::Shm => shm,
         DeviceChoice::Auto => udp.min(shm),
+        // The port's active MTU (opening the device to ask); 1024, the
+        // smallest a RoCE port over a 1500-byte netdev has, if it cannot be.
+        DeviceChoice::Verbs => verbs_config().map(|c| rdm::device::verbs::VerbsContext::open(&c).map(|v| v.mtu()).unwrap_or(1024)).unwrap_or(1024),
     };
     mtu.saturating_sub(headers)
 }
@@ -208,7 +211,15 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
         DeviceChoice::Auto => "auto",
         DeviceChoice::Udp => "udp",
         DeviceChoice::Shm => "shm",
+        DeviceChoice::Verbs => "verbs",
     }
+}
+
+/// How the verbs device is chosen: `FI_RDMX_IFACE` names a netdev, an RDMA
+/// device or an address; unset, the RDMA device of the netdev the UDP device
+/// would use. `None` when this host has no RDMA device at all.
+pub fn verbs_config() -> Option<rdm::device::verbs::VerbsConfig> {
+    rdm::device::verbs::VerbsContext::available().then(|| rdm::device::verbs::VerbsConfig { iface: params().iface.clone(), ..Default::default() })
 }
 
 pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
@@ -216,6 +227,7 @@ pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
         "auto" => Some(DeviceChoice::Auto),
         "udp" => Some(DeviceChoice::Udp),
         "shm" => Some(DeviceChoice::Shm),
+        "verbs" => Some(DeviceChoice::Verbs),
         _ => None,
     }
 }
@@ -273,11 +285,19 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
 /// nodes), so listing `udp` and `shm` beside it put ranks on the slow UDP path.
 fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
     let shm_ok = std::path::Path::new("/dev/shm").is_dir();
+    // The verbs domain is listed when asked for (hint or FI_RDMX_DEVICE) and
+    // a device is there: beside `auto`, an MPI library would spread its local
+    // ranks over both, and a verbs-only rank cannot reach an auto one by shm.
+    let verbs_ok = || verbs_config().is_some();
     if std::env::var_os("FI_RDMX_DEVICE").is_some() {
-        return vec![params().device];
+        return match params().device {
+            DeviceChoice::Verbs if !verbs_ok() => vec![],
+            d => vec![d],
+        };
     }
     match hinted_domain.and_then(device_from_domain_name) {
         Some(DeviceChoice::Shm) if !shm_ok => vec![],
+        Some(DeviceChoice::Verbs) if !verbs_ok() => vec![],
         Some(d) => vec![d],
         None => vec![DeviceChoice::Auto],
     }
@@ -689,7 +709,7 @@ pub unsafe fn getinfo(
             }
         }
         let udp = match dev {
-            DeviceChoice::Shm => None,
+            DeviceChoice::Shm | DeviceChoice::Verbs => None,
             _ => Some(src_sock.unwrap_or_else(|| SocketAddr::new(default_ip(), 0))),
         };
         p.src = Some(RdmxAddr {
@@ -697,7 +717,7 @@ pub unsafe fn getinfo(
             host_id,
             incarnation: 0,
             pid: std::process::id(),
-            has_shm: dev != DeviceChoice::Udp,
+            has_shm: matches!(dev, DeviceChoice::Auto | DeviceChoice::Shm),
             ud: None,
         });
         if let Some(d) = &dest {

@@ -13,6 +13,8 @@ pub enum DeviceChoice {
     Auto,
     Udp,
     Shm,
+    /// A verbs UD queue pair on an RDMA device (`rdm::device::verbs`).
+    Verbs,
 }
 
 /// The values of every `FI_RDMX_*` parameter, read once.
@@ -75,7 +77,7 @@ enum Kind {
 /// (name, type, help). The README's parameter table is generated from the same
 /// words; keep them in sync.
 const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
-    (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, or shm"),
+    (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, shm, or verbs (a UD queue pair on an RDMA device)"),
     (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the host name's address if it is on an up, non-loopback interface, else the first up non-loopback interface with an address, else 127.0.0.1)"),
     (c"udp_mtu", Kind::Size, c"Largest UDP datagram rdmx sends, headers included (default 1472)"),
     (c"peer_timeout", Kind::Int, c"Milliseconds a peer may stay silent while operations to it are pending before it is declared unreachable and they fail (default 30000)"),
@@ -159,9 +161,10 @@ fn read() -> Params {
     let device = match get_str(c"device").as_deref().map(str::trim) {
         Some("udp") => DeviceChoice::Udp,
         Some("shm") => DeviceChoice::Shm,
+        Some("verbs") => DeviceChoice::Verbs,
         Some("auto") | Some("") | None => DeviceChoice::Auto,
         Some(other) => {
-            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm; using auto"));
+            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm|verbs; using auto"));
             DeviceChoice::Auto
         }
     };
