@@ -114,6 +114,33 @@ fn counter(stderr: &str, domain: &str, name: &str) -> u64 {
     stderr[start..end].lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} for {domain}:\n{stderr}")).trim().parse().unwrap()
 }
 
+/// On the verbs device the job key becomes the queue pair's Q_Key: the NIC
+/// itself drops the other job's datagrams, so rdmx never sees them (nothing
+/// received, nothing counted as dropped by job key) and nothing is delivered.
+#[test]
+fn verbs_jobs_are_isolated_by_the_nic() {
+    if !verbs_device_present() {
+        return;
+    }
+    if std::env::var_os("RDMX_ISOLATION_CHILD").is_some() {
+        init();
+        isolate("verbs");
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "verbs_jobs_are_isolated_by_the_nic", "--nocapture", "--test-threads=1"])
+        .envs(child_env())
+        .env("RDMX_ISOLATION_CHILD", "1")
+        .env("FI_RDMX_STATS", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(counter(&stderr, "verbs", "packets_received"), 0, "job 2's endpoint received packets of job 1");
+    assert_eq!(counter(&stderr, "verbs", "dropped_job_key"), 0, "the NIC, not rdmx, should have dropped them");
+    assert_eq!(counter(&stderr, "verbs", "messages_delivered"), 0);
+}
+
 #[test]
 fn endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory() {
     if std::env::var_os("RDMX_ISOLATION_CHILD").is_some() {

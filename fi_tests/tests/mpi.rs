@@ -100,3 +100,20 @@ fn btl_ofi_selects_rdmx_for_one_sided() {
         println!("{dev}: btl/ofi started {started} RMA/atomic operations through rdmx");
     }
 }
+
+/// The MPI programs over the verbs UD device (in the Soft-RoCE VM: see
+/// `verbs_device_present`): point-to-point checksums at np 2, collectives at
+/// np 4, one-sided through osc/pt2pt at np 2.
+#[test]
+fn verbs_p2p_collectives_and_one_sided() {
+    if !fi_tests::verbs_device_present() {
+        return;
+    }
+    let (Some(p2p), Some(coll), Some(rma)) = (build("p2p"), build("coll"), build("rma")) else { return };
+    let out = mpirun(&p2p, 2, "verbs", &[], &[]);
+    assert!(out.contains("p2p: all checks passed"), "{out}");
+    let out = mpirun(&coll, 4, "verbs", &[], &[]);
+    assert!(out.contains("coll: all checks passed"), "{out}");
+    let out = mpirun(&rma, 2, "verbs", &[], &["--mca", "osc", "pt2pt"]);
+    assert!(out.contains("rma: all checks passed"), "{out}");
+}
