@@ -1,0 +1,263 @@
+//! The eager path of the message engine: sends, posted receives and their
+//! matching and landing, multi-receive, peek/claim/discard and cancel.
+use crate::matching::{Arrived, RecvPost};
+use crate::wire::msg::MsgHeader;
+use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
+use rdm::engine::PeerId;
+use rdm::Instant;
+use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op};
+use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError, RxId, Token, TxId};
+
+impl MsgEngine {
+    // ---------------------------------------------------------------- sends
+
+    /// Sends a message. `user` lists where the payload lies in application
+    /// memory (used only if the message goes by rendezvous); `payload` the same
+    /// bytes as slices.
+    pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+        let len: usize = payload.iter().map(|p| p.len()).sum();
+        let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(peer, len);
+        let keys = if long { self.rendezvous_keys(peer, &user) } else { Ok(None) };
+        let entry = self.tx.vacant_entry();
+        let id = TxId(entry.key() as u32);
+        let long = long && keys.is_ok();
+        if let (Ok(keys), true) = (keys, long) {
+            let mut remote = [RemoteIov::default(); MAX_IOV];
+            let mut iov = IoList::default();
+            let mut regs = [None; MAX_IOV];
+            for (i, b) in user.iter().enumerate().filter(|(_, b)| b.len > 0) {
+                let (key, reg) = match &keys {
+                    Some(k) => (Some(k[i].0), k[i].1),
+                    None => (None, None),
+                };
+                remote[iov.count] = RemoteIov { addr: b.addr, len: b.len, key };
+                iov.bufs[iov.count] = *b;
+                iov.keys[iov.count] = user.keys[i];
+                regs[iov.count] = reg;
+                iov.count += 1;
+            }
+            let rts = Rts { header, req: id.0 as u64, total: len as u64, iov: remote, iov_count: iov.count };
+            let mut wire = [0u8; RTS_MAX];
+            let n = rts.encode(&mut wire);
+            if let Err(e) = self.rdm.send(now, peer, &[&wire[..n]], Token::Rts(id).encode()) {
+                if let Some(r) = self.registrations.as_mut() {
+                    regs.iter().flatten().for_each(|h| r.release(*h));
+                }
+                return Err(e.into());
+            }
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs });
+            self.await_answer(now, peer);
+            self.stats.rts_sent += 1;
+        } else {
+            let hdr = header.encode();
+            let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+            parts[0] = &hdr;
+            let n = payload.len().min(MAX_IOV);
+            parts[1..=n].copy_from_slice(&payload[..n]);
+            if self.cfg.datagram {
+                self.rdm.send_datagram(peer, &parts[..=n], Token::Msg(id).encode())?;
+            } else if meta.delivery_complete {
+                self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+            } else {
+                self.rdm.send_transmit_complete(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+            }
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV] });
+            self.stats.eager_sent += 1;
+        }
+        Ok(id)
+    }
+
+    /// The keys a rendezvous of `user` to `peer` announces, per buffer of
+    /// `user` (key, and the registration to release if one was acquired), or
+    /// `None` on a path that needs no registration (no lookup at all). An
+    /// error when a registration failed: the message then goes eagerly (and
+    /// nothing stays acquired).
+    #[allow(clippy::type_complexity)]
+    fn rendezvous_keys(&mut self, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
+        if !self.path(peer).is_some_and(|p| p.registration) {
+            return Ok(None);
+        }
+        let mut out = [(0u64, None); MAX_IOV];
+        for (i, b) in user.iter().enumerate() {
+            if b.len == 0 {
+                continue;
+            }
+            if let Some(k) = user.keys[i] {
+                out[i] = (k, None);
+                self.stats.registrations_from_desc += 1;
+                continue;
+            }
+            let got = match self.registrations.as_mut() {
+                Some(r) => r.acquire(b.addr, b.len, Access::RemoteRead),
+                None => Err(RegistrationError),
+            };
+            match got {
+                Ok(reg) => {
+                    out[i] = (reg.key, Some(reg.handle));
+                    self.stats.registrations_acquired += 1;
+                }
+                Err(e) => {
+                    let acquired: [Option<RegHandle>; MAX_IOV] = std::array::from_fn(|j| out[j].1);
+                    self.release_all(&acquired);
+                    self.stats.registration_failures += 1;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn release_all(&mut self, regs: &[Option<RegHandle>]) {
+        if let Some(r) = self.registrations.as_mut() {
+            for h in regs.iter().flatten() {
+                r.release(*h);
+            }
+        }
+    }
+
+    /// Every way a send ends goes through here: its registrations go back.
+    pub(super) fn complete_send(&mut self, id: TxId, err: Option<OpError>) {
+        let Some(t) = self.tx.try_remove(id.0 as usize) else { return };
+        self.release_all(&t.regs);
+        self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, src: Some(t.peer), err, ..Completion::new(t.meta, OpKind::Send) });
+    }
+
+    // ------------------------------------------------------------- receives
+
+    /// Posts a receive: it completes at once from an unexpected message, or
+    /// waits for one.
+    pub fn post_recv(&mut self, now: Instant, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
+        let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: spec.meta, multi_offset: spec.multi.then_some(0) }) as u32);
+        let post = RecvPost { token: id.0 as u64, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: spec.multi };
+        if spec.multi {
+            // Fill the buffer from the unexpected queue first, then leave it
+            // posted (in order) if room remains.
+            while self.rx.contains(id.0 as usize) {
+                match self.matcher.take_unexpected(&post) {
+                    Some(arrived) => self.land(now, id, arrived, mem),
+                    None => {
+                        self.matcher.post_only(post);
+                        break;
+                    }
+                }
+            }
+        } else if let Some(arrived) = self.matcher.post(post) {
+            self.land(now, id, arrived, mem);
+        }
+        self.update_backpressure();
+        id
+    }
+
+    /// FI_PEEK, optionally with FI_CLAIM (reserve the message for a later
+    /// claiming receive with the same context) or FI_DISCARD (drop it). Reports
+    /// the message's attributes, or [`OpError::NoMessage`], as a completion.
+    pub fn peek(&mut self, now: Instant, spec: RecvSpec, claim: bool, discard: bool) {
+        let probe = RecvPost { token: 0, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: false };
+        let Some(m) = self.matcher.peek(&probe) else {
+            self.completions.push_back(Completion { tag: spec.tag, err: Some(OpError::NoMessage), ..recv_op(spec.meta, spec.kind) });
+            return;
+        };
+        let c = Completion { len: m.len(), data: m.data, tag: m.tag, src: Some(m.peer), ..recv_op(spec.meta, m.kind) };
+        if claim || discard {
+            if let Some(m) = self.matcher.take_unexpected(&probe) {
+                if discard {
+                    self.discard(now, m);
+                } else {
+                    self.claimed.insert(spec.meta.context, m);
+                }
+            }
+        }
+        self.completions.push_back(c);
+        self.update_backpressure();
+    }
+
+    /// FI_CLAIM: receives (or with `discard` drops) the message an earlier
+    /// FI_PEEK|FI_CLAIM reserved for `spec.meta.context`.
+    pub fn claim(&mut self, now: Instant, spec: RecvSpec, discard: bool, mem: &mut dyn Memory) -> Result<(), PostError> {
+        let arrived = self.claimed.remove(&spec.meta.context).ok_or(PostError::NotClaimed)?;
+        if discard {
+            let c = Completion { tag: arrived.tag, data: arrived.data, ..recv_op(spec.meta, arrived.kind) };
+            self.discard(now, arrived);
+            self.completions.push_back(c);
+        } else {
+            let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: OpMeta { wanted: true, ..spec.meta }, multi_offset: None }) as u32);
+            self.land(now, id, arrived, mem);
+        }
+        Ok(())
+    }
+
+    /// A dropped unexpected message: an announced one still needs its Fin, or
+    /// the sender would wait forever.
+    fn discard(&mut self, now: Instant, m: Arrived) {
+        let (peer, rts) = (m.peer, m.rndv);
+        self.rdm.recycle(m.msg);
+        if let Some(rts) = rts {
+            self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Discarded, 0)]);
+        }
+    }
+
+    /// fi_cancel of a posted receive. Returns whether one with that context was
+    /// still posted (it then completes with [`OpError::Canceled`]).
+    pub fn cancel(&mut self, context: u64) -> bool {
+        let Some(key) = self.rx.iter().find(|(_, e)| e.meta.context == context).map(|(k, _)| k) else { return false };
+        let Some(post) = self.matcher.cancel(key as u64) else { return false };
+        let e = self.rx.remove(key);
+        self.completions.push_back(Completion { tag: post.tag, err: Some(OpError::Canceled), ..recv_op(e.meta, post.kind) });
+        true
+    }
+
+    /// A message matched receive `id`: place it (eager) or start pulling it.
+    pub(super) fn land(&mut self, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
+        let Some(e) = self.rx.get(id.0 as usize) else { return };
+        let (meta, iov, multi_offset) = (e.meta, e.iov, e.multi_offset);
+        let msg_len = arrived.len();
+        let (target, buf, multi_done) = match multi_offset {
+            None => {
+                self.rx.remove(id.0 as usize);
+                (iov, 0, false)
+            }
+            Some(off) => {
+                // One message lands right after the previous one.
+                let base = iov.bufs[0];
+                let room = IoList::one(base.addr + off, base.len - off);
+                let n = (msg_len as u64).min(room.bufs[0].len);
+                let new_off = off + n;
+                let release = base.len - new_off < self.cfg.min_multi_recv.max(1) as u64 || n < msg_len as u64;
+                if release {
+                    self.matcher.cancel(id.0 as u64);
+                    self.rx.remove(id.0 as usize);
+                } else if let Some(e) = self.rx.get_mut(id.0 as usize) {
+                    e.multi_offset = Some(new_off);
+                }
+                (room, base.addr + off, release)
+            }
+        };
+        let landing = Landing { target, meta, msg: arrived.kind, buf, msg_len, data: arrived.data, tag: arrived.tag, src: arrived.peer, multi_done };
+        match arrived.rndv {
+            None => {
+                let written = target.scatter(mem, arrived.payload());
+                self.rdm.recycle(arrived.msg);
+                self.finish_recv(&landing, written, None);
+            }
+            Some(rts) => {
+                self.rdm.recycle(arrived.msg);
+                self.start_pull(now, arrived.peer, rts, landing);
+            }
+        }
+    }
+
+    /// Reports a receive whose bytes have landed (`written` of `msg_len`).
+    pub(super) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<OpError>) {
+        let err = err.or((l.msg_len > written).then_some(OpError::Truncated { olen: l.msg_len - written }));
+        self.completions.push_back(Completion {
+            len: written,
+            buf: l.buf,
+            data: l.data,
+            tag: l.tag,
+            src: Some(l.src),
+            multi_done: l.multi_done,
+            err,
+            ..recv_op(l.meta, l.msg)
+        });
+    }
+}

@@ -1,0 +1,482 @@
+//! The per-endpoint message engine: every protocol decision of rdmx's message
+//! layer, sans-IO.
+//!
+//! [`MsgEngine`] owns the endpoint's `rdm` [`Engine`] (reliable, ordered delivery
+//! per peer) and runs on top of it what libfabric's RDM semantics need: sends and
+//! posted receives with tag matching ([`crate::matching`]), the protocol of each
+//! message chosen from the peer's [`Path`] (eager, or a rendezvous the receiver
+//! pulls where the path can read remotely, with a push fallback), RMA and atomics
+//! emulated as request/answer messages, cancel, peek/claim/discard, multi-receive,
+//! and failure of everything that waits on a peer that died.
+//!
+//! With [`Config::datagram`] the same engine gives `FI_EP_DGRAM` semantics
+//! instead: each message, header included, travels as one unreliable `rdm`
+//! datagram ([`Engine::send_datagram`]; larger is [`PostError::TooLarge`]), a
+//! send completes once written out for the device, and an arriving message
+//! that matches no posted receive is dropped and counted
+//! ([`Stats::dropped_unmatched`]), never held. Matching (tags, directed
+//! receives) is the same; rendezvous, RMA and multi-receive are not used.
+//!
+//! Inputs are calls with the time as an argument; outputs are pulled:
+//! [`MsgEngine::poll_completion`] (what the provider reports on CQs and
+//! counters), [`MsgEngine::poll_action`] (work for the layer below: remote reads)
+//! and the `rdm` engine's datagrams ([`MsgEngine::rdm_mut`]). Application memory is
+//! reached only through the [`Memory`] trait, which the provider implements with
+//! raw pointers and tests implement with a vector: this crate holds no `unsafe`.
+//!
+//! Operation entries live in slabs; their typed ids ([`TxId`], [`RxId`],
+//! [`RmaId`], [`PullId`]) travel on the wire as request ids and come back in
+//! answers, which are checked against the peer they came from. The `rdm` send
+//! token of each packet is a [`Token`], encoded and decoded in one place.
+use crate::matching::{Arrived, Matcher};
+use crate::wire::msg::{MsgKind, HEADER_LEN};
+use crate::wire::rendezvous::MAX_IOV;
+use crate::wire::Packet;
+use rdm::engine::{Engine, Event, FailReason, PeerId};
+use rdm::{DevAddr, DeviceCaps, Instant};
+use slab::Slab;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::VecDeque;
+
+mod eager;
+mod ops;
+mod rendezvous;
+mod rma;
+
+pub use ops::{Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId};
+pub use rendezvous::for_each_read_run;
+
+/// What the engine and the protocols know about the way to one peer, fixed
+/// when the peer is first used: the device's caps for that peer (under `auto`, a
+/// same-host peer gets the shared-memory path's).
+pub type Path = DeviceCaps;
+
+struct TxEntry {
+    meta: OpMeta,
+    msg: MsgKind,
+    len: usize,
+    peer: PeerId,
+    /// A long message announced by an RTS: the user's buffers (valid until the
+    /// send completes, by libfabric's contract).
+    rndv: Option<IoList>,
+    /// Registrations acquired for the RTS's keys, released when the send
+    /// completes.
+    regs: [Option<RegHandle>; MAX_IOV],
+}
+
+struct RxEntry {
+    iov: IoList,
+    meta: OpMeta,
+    /// FI_MULTI_RECV: bytes of the buffer already filled.
+    multi_offset: Option<u64>,
+}
+
+struct RmaEntry {
+    kind: OpKind,
+    meta: OpMeta,
+    peer: PeerId,
+    /// Where read data or fetched values go.
+    result: IoList,
+    len: usize,
+}
+
+/// Where a matched message lands and what its completion says.
+#[derive(Clone, Copy)]
+struct Landing {
+    target: IoList,
+    meta: OpMeta,
+    msg: MsgKind,
+    buf: u64,
+    msg_len: usize,
+    data: Option<u64>,
+    tag: u64,
+    src: PeerId,
+    multi_done: bool,
+}
+
+struct Pull {
+    peer: PeerId,
+    req: u64,
+    landing: Landing,
+}
+
+/// A receive whose message arrives by window grants.
+struct WindowRx {
+    landing: Landing,
+    /// Bytes this receive takes: the message, or less if the buffer is shorter.
+    take: u64,
+    granted: u64,
+    received: u64,
+}
+
+/// The message engine of one endpoint. See the module docs.
+pub struct MsgEngine {
+    rdm: Engine,
+    cfg: Config,
+    /// Per-peer paths, by peer index.
+    paths: Vec<Option<Path>>,
+    matcher: Matcher,
+    tx: Slab<TxEntry>,
+    rx: Slab<RxEntry>,
+    rma: Slab<RmaEntry>,
+    pulls: Slab<Pull>,
+    /// Messages reserved by FI_PEEK|FI_CLAIM, by the context that claims them.
+    claimed: HashMap<u64, Arrived>,
+    /// Peers that refused to pull: long messages to them go eagerly.
+    refused: HashSet<PeerId>,
+    /// Matched receives whose bytes arrive by window grants, by (sender, its
+    /// request).
+    windows: HashMap<(PeerId, u64), WindowRx>,
+    /// Granted ranges (send, offset, end) the rdm engine has not taken yet.
+    push_backlog: VecDeque<(TxId, u64, u64)>,
+    completions: VecDeque<Completion>,
+    actions: VecDeque<Action>,
+    failed_peers: VecDeque<PeerId>,
+    /// Peers an answer is awaited from, with when the next keepalive is due.
+    awaiting: HashMap<PeerId, Instant>,
+    /// Where registrations for registering paths come from (none: such
+    /// paths get no rendezvous, long messages go eagerly).
+    registrations: Option<Box<dyn Registrations>>,
+    stats: Stats,
+}
+
+fn recv_op(meta: OpMeta, msg: MsgKind) -> Completion {
+    Completion { msg: Some(msg), ..Completion::new(meta, OpKind::Recv) }
+}
+
+impl MsgEngine {
+    pub fn new(rdm: Engine, cfg: Config) -> MsgEngine {
+        MsgEngine {
+            rdm,
+            cfg,
+            paths: Vec::new(),
+            matcher: Matcher::new(),
+            tx: Slab::new(),
+            rx: Slab::new(),
+            rma: Slab::new(),
+            pulls: Slab::new(),
+            claimed: HashMap::default(),
+            refused: HashSet::default(),
+            windows: HashMap::default(),
+            push_backlog: VecDeque::new(),
+            completions: VecDeque::new(),
+            actions: VecDeque::new(),
+            failed_peers: VecDeque::new(),
+            awaiting: HashMap::default(),
+            registrations: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Where registrations for paths with [`Path::registration`] come from.
+    pub fn set_registrations(&mut self, r: Box<dyn Registrations>) {
+        self.registrations = Some(r);
+    }
+
+    /// The registrations set with [`MsgEngine::set_registrations`].
+    pub fn registrations(&mut self) -> Option<&mut (dyn Registrations + 'static)> {
+        self.registrations.as_deref_mut()
+    }
+
+    /// The peer a pending pull reads from.
+    pub fn pull_peer(&self, id: PullId) -> Option<PeerId> {
+        self.pulls.get(id.0 as usize).map(|p| p.peer)
+    }
+
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    pub fn has_failed_peers(&self) -> bool {
+        !self.failed_peers.is_empty()
+    }
+
+    /// The reliable-datagram engine below (datagrams in and out, timers).
+    pub fn rdm(&self) -> &Engine {
+        &self.rdm
+    }
+
+    pub fn rdm_mut(&mut self) -> &mut Engine {
+        &mut self.rdm
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn set_min_multi_recv(&mut self, n: usize) {
+        self.cfg.min_multi_recv = n;
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The peer at `addr`, reached over `path` (recorded the first time).
+    pub fn peer(&mut self, addr: DevAddr, path: Path) -> PeerId {
+        let p = self.rdm.peer_with_path(addr, &path);
+        let i = p.index() as usize;
+        if self.paths.len() <= i {
+            self.paths.resize(i + 1, None);
+        }
+        self.paths[i].get_or_insert(path);
+        p
+    }
+
+    fn path(&self, peer: PeerId) -> Option<&Path> {
+        self.paths.get(peer.index() as usize).and_then(|p| p.as_ref())
+    }
+
+    /// The protocol of a message of `len` bytes to `peer`, from its path:
+    /// rendezvous pulled by the receiver from `rndv_threshold` where the path can
+    /// read remotely (and the peer never refused), windowed rendezvous from
+    /// `window_threshold` where it cannot; eager below.
+    fn use_rendezvous(&self, peer: PeerId, len: usize) -> bool {
+        let Some(path) = self.path(peer) else { return false };
+        if path.remote_read && !self.refused.contains(&peer) {
+            len >= self.cfg.rndv_threshold
+        } else {
+            len >= self.cfg.window_threshold
+        }
+    }
+
+    /// The layer below reports `addr` unreachable (ICMP, a dead process): the
+    /// rdm engine fails it if data is in flight, and so does this engine if it
+    /// waits on an answer from it.
+    pub fn handle_unreachable(&mut self, addr: DevAddr) {
+        match self.rdm.peer_id_of(addr) {
+            Some(peer) if self.waits_on(peer) => self.rdm.fail_unreachable(addr),
+            _ => self.rdm.handle_unreachable(addr),
+        }
+    }
+
+    // ------------------------------------------------------------ keepalive
+
+    fn await_answer(&mut self, now: Instant, peer: PeerId) {
+        let every = self.cfg.keepalive;
+        self.awaiting.entry(peer).or_insert(now + every);
+    }
+
+    fn waits_on(&self, peer: PeerId) -> bool {
+        self.tx.iter().any(|(_, t)| t.peer == peer && t.rndv.is_some())
+            || self.rma.iter().any(|(_, e)| e.peer == peer)
+            || self.windows.keys().any(|(p, _)| *p == peer)
+    }
+
+    /// The next time [`MsgEngine::handle_timeout`] has work (a keepalive due).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.awaiting.values().min().copied()
+    }
+
+    /// Sends the keepalives that are due, and forgets peers nothing waits on.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<PeerId> = self.awaiting.iter().filter(|(_, t)| **t <= now).map(|(p, _)| *p).collect();
+        for peer in due {
+            if self.waits_on(peer) {
+                let _ = self.rdm.send(now, peer, &[&crate::wire::KEEPALIVE], Token::Reply.encode());
+                self.awaiting.insert(peer, now + self.cfg.keepalive);
+            } else {
+                self.awaiting.remove(&peer);
+            }
+        }
+    }
+
+    // ------------------------------------------------------- events from rdm
+
+    /// Runs the protocols on everything the rdm engine delivered or reported
+    /// since the last call. Call after feeding it datagrams and timeouts.
+    pub fn handle_events(&mut self, now: Instant, mem: &mut dyn Memory) {
+        self.retry_pushes(now, mem);
+        while let Some(ev) = self.rdm.poll_event() {
+            match ev {
+                Event::Delivered { peer, msg } if !self.cfg.datagram => self.handle_message(now, peer, msg, mem),
+                Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(now, peer, msg, mem),
+                Event::Delivered { msg, .. } | Event::Datagram { msg, .. } => {
+                    self.stats.stray += 1;
+                    self.rdm.recycle(msg);
+                }
+                Event::SendComplete { token } => {
+                    // An RTS and its pushes complete on the receiver's Fin; an
+                    // RMA request on its answer.
+                    if let Some(Token::Msg(id)) = Token::decode(token) {
+                        self.complete_send(id, None);
+                    }
+                }
+                Event::SendFailed { token, peer: _, reason } => {
+                    let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
+                    match Token::decode(token) {
+                        Some(Token::Msg(id) | Token::Push(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
+                        Some(Token::Rma(id)) => {
+                            if let Some(e) = self.rma.try_remove(id.0 as usize) {
+                                self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Event::PeerUnreachable { peer } => self.fail_peer(peer, true),
+                Event::PeerRestarted { peer } => self.fail_peer(peer, false),
+            }
+        }
+        self.update_backpressure();
+    }
+
+    fn handle_message(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+        // Parsed once; the typed fields are all that is used below.
+        let pkt = match Packet::decode(&msg) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                self.rdm.recycle(msg);
+                return;
+            }
+        };
+        let matched = match pkt {
+            Packet::Msg(h, _) => Some((h, None)),
+            Packet::Rts(rts) => Some((rts.header, Some(rts))),
+            _ => None,
+        };
+        if let Some((h, rndv)) = matched {
+            let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
+            if let Some((post, arrived)) = self.matcher.arrive(arrived) {
+                self.land(now, RxId(post.token as u32), arrived, mem);
+            }
+            return;
+        }
+        match pkt {
+            Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, now),
+            Packet::Push { req, offset, payload } => self.handle_push(now, peer, req, offset, payload, mem),
+            Packet::Cts { req, offset, len } => self.handle_cts(now, peer, req, offset, len, mem),
+            Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => self.finish_rma(peer, req, status, payload, mem),
+            Packet::WriteAck { req, status } => self.finish_rma(peer, req, status, &[], mem),
+            Packet::Keepalive => {}
+            other => self.serve_rma(now, peer, other, mem),
+        }
+        self.rdm.recycle(msg);
+    }
+
+    /// Datagram mode: a message lands in the oldest posted receive it matches,
+    /// or is dropped (counted); only plain messages are expected.
+    fn handle_datagram(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+        let h = match Packet::decode(&msg) {
+            Ok(Packet::Msg(h, _)) => h,
+            Ok(_) => {
+                self.stats.stray += 1;
+                self.rdm.recycle(msg);
+                return;
+            }
+            Err(_) => {
+                self.stats.dropped_malformed += 1;
+                self.rdm.recycle(msg);
+                return;
+            }
+        };
+        match self.matcher.match_posted(peer, h.kind, h.tag) {
+            Some(post) => {
+                let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
+                self.land(now, RxId(post.token as u32), arrived, mem);
+            }
+            None => {
+                self.stats.dropped_unmatched += 1;
+                self.rdm.recycle(msg);
+            }
+        }
+    }
+
+    /// Everything that waits on an answer from `peer` fails: rendezvous sends
+    /// awaiting a Fin, RMA requests awaiting their answer, receives awaiting a
+    /// Push or a pull. A peer declared `unreachable` also fails the receives
+    /// directed at it alone (they can never match), and is reported by
+    /// [`MsgEngine::poll_failed_peer`]; a restarted one keeps them (its new
+    /// incarnation may still send).
+    fn fail_peer(&mut self, peer: PeerId, unreachable: bool) {
+        let err = if unreachable { OpError::PeerUnreachable } else { OpError::Io };
+        let sends: Vec<usize> = self.tx.iter().filter(|(_, t)| t.peer == peer && t.rndv.is_some()).map(|(k, _)| k).collect();
+        for k in sends {
+            self.complete_send(TxId(k as u32), Some(err));
+        }
+        let rmas: Vec<usize> = self.rma.iter().filter(|(_, e)| e.peer == peer).map(|(k, _)| k).collect();
+        for k in rmas {
+            let e = self.rma.remove(k);
+            self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
+        }
+        let waiting: Vec<(PeerId, u64)> = self.windows.keys().filter(|(p, _)| *p == peer).copied().collect();
+        for k in waiting {
+            if let Some(w) = self.windows.remove(&k) {
+                self.finish_recv(&w.landing, w.received as usize, Some(err));
+            }
+        }
+        self.push_backlog.retain(|(id, _, _)| self.tx.contains(id.0 as usize));
+        if unreachable {
+            for post in self.matcher.take_posted_from(peer) {
+                if let Some(e) = self.rx.try_remove(post.token as usize) {
+                    self.completions.push_back(Completion { tag: post.tag, src: Some(peer), err: Some(err), ..recv_op(e.meta, post.kind) });
+                }
+            }
+            self.failed_peers.push_back(peer);
+        }
+        self.awaiting.remove(&peer);
+    }
+
+    /// Unexpected messages are held without a count limit but with a memory
+    /// limit: above it the rdm engine stops accepting new messages (senders keep
+    /// them and wait); below half of it, it resumes.
+    fn update_backpressure(&mut self) {
+        let held = self.matcher.unexpected_bytes();
+        let limit = self.cfg.unexpected_limit;
+        if !self.rdm.is_paused() && held > limit {
+            self.rdm.set_paused(true);
+        } else if self.rdm.is_paused() && held <= limit / 2 {
+            self.rdm.set_paused(false);
+        }
+    }
+
+    // -------------------------------------------------------------- outputs
+
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Whether work for the layer below is waiting: a receive posted for an
+    /// announced message queues a remote read without any datagram arriving,
+    /// so a caller that runs actions only after input must check this too.
+    pub fn has_actions(&self) -> bool {
+        !self.actions.is_empty()
+    }
+
+    /// A peer declared unreachable since the last call.
+    pub fn poll_failed_peer(&mut self) -> Option<PeerId> {
+        self.failed_peers.pop_front()
+    }
+
+    pub fn unexpected_bytes(&self) -> usize {
+        self.matcher.unexpected_bytes()
+    }
+
+    pub fn pending_sends(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Receives posted and not yet matched.
+    pub fn posted_recvs(&self) -> usize {
+        self.matcher.posted_len()
+    }
+}
+
+impl Drop for MsgEngine {
+    /// The endpoint closes with rendezvous sends pending (their Fin never
+    /// came): their registrations go back now, or the cache would hold them
+    /// in use forever.
+    fn drop(&mut self) {
+        let regs: Vec<RegHandle> = self.tx.iter().flat_map(|(_, t)| t.regs.iter().flatten().copied()).collect();
+        if let Some(r) = self.registrations.as_mut() {
+            for h in regs {
+                r.release(h);
+            }
+        }
+    }
+}
