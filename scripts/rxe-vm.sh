@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # Runs CMD [ARGS...] as root inside a throw-away qemu VM that has real kernel verbs
-# devices: Soft-RoCE (rdma_rxe) rxe0 on dummy0 and rxe1 on dummy1, so that traffic
-# leaves one verbs device and enters another. For the verbs tests on machines without
-# RDMA hardware, or whose kernel has no RDMA subsystem (CI); scripts/test-verbs.sh is
-# what scripts/test.sh runs in it.
+# devices: Soft-RoCE (rdma_rxe) rxe0 on veth0 and rxe1 on veth1, the two ends of one
+# veth pair, so that traffic leaves one verbs device and enters the other. For the
+# verbs tests on machines without RDMA hardware, or whose kernel has no RDMA subsystem
+# (CI); scripts/test-verbs.sh is what scripts/test.sh runs in it.
 #
 #   scripts/rxe-vm.sh CMD [ARGS...]
 #
 # The VM boots Debian's stock kernel (the linux-image-amd64 of this machine's Debian
 # release: `apt-get download`ed and unpacked into the cache, never installed here) with a
-# busybox initramfs built once (the modules it loads: 9p, virtio, overlay, dummy,
+# busybox initramfs built once (the modules it loads: 9p, virtio, overlay, veth,
 # sch_netem, rdma_rxe, ib_uverbs, ...). Its root filesystem is this machine's `/`,
 # shared read-only over virtio-9p under a tmpfs overlay (writes vanish with the VM), so
 # host-built binaries, test executables and ibv_* tools run unchanged. CMD runs in the
 # same working directory, memlock unlimited, stdin /dev/null; its stdout and stderr
 # stream back here.
 #
-# In the VM: dummy0 10.11.12.1/24 with rxe0 and dummy1 10.11.13.1/24 with rxe1, both of
-# MTU RDMX_VM_MTU (9000: rxe's active_mtu is 4096, its largest), `lo` up, sch_netem
-# loaded (`tc qdisc add dev lo root netem loss 5%` drops rxe traffic between the two
-# devices: it goes through lo), RDMX_VM=1. Two devices in one network namespace, not
-# two namespaces: rxe in the 6.1 kernel keeps its UDP socket in the initial namespace,
-# so it does not work across namespaces.
+# In the VM: veth0 10.11.12.1/24 with rxe0 and veth1 10.11.12.2/24 with rxe1, MTU
+# RDMX_VM_MTU (9000: rxe's active_mtu is 4096, its largest); packets of rxe1 for
+# 10.11.12.1 leave through veth1 and arrive on veth0 (see the setup below), so
+# `tc qdisc add dev veth1 root netem loss 5%` drops 5% of what rxe1 sends (sch_netem is
+# loaded); `lo` up; RDMX_VM=1. Two devices in one network namespace, not one in each
+# of two namespaces: rxe in the 6.1 kernel keeps its UDP socket in the initial
+# namespace, so it does not work across namespaces.
 #
 # Exit status: CMD's; 125 when the VM itself failed (no qemu or busybox-static, kernel
 # not downloadable, the guest never ran CMD: the reason and the guest console's tail are
@@ -35,7 +36,7 @@
 #   RDMX_VM_SMP      vCPUs (default nproc, at least 2 and at most 4: with 1, a blocking
 #                    ping-pong costs ~8 ms a round trip)
 #   RDMX_VM_MEM      MiB of guest memory (default 2048; the tmpfs overlay takes from it)
-#   RDMX_VM_MTU      MTU of dummy0/dummy1 (default 9000)
+#   RDMX_VM_MTU      MTU of veth0/veth1 (default 9000)
 #   RDMX_VM_RW       space-separated host directories mounted read-write at the same
 #                    path (e.g. "$PWD/target" to keep test output); all else is
 #                    read-only, and writes there go to the overlay
@@ -113,7 +114,7 @@ if [[ ! -s $initrd || ! -s $kdir/vmlinuz ]]; then
   # Loaded in this order, each after what it depends on (modules.dep). Those built
   # into the kernel are not in modules.dep and are skipped. crc32 is what rxe's ICRC
   # asks the crypto API for: there is no modprobe in the VM to load it on demand.
-  want="virtio_pci virtio_console 9pnet_virtio 9p overlay dummy sch_netem
+  want="virtio_pci virtio_console 9pnet_virtio 9p overlay veth sch_netem
         crc32_generic crc32_pclmul ib_core ib_uverbs rdma_rxe"
   : >"$work/order"
   add() {  # $1: path of a module relative to $mods; its dependencies first
@@ -164,6 +165,7 @@ mount -t overlay -o lowerdir=/lower,upperdir=/upper/u,workdir=/upper/w root /new
 R=/newroot
 mount -t proc proc $R/proc; mount -t sysfs sys $R/sys; mount -t devtmpfs dev $R/dev
 mkdir -p $R/dev/pts $R/dev/shm; mount -t devpts devpts $R/dev/pts; mount -t tmpfs shm $R/dev/shm
+ln -s /proc/self/fd $R/dev/fd; ln -s fd/0 $R/dev/stdin; ln -s fd/1 $R/dev/stdout; ln -s fd/2 $R/dev/stderr
 mount -t tmpfs run $R/run
 mkdir -p $R/xfer; mount --bind /xfer $R/xfer
 n=0
@@ -216,20 +218,37 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Two rxe devices whose traffic crosses a wire: a veth pair. Over two dummy netdevs
+# (or any two netdevs with local addresses) the kernel routes a packet for the other
+# device's address back into the sender: rxe1 would talk to itself. So rxe's route
+# lookups, which name the device's netdev as output interface, get a table of their
+# own (rules before the local table); the peer's MAC is a permanent neighbour (no ARP);
+# a packet from the other, local, address is accepted (accept_local, no rp_filter).
+# Sockets that name no output device still reach local addresses through lo.
 cat >"$X/setup.sh" <<EOF
 set -eu
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 ip link set lo up
-for i in 0 1; do
-  ip link show dummy\$i >/dev/null 2>&1 || ip link add dummy\$i type dummy  # dummy makes dummy0
-  ip link set dummy\$i mtu $MTU
-  ip addr add 10.11.\$((12 + i)).1/24 dev dummy\$i
-  ip link set dummy\$i up
-  rdma link add rxe\$i type rxe netdev dummy\$i
+for k in all default; do
+  echo 1 >/proc/sys/net/ipv4/conf/\$k/accept_local
+  echo 0 >/proc/sys/net/ipv4/conf/\$k/rp_filter
 done
+ip link add veth0 mtu $MTU type veth peer name veth1 mtu $MTU
+ip rule add pref 1000 lookup local
+ip rule del pref 0
+for i in 0 1; do
+  ip addr add 10.11.12.\$((i + 1))/24 dev veth\$i
+  ip link set veth\$i up
+  ip rule add pref \$((10 + i)) oif veth\$i lookup \$((100 + i))
+  ip route add 10.11.12.0/24 dev veth\$i table \$((100 + i))
+done
+ip neigh add 10.11.12.2 lladdr "\$(cat /sys/class/net/veth1/address)" dev veth0 nud permanent
+ip neigh add 10.11.12.1 lladdr "\$(cat /sys/class/net/veth0/address)" dev veth1 nud permanent
+for i in 0 1; do rdma link add rxe\$i type rxe netdev veth\$i; done
 # rxe adds the IPv4-mapped GIDs of the addresses shortly after
 for t in \$(seq 100); do
   grep -qs ':ffff:0a0b:0c01\$' /sys/class/infiniband/rxe0/ports/1/gids/* &&
-    grep -qs ':ffff:0a0b:0d01\$' /sys/class/infiniband/rxe1/ports/1/gids/* && exit 0
+    grep -qs ':ffff:0a0b:0c02\$' /sys/class/infiniband/rxe1/ports/1/gids/* && exit 0
   sleep 0.1
 done
 echo "no IPv4 GID on rxe0/rxe1 after 10 s"; rdma link show
