@@ -37,7 +37,8 @@ if [[ ${1:-} == --list ]]; then
   grep -E '"profile":\{[^}]*"test":true\}' <<<"$json" |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | sort -u |
     while read -r exe; do
-      if "$exe" --list "$filter" 2>/dev/null | grep -q ': test$'; then echo "$exe"; fi
+      # (grep -c reads it all: grep -q could end the listing with EPIPE)
+      if [[ $("$exe" --list "$filter" 2>/dev/null | grep -c ': test$') != 0 ]]; then echo "$exe"; fi
     done
   exit 0
 fi
