@@ -289,7 +289,7 @@ cat "$X/err" >&2 &
 CATS+=($!)
 console=$X/console.log
 [[ -z ${RDMX_VM_DEBUG:-} ]] || console=/proc/self/fd/2
-say "booting $(basename "$kdir") (${ACCEL}, $SMP vCPUs, $MEM MiB) for: $*"
+say "booting ${RDMX_VM_KERNEL:-$(basename "$kdir")} (${ACCEL}, $SMP vCPUs, $MEM MiB) for: $*"
 timeout -k 5 "$TIMEOUT" qemu-system-x86_64 "${accel[@]}" -cpu max -smp "$SMP" -m "$MEM" \
   -nodefaults -no-user-config -display none -no-reboot -nic none \
   -kernel "$KERNEL" -initrd "$initrd" \
