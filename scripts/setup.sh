@@ -8,12 +8,14 @@ PKGS=(
   libibverbs-dev ibverbs-providers     # rdma-core headers (verbs.h, efadv.h) for bindgen
   libclang-dev clang pkg-config        # bindgen needs libclang
   openmpi-bin libopenmpi-dev           # MPI programs over rdmx
-  iproute2 nftables                    # network-namespace tests with kernel packet drops
+  iproute2 nftables                    # network-namespace tests with kernel packet drops; ip, rdma, tc, ss in the VM
   procps psmisc                        # pgrep/pkill/fuser used by the test scripts
   valgrind                             # memcheck over fi_pingpong (fi_tests/tests/memcheck.rs)
   dpkg-dev binutils make               # scripts/package.sh (dpkg-shlibdeps, dpkg-architecture, strip), make install
   groff-base man-db                    # fi_rdmx(7): groff -ww and man in scripts/check-package.sh
   gcc                                  # cc: the fi_version shim of fi_tests/tests/version.rs
+  qemu-system-x86 busybox-static       # scripts/rxe-vm.sh: the VM of the verbs tests (Debian kernel, busybox initramfs)
+  ibverbs-utils                        # ibv_devinfo, ibv_ud_pingpong in scripts/test-verbs.sh (rxe's provider: ibverbs-providers)
 )
 
 missing=()
