@@ -16,7 +16,9 @@
 # same working directory, memlock unlimited, stdin /dev/null; its stdout and stderr
 # stream back here.
 #
-# In the VM: veth0 10.11.12.1/24 with rxe0 and veth1 10.11.12.2/24 with rxe1, MTU
+# In the VM: dummy0 (10.11.13.1-4/24, the first interface, so rdmx's default) with
+# rxe2, whose queue pairs reach each other through loopback like a NIC's; and
+# veth0 10.11.12.1/24 with rxe0 and veth1 10.11.12.2/24 with rxe1, MTU
 # RDMX_VM_MTU (9000: rxe's active_mtu is 4096, its largest); packets of rxe1 for
 # 10.11.12.1 leave through veth1 and arrive on veth0 (see the setup below), so
 # `tc qdisc add dev veth1 root netem loss 5%` drops 5% of what rxe1 sends (sch_netem is
@@ -114,7 +116,7 @@ if [[ ! -s $initrd || ! -s $kdir/vmlinuz ]]; then
   # Loaded in this order, each after what it depends on (modules.dep). Those built
   # into the kernel are not in modules.dep and are skipped. crc32 is what rxe's ICRC
   # asks the crypto API for: there is no modprobe in the VM to load it on demand.
-  want="virtio_pci virtio_console 9pnet_virtio 9p overlay veth sch_netem
+  want="virtio_pci virtio_console 9pnet_virtio 9p overlay veth dummy sch_netem
         crc32_generic crc32_pclmul ib_core ib_uverbs rdma_rxe"
   : >"$work/order"
   add() {  # $1: path of a module relative to $mods; its dependencies first
@@ -233,6 +235,14 @@ for k in all default; do
   echo 1 >/proc/sys/net/ipv4/conf/\$k/accept_local
   echo 0 >/proc/sys/net/ipv4/conf/\$k/rp_filter
 done
+# First (the lowest interface index, so the interface rdmx picks by default):
+# dummy0 with rxe2, whose queue pairs talk to each other through loopback as a
+# NIC's do (over the veth pair below, a device's traffic to its own address
+# would leave on the wire). Four addresses: four GIDs, distinct peers.
+# (loading the dummy module may have created it already)
+ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy
+ip link set dummy0 mtu $MTU up
+for a in 1 2 3 4; do ip addr add 10.11.13.\$a/24 dev dummy0; done
 ip link add veth0 mtu $MTU type veth peer name veth1 mtu $MTU
 ip rule add pref 1000 lookup local
 ip rule del pref 0
@@ -245,13 +255,15 @@ done
 ip neigh add 10.11.12.2 lladdr "\$(cat /sys/class/net/veth1/address)" dev veth0 nud permanent
 ip neigh add 10.11.12.1 lladdr "\$(cat /sys/class/net/veth0/address)" dev veth1 nud permanent
 for i in 0 1; do rdma link add rxe\$i type rxe netdev veth\$i; done
+rdma link add rxe2 type rxe netdev dummy0
 # rxe adds the IPv4-mapped GIDs of the addresses shortly after
 for t in \$(seq 100); do
   grep -qs ':ffff:0a0b:0c01\$' /sys/class/infiniband/rxe0/ports/1/gids/* &&
-    grep -qs ':ffff:0a0b:0c02\$' /sys/class/infiniband/rxe1/ports/1/gids/* && exit 0
+    grep -qs ':ffff:0a0b:0c02\$' /sys/class/infiniband/rxe1/ports/1/gids/* &&
+    grep -qs ':ffff:0a0b:0d04\$' /sys/class/infiniband/rxe2/ports/1/gids/* && exit 0
   sleep 0.1
 done
-echo "no IPv4 GID on rxe0/rxe1 after 10 s"; rdma link show
+echo "no IPv4 GID on rxe0/rxe1/rxe2 after 10 s"; rdma link show
 grep -s . /sys/class/infiniband/rxe[01]/ports/1/gids/[0-3] /sys/class/infiniband/rxe[01]/ports/1/gid_attrs/types/[0-3]
 exit 1
 EOF

@@ -44,6 +44,8 @@ if [[ ${1:-} == --list ]]; then
 fi
 
 start=$SECONDS
+# mpirun refuses a host name the VM leaves unset ("(none)").
+if [[ $(hostname) == "(none)" || -z $(hostname) ]]; then hostname rdmx-vm; fi
 failed=()
 pass() { echo "test-verbs: PASS: $*"; }
 fail() { echo "test-verbs: FAIL: $*"; failed+=("$1"); }
