@@ -169,7 +169,7 @@ fn av_insert_lookup_remove_reinsert_and_straddr() {
     assert_eq!((a0, a1), (0, 1), "FI_AV_TABLE indices are consecutive");
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
-        let mut back = [0u8; 48];
+        let mut back = [0u8; 64];
         let mut len = back.len();
         assert_eq!(fi::fi_av_lookup(s.av, a1, back.as_mut_ptr() as *mut _, &mut len), 0);
         assert_eq!(&back[..], &me[..]);
