@@ -201,7 +201,12 @@ fuzz_target!(|input: Input| {
                 let from = if from_peer { 1 - to } else { 2 };
                 sim.net.inject(from, to, bytes.clone());
             }
-            Step::Loss { pct } => sim.net.set_link(Link { loss_pct: (pct % 30) as f64, ..Link::default() }),
+            // Only on a path that may lose: a device whose caps say reliable
+            // (shm, SRD) never loses a datagram, and the engine relies on it
+            // (no sequence numbers on DIRECT packets). Loss on such a path
+            // is a broken device, not an input rdmx must survive.
+            Step::Loss { pct } if !input.reliable => sim.net.set_link(Link { loss_pct: (pct % 30) as f64, ..Link::default() }),
+            Step::Loss { .. } => {}
             Step::Close { at } => {
                 let i = (at & 1) as usize;
                 if !closed[i] && sim.net.alive(i as u32) {
