@@ -39,12 +39,81 @@ impl Default for Link {
 }
 
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct InFlight {
-    at: Instant,
+pub(crate) struct InFlight {
+    pub(crate) at: Instant,
     seq: u64,
-    to: u32,
-    from: u32,
-    data: Vec<u8>,
+    pub(crate) to: u32,
+    pub(crate) from: u32,
+    pub(crate) data: Vec<u8>,
+}
+
+/// The wire between N endpoints: datagrams in flight in arrival order, and the
+/// link's effects (loss, corruption, duplication, jitter, reordering, a
+/// bandwidth limit per destination) drawn from one seeded generator. Shared by
+/// the engine-level simulator ([`Sim`]) and the device-level one
+/// ([`crate::simnet`]).
+pub(crate) struct Wire {
+    pub(crate) link: Link,
+    rng: Rng,
+    queue: BinaryHeap<Reverse<InFlight>>,
+    seq: u64,
+    /// When each destination's link is next free (bandwidth model).
+    busy_until: Vec<Instant>,
+}
+
+impl Wire {
+    pub(crate) fn new(n: usize, link: Link, seed: u64) -> Wire {
+        Wire { link, rng: Rng::new(seed), queue: BinaryHeap::new(), seq: 0, busy_until: vec![Instant::ZERO; n] }
+    }
+
+    /// Puts a datagram on the wire at `now`, through the link's effects.
+    pub(crate) fn put(&mut self, now: Instant, from: u32, to: u32, mut data: Vec<u8>) {
+        let l = self.link;
+        if self.rng.chance(l.loss_pct) {
+            return;
+        }
+        if self.rng.chance(l.corrupt_pct) && !data.is_empty() {
+            let at = (self.rng.next_u64() as usize) % data.len();
+            data[at] ^= 1 << (self.rng.next_u64() % 8);
+        }
+        let copies = if self.rng.chance(l.dup_pct) { 2 } else { 1 };
+        for _ in 0..copies {
+            let mut at = now + l.delay;
+            if !l.jitter.is_zero() {
+                at = at + Duration::from_nanos(self.rng.next_u64() % l.jitter.as_nanos().max(1) as u64);
+            }
+            if self.rng.chance(l.reorder_pct) {
+                at = at + l.delay * 3;
+            }
+            if let Some(nanos) = (data.len() as u64 * 1_000_000_000).checked_div(l.bandwidth) {
+                let tx = Duration::from_nanos(nanos);
+                let start = self.busy_until[to as usize].max(now);
+                self.busy_until[to as usize] = start + tx;
+                at = at.max(start + tx);
+            }
+            self.push(at, from, to, data.clone());
+        }
+    }
+
+    /// Puts a datagram on the wire as it is, arriving at `at`.
+    pub(crate) fn push(&mut self, at: Instant, from: u32, to: u32, data: Vec<u8>) {
+        self.seq += 1;
+        self.queue.push(Reverse(InFlight { at, seq: self.seq, to, from, data }));
+    }
+
+    /// When the next datagram arrives.
+    pub(crate) fn next_arrival(&self) -> Option<Instant> {
+        self.queue.peek().map(|Reverse(p)| p.at)
+    }
+
+    /// The next datagram that has arrived by `now`.
+    pub(crate) fn pop_arrived(&mut self, now: Instant) -> Option<InFlight> {
+        if self.queue.peek().is_some_and(|Reverse(p)| p.at <= now) {
+            self.queue.pop().map(|Reverse(p)| p)
+        } else {
+            None
+        }
+    }
 }
 
 /// What the simulator drives on each node: an rdm [`Engine`], or a layer that
@@ -82,12 +151,7 @@ impl SimEndpoint for Engine {
 pub struct Sim<E: SimEndpoint = Engine> {
     pub now: Instant,
     pub nodes: Vec<Node<E>>,
-    pub link: Link,
-    rng: Rng,
-    queue: BinaryHeap<Reverse<InFlight>>,
-    seq: u64,
-    /// When each destination's link is next free (bandwidth model).
-    busy_until: Vec<Instant>,
+    wire: Wire,
     pub datagrams: u64,
 }
 
@@ -144,13 +208,12 @@ impl<E: SimEndpoint> Sim<E> {
                 backlog: Default::default(),
             })
             .collect();
-        Sim { now: Instant::ZERO, nodes, link, rng: Rng::new(seed), queue: BinaryHeap::new(), seq: 0, busy_until: vec![Instant::ZERO; n], datagrams: 0 }
+        Sim { now: Instant::ZERO, nodes, wire: Wire::new(n, link, seed), datagrams: 0 }
     }
 
     /// Injects a raw datagram (e.g. a stale packet of an earlier incarnation).
     pub fn inject(&mut self, from: u32, to: u32, data: Vec<u8>) {
-        self.seq += 1;
-        self.queue.push(Reverse(InFlight { at: self.now, seq: self.seq, to, from, data }));
+        self.wire.push(self.now, from, to, data);
     }
 
     fn transmit_all(&mut self) {
@@ -163,37 +226,8 @@ impl<E: SimEndpoint> Sim<E> {
                 let DevAddr::Sim(to) = t.dst else { continue };
                 self.datagrams += 1;
                 let data = buf[..t.len].to_vec();
-                self.put(i as u32, to, data);
+                self.wire.put(self.now, i as u32, to, data);
             }
-        }
-    }
-
-    fn put(&mut self, from: u32, to: u32, mut data: Vec<u8>) {
-        let l = self.link;
-        if self.rng.chance(l.loss_pct) {
-            return;
-        }
-        if self.rng.chance(l.corrupt_pct) && !data.is_empty() {
-            let at = (self.rng.next_u64() as usize) % data.len();
-            data[at] ^= 1 << (self.rng.next_u64() % 8);
-        }
-        let copies = if self.rng.chance(l.dup_pct) { 2 } else { 1 };
-        for _ in 0..copies {
-            let mut at = self.now + l.delay;
-            if !l.jitter.is_zero() {
-                at = at + Duration::from_nanos(self.rng.next_u64() % l.jitter.as_nanos().max(1) as u64);
-            }
-            if self.rng.chance(l.reorder_pct) {
-                at = at + l.delay * 3;
-            }
-            if let Some(nanos) = (data.len() as u64 * 1_000_000_000).checked_div(l.bandwidth) {
-                let tx = Duration::from_nanos(nanos);
-                let start = self.busy_until[to as usize].max(self.now);
-                self.busy_until[to as usize] = start + tx;
-                at = at.max(start + tx);
-            }
-            self.seq += 1;
-            self.queue.push(Reverse(InFlight { at, seq: self.seq, to, from, data: data.clone() }));
         }
     }
 
@@ -210,7 +244,7 @@ impl<E: SimEndpoint> Sim<E> {
     /// false when nothing is scheduled any more.
     pub fn step(&mut self) -> bool {
         self.transmit_all();
-        let next_packet = self.queue.peek().map(|Reverse(p)| p.at);
+        let next_packet = self.wire.next_arrival();
         let next_timer = self
             .nodes
             .iter()
@@ -222,8 +256,7 @@ impl<E: SimEndpoint> Sim<E> {
             return false;
         };
         self.now = self.now.max(t);
-        while self.queue.peek().is_some_and(|Reverse(p)| p.at <= self.now) {
-            let Some(Reverse(p)) = self.queue.pop() else { break };
+        while let Some(p) = self.wire.pop_arrived(self.now) {
             let node = &mut self.nodes[p.to as usize];
             if node.alive {
                 if node.backlog.len() >= node.backlog_cap {

@@ -12,24 +12,13 @@
 //! buffers and counts datagrams sent from anywhere else.
 #![forbid(unsafe_code)]
 
-use crate::device::fault::Rng;
 use crate::device::{DevAddr, Device, DeviceCaps, DeviceError, RawAddr, ReadDone, ReadRun, TxDatagram};
-use crate::sim::Link;
+use crate::sim::{Link, Wire};
 use crate::time::Instant;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct InFlight {
-    at: Instant,
-    seq: u64,
-    to: u32,
-    from: u32,
-    data: Vec<u8>,
-}
 
 /// One node's side of the network.
 struct Port {
@@ -54,11 +43,7 @@ struct Port {
 
 struct NetState {
     now: Instant,
-    link: Link,
-    rng: Rng,
-    queue: BinaryHeap<Reverse<InFlight>>,
-    seq: u64,
-    busy_until: Vec<Instant>,
+    wire: Wire,
     ports: Vec<Port>,
     reads: VecDeque<PostedRead>,
     datagrams: u64,
@@ -113,11 +98,7 @@ impl SimNet {
             .collect();
         SimNet(Arc::new(Mutex::new(NetState {
             now: Instant::ZERO,
-            link,
-            rng: Rng::new(seed),
-            queue: BinaryHeap::new(),
-            seq: 0,
-            busy_until: vec![Instant::ZERO; n],
+            wire: Wire::new(n, link, seed),
             ports,
             reads: VecDeque::new(),
             datagrams: 0,
@@ -171,7 +152,7 @@ impl SimNet {
     }
 
     pub fn set_link(&self, link: Link) {
-        self.lock().link = link;
+        self.lock().wire.link = link;
     }
 
     /// The process of node `i` dies: it sends and receives nothing more, and
@@ -207,9 +188,8 @@ impl SimNet {
     /// Injects a raw datagram.
     pub fn inject(&self, from: u32, to: u32, data: Vec<u8>) {
         let mut n = self.lock();
-        n.seq += 1;
-        let (at, seq) = (n.now, n.seq);
-        n.queue.push(Reverse(InFlight { at, seq, to, from, data }));
+        let at = n.now;
+        n.wire.push(at, from, to, data);
     }
 
     /// Reads posted since the last call, for the harness to serve.
@@ -230,7 +210,7 @@ impl SimNet {
     /// paced backlog to drain).
     pub fn next_event(&self) -> Option<Instant> {
         let n = self.lock();
-        let packet = n.queue.peek().map(|Reverse(p)| p.at);
+        let packet = n.wire.next_arrival();
         let backlog = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_some()).then(|| n.now + Duration::from_micros(100));
         let inbox = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_none()).then_some(n.now);
         [packet, backlog, inbox].into_iter().flatten().min()
@@ -242,8 +222,7 @@ impl SimNet {
         let mut n = self.lock();
         n.now = n.now.max(t);
         let now = n.now;
-        while n.queue.peek().is_some_and(|Reverse(p)| p.at <= now) {
-            let Some(Reverse(p)) = n.queue.pop() else { break };
+        while let Some(p) = n.wire.pop_arrived(now) {
             let port = &mut n.ports[p.to as usize];
             if !port.alive {
                 continue;
@@ -258,34 +237,10 @@ impl SimNet {
 }
 
 impl NetState {
-    fn put(&mut self, from: u32, to: u32, mut data: Vec<u8>) {
+    fn put(&mut self, from: u32, to: u32, data: Vec<u8>) {
         self.datagrams += 1;
-        let l = self.link;
-        if self.rng.chance(l.loss_pct) {
-            return;
-        }
-        if self.rng.chance(l.corrupt_pct) && !data.is_empty() {
-            let at = (self.rng.next_u64() as usize) % data.len();
-            data[at] ^= 1 << (self.rng.next_u64() % 8);
-        }
-        let copies = if self.rng.chance(l.dup_pct) { 2 } else { 1 };
-        for _ in 0..copies {
-            let mut at = self.now + l.delay;
-            if !l.jitter.is_zero() {
-                at = at + Duration::from_nanos(self.rng.next_u64() % l.jitter.as_nanos().max(1) as u64);
-            }
-            if self.rng.chance(l.reorder_pct) {
-                at = at + l.delay * 3;
-            }
-            if let Some(nanos) = (data.len() as u64 * 1_000_000_000).checked_div(l.bandwidth) {
-                let tx = Duration::from_nanos(nanos);
-                let start = self.busy_until[to as usize].max(self.now);
-                self.busy_until[to as usize] = start + tx;
-                at = at.max(start + tx);
-            }
-            self.seq += 1;
-            self.queue.push(Reverse(InFlight { at, seq: self.seq, to, from, data: data.clone() }));
-        }
+        let now = self.now;
+        self.wire.put(now, from, to, data);
     }
 }
 
