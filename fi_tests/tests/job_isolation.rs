@@ -114,6 +114,29 @@ fn counter(stderr: &str, domain: &str, name: &str) -> u64 {
     stderr[start..end].lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} for {domain}:\n{stderr}")).trim().parse().unwrap()
 }
 
+/// Runs the isolation of `domains` in a child process of this test binary
+/// (test `name`) with `FI_RDMX_STATS=1`, since the counters are printed when
+/// an endpoint closes; the parent gets the child's stderr, the child `None`.
+fn in_child_with_stats(name: &str, domains: &[&str]) -> Option<String> {
+    if std::env::var_os("RDMX_ISOLATION_CHILD").is_some() {
+        init();
+        for d in domains {
+            isolate(d);
+        }
+        return None;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(child_env())
+        .env("RDMX_ISOLATION_CHILD", "1")
+        .env("FI_RDMX_STATS", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "child failed:\n{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    Some(stderr)
+}
+
 /// On the verbs device the job key becomes the queue pair's Q_Key: the NIC
 /// itself drops the other job's datagrams, so rdmx never sees them (nothing
 /// received, nothing counted as dropped by job key) and nothing is delivered.
@@ -122,20 +145,7 @@ fn verbs_jobs_are_isolated_by_the_nic() {
     if !verbs_device_present() {
         return;
     }
-    if std::env::var_os("RDMX_ISOLATION_CHILD").is_some() {
-        init();
-        isolate("verbs");
-        return;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "verbs_jobs_are_isolated_by_the_nic", "--nocapture", "--test-threads=1"])
-        .envs(child_env())
-        .env("RDMX_ISOLATION_CHILD", "1")
-        .env("FI_RDMX_STATS", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    let Some(stderr) = in_child_with_stats("verbs_jobs_are_isolated_by_the_nic", &["verbs"]) else { return };
     assert_eq!(counter(&stderr, "verbs", "packets_received"), 0, "job 2's endpoint received packets of job 1");
     assert_eq!(counter(&stderr, "verbs", "dropped_job_key"), 0, "the NIC, not rdmx, should have dropped them");
     assert_eq!(counter(&stderr, "verbs", "messages_delivered"), 0);
@@ -143,22 +153,7 @@ fn verbs_jobs_are_isolated_by_the_nic() {
 
 #[test]
 fn endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory() {
-    if std::env::var_os("RDMX_ISOLATION_CHILD").is_some() {
-        init();
-        isolate("udp");
-        isolate("shm");
-        return;
-    }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory", "--nocapture", "--test-threads=1"])
-        .envs(child_env())
-        .env("RDMX_ISOLATION_CHILD", "1")
-        // The counters are what this test reads.
-        .env("FI_RDMX_STATS", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "child failed:\n{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
+    let Some(stderr) = in_child_with_stats("endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory", &["udp", "shm"]) else { return };
     for domain in ["udp", "shm"] {
         let dropped = counter(&stderr, domain, "dropped_job_key");
         assert!(dropped >= 4, "{domain}: job 2 counted {dropped} packets of job 1 dropped");
