@@ -428,7 +428,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// When the endpoint next needs a round of progress without input.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let linger = self.linger.as_ref().map(|l| l.last_rx + LINGER_IDLE);
+        // While our data is unacknowledged the idle deadline may be past and
+        // still not end the linger: then only its bound (and the rdm timers,
+        // for the retransmissions) can, never a deadline already gone, which
+        // would wake the caller at once, again and again.
+        let linger = self.linger.as_ref().map(|l| if self.engine.rdm().has_unacked() { l.start + LINGER_MAX } else { (l.last_rx + LINGER_IDLE).min(l.start + LINGER_MAX) });
         [self.engine.rdm().poll_timeout(), self.engine.poll_timeout(), linger].into_iter().flatten().min()
     }
 

@@ -32,6 +32,9 @@ pub trait SimMemory: Memory {
     }
 }
 
+/// Rounds [`EndpointSim::run_until`] allows at one instant of virtual time.
+const STILL_ROUNDS_MAX: u32 = 10_000;
+
 /// The network's virtual time.
 pub struct SimClock(SimNet);
 
@@ -177,12 +180,23 @@ impl<M: SimMemory> EndpointSim<M> {
     /// `done` held.
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&Self) -> bool) -> bool {
         let end = self.now() + limit;
+        // Rounds at one instant: a few are normal (a read served, an answer to
+        // it); this many means some endpoint asks to be woken at a time already
+        // past and nothing it does moves the clock, which a real progress
+        // thread would spin on. Fail loudly rather than hang.
+        let (mut stood, mut at) = (0u32, self.now());
         while self.now() < end {
             if done(self) {
                 return true;
             }
             if !self.step() {
                 return done(self);
+            }
+            if self.now() == at {
+                stood += 1;
+                assert!(stood < STILL_ROUNDS_MAX, "virtual time stands still at {at:?}: {stood} rounds without a clock move");
+            } else {
+                (stood, at) = (0, self.now());
             }
         }
         done(self)

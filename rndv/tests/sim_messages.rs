@@ -1038,3 +1038,36 @@ fn a_closing_receiver_lingers_to_answer_retransmissions() {
     }
 }
 
+
+/// Close while our own data is unacknowledged because the link went dead: the
+/// linger's idle deadline passes while `unacked` keeps it open, and the
+/// endpoint must then wake for its retransmissions and for the linger's end,
+/// never for a deadline already past (the fuzz target's CI timeout: virtual
+/// time stood still, as a real progress thread would spin). The close ends
+/// within `LINGER_MAX` of virtual time and in a bounded number of rounds.
+#[test]
+fn a_lingering_endpoint_with_unacknowledged_data_closes_without_spinning() {
+    let mut sim = net(2, Link { loss_pct: 1.0, ..Link::default() }, 7, config());
+    both_ways(&sim, 0, 1, path(false));
+    let (to0, to1) = (sim.peer(1, 0), sim.peer(0, 1));
+    // Node 0 receives something first (a lossy peer that sent to us: linger).
+    sim.nodes[0].ep.post_recv(recv(BASE, 100, 10)).unwrap();
+    send_from(&mut sim, 1, to0, msg(), &[7; 100], BASE, meta(1));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Recv).len() == 1));
+    // The link goes dead; node 0 sends to node 1 (never acknowledged) and closes.
+    sim.net.set_link(Link { loss_pct: 100.0, ..Link::default() });
+    send_from(&mut sim, 0, to1, msg(), &[9; 3000], BASE + 4096, meta(2));
+    sim.drain(0);
+    let start = sim.now();
+    sim.close(0);
+    let mut rounds = 0;
+    while !sim.nodes[0].ep.is_closed() {
+        rounds += 1;
+        assert!(rounds < 10_000, "still lingering after {rounds} rounds at {:?} past the close: time stands still", sim.now().saturating_duration_since(start));
+        if !sim.step() {
+            break;
+        }
+    }
+    assert!(sim.nodes[0].ep.is_closed(), "nothing scheduled, yet the close did not finish");
+    assert!(sim.now().saturating_duration_since(start) <= Duration::from_millis(510), "linger outlived its bound: {:?}", sim.now().saturating_duration_since(start));
+}
