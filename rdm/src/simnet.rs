@@ -12,7 +12,7 @@
 //! buffers and counts datagrams sent from anywhere else.
 #![forbid(unsafe_code)]
 
-use crate::device::{DevAddr, Device, DeviceCaps, DeviceError, RawAddr, ReadDone, ReadRun, TxDatagram};
+use crate::device::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use crate::sim::{Link, Wire};
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -39,6 +39,9 @@ struct Port {
     lent: Vec<(usize, usize)>,
     sent: u64,
     sent_from_elsewhere: u64,
+    /// The domain ([`SimContext`]) the node's device was opened from: its
+    /// reads' local keys must be that domain's.
+    domain: Option<usize>,
 }
 
 struct NetState {
@@ -47,6 +50,9 @@ struct NetState {
     ports: Vec<Port>,
     reads: VecDeque<PostedRead>,
     datagrams: u64,
+    /// Each domain's live registrations: key -> (addr, len).
+    domains: Vec<HashMap<u64, (u64, u64)>>,
+    next_key: u64,
 }
 
 /// A read a node posted, waiting for the harness to serve it.
@@ -94,6 +100,7 @@ impl SimNet {
                 lent: Vec::new(),
                 sent: 0,
                 sent_from_elsewhere: 0,
+                domain: None,
             })
             .collect();
         SimNet(Arc::new(Mutex::new(NetState {
@@ -102,6 +109,8 @@ impl SimNet {
             ports,
             reads: VecDeque::new(),
             datagrams: 0,
+            domains: Vec::new(),
+            next_key: 1,
         })))
     }
 
@@ -112,6 +121,21 @@ impl SimNet {
     /// Node `i`'s device.
     pub fn device(&self, i: u32) -> SimDevice {
         SimDevice { net: self.clone(), me: i }
+    }
+
+    /// A domain (the model of one protection domain) whose endpoints are
+    /// `nodes`, handed out in this order by [`DeviceContext::open`].
+    pub fn context(&self, nodes: &[u32]) -> SimContext {
+        let mut n = self.lock();
+        n.domains.push(HashMap::new());
+        SimContext { net: self.clone(), domain: n.domains.len() - 1, nodes: Mutex::new(nodes.iter().copied().collect()) }
+    }
+
+    /// Whether `key` is a live registration of node `i`'s domain covering
+    /// `[addr, addr+len)`: what a peer's read of node `i`'s memory needs.
+    pub fn key_covers(&self, i: u32, key: u64, addr: u64, len: u64) -> bool {
+        let n = self.lock();
+        n.ports[i as usize].domain.is_some_and(|d| covers(&n.domains[d], key, addr, len))
     }
 
     pub fn now(&self) -> Instant {
@@ -361,6 +385,14 @@ impl Device for SimDevice {
         if caps.registration && runs.iter().any(|r| r.remote_key.is_none() || r.local.key().is_none()) {
             return Err(DeviceError::Config("a read on a registering path without a key".into()));
         }
+        // Opened from a domain: each local key must be one of its live
+        // registrations over the run's destination (verbs checks the lkey
+        // against the queue pair's protection domain the same way).
+        if let Some(d) = n.ports[self.me as usize].domain {
+            if let Some(r) = runs.iter().find(|r| !r.local.key().is_some_and(|k| covers(&n.domains[d], k, r.local.addr(), r.local.len()))) {
+                return Err(DeviceError::Config(format!("local protection error: key {:?} is not a registration of this domain over {:#x}+{}", r.local.key(), r.local.addr(), r.local.len())));
+            }
+        }
         n.reads.push_back(PostedRead { node: self.me, peer: j, id, runs: runs.to_vec() });
         Ok(())
     }
@@ -379,5 +411,50 @@ impl Device for SimDevice {
 
     fn wait_fd(&self) -> Option<RawFd> {
         None
+    }
+}
+
+fn covers(regs: &HashMap<u64, (u64, u64)>, key: u64, addr: u64, len: u64) -> bool {
+    regs.get(&key).is_some_and(|&(a, l)| a <= addr && addr.checked_add(len).is_some_and(|e| e <= a + l))
+}
+
+/// A domain of the simulated network: the model of the device context a
+/// verbs or SRD domain has. Endpoints open their queues from it, and memory
+/// registered through its registrar is valid as a local read key on every one
+/// of them, and on no endpoint of another domain.
+pub struct SimContext {
+    net: SimNet,
+    domain: usize,
+    nodes: Mutex<VecDeque<u32>>,
+}
+
+impl DeviceContext for SimContext {
+    fn open(&self, _spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError> {
+        let me = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).pop_front().ok_or_else(|| DeviceError::Config("every node of this domain is open".into()))?;
+        self.net.lock().ports[me as usize].domain = Some(self.domain);
+        Ok(Box::new(self.net.device(me)))
+    }
+
+    fn registrar(&self) -> Option<Box<dyn Registrar>> {
+        Some(Box::new(SimRegistrar { net: self.net.clone(), domain: self.domain }))
+    }
+}
+
+struct SimRegistrar {
+    net: SimNet,
+    domain: usize,
+}
+
+impl Registrar for SimRegistrar {
+    fn register(&mut self, addr: u64, len: u64, _access: u64) -> Result<u64, DeviceError> {
+        let mut n = self.net.lock();
+        let key = n.next_key;
+        n.next_key += 1;
+        n.domains[self.domain].insert(key, (addr, len));
+        Ok(key)
+    }
+
+    fn deregister(&mut self, key: u64) {
+        self.net.lock().domains[self.domain].remove(&key);
     }
 }

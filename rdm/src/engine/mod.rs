@@ -209,12 +209,16 @@ struct Cold {
     path: Option<PeerPath>,
 }
 
-/// What the engine needs of a peer's path, fixed before anything is sent to
-/// the peer.
+/// A peer's path, fixed before anything is sent to the peer: what this engine
+/// needs of it, and what the message layer above asks of it
+/// ([`Engine::path`]: whether the receiver can read remotely, whether reads
+/// need registration keys). Kept once, in the peer's cold entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PeerPath {
-    /// Largest payload per datagram (the path's mtu minus the header).
-    payload_max: u32,
+pub struct PeerPath {
+    /// Largest payload per datagram (the path's mtu minus the header; no
+    /// datagram device carries more than 64 KiB, and 16 bits keep a cold
+    /// peer within its 96 bytes).
+    payload_max: u16,
     /// The path never loses, duplicates or corrupts: no retransmission timers,
     /// no SACK recovery, a full window from the start.
     reliable: bool,
@@ -222,6 +226,15 @@ struct PeerPath {
     gso: bool,
     /// The path keeps send order (with `reliable`: DIRECT packets may be used).
     ordered: bool,
+    /// The receiver can read the sender's memory ([`DeviceCaps::remote_read`]).
+    pub remote_read: bool,
+    /// Remote reads need registration keys ([`DeviceCaps::registration`]).
+    pub registration: bool,
+}
+
+/// The payload per datagram of a path of `mtu` bytes (at least 1, at most 64 KiB).
+fn payload_max(mtu: usize) -> u16 {
+    mtu.saturating_sub(HEADER_LEN).clamp(1, u16::MAX as usize) as u16
 }
 
 pub(super) struct TxSeg {
@@ -373,7 +386,7 @@ const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
-        let default_path = PeerPath { payload_max: cfg.mtu.saturating_sub(HEADER_LEN).max(1) as u32, reliable: cfg.reliable, gso: false, ordered: false };
+        let default_path = PeerPath { payload_max: payload_max(cfg.mtu), reliable: cfg.reliable, gso: false, ordered: false, remote_read: false, registration: false };
         Engine {
             cfg,
             paused: false,
@@ -425,10 +438,12 @@ impl Engine {
         let cold = &mut self.cold[id.0 as usize];
         if cold.path.is_none() {
             let path = PeerPath {
-                payload_max: caps.mtu.saturating_sub(HEADER_LEN).max(1) as u32,
+                payload_max: payload_max(caps.mtu),
                 reliable: caps.reliable,
                 gso: caps.gso,
                 ordered: caps.ordered,
+                remote_read: caps.remote_read,
+                registration: caps.registration,
             };
             match cold.hot {
                 None => cold.path = Some(path),
@@ -453,6 +468,13 @@ impl Engine {
     #[inline]
     fn path_of(&self, peer: PeerId) -> PeerPath {
         self.cold.get(peer.0 as usize).and_then(|c| c.path).unwrap_or(self.default_path)
+    }
+
+    /// The path given for `peer` ([`Engine::peer_with_path`]); `None` for a
+    /// peer known only from what it sent, or given its path only after data
+    /// had gone out to it on the engine's defaults.
+    pub fn path(&self, peer: PeerId) -> Option<PeerPath> {
+        self.cold.get(peer.0 as usize).and_then(|c| c.path)
     }
 
     /// The id of `addr` if the engine knows it (no entry is created).

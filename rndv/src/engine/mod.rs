@@ -32,7 +32,7 @@ use crate::matching::{Arrived, Matcher};
 use crate::wire::msg::{MsgKind, HEADER_LEN};
 use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::Packet;
-use rdm::engine::{Engine, Event, FailReason, PeerId};
+use rdm::engine::{Engine, Event, FailReason, PeerId, PeerPath};
 use rdm::{DevAddr, DeviceCaps, Instant};
 use slab::Slab;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -113,8 +113,6 @@ struct WindowRx {
 pub struct MsgEngine {
     rdm: Engine,
     cfg: Config,
-    /// Per-peer paths, by peer index.
-    paths: Vec<Option<Path>>,
     matcher: Matcher,
     tx: Slab<TxEntry>,
     rx: Slab<RxEntry>,
@@ -149,7 +147,6 @@ impl MsgEngine {
         MsgEngine {
             rdm,
             cfg,
-            paths: Vec::new(),
             matcher: Matcher::new(),
             tx: Slab::new(),
             rx: Slab::new(),
@@ -214,17 +211,12 @@ impl MsgEngine {
 
     /// The peer at `addr`, reached over `path` (recorded the first time).
     pub fn peer(&mut self, addr: DevAddr, path: Path) -> PeerId {
-        let p = self.rdm.peer_with_path(addr, &path);
-        let i = p.index() as usize;
-        if self.paths.len() <= i {
-            self.paths.resize(i + 1, None);
-        }
-        self.paths[i].get_or_insert(path);
-        p
+        self.rdm.peer_with_path(addr, &path)
     }
 
-    fn path(&self, peer: PeerId) -> Option<&Path> {
-        self.paths.get(peer.index() as usize).and_then(|p| p.as_ref())
+    /// The path recorded for `peer`, kept once by the rdm engine.
+    fn path(&self, peer: PeerId) -> Option<PeerPath> {
+        self.rdm.path(peer)
     }
 
     /// The protocol of a message of `len` bytes to `peer`, from its path:
