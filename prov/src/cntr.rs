@@ -2,7 +2,7 @@
 //! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
 //! progress of the bound endpoints.
 use crate::cntr_queue::CntrShared;
-use crate::core;
+use crate::progress;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
@@ -198,7 +198,7 @@ entry! {
                 return Ok(-(fi::FI_ETIMEDOUT as i32));
             }
             let wait = deadline.map(|d| d - now).unwrap_or(Duration::from_millis(100)).min(Duration::from_millis(100));
-            core::wait_any(&c.shared.endpoints(), wait);
+            progress::wait_any(&c.shared.endpoints(), wait);
         }
     }
 }

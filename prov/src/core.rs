@@ -1,52 +1,40 @@
-//! An endpoint's data path in the shim: the device and the `rndv` message engine
-//! (which owns the `rdm` engine), driven by the application's calls (manual
-//! progress) and the optional progress thread.
+//! The endpoint's runtime in the shim: it opens the endpoint's queue on its
+//! domain's device, builds the one [`rndv::Endpoint`] that owns everything
+//! below libfabric, translates libfabric's arguments into its operations, and
+//! drives it from the application's calls (manual progress) and the optional
+//! progress thread.
 //!
-//! Every posting call and every CQ/counter read runs [`EpState::progress`]:
-//! receive a batch from the device into the rdm engine, fire due timers, let the
-//! message engine run its protocols (and perform the remote reads it asks for),
-//! turn its completions into libfabric's (flags, source address, CQ, counters,
-//! EQ), and flush what the engines want to transmit. No protocol decision and no
-//! packet kind lives here.
+//! Every posting call and every CQ/counter read runs [`EpState::progress`]: one
+//! call of [`rndv::Endpoint::progress`] (device, both engines, reads, timers,
+//! transmit), then its completions and events reported in libfabric's terms
+//! (`completions.rs`). No protocol decision and no packet kind lives here; the
+//! application's memory is `process_memory.rs`, the counters at close
+//! `ep_stats.rs`, the sleep `progress.rs`.
 use crate::addr::RdmxAddr;
 use crate::args::{RecvArgs, SendArgs};
-use crate::av_table::{SharedAv, FI_ADDR_NOTAVAIL, FI_ADDR_UNSPEC};
+use crate::av_table::{SharedAv, FI_ADDR_UNSPEC};
 use crate::cntr_queue::CntrShared;
-use crate::cq_queue::{Completion, CompletionError, CqShared};
+use crate::cq_queue::CqShared;
 use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::params;
-use crate::progress::Progress;
+use crate::clock::{now, MonotonicClock};
+use crate::process_memory::ProcessMemory;
+use crate::progress::{wait_any, Progress};
 use crate::regcache::{DomainRegistrations, SharedDomainMr};
 use crate::rma::RmaArgs;
 use libfabric_sys as fi;
 use mr_cache::KeyTable;
 use parking_lot::Mutex;
-use rdm::device::{DeviceContext, LocalBuf, OpenSpec};
+use rdm::device::{DeviceContext, OpenSpec};
 use rdm::engine::PeerId;
 use rdm::{DevAddr, Device};
-use rndv::{Endpoint, EndpointConfig, EndpointEvent, IoBuf, IoList, MsgHeader, MsgKind, OpError, OpKind, OpMeta, PostError, RecvSpec, Src};
+use rndv::{Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
-
-/// Monotonic time for the engine, from one process-wide epoch.
-pub fn now() -> rdm::Instant {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(std::time::Instant::now);
-    rdm::Instant::from_nanos(epoch.elapsed().as_nanos() as u64)
-}
-
-/// The endpoint's clock: the process's monotonic one.
-pub struct MonotonicClock;
-
-impl rndv::Clock for MonotonicClock {
-    fn now(&self) -> rdm::Instant {
-        now()
-    }
-}
 
 /// The endpoint below libfabric, over the device its domain opened, the
 /// process's memory and the monotonic clock.
@@ -327,83 +315,6 @@ impl Progress for EpShared {
     }
 }
 
-/// The application's memory as the endpoint sees it: received bytes are
-/// copied into posted buffers, reads land in them, and one-sided requests are
-/// checked against the domain's registrations before memory is touched.
-pub struct ProcessMemory {
-    keys: Arc<Mutex<KeyTable>>,
-    virt_addr: bool,
-}
-
-impl rndv::Memory for ProcessMemory {
-    fn write(&mut self, addr: u64, data: &[u8]) {
-        // SAFETY: the engine writes only into buffers the application posted
-        // (receives, read results) or registered (RMA targets, checked by
-        // rma_target, which also refuses registrations whose memory was
-        // unmapped before the check), which libfabric's contract keeps valid
-        // and unaliased until the operation completes or the MR is closed.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
-    }
-
-    fn read(&self, addr: u64, len: usize, out: &mut Vec<u8>) {
-        if len == 0 {
-            return;
-        }
-        // SAFETY: as for `write`: a posted send buffer (valid until its send
-        // completes) or a registered range checked by rma_target.
-        out.extend_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, len) });
-    }
-
-    fn bytes(&self, addr: u64, len: usize) -> &[u8] {
-        if len == 0 {
-            return &[];
-        }
-        // SAFETY: the engine asks only for bytes of a send buffer whose send is
-        // still pending, which the application keeps valid until it completes.
-        unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
-    }
-
-    fn read_target(&mut self, addr: u64, len: u64) -> Option<LocalBuf> {
-        // SAFETY: the endpoint names only pieces of a buffer the application
-        // posted for a receive still pending (the engine pairs runs inside
-        // the pieces), which libfabric's contract keeps valid and leaves to
-        // the provider until the receive completes, after the read.
-        Some(unsafe { LocalBuf::new(addr, len) })
-    }
-
-    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
-        let mut keys = self.keys.lock();
-        let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
-        let want = match access {
-            rndv::Access::RemoteRead => fi::FI_REMOTE_READ as u64,
-            rndv::Access::RemoteWrite => fi::FI_REMOTE_WRITE as u64,
-            rndv::Access::LocalWrite => fi::FI_WRITE as u64,
-        };
-        // Registrations made without any access flag allow every access.
-        let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
-        let want = if region.access & access_flags == 0 { 0 } else { want };
-        let pieces = keys.check(key, addr, len, want, self.virt_addr).map_err(|e| match e {
-            // A key whose memory the application unmapped reaches nothing,
-            // like a closed one.
-            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::Unmapped(_) => rndv::Status::NoKey,
-            _ => rndv::Status::Access,
-        })?;
-        Ok(pieces.into_iter().map(|p| IoBuf { addr: p.addr, len: p.len }).collect())
-    }
-}
-
-fn errno_of(e: OpError) -> u32 {
-    match e {
-        OpError::Truncated { .. } => fi::FI_ETRUNC,
-        OpError::Canceled => fi::FI_ECANCELED,
-        OpError::NoMessage => fi::FI_ENOMSG,
-        OpError::PeerUnreachable => fi::FI_EHOSTUNREACH,
-        OpError::Io => fi::FI_EIO,
-        OpError::NoKey | OpError::Access => fi::FI_EACCES,
-        OpError::Invalid => fi::FI_EINVAL,
-    }
-}
-
 fn post_error(e: PostError) -> Error {
     match e {
         PostError::Again => Error::Again,
@@ -411,13 +322,6 @@ fn post_error(e: PostError) -> Error {
         PostError::AtomicUnsupported => Error::OpNotSupp,
         PostError::AtomicOperands => Error::Inval("atomic operand size"),
         PostError::TooLarge => Error::MsgSize,
-    }
-}
-
-fn msg_flag(kind: MsgKind) -> u64 {
-    match kind {
-        MsgKind::Msg => fi::FI_MSG as u64,
-        MsgKind::Tagged => fi::FI_TAGGED as u64,
     }
 }
 
@@ -551,144 +455,6 @@ impl EpState {
         Ok(())
     }
 
-    pub(crate) fn push_rx(&self, c: Completion) {
-        if let Some(b) = &self.rx_cq {
-            b.cq.push(c);
-        }
-    }
-
-    pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
-        let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
-        let generation = self.av.as_ref().map(|av| av.read().generation()).unwrap_or(0);
-        if generation != r.src_cache_gen {
-            r.src_cache.clear();
-            r.src_cache_gen = generation;
-        }
-        if let Some(a) = r.src_cache.get(&peer) {
-            return *a;
-        }
-        let dev = r.ep.peer_addr(peer);
-        let local = r.local;
-        let found = self
-            .av
-            .as_ref()
-            .and_then(|av| av.read().find(|a| a.route(&local) == Some(dev)))
-            .unwrap_or(FI_ADDR_NOTAVAIL);
-        if found != FI_ADDR_NOTAVAIL {
-            r.src_cache.insert(peer, found);
-        }
-        found
-    }
-
-    /// Turns one of the message engine's completions into libfabric's: CQ entry
-    /// (flags, source address, error), counters, and for operations without a
-    /// context (injects) the EQ.
-    fn report(&mut self, c: rndv::Completion) {
-        let err = c.err.map(errno_of);
-        let inc = |cntr: &Option<Arc<CntrShared>>, failed: bool| {
-            if let Some(k) = cntr {
-                if failed {
-                    k.inc_err();
-                } else {
-                    k.inc();
-                }
-            }
-        };
-        match c.kind {
-            OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic { .. } => {
-                let (flags, cntr) = match c.kind {
-                    OpKind::Send => (fi::FI_SEND as u64 | c.msg.map(msg_flag).unwrap_or(0), &self.send_cntr),
-                    OpKind::Write => ((fi::FI_RMA | fi::FI_WRITE) as u64, &self.write_cntr),
-                    OpKind::Read => ((fi::FI_RMA | fi::FI_READ) as u64, &self.read_cntr),
-                    OpKind::Atomic { fetch: false } => ((fi::FI_ATOMIC | fi::FI_WRITE) as u64, &self.write_cntr),
-                    _ => ((fi::FI_ATOMIC | fi::FI_READ) as u64, &self.read_cntr),
-                };
-                inc(cntr, err.is_some());
-                if let (true, Some(e)) = (c.meta.inject, err) {
-                    self.report_contextless_error("inject", e as i32);
-                } else if c.meta.wanted || err.is_some() {
-                    let peer = self.failed_peer_addr(&c);
-                    if let Some(b) = &self.tx_cq {
-                        b.cq.push(Completion {
-                            op_context: c.meta.context as usize,
-                            flags,
-                            len: c.len,
-                            err: err.map(|e| CompletionError { src_addr: peer, ..CompletionError::new(e) }),
-                            ..Completion::default()
-                        });
-                    }
-                }
-            }
-            OpKind::Recv => {
-                let kind = c.msg.unwrap_or(MsgKind::Msg);
-                let mut flags = recv_flags(kind, c.data);
-                if c.multi_done {
-                    flags |= fi::FI_MULTI_RECV as u64;
-                }
-                let src = c.src.map(|p| self.src_fi_addr(p)).unwrap_or(FI_ADDR_NOTAVAIL);
-                // FI_SOURCE_ERR: a sender missing from the AV is reported as an
-                // error entry carrying its address, so the application can insert it.
-                let src_err = (err.is_none() && c.src.is_some() && src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
-                    .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.ep.peer_addr(p))))
-                    .flatten();
-                let cerr = match c.err {
-                    Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
-                    Some(e) => Some(CompletionError { src_addr: self.failed_peer_addr(&c), ..CompletionError::new(errno_of(e)) }),
-                    None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
-                };
-                // A peek's answer is not a receive: counters count receives only.
-                if c.err != Some(OpError::NoMessage) {
-                    inc(&self.recv_cntr, matches!(c.err, Some(e) if e != OpError::NoMessage));
-                }
-                if cerr.is_some() || c.meta.wanted || c.multi_done {
-                    self.push_rx(Completion {
-                        op_context: c.meta.context as usize,
-                        flags,
-                        len: c.len,
-                        buf: c.buf as usize,
-                        data: c.data.unwrap_or(0),
-                        tag: c.tag,
-                        src,
-                        err: cerr,
-                    });
-                }
-            }
-            OpKind::RemoteWrite | OpKind::RemoteRead => {
-                let write = c.kind == OpKind::RemoteWrite;
-                inc(if write { &self.rwrite_cntr } else { &self.rread_cntr }, false);
-                if let Some(d) = c.data {
-                    self.push_rx(Completion {
-                        flags: (fi::FI_RMA | fi::FI_REMOTE_WRITE | fi::FI_REMOTE_CQ_DATA) as u64,
-                        len: c.len,
-                        data: d,
-                        ..Completion::default()
-                    });
-                }
-            }
-        }
-    }
-
-    /// The address of the peer whose failure failed `c` (handed out as the
-    /// error entry's `err_data`, so that `fi_cq_strerror` names it).
-    fn failed_peer_addr(&self, c: &rndv::Completion) -> Option<[u8; crate::addr::ADDR_LEN]> {
-        if !matches!(c.err, Some(OpError::PeerUnreachable | OpError::Io)) {
-            return None;
-        }
-        let r = self.running.as_ref()?;
-        Some(sender_addr(r.ep.peer_addr(c.src?)))
-    }
-
-    /// A failure of an operation that has no context (an inject): an EQ error
-    /// event if an EQ is bound, and the log. Never a CQ entry: its `op_context`
-    /// would be NULL, and MPI libraries dereference the context of every error
-    /// entry. (The send counter already counted the error.)
-    pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
-        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
-        if let Some((eq, fid)) = &self.eq {
-            eq.push_error(*fid, err as u32);
-        }
-    }
-
     pub fn rma_write(&mut self, args: RmaArgs<'_>, data: Option<u64>) -> Result<()> {
         let len: usize = args.payload.iter().map(|p| p.len()).sum();
         // RMA writes are always copied at post; FI_INJECT as a flag still
@@ -746,35 +512,7 @@ impl EpState {
             std::thread::sleep(Duration::from_micros(200));
         }
         self.drain_outputs();
-        if let Some(r) = self.running.as_ref() {
-            let s = r.ep.stats();
-            let (st, m) = (&s.rdm, &s.msg);
-            fi_info!(
-                Subsys::EpCtrl,
-                "endpoint {} closed: {} messages delivered, {} data packets sent ({} retransmitted), {} RMA/atomic operations started, {} served, rendezvous: {} sent, {} pulled, {} pushed; {} malformed and {} stray messages dropped",
-                r.local.to_uri(),
-                st.delivered_msgs,
-                st.sent_data,
-                st.retransmits,
-                m.rma_started,
-                m.rma_served,
-                m.rts_sent,
-                m.pulled,
-                m.pushed,
-                m.dropped_malformed,
-                m.stray
-            );
-            if m.dropped_unmatched > 0 {
-                fi_info!(Subsys::EpCtrl, "endpoint {}: {} datagrams dropped (no receive posted)", r.local.to_uri(), m.dropped_unmatched);
-            }
-            if params().stats {
-                let revoked = self.mr_keys.lock().revoked_by_unmap();
-                // The domain's cache (shared by its endpoints): zeros where
-                // the device registers nothing (udp, shm).
-                let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
-                print_stats(&r.local, st, m, s.unexpected_bytes, revoked, &cache);
-            }
-        }
+        self.log_close_stats();
     }
 
     /// One round of progress (see [`rndv::Endpoint::progress`]), then the
@@ -786,147 +524,6 @@ impl EpState {
             self.drain_outputs();
         }
     }
-
-    /// Reports the endpoint's completions and events.
-    fn drain_outputs(&mut self) {
-        loop {
-            let Some(r) = self.running.as_mut() else { return };
-            if let Some(e) = r.ep.poll_event() {
-                match e {
-                    EndpointEvent::PeerFailed { addr, .. } => {
-                        fi_warn!(Subsys::EpData, "peer {addr:?} is unreachable");
-                        if let Some((eq, fid)) = &self.eq {
-                            eq.push_error(*fid, fi::FI_EHOSTUNREACH);
-                        }
-                    }
-                    EndpointEvent::DeviceFailed { op, error } => fi_warn!(Subsys::EpData, "device {op} failed: {error}"),
-                    EndpointEvent::ReadFailed { addr, bytes, error } => fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {bytes} bytes: {error:?}"),
-                }
-                continue;
-            }
-            let Some(c) = r.ep.poll_completion() else { return };
-            self.report(c);
-        }
-    }
-}
-
-/// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each
-/// (`rdmx: <name> <value>`), to stderr: the documented way for scripts and tests
-/// to read them.
-fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize, mr_revoked_by_unmap: u64, cache: &mr_cache::cache::CacheStats) {
-    let lines = [
-        ("endpoint", local.to_uri()),
-        ("packets_sent", st.sent_data.to_string()),
-        // Messages sent / received as DIRECT packets on reliable, ordered
-        // paths (shm): no sequence number, no acknowledgement.
-        ("direct_sent", st.sent_direct.to_string()),
-        ("direct_received", st.received_direct.to_string()),
-        ("acks_sent", st.sent_acks.to_string()),
-        ("packets_resent", st.retransmits.to_string()),
-        ("timeouts", st.timeouts.to_string()),
-        // Tail loss probes that fired, and window reductions for congestion
-        // (random losses without a queue on the path reduce nothing).
-        ("probes", st.probes.to_string()),
-        ("congestion_reductions", st.congestion_reductions.to_string()),
-        ("fast_retransmits", st.fast_retransmits.to_string()),
-        ("packets_received", st.received.to_string()),
-        ("messages_delivered", st.delivered_msgs.to_string()),
-        ("duplicates", st.duplicates.to_string()),
-        ("dropped_malformed_packets", st.dropped_malformed.to_string()),
-        ("dropped_checksum", st.dropped_checksum.to_string()),
-        ("dropped_job_key", st.dropped_job_key.to_string()),
-        ("dropped_stale", st.dropped_stale.to_string()),
-        ("peers_failed", st.peers_failed.to_string()),
-        ("eager_sent", m.eager_sent.to_string()),
-        ("rendezvous_sent", m.rts_sent.to_string()),
-        ("rendezvous_pulled", m.pulled.to_string()),
-        ("rendezvous_windowed", m.pushed.to_string()),
-        ("windows_granted", m.windows_granted.to_string()),
-        ("rma_started", m.rma_started.to_string()),
-        ("rma_served", m.rma_served.to_string()),
-        ("dropped_malformed_messages", m.dropped_malformed.to_string()),
-        ("dropped_stray_answers", m.stray.to_string()),
-        ("unexpected_bytes", unexpected_bytes.to_string()),
-        // The domain's registrations whose memory the application unmapped
-        // while they were open (remote accesses through them now fail).
-        ("mr_keys_revoked_by_unmap", mr_revoked_by_unmap.to_string()),
-        // Rendezvous keys: registrations this endpoint acquired, and buffers
-        // announced with the application's own (its fi_mr_desc).
-        ("rendezvous_registrations", m.registrations_acquired.to_string()),
-        ("rendezvous_registrations_from_desc", m.registrations_from_desc.to_string()),
-        // The domain's registration cache (shared by its endpoints).
-        ("mr_cache_hits", cache.hits.to_string()),
-        ("mr_cache_misses", cache.misses.to_string()),
-        ("mr_cache_evictions", cache.evictions.to_string()),
-        ("mr_cache_invalidations", cache.invalidations.to_string()),
-        ("mr_cache_bytes_cached", cache.bytes_cached.to_string()),
-    ];
-    let mut out = String::new();
-    for (k, v) in lines {
-        out.push_str(&format!("rdmx: {k} {v}\n"));
-    }
-    eprint!("{out}");
-}
-
-/// An insertable rdmx address for a sender known only by its device address.
-fn sender_addr(dev: DevAddr) -> [u8; crate::addr::ADDR_LEN] {
-    let a = match dev {
-        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY },
-        DevAddr::Shm(s) => RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY },
-        DevAddr::Raw(_) => RdmxAddr { ud: crate::addr::UdAddr::from_dev_addr(&dev), ..RdmxAddr::EMPTY },
-        // The simulator's addresses exist only in test builds of rdm.
-        #[allow(unreachable_patterns)]
-        _ => RdmxAddr::EMPTY,
-    };
-    a.encode()
-}
-
-fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {
-    let mut f = fi::FI_RECV as u64
-        | match kind {
-            MsgKind::Msg => fi::FI_MSG as u64,
-            MsgKind::Tagged => fi::FI_TAGGED as u64,
-        };
-    if data.is_some() {
-        f |= fi::FI_REMOTE_CQ_DATA as u64;
-    }
-    f
-}
-
-/// Sleeps until one of the endpoints' devices has input, an engine timer is due,
-/// or `max` has passed.
-pub fn wait_any<P: Progress + ?Sized>(eps: &[Arc<P>], max: Duration) {
-    wait_any_or_fd(eps, None, max);
-}
-
-/// Like [`wait_any`], also waking when `extra` turns readable (a wait set's fd).
-pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>, max: Duration) {
-    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len() + 1);
-    if let Some(fd) = extra {
-        fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-    }
-    let mut wait = max;
-    let t = now();
-    for ep in eps {
-        let (fd, deadline, ready) = ep.prepare_wait();
-        if ready {
-            return;
-        }
-        if let Some(fd) = fd {
-            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
-        }
-        if let Some(d) = deadline {
-            wait = wait.min(d.saturating_duration_since(t));
-        }
-    }
-    if fds.is_empty() {
-        // Nothing to sleep on: yield briefly so a polling-only device still moves.
-        std::thread::sleep(wait.min(Duration::from_micros(50)));
-        return;
-    }
-    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `fds` is a valid array of pollfd for its length.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
 /// Provider cleanup (libfabric's destructor, at exit or when libfabric is

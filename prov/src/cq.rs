@@ -2,7 +2,7 @@
 //! progress of every endpoint bound to the CQ (manual progress) and then copies
 //! entries out in the CQ's format. The queue grows as needed: with
 //! `FI_RM_ENABLED` a completion is never dropped.
-use crate::core;
+use crate::progress;
 use crate::cq_queue::CqShared;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
@@ -174,7 +174,7 @@ fn sread_impl(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u64, time
         }
         let eps = cq.shared.endpoints();
         let wait = deadline.map(|d| d - now).unwrap_or(Duration::from_millis(100)).min(Duration::from_millis(100));
-        core::wait_any(&eps, wait);
+        progress::wait_any(&eps, wait);
     }
 }
 

@@ -6,6 +6,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 /// An endpoint as the queues bound to it drive it (manual progress).
 pub trait Progress: Send + Sync {
@@ -79,4 +80,40 @@ impl BoundEndpoints {
     pub fn try_wait(&self) -> bool {
         self.endpoints().iter().fold(true, |ok, ep| ep.try_wait() && ok)
     }
+}
+
+/// Sleeps until one of the endpoints' devices has input, an engine timer is due,
+/// or `max` has passed.
+pub fn wait_any<P: Progress + ?Sized>(eps: &[Arc<P>], max: Duration) {
+    wait_any_or_fd(eps, None, max);
+}
+
+/// Like [`wait_any`], also waking when `extra` turns readable (a wait set's fd).
+pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>, max: Duration) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(eps.len() + 1);
+    if let Some(fd) = extra {
+        fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+    }
+    let mut wait = max;
+    let t = crate::clock::now();
+    for ep in eps {
+        let (fd, deadline, ready) = ep.prepare_wait();
+        if ready {
+            return;
+        }
+        if let Some(fd) = fd {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(t));
+        }
+    }
+    if fds.is_empty() {
+        // Nothing to sleep on: yield briefly so a polling-only device still moves.
+        std::thread::sleep(wait.min(Duration::from_micros(50)));
+        return;
+    }
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `fds` is a valid array of pollfd for its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }

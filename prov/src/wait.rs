@@ -17,7 +17,7 @@
 //! (`-FI_ETIMEDOUT`). Members stay in the set until they close; the set cannot
 //! close before them (`-FI_EBUSY`).
 use crate::cntr_queue::CntrShared;
-use crate::core;
+use crate::progress;
 use crate::cq_queue::CqShared;
 use crate::entry::{entry, non_null, Out};
 use crate::eq_queue::EqQueue;
@@ -239,7 +239,7 @@ entry! {
             // Slices of at most 100 ms: a member opened meanwhile joins the
             // next round.
             let wait = deadline.map(|d| d - now).unwrap_or(Duration::from_millis(100)).min(Duration::from_millis(100));
-            core::wait_any_or_fd(&eps, Some(waitset.shared.epoll.as_raw_fd()), wait);
+            progress::wait_any_or_fd(&eps, Some(waitset.shared.epoll.as_raw_fd()), wait);
         }
     }
 }

@@ -20,9 +20,9 @@ use std::path::Path;
 
 /// Bottom to top.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["error", "log", "params", "addr", "entry", "fid", "info", "version"]),
+    ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
     ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices"]),
-    ("runtime", &["core"]),
+    ("runtime", &["process_memory", "core", "completions", "ep_stats"]),
     ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "mr", "poll", "wait"]),
 ];
 

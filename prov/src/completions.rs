@@ -1,0 +1,221 @@
+//! The endpoint's outputs in libfabric's terms: each completion of the message
+//! engine becomes a CQ entry (flags, source address, error with the failed
+//! peer), counter updates, or for an operation without a context an EQ error;
+//! endpoint events become EQ errors and log lines.
+use crate::addr::RdmxAddr;
+use crate::av_table::FI_ADDR_NOTAVAIL;
+use crate::cntr_queue::CntrShared;
+use crate::core::EpState;
+use crate::cq_queue::{Completion, CompletionError};
+use crate::log::{fi_warn, Subsys};
+use libfabric_sys as fi;
+use rdm::engine::PeerId;
+use rdm::DevAddr;
+use rndv::{EndpointEvent, MsgKind, OpError, OpKind};
+use std::sync::Arc;
+
+fn errno_of(e: OpError) -> u32 {
+    match e {
+        OpError::Truncated { .. } => fi::FI_ETRUNC,
+        OpError::Canceled => fi::FI_ECANCELED,
+        OpError::NoMessage => fi::FI_ENOMSG,
+        OpError::PeerUnreachable => fi::FI_EHOSTUNREACH,
+        OpError::Io => fi::FI_EIO,
+        OpError::NoKey | OpError::Access => fi::FI_EACCES,
+        OpError::Invalid => fi::FI_EINVAL,
+    }
+}
+
+fn msg_flag(kind: MsgKind) -> u64 {
+    match kind {
+        MsgKind::Msg => fi::FI_MSG as u64,
+        MsgKind::Tagged => fi::FI_TAGGED as u64,
+    }
+}
+
+impl EpState {
+    pub(crate) fn push_rx(&self, c: Completion) {
+        if let Some(b) = &self.rx_cq {
+            b.cq.push(c);
+        }
+    }
+
+    pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
+        let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
+        let generation = self.av.as_ref().map(|av| av.read().generation()).unwrap_or(0);
+        if generation != r.src_cache_gen {
+            r.src_cache.clear();
+            r.src_cache_gen = generation;
+        }
+        if let Some(a) = r.src_cache.get(&peer) {
+            return *a;
+        }
+        let dev = r.ep.peer_addr(peer);
+        let local = r.local;
+        let found = self
+            .av
+            .as_ref()
+            .and_then(|av| av.read().find(|a| a.route(&local) == Some(dev)))
+            .unwrap_or(FI_ADDR_NOTAVAIL);
+        if found != FI_ADDR_NOTAVAIL {
+            r.src_cache.insert(peer, found);
+        }
+        found
+    }
+
+    /// Turns one of the message engine's completions into libfabric's: CQ entry
+    /// (flags, source address, error), counters, and for operations without a
+    /// context (injects) the EQ.
+    pub(crate) fn report(&mut self, c: rndv::Completion) {
+        let err = c.err.map(errno_of);
+        let inc = |cntr: &Option<Arc<CntrShared>>, failed: bool| {
+            if let Some(k) = cntr {
+                if failed {
+                    k.inc_err();
+                } else {
+                    k.inc();
+                }
+            }
+        };
+        match c.kind {
+            OpKind::Send | OpKind::Write | OpKind::Read | OpKind::Atomic { .. } => {
+                let (flags, cntr) = match c.kind {
+                    OpKind::Send => (fi::FI_SEND as u64 | c.msg.map(msg_flag).unwrap_or(0), &self.send_cntr),
+                    OpKind::Write => ((fi::FI_RMA | fi::FI_WRITE) as u64, &self.write_cntr),
+                    OpKind::Read => ((fi::FI_RMA | fi::FI_READ) as u64, &self.read_cntr),
+                    OpKind::Atomic { fetch: false } => ((fi::FI_ATOMIC | fi::FI_WRITE) as u64, &self.write_cntr),
+                    _ => ((fi::FI_ATOMIC | fi::FI_READ) as u64, &self.read_cntr),
+                };
+                inc(cntr, err.is_some());
+                if let (true, Some(e)) = (c.meta.inject, err) {
+                    self.report_contextless_error("inject", e as i32);
+                } else if c.meta.wanted || err.is_some() {
+                    let peer = self.failed_peer_addr(&c);
+                    if let Some(b) = &self.tx_cq {
+                        b.cq.push(Completion {
+                            op_context: c.meta.context as usize,
+                            flags,
+                            len: c.len,
+                            err: err.map(|e| CompletionError { src_addr: peer, ..CompletionError::new(e) }),
+                            ..Completion::default()
+                        });
+                    }
+                }
+            }
+            OpKind::Recv => {
+                let kind = c.msg.unwrap_or(MsgKind::Msg);
+                let mut flags = recv_flags(kind, c.data);
+                if c.multi_done {
+                    flags |= fi::FI_MULTI_RECV as u64;
+                }
+                let src = c.src.map(|p| self.src_fi_addr(p)).unwrap_or(FI_ADDR_NOTAVAIL);
+                // FI_SOURCE_ERR: a sender missing from the AV is reported as an
+                // error entry carrying its address, so the application can insert it.
+                let src_err = (err.is_none() && c.src.is_some() && src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
+                    .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.ep.peer_addr(p))))
+                    .flatten();
+                let cerr = match c.err {
+                    Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
+                    Some(e) => Some(CompletionError { src_addr: self.failed_peer_addr(&c), ..CompletionError::new(errno_of(e)) }),
+                    None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
+                };
+                // A peek's answer is not a receive: counters count receives only.
+                if c.err != Some(OpError::NoMessage) {
+                    inc(&self.recv_cntr, matches!(c.err, Some(e) if e != OpError::NoMessage));
+                }
+                if cerr.is_some() || c.meta.wanted || c.multi_done {
+                    self.push_rx(Completion {
+                        op_context: c.meta.context as usize,
+                        flags,
+                        len: c.len,
+                        buf: c.buf as usize,
+                        data: c.data.unwrap_or(0),
+                        tag: c.tag,
+                        src,
+                        err: cerr,
+                    });
+                }
+            }
+            OpKind::RemoteWrite | OpKind::RemoteRead => {
+                let write = c.kind == OpKind::RemoteWrite;
+                inc(if write { &self.rwrite_cntr } else { &self.rread_cntr }, false);
+                if let Some(d) = c.data {
+                    self.push_rx(Completion {
+                        flags: (fi::FI_RMA | fi::FI_REMOTE_WRITE | fi::FI_REMOTE_CQ_DATA) as u64,
+                        len: c.len,
+                        data: d,
+                        ..Completion::default()
+                    });
+                }
+            }
+        }
+    }
+
+    /// The address of the peer whose failure failed `c` (handed out as the
+    /// error entry's `err_data`, so that `fi_cq_strerror` names it).
+    pub(crate) fn failed_peer_addr(&self, c: &rndv::Completion) -> Option<[u8; crate::addr::ADDR_LEN]> {
+        if !matches!(c.err, Some(OpError::PeerUnreachable | OpError::Io)) {
+            return None;
+        }
+        let r = self.running.as_ref()?;
+        Some(sender_addr(r.ep.peer_addr(c.src?)))
+    }
+
+    /// A failure of an operation that has no context (an inject): an EQ error
+    /// event if an EQ is bound, and the log. Never a CQ entry: its `op_context`
+    /// would be NULL, and MPI libraries dereference the context of every error
+    /// entry. (The send counter already counted the error.)
+    pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
+        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
+        if let Some((eq, fid)) = &self.eq {
+            eq.push_error(*fid, err as u32);
+        }
+    }
+
+    /// Reports the endpoint's completions and events.
+    pub(crate) fn drain_outputs(&mut self) {
+        loop {
+            let Some(r) = self.running.as_mut() else { return };
+            if let Some(e) = r.ep.poll_event() {
+                match e {
+                    EndpointEvent::PeerFailed { addr, .. } => {
+                        fi_warn!(Subsys::EpData, "peer {addr:?} is unreachable");
+                        if let Some((eq, fid)) = &self.eq {
+                            eq.push_error(*fid, fi::FI_EHOSTUNREACH);
+                        }
+                    }
+                    EndpointEvent::DeviceFailed { op, error } => fi_warn!(Subsys::EpData, "device {op} failed: {error}"),
+                    EndpointEvent::ReadFailed { addr, bytes, error } => fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {bytes} bytes: {error:?}"),
+                }
+                continue;
+            }
+            let Some(c) = r.ep.poll_completion() else { return };
+            self.report(c);
+        }
+    }
+}
+
+/// An insertable rdmx address for a sender known only by its device address.
+fn sender_addr(dev: DevAddr) -> [u8; crate::addr::ADDR_LEN] {
+    let a = match dev {
+        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY },
+        DevAddr::Shm(s) => RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY },
+        DevAddr::Raw(_) => RdmxAddr { ud: crate::addr::UdAddr::from_dev_addr(&dev), ..RdmxAddr::EMPTY },
+        // The simulator's addresses exist only in test builds of rdm.
+        #[allow(unreachable_patterns)]
+        _ => RdmxAddr::EMPTY,
+    };
+    a.encode()
+}
+
+fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {
+    let mut f = fi::FI_RECV as u64
+        | match kind {
+            MsgKind::Msg => fi::FI_MSG as u64,
+            MsgKind::Tagged => fi::FI_TAGGED as u64,
+        };
+    if data.is_some() {
+        f |= fi::FI_REMOTE_CQ_DATA as u64;
+    }
+    f
+}
