@@ -13,6 +13,11 @@
 //!   or out of bounds; remote reads it asks for land in the receive area;
 //! * each operation completes at most once, with a context that was posted;
 //!   a receive reports at most the bytes of its buffer.
+//!
+//! It stays below [`rndv::Endpoint`] on purpose: the fuzzer writes the peer's
+//! packets field by field and finishes remote reads in any order and any way,
+//! which a whole endpoint over a device would never let it reach. The
+//! `endpoint` target covers the object the provider calls.
 #![no_main]
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;

@@ -117,7 +117,7 @@ pub struct DeviceCaps {
     pub ordered: bool,
     /// Largest datagram payload the device carries.
     pub mtu: usize,
-    /// The receiver can read the sender's memory directly ([`Device::remote_read`]).
+    /// The receiver can read the sender's memory directly ([`Device::post_read`]).
     pub remote_read: bool,
     /// The device takes a run of equal-size datagrams to one destination as one
     /// [`TxDatagram`] (`seg` < `data.len()`), e.g. as one UDP GSO send.

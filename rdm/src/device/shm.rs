@@ -844,7 +844,7 @@ impl ShmDevice {
         &self.path
     }
 
-    /// Whether [`Device::remote_read`] from `peer` works (same user, ptrace
+    /// Whether a remote read ([`Device::post_read`]) from `peer` works (same user, ptrace
     /// allowed): reads the magic of the peer's ring header out of its memory.
     /// Copies `dst.len()` bytes at `remote_addr` of the same-host process
     /// behind `peer` into `dst` (`process_vm_readv`); how many were read.
