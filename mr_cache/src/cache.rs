@@ -73,6 +73,9 @@ pub struct CacheStats {
     pub flushes: u64,
     /// Registrations of memory the monitor cannot watch (registered per use).
     pub uncached: u64,
+    /// Registrations the device refused (memlock or device limits, `ENOMEM`),
+    /// the retry after evicting the unused entries included.
+    pub register_failures: u64,
     /// Bytes of the entries in the cache now.
     pub bytes_cached: u64,
 }
@@ -190,7 +193,7 @@ impl<R: Registrar> MrCache<R> {
         // Watch first: an unmap from here on is in the log, so the next lookup
         // drops this entry if it races with the registration below.
         let watched = self.cfg.enabled && self.monitor.watch(addr, len);
-        let handle = match self.reg.register(addr, len, access) {
+        let handle = match self.register_evicting(addr, len, access) {
             Ok(h) => h,
             Err(e) => {
                 if watched {
@@ -280,6 +283,28 @@ impl<R: Registrar> MrCache<R> {
                 self.invalidate(0, u64::MAX);
             }
         }
+    }
+
+    /// Registers with the device; when it refuses (a memlock or device limit
+    /// reached, `ENOMEM`) and unused registrations are cached, gives all of
+    /// them back and tries once more: pinned memory nobody uses must never
+    /// make a transfer fail. The caller falls back (a windowed rendezvous)
+    /// only when that fails too.
+    fn register_evicting(&mut self, addr: u64, len: u64, access: u64) -> Result<R::Handle, R::Error> {
+        let first = match self.reg.register(addr, len, access) {
+            Ok(h) => return Ok(h),
+            Err(e) => e,
+        };
+        self.stats.register_failures += 1;
+        if self.lru_head.is_none() {
+            return Err(first);
+        }
+        while let Some(id) = self.lru_head {
+            self.unindex(id);
+            self.drop_entry(id);
+            self.stats.evictions += 1;
+        }
+        self.reg.register(addr, len, access).inspect_err(|_| self.stats.register_failures += 1)
     }
 
     /// Evicts least recently released unused entries while over a limit.
@@ -373,12 +398,17 @@ mod tests {
         next: u64,
         live: std::collections::HashMap<u64, (u64, u64, u64)>,
         registered: u64,
+        /// At most this many live registrations (a device's or memlock's limit).
+        limit: Option<usize>,
     }
 
     impl Registrar for Model {
         type Handle = u64;
         type Error = ();
         fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, ()> {
+            if self.limit.is_some_and(|l| self.live.len() >= l) {
+                return Err(());
+            }
             self.next += 1;
             self.registered += 1;
             self.live.insert(self.next, (addr, len, access));
@@ -437,6 +467,25 @@ mod tests {
         assert_eq!(c.stats().evictions, 1);
         assert_eq!(c.acquire(205, 1, 1).unwrap(), b, "b is still cached");
         assert!(c.handle(held).is_some());
+    }
+
+    #[test]
+    fn a_refused_registration_evicts_the_unused_entries_and_retries() {
+        let model = Model { limit: Some(2), ..Model::default() };
+        let mut c = MrCache::new(model, CacheConfig::default(), manual());
+        let a = c.acquire(0, 10, 1).unwrap();
+        let b = c.acquire(100, 10, 1).unwrap();
+        // Both in use: the device is full and nothing may be given back.
+        assert!(c.acquire(200, 10, 1).is_err());
+        assert_eq!((c.stats().register_failures, c.stats().evictions), (1, 0));
+        assert!(c.handle(a).is_some() && c.handle(b).is_some(), "entries in use are never evicted");
+        // One released: the next miss evicts it and registers.
+        c.release(a);
+        let d = c.acquire(300, 10, 1).expect("registered after evicting the unused entry");
+        assert_eq!((c.stats().register_failures, c.stats().evictions), (2, 1));
+        assert_eq!(c.registrar().live.len(), 2);
+        assert!(c.handle(b).is_some() && c.handle(d).is_some());
+        assert_ne!(c.acquire(5, 1, 1).ok(), Some(a), "the evicted entry is not served any more");
     }
 
     #[test]

@@ -90,6 +90,9 @@ fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stat
         ("mr_cache_evictions", cache.evictions.to_string()),
         ("mr_cache_invalidations", cache.invalidations.to_string()),
         ("mr_cache_bytes_cached", cache.bytes_cached.to_string()),
+        // Registrations the device refused (the cache then evicts what is
+        // unused and retries; a send falls back to windows, never fails).
+        ("mr_cache_register_failures", cache.register_failures.to_string()),
     ];
     let mut out = String::new();
     for (k, v) in lines {

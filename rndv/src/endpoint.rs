@@ -559,6 +559,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     nameable = false;
                     return false;
                 };
+                if path.registration && remote_key.is_none() {
+                    // Announced without a key (the sender could not register
+                    // it): nothing can be read; the sender pushes instead.
+                    nameable = false;
+                    return false;
+                }
                 if path.registration {
                     // The destination must be registered for the device to
                     // write it (verbs: the read's local key).

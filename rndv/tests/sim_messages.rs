@@ -811,9 +811,13 @@ fn an_unmap_during_a_transfer_defers_deregistration_until_release() {
 }
 
 /// Without a registrar (or when it fails), a long message on a registering
-/// path goes eagerly: no RTS without keys is ever sent.
+/// path still goes by rendezvous: announced without keys, so the receiver
+/// cannot read it and grants windows; never eagerly (the receiver's
+/// unexpected storage would hold it). The keyless announcement does not mark
+/// the receiver as one that refuses reads: the next long message is announced
+/// again.
 #[test]
-fn a_registering_path_without_registrations_sends_eagerly() {
+fn a_registering_path_without_registrations_goes_by_windows() {
     let mut sim = net(2, Link::default(), 27, cfg_rndv(4096));
     both_ways(&sim, 0, 1, registering_path());
     let to1 = sim.peer(0, 1);
@@ -822,8 +826,16 @@ fn a_registering_path_without_registrations_sends_eagerly() {
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 50_000, 10)).unwrap();
     assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE + (4 << 20), 50_000) == data);
-    let st = sim.nodes[0].ep.stats().msg;
-    assert_eq!((st.rts_sent, st.eager_sent, st.registration_failures), (0, 1, 1));
+    let (st, pushed) = (sim.nodes[0].ep.stats().msg, sim.nodes[1].ep.stats().msg.pushed);
+    assert_eq!((st.rts_sent, st.eager_sent, st.registration_failures, pushed), (1, 0, 1, 1));
+    let second = pattern(50_000, 9);
+    send_from(&mut sim, 0, to1, msg(), &second, BASE + (1 << 20), meta(2));
+    sim.nodes[1].ep.post_recv(recv(BASE + (5 << 20), 50_000, 11)).unwrap();
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 2));
+    assert!(sim.nodes[1].ep.mem().at(BASE + (5 << 20), 50_000) == second);
+    let (st, pushed) = (sim.nodes[0].ep.stats().msg, sim.nodes[1].ep.stats().msg.pushed);
+    assert_eq!((st.rts_sent, st.eager_sent, st.registration_failures, pushed), (2, 0, 2, 2));
+    assert!(completions(&sim, 0, OpKind::Send).iter().all(|c| c.err.is_none()));
 }
 
 /// A reliable, ordered path (shm): a small message to a peer already heard

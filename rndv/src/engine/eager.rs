@@ -17,11 +17,15 @@ impl MsgEngine {
     pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
         let len: usize = payload.iter().map(|p| p.len()).sum();
         let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(peer, len);
-        let keys = if long { self.rendezvous_keys(peer, &user) } else { Ok(None) };
+        // A registration the device refused even after the cache gave back
+        // what it could: the message still goes by rendezvous, announced
+        // without keys, so the receiver cannot read it and grants windows
+        // instead. Never eagerly: a long message nobody has posted a receive
+        // for would then fill the receiver's unexpected storage.
+        let keys = if long { self.rendezvous_keys(peer, &user).unwrap_or(None) } else { None };
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);
-        let long = long && keys.is_ok();
-        if let (Ok(keys), true) = (keys, long) {
+        if long {
             let mut remote = [RemoteIov::default(); MAX_IOV];
             let mut iov = IoList::default();
             let mut regs = [None; MAX_IOV];
@@ -70,8 +74,8 @@ impl MsgEngine {
     /// The keys a rendezvous of `user` to `peer` announces, per buffer of
     /// `user` (key, and the registration to release if one was acquired), or
     /// `None` on a path that needs no registration (no lookup at all). An
-    /// error when a registration failed: the message then goes eagerly (and
-    /// nothing stays acquired).
+    /// error when a registration failed: the message then goes by a windowed
+    /// rendezvous, announced without keys (and nothing stays acquired).
     #[allow(clippy::type_complexity)]
     fn rendezvous_keys(&mut self, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
         if !self.path(peer).is_some_and(|p| p.registration) {

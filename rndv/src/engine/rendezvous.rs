@@ -4,7 +4,7 @@ use crate::iov::zip_pieces;
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
 use rdm::engine::PeerId;
 use rdm::Instant;
-use super::{MsgEngine, Landing, Pull, WindowRx};
+use super::{MsgEngine, Landing, Pull, TxEntry, WindowRx};
 use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
 
 /// Bytes per `Push` message of a granted window (rdm segments it further).
@@ -117,9 +117,13 @@ impl MsgEngine {
             self.stats.stray += 1;
             return;
         }
-        if self.path(peer).is_some_and(|p| p.remote_read) {
-            // The path could read, the receiver may not: long messages to it go
-            // eagerly from now on.
+        // The path could read, the receiver may not: long messages to it go
+        // by windows from now on. Unless this announcement carried no keys
+        // (our registration failed): then the refusal says nothing of the
+        // receiver.
+        let keyless = |t: &TxEntry| t.rndv.is_some_and(|iov| (0..iov.count).all(|i| t.regs[i].is_none() && iov.keys[i].is_none()));
+        let announced_keys = self.path(peer).is_some_and(|p| !p.registration) || self.tx.get(id.0 as usize).is_some_and(|t| !keyless(t));
+        if self.path(peer).is_some_and(|p| p.remote_read) && announced_keys {
             self.refused.insert(peer);
         }
         self.push_backlog.push_back((id, offset, offset + len));
