@@ -126,7 +126,9 @@ if [[ -n ${RDMX_VERBS_TESTS:-} ]]; then
   [[ ! -r $RDMX_VERBS_TESTS ]] || mapfile -t -O "${#tests[@]}" tests < <(grep -v '^[[:space:]]*$' "$RDMX_VERBS_TESTS")
 fi
 if ((${#tests[@]} == 0)); then
-  echo "test-verbs: no test executable has a test matching '$filter'"
+  # A run that finds no verbs test has tested nothing: a listing gone wrong
+  # (a filter renamed, a build that dropped them) must not pass as green.
+  fail "no test executable has a test matching '$filter'"
 fi
 for exe in "${tests[@]}"; do
   name=${exe#"$PWD"/}
