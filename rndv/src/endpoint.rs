@@ -480,6 +480,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     }
                 }
             }
+            // Senders heard for the first time get their path now, before
+            // the message engine answers any of them.
+            while let Some(p) = rdm.poll_pathless_peer() {
+                let addr = rdm.peer_addr(p);
+                rdm.peer_with_path(addr, &device.caps_for(&addr));
+            }
             while let Some(addr) = device.poll_unreachable() {
                 engine.handle_unreachable(addr);
                 active = true;

@@ -1083,3 +1083,32 @@ fn a_lingering_endpoint_with_unacknowledged_data_closes_without_spinning() {
     assert!(sim.nodes[0].ep.is_closed(), "nothing scheduled, yet the close did not finish");
     assert!(sim.now().saturating_duration_since(start) <= Duration::from_millis(510), "linger outlived its bound: {:?}", sim.now().saturating_duration_since(start));
 }
+
+/// A peer first heard from gets its path as its first datagram arrives, so
+/// what is sent back to it (here the Fin of its rendezvous) and every later
+/// message use that path. Without it the Fin left on the rdm engine's
+/// defaults, the path given at the application's first send to that peer was
+/// then refused (data had gone out), and every long message to it went
+/// eagerly: a 1 MiB shm ping-pong ran at twice its time (the fi_pingpong
+/// server's side; found by benches/ab_providers.sh).
+#[test]
+fn a_peer_first_heard_from_gets_its_path_before_anything_is_sent_to_it() {
+    let mut sim = net(2, Link::default(), 5, cfg_rndv(4096));
+    both_ways(&sim, 0, 1, path(true));
+    let to1 = sim.peer(0, 1);
+    let data = pattern(50_000, 1);
+    sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 50_000, 10)).unwrap();
+    send_from(&mut sim, 0, to1, msg(), &data, BASE, meta(1));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 1 && completions(s, 0, OpKind::Send).len() == 1));
+    assert_eq!(sim.nodes[1].ep.stats().msg.pulled, 1);
+    // Node 1 now sends a long message of its own to the peer it heard from.
+    let to0 = sim.peer(1, 0);
+    let back = pattern(50_000, 2);
+    sim.nodes[0].ep.post_recv(recv(BASE + (4 << 20), 50_000, 11)).unwrap();
+    send_from(&mut sim, 1, to0, msg(), &back, BASE, meta(2));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Recv).len() == 1));
+    assert!(sim.nodes[0].ep.mem().at(BASE + (4 << 20), 50_000) == back);
+    let st = sim.nodes[1].ep.stats().msg;
+    assert_eq!((st.rts_sent, st.eager_sent), (1, 0), "the answer went eagerly: the peer's path was lost");
+    assert_eq!(sim.nodes[0].ep.stats().msg.pulled, 1);
+}

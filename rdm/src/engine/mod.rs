@@ -372,6 +372,10 @@ pub struct Engine {
     /// DIRECT messages reported sent whose `SendComplete` the layer above has
     /// not polled yet, with their peers.
     direct_unpolled: Vec<(u64, PeerId)>,
+    /// Peers first heard from (created by an arriving datagram), not yet given
+    /// a path: the layer above, which knows the devices, gives them one
+    /// ([`Engine::poll_pathless_peer`]) before anything is sent to them.
+    pathless: Vec<PeerId>,
     stats: Stats,
 }
 
@@ -405,6 +409,7 @@ impl Engine {
             dgram_tx: VecDeque::new(),
             dgram_bytes: 0,
             direct_unpolled: Vec::new(),
+            pathless: Vec::new(),
             stats: Stats::default(),
         }
     }
@@ -415,6 +420,30 @@ impl Engine {
 
     pub fn stats(&self) -> &Stats {
         &self.stats
+    }
+
+    /// The entry of a datagram's sender; a new one is remembered as pathless.
+    fn peer_heard(&mut self, addr: DevAddr) -> PeerId {
+        let known = self.cold.len();
+        let p = self.peer(addr);
+        if p.0 as usize == known {
+            self.pathless.push(p);
+        }
+        p
+    }
+
+    /// A peer created by a datagram it sent and given no path since: the
+    /// caller gives it one ([`Engine::peer_with_path`]) right after the
+    /// receive batch, so that what is sent to it (an answer to its rendezvous,
+    /// a DIRECT reply on shm) uses its path, not the engine's defaults, and
+    /// the layer above sees the same path for it ([`Engine::path`]).
+    pub fn poll_pathless_peer(&mut self) -> Option<PeerId> {
+        while let Some(p) = self.pathless.pop() {
+            if self.cold.get(p.0 as usize).is_some_and(|c| c.path.is_none()) {
+                return Some(p);
+            }
+        }
+        None
     }
 
     /// Finds or creates the (cold) entry for `addr`. Costs no traffic.
@@ -1081,7 +1110,7 @@ impl Engine {
             // Stateless: no incarnation, order or acknowledgement to track;
             // the cold entry names the sender for the layer above.
             self.stats.received_datagrams += 1;
-            let peer = self.peer(from);
+            let peer = self.peer_heard(from);
             let mut msg = self.pool.pop().unwrap_or_default();
             msg.clear();
             msg.extend_from_slice(payload);
@@ -1089,7 +1118,7 @@ impl Engine {
             return;
         }
         self.stats.received += 1;
-        let peer = self.peer(from);
+        let peer = self.peer_heard(from);
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
         {
