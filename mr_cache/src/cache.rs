@@ -46,6 +46,14 @@ pub trait Registrar {
     type Error;
     fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<Self::Handle, Self::Error>;
     fn deregister(&mut self, handle: Self::Handle);
+    /// Whether `error` says a limit was reached (the pinned-memory limit, the
+    /// device's table of registrations full: `ENOMEM`, `EAGAIN`), which giving
+    /// back unused registrations may cure. Other failures (an address that is
+    /// not mapped) leave the cache as it is.
+    fn exhausted(error: &Self::Error) -> bool {
+        let _ = error;
+        false
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -285,9 +293,9 @@ impl<R: Registrar> MrCache<R> {
         }
     }
 
-    /// Registers with the device; when it refuses (a memlock or device limit
-    /// reached, `ENOMEM`) and unused registrations are cached, gives all of
-    /// them back and tries once more: pinned memory nobody uses must never
+    /// Registers with the device; when it refuses for a limit reached
+    /// ([`Registrar::exhausted`]: memlock or device limit, `ENOMEM`) and unused
+    /// registrations are cached, gives all of them back and tries once more: pinned memory nobody uses must never
     /// make a transfer fail. The caller falls back (a windowed rendezvous)
     /// only when that fails too.
     fn register_evicting(&mut self, addr: u64, len: u64, access: u64) -> Result<R::Handle, R::Error> {
@@ -296,7 +304,7 @@ impl<R: Registrar> MrCache<R> {
             Err(e) => e,
         };
         self.stats.register_failures += 1;
-        if self.lru_head.is_none() {
+        if self.lru_head.is_none() || !R::exhausted(&first) {
             return Err(first);
         }
         while let Some(id) = self.lru_head {
@@ -416,6 +424,10 @@ mod tests {
         }
         fn deregister(&mut self, h: u64) {
             assert!(self.live.remove(&h).is_some(), "handle {h} deregistered twice or never registered");
+        }
+        /// The model fails only at its limit.
+        fn exhausted(_: &()) -> bool {
+            true
         }
     }
 

@@ -41,6 +41,11 @@ impl Registrar for DeviceRegistrar {
     fn deregister(&mut self, key: u64) {
         self.0.deregister(key)
     }
+    /// `ibv_reg_mr` says `ENOMEM` at the memlock limit or when the device's
+    /// table of registrations is full, `EAGAIN` on some drivers for the latter.
+    fn exhausted(error: &DeviceError) -> bool {
+        matches!(error, DeviceError::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::ENOMEM | libc::EAGAIN)))
+    }
 }
 
 /// One application registration made through the cache.
@@ -168,6 +173,17 @@ impl rndv::Registrations for DomainRegistrations {
 mod tests {
     use super::*;
     use rndv::Registrations;
+
+    /// Only a limit reached makes the cache give back its unused
+    /// registrations; a bad address does not flush it.
+    #[test]
+    fn exhaustion_is_enomem_or_eagain_only() {
+        let io = |e| DeviceError::io("ibv_reg_mr", std::io::Error::from_raw_os_error(e));
+        assert!(DeviceRegistrar::exhausted(&io(libc::ENOMEM)));
+        assert!(DeviceRegistrar::exhausted(&io(libc::EAGAIN)));
+        assert!(!DeviceRegistrar::exhausted(&io(libc::EFAULT)));
+        assert!(!DeviceRegistrar::exhausted(&DeviceError::Unsupported));
+    }
 
     /// A registrar that counts live registrations.
     struct Counting(Arc<Mutex<(u64, u64)>>);
