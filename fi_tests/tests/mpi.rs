@@ -22,12 +22,18 @@ fn mpirun(exe: &PathBuf, np: u32, device: &str, args: &[&str], extra_mca: &[&str
     }
     c.args(extra_mca)
         .args(["-x", "FI_PROVIDER=rdmx", "-x", &format!("FI_PROVIDER_PATH={}", dir.display())])
-        .args(["-x", &format!("FI_RDMX_DEVICE={device}")])
+        // "" = the default device, no rdmx variable at all (as users run it).
+        .args(if device.is_empty() { vec![] } else { vec!["-x".to_string(), format!("FI_RDMX_DEVICE={device}")] })
         .arg(exe)
         .args(args)
         .env("OMPI_MCA_rmaps_base_oversubscribe", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if device.is_empty() {
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+            c.env_remove(k);
+        }
+    }
     let out = procs::wait_output(c.spawn().expect("mpirun"), Duration::from_secs(300));
     let t = text(&out);
     assert!(out.status.success(), "mpirun -np {np} {} on {device} failed:\n{t}", exe.display());
@@ -53,6 +59,23 @@ fn collectives_np_2_4_8() {
     }
     let out = mpirun(&exe, 4, "udp", &[], &[]);
     assert!(out.contains("coll: all checks passed"), "{out}");
+}
+
+/// 16 ranks on this 2-core machine (oversubscribed), rdmx's defaults with no
+/// rdmx variable: the point-to-point, collective and one-sided programs, and
+/// an alltoall loop (Alltoall at 8 B, 4 KiB and 64 KiB per peer, 20 rounds
+/// each, then an uneven Alltoallv), every element checked.
+#[test]
+fn np16_oversubscribed_with_no_rdmx_variable() {
+    let (Some(p2p), Some(coll), Some(rma), Some(a2a)) = (build("p2p"), build("coll"), build("rma"), build("alltoall")) else { return };
+    let out = mpirun(&p2p, 16, "", &[], &[]);
+    assert!(out.contains("p2p: all checks passed on 16 ranks"), "{out}");
+    let out = mpirun(&coll, 16, "", &[], &[]);
+    assert!(out.contains("coll: all checks passed on 16 ranks"), "{out}");
+    let out = mpirun(&rma, 16, "", &[], &["--mca", "osc", "pt2pt"]);
+    assert!(out.contains("rma: all checks passed on 16 ranks"), "{out}");
+    let out = mpirun(&a2a, 16, "", &["20"], &[]);
+    assert!(out.contains("alltoall: all checks passed on 16 ranks, 60 rounds, 1 hosts"), "{out}");
 }
 
 #[test]
