@@ -20,7 +20,13 @@ fn dead_peer_name() -> Vec<u8> {
 fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     init();
     let a = Stack::open(Some("udp"), fi::FI_AV_MAP);
-    let dead = a.insert(&dead_peer_name());
+    let dead_name = dead_peer_name();
+    let dead = a.insert(&dead_name);
+    // The peer as fi_av_straddr names it: host id, UDP address, incarnation.
+    let mut buf = vec![0 as libc::c_char; 256];
+    let mut len = buf.len();
+    // SAFETY: a libfabric call on the AV this test opened, with a buffer of `len` bytes and a whole address.
+    let uri = unsafe { std::ffi::CStr::from_ptr(fi::fi_av_straddr(a.av, dead_name.as_ptr() as *const _, buf.as_mut_ptr(), &mut len)) }.to_string_lossy().into_owned();
     let (mut rctx, mut sctx) = (11u64, 22u64);
     let mut rbuf = vec![0u8; 64];
     let started = Instant::now();
@@ -41,7 +47,11 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     let last = errs.last().unwrap();
     // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
     let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(a.cq, last.prov_errno, last.err_data, null_mut(), 0)) }.to_string_lossy().into_owned();
-    assert!(text.contains("(peer rdmx://"), "strerror: {text}");
+    // It says why, and names the whole peer (its AV address: host id and
+    // incarnation included, not only what its datagrams came from).
+    assert!(text.contains(&format!("(peer {uri})")), "strerror does not name {uri}: {text}");
+    assert!(text.contains("reported the peer unreachable"), "strerror does not say why: {text}");
+    assert_ne!(last.prov_errno, last.err, "prov_errno carries the precise reason");
     assert!(took < Duration::from_secs(3), "ICMP unreachable should fail the peer at once, took {took:?}");
     let send = errs.iter().find(|e| e.op_context == ctx(&mut sctx)).expect("send error entry carries its context");
     assert_ne!(send.flags & fi::FI_SEND as u64, 0);

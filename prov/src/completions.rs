@@ -7,9 +7,10 @@ use crate::av_table::FI_ADDR_NOTAVAIL;
 use crate::cntr_queue::CntrShared;
 use crate::core::EpState;
 use crate::cq_queue::{Completion, CompletionError};
+use crate::error::ErrReason;
 use crate::log::{fi_warn, Subsys};
 use libfabric_sys as fi;
-use rdm::engine::PeerId;
+use rdm::engine::{FailReason, PeerId};
 use rdm::DevAddr;
 use rndv::{EndpointEvent, MsgKind, OpError, OpKind};
 use std::sync::Arc;
@@ -24,6 +25,22 @@ fn errno_of(e: OpError) -> u32 {
         OpError::NoKey | OpError::Access => fi::FI_EACCES,
         OpError::Invalid => fi::FI_EINVAL,
     }
+}
+
+/// The precise reason of an error that concerns a peer (`None`: canceled, or
+/// a peek that found nothing); `failed` is why the peer last failed.
+fn reason_of(e: OpError, failed: Option<FailReason>) -> Option<ErrReason> {
+    Some(match e {
+        OpError::Truncated { .. } => ErrReason::Truncated,
+        OpError::Canceled | OpError::NoMessage => return None,
+        OpError::PeerUnreachable if failed == Some(FailReason::Timeout) => ErrReason::PeerTimeout,
+        OpError::PeerUnreachable => ErrReason::PeerUnreachable,
+        OpError::Io if failed == Some(FailReason::PeerRestarted) => ErrReason::PeerRestarted,
+        OpError::Io => ErrReason::Transfer,
+        OpError::NoKey => ErrReason::RemoteNoKey,
+        OpError::Access => ErrReason::RemoteAccess,
+        OpError::Invalid => ErrReason::RemoteInvalid,
+    })
 }
 
 fn msg_flag(kind: MsgKind) -> u64 {
@@ -90,15 +107,9 @@ impl EpState {
                 if let (true, Some(e)) = (c.meta.inject, err) {
                     self.report_contextless_error("inject", e as i32);
                 } else if c.meta.wanted || err.is_some() {
-                    let peer = self.failed_peer_addr(&c);
+                    let cerr = c.err.map(|e| self.error_entry(&c, e));
                     if let Some(b) = &self.tx_cq {
-                        b.cq.push(Completion {
-                            op_context: c.meta.context as usize,
-                            flags,
-                            len: c.len,
-                            err: err.map(|e| CompletionError { src_addr: peer, ..CompletionError::new(e) }),
-                            ..Completion::default()
-                        });
+                        b.cq.push(Completion { op_context: c.meta.context as usize, flags, len: c.len, err: cerr, ..Completion::default() });
                     }
                 }
             }
@@ -115,8 +126,7 @@ impl EpState {
                     .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.ep.peer_addr(p))))
                     .flatten();
                 let cerr = match c.err {
-                    Some(OpError::Truncated { olen }) => Some(CompletionError { olen, ..CompletionError::new(fi::FI_ETRUNC) }),
-                    Some(e) => Some(CompletionError { src_addr: self.failed_peer_addr(&c), ..CompletionError::new(errno_of(e)) }),
+                    Some(e) => Some(self.error_entry(&c, e)),
                     None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
                 };
                 // A peek's answer is not a receive: counters count receives only.
@@ -151,14 +161,39 @@ impl EpState {
         }
     }
 
-    /// The address of the peer whose failure failed `c` (handed out as the
-    /// error entry's `err_data`, so that `fi_cq_strerror` names it).
-    pub(crate) fn failed_peer_addr(&self, c: &rndv::Completion) -> Option<[u8; crate::addr::ADDR_LEN]> {
-        if !matches!(c.err, Some(OpError::PeerUnreachable | OpError::Io)) {
-            return None;
+    /// The CQ error entry of `c`, failed with `e`: the `FI_E*` value, the
+    /// precise reason as `prov_errno`, and the peer it concerns as `err_data`
+    /// (its whole AV address, host id and incarnation included, where the AV
+    /// has it), so that `fi_cq_strerror` says why and with whom; the same
+    /// goes to the log at warn.
+    fn error_entry(&mut self, c: &rndv::Completion, e: OpError) -> CompletionError {
+        let olen = match e {
+            OpError::Truncated { olen } => olen,
+            _ => 0,
+        };
+        let mut entry = CompletionError { olen, ..CompletionError::new(errno_of(e)) };
+        let Some(peer) = c.src else { return entry };
+        let Some(why) = reason_of(e, self.running.as_ref().and_then(|r| r.ep.fail_reason(peer))) else { return entry };
+        let addr = self.peer_rdmx_addr(peer);
+        entry.prov_errno = why.prov_errno();
+        entry.src_addr = addr.map(|a| a.encode());
+        let uri = addr.map(|a| a.to_uri()).unwrap_or_else(|| "unknown".into());
+        fi_warn!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+        entry
+    }
+
+    /// The rdmx address of `peer`: its AV entry when the AV has it (the whole
+    /// identity: host id, incarnation, every device address), else what its
+    /// device address says.
+    fn peer_rdmx_addr(&mut self, peer: PeerId) -> Option<RdmxAddr> {
+        let fi_addr = self.src_fi_addr(peer);
+        if fi_addr != FI_ADDR_NOTAVAIL {
+            if let Some(a) = self.av.as_ref().and_then(|av| av.read().get(fi_addr)) {
+                return Some(a);
+            }
         }
         let r = self.running.as_ref()?;
-        Some(sender_addr(r.ep.peer_addr(c.src?)))
+        RdmxAddr::decode(&sender_addr(r.ep.peer_addr(peer)))
     }
 
     /// A failure of an operation that has no context (an inject): an EQ error
@@ -178,8 +213,14 @@ impl EpState {
             let Some(r) = self.running.as_mut() else { return };
             if let Some(e) = r.ep.poll_event() {
                 match e {
-                    EndpointEvent::PeerFailed { addr, .. } => {
-                        fi_warn!(Subsys::EpData, "peer {addr:?} is unreachable");
+                    EndpointEvent::PeerFailed { peer, .. } => {
+                        let why = match r.ep.fail_reason(peer) {
+                            Some(FailReason::Timeout) => ErrReason::PeerTimeout,
+                            Some(FailReason::PeerRestarted) => ErrReason::PeerRestarted,
+                            _ => ErrReason::PeerUnreachable,
+                        };
+                        let uri = self.peer_rdmx_addr(peer).map(|a| a.to_uri()).unwrap_or_else(|| "unknown".into());
+                        fi_warn!(Subsys::EpData, "peer {uri} failed: {}", why.text().to_string_lossy());
                         if let Some((eq, fid)) = &self.eq {
                             eq.push_error(*fid, fi::FI_EHOSTUNREACH);
                         }

@@ -278,8 +278,11 @@ entry! {
             .flatten();
         // SAFETY: the application's buffer of `len` bytes, or null (fi_cq_strerror's contract).
         let Some(peer) = peer else { return Ok(unsafe { crate::error::strerror_into(prov_errno, buf, len) }) };
-        // SAFETY: fi_strerror returns a static string for any value.
-        let base = unsafe { std::ffi::CStr::from_ptr(fi::fi_strerror(prov_errno.abs())) }.to_string_lossy().into_owned();
+        let base = match crate::error::ErrReason::from_prov_errno(prov_errno) {
+            Some(r) => r.text().to_string_lossy().into_owned(),
+            // SAFETY: fi_strerror returns a static string for any value.
+            None => unsafe { std::ffi::CStr::from_ptr(fi::fi_strerror(prov_errno.abs())) }.to_string_lossy().into_owned(),
+        };
         let text = std::ffi::CString::new(format!("{base} (peer {})", peer.to_uri())).unwrap_or_default();
         if !buf.is_null() && len > 0 {
             let src = text.as_bytes();

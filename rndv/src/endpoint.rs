@@ -297,6 +297,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         self.engine.rdm().peer_addr(peer)
     }
 
+    /// Why `peer` last failed, if it did (see [`MsgEngine::fail_reason`]).
+    pub fn fail_reason(&self, peer: PeerId) -> Option<rdm::engine::FailReason> {
+        self.engine.fail_reason(peer)
+    }
+
     /// The application addresses `peer` as incarnation `inc` of its process;
     /// false if that incarnation is known to be gone (nothing sent on it may
     /// reach a newer one).

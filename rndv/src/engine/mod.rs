@@ -130,6 +130,8 @@ pub struct MsgEngine {
     completions: VecDeque<Completion>,
     actions: VecDeque<Action>,
     failed_peers: VecDeque<PeerId>,
+    /// Why each peer that failed did, last failure first ([`MsgEngine::fail_reason`]).
+    fail_reasons: HashMap<PeerId, FailReason>,
     /// Peers an answer is awaited from, with when the next keepalive is due.
     awaiting: HashMap<PeerId, Instant>,
     /// Where registrations for registering paths come from (none: such
@@ -159,6 +161,7 @@ impl MsgEngine {
             completions: VecDeque::new(),
             actions: VecDeque::new(),
             failed_peers: VecDeque::new(),
+            fail_reasons: Default::default(),
             awaiting: HashMap::default(),
             registrations: None,
             stats: Stats::default(),
@@ -182,6 +185,12 @@ impl MsgEngine {
 
     pub fn has_completions(&self) -> bool {
         !self.completions.is_empty()
+    }
+
+    /// Why `peer` last failed (no acknowledgement within the peer timeout, the
+    /// network said unreachable, a new incarnation), for error reports.
+    pub fn fail_reason(&self, peer: PeerId) -> Option<FailReason> {
+        self.fail_reasons.get(&peer).copied()
     }
 
     pub fn has_failed_peers(&self) -> bool {
@@ -294,7 +303,8 @@ impl MsgEngine {
                         self.complete_send(id, None);
                     }
                 }
-                Event::SendFailed { token, peer: _, reason } => {
+                Event::SendFailed { token, peer, reason } => {
+                    self.fail_reasons.insert(peer, reason);
                     let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
                     match Token::decode(token) {
                         Some(Token::Msg(id) | Token::Push(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
@@ -306,8 +316,16 @@ impl MsgEngine {
                         _ => {}
                     }
                 }
-                Event::PeerUnreachable { peer } => self.fail_peer(peer, true),
-                Event::PeerRestarted { peer } => self.fail_peer(peer, false),
+                Event::PeerUnreachable { peer } => {
+                    // A timeout or an ICMP report said so through SendFailed
+                    // just before, when data was in flight; else the device did.
+                    self.fail_reasons.entry(peer).or_insert(FailReason::Unreachable);
+                    self.fail_peer(peer, true)
+                }
+                Event::PeerRestarted { peer } => {
+                    self.fail_reasons.insert(peer, FailReason::PeerRestarted);
+                    self.fail_peer(peer, false)
+                }
             }
         }
         self.update_backpressure();
