@@ -8,8 +8,8 @@
 //! call of [`rndv::Endpoint::progress`] (device, both engines, reads, timers,
 //! transmit), then its completions and events reported in libfabric's terms
 //! (`completions.rs`). No protocol decision and no packet kind lives here; the
-//! application's memory is `process_memory.rs`, the counters at close
-//! `ep_stats.rs`, the sleep `progress.rs`.
+//! application's memory is `process_memory.rs`, the counters
+//! `ep_stats.rs` and `stats_json.rs`, the sleep `progress.rs`.
 use crate::addr::RdmxAddr;
 use crate::args::{RecvArgs, SendArgs};
 use crate::av_table::{SharedAv, FI_ADDR_UNSPEC};
@@ -119,6 +119,9 @@ pub struct EpState {
     pub device: Option<Box<dyn Device>>,
     pub local: RdmxAddr,
     pub running: Option<Running>,
+    /// `FI_RDMX_STATS=<path>`: when this endpoint writes its JSON document
+    /// besides at close (SIGUSR1, the interval). None otherwise.
+    pub(crate) stats_dump: Option<crate::stats_json::DumpSchedule>,
 }
 
 /// Opens the endpoint's queue on its domain's device and returns it with the
@@ -184,6 +187,7 @@ impl EpShared {
                 device: Some(device),
                 local,
                 running: None,
+                stats_dump: None,
             }),
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
@@ -280,6 +284,10 @@ impl EpShared {
         let mut ep = Endpoint::new(device, cfg, mem, MonotonicClock);
         if let Some(c) = &st.mr_cache {
             ep.set_registrations(Box::new(DomainRegistrations::new(c.clone())));
+        }
+        if p.stats_path.is_some() {
+            crate::stats_json::install_signal_handler();
+            st.stats_dump = Some(crate::stats_json::DumpSchedule::new(p.stats_interval));
         }
         st.running = Some(Running { ep, local, src_cache: Default::default(), src_cache_gen: 0, peer_cache: Default::default(), peer_cache_gen: 0 });
         Ok(auto)
@@ -522,6 +530,9 @@ impl EpState {
         r.ep.progress();
         if r.ep.has_output() {
             self.drain_outputs();
+        }
+        if let Some(reason) = self.stats_dump.as_mut().and_then(|d| d.due()) {
+            self.write_json_stats(reason);
         }
     }
 }

@@ -1,9 +1,14 @@
-//! An endpoint's counters at close: a summary at `FI_LOG_LEVEL=info`, and with
-//! `FI_RDMX_STATS=1` every counter on stderr, one line each.
+//! An endpoint's counters: a summary at `FI_LOG_LEVEL=info` at close; with
+//! `FI_RDMX_STATS=1` every counter on stderr at close, one line each; with
+//! `FI_RDMX_STATS=<path>` a JSON document per endpoint appended to the path
+//! at close, on `SIGUSR1` and every `FI_RDMX_STATS_INTERVAL` ms
+//! (`stats_json.rs`; the schema is in fi_rdmx(7) and the README).
 use crate::addr::RdmxAddr;
 use crate::core::EpState;
 use crate::log::{fi_info, Subsys};
 use crate::params::params;
+use crate::stats_json::{DumpReason, Json};
+use rdm::DevAddr;
 
 impl EpState {
     /// Logs the endpoint's counters as it closes.
@@ -30,72 +35,137 @@ impl EpState {
                 fi_info!(Subsys::EpCtrl, "endpoint {}: {} datagrams dropped (no receive posted)", r.local.to_uri(), m.dropped_unmatched);
             }
             if params().stats {
-                let revoked = self.mr_keys.lock().revoked_by_unmap();
-                // The domain's cache (shared by its endpoints): zeros where
-                // the device registers nothing (udp, shm).
-                let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
-                print_stats(&r.local, st, m, s.unexpected_bytes, revoked, &cache);
+                print_stats(&r.local, &self.counters());
+            }
+            if params().stats_path.is_some() {
+                self.write_json_stats(DumpReason::Close);
             }
         }
+    }
+
+    /// Every counter of the endpoint, as `FI_RDMX_STATS=1` prints them (the
+    /// JSON document's `counters` holds the same names and values).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let Some(r) = self.running.as_ref() else { return Vec::new() };
+        let s = r.ep.stats();
+        let (st, m) = (&s.rdm, &s.msg);
+        let revoked = self.mr_keys.lock().revoked_by_unmap();
+        // The domain's cache (shared by its endpoints): zeros where the
+        // device registers nothing (udp, shm).
+        let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
+        vec![
+            ("packets_sent", st.sent_data),
+            // Messages sent / received as DIRECT packets on reliable, ordered
+            // paths (shm): no sequence number, no acknowledgement.
+            ("direct_sent", st.sent_direct),
+            ("direct_received", st.received_direct),
+            ("acks_sent", st.sent_acks),
+            ("packets_resent", st.retransmits),
+            ("timeouts", st.timeouts),
+            // Tail loss probes that fired, and window reductions for congestion
+            // (random losses without a queue on the path reduce nothing).
+            ("probes", st.probes),
+            ("congestion_reductions", st.congestion_reductions),
+            ("fast_retransmits", st.fast_retransmits),
+            ("packets_received", st.received),
+            ("messages_delivered", st.delivered_msgs),
+            ("duplicates", st.duplicates),
+            ("dropped_malformed_packets", st.dropped_malformed),
+            ("dropped_checksum", st.dropped_checksum),
+            ("dropped_job_key", st.dropped_job_key),
+            ("dropped_stale", st.dropped_stale),
+            ("peers_failed", st.peers_failed),
+            ("eager_sent", m.eager_sent),
+            ("rendezvous_sent", m.rts_sent),
+            ("rendezvous_pulled", m.pulled),
+            ("rendezvous_windowed", m.pushed),
+            ("windows_granted", m.windows_granted),
+            ("rma_started", m.rma_started),
+            ("rma_served", m.rma_served),
+            ("dropped_malformed_messages", m.dropped_malformed),
+            ("dropped_stray_answers", m.stray),
+            ("unexpected_bytes", s.unexpected_bytes as u64),
+            // The domain's registrations whose memory the application unmapped
+            // while they were open (remote accesses through them now fail).
+            ("mr_keys_revoked_by_unmap", revoked),
+            // Rendezvous keys: registrations this endpoint acquired, and buffers
+            // announced with the application's own (its fi_mr_desc).
+            ("rendezvous_registrations", m.registrations_acquired),
+            ("rendezvous_registrations_from_desc", m.registrations_from_desc),
+            // The domain's registration cache (shared by its endpoints).
+            ("mr_cache_hits", cache.hits),
+            ("mr_cache_misses", cache.misses),
+            ("mr_cache_evictions", cache.evictions),
+            ("mr_cache_invalidations", cache.invalidations),
+            ("mr_cache_bytes_cached", cache.bytes_cached),
+            // Registrations the device refused (the cache then evicts what is
+            // unused and retries; a send falls back to windows, never fails).
+            ("mr_cache_register_failures", cache.register_failures),
+        ]
+    }
+
+    /// Appends the endpoint's JSON document to `FI_RDMX_STATS`'s path.
+    pub(crate) fn write_json_stats(&self, reason: DumpReason) {
+        let (Some(r), Some(path)) = (self.running.as_ref(), params().stats_path.as_deref()) else { return };
+        let s = r.ep.stats();
+        let mut j = Json::object();
+        j.field_u64("rdmx_stats", crate::stats_json::SCHEMA_VERSION);
+        j.field_str("reason", reason.as_str());
+        j.field_u64("pid", std::process::id() as u64);
+        j.field_u64("time_ms", crate::stats_json::unix_ms());
+        j.field_str("endpoint", &r.local.to_uri());
+        j.begin_object("counters");
+        for (k, v) in self.counters() {
+            j.field_u64(k, v);
+        }
+        j.end();
+        // Not among the text lines (those stay as they were).
+        j.field_u64("unexpected_bytes_max", s.msg.unexpected_bytes_max);
+        j.field_u64("dropped_window", s.rdm.dropped_window);
+        j.field_u64("dropped_unmatched", s.msg.dropped_unmatched);
+        j.begin_array("peers");
+        for p in r.ep.peer_stats() {
+            j.begin_object_elem();
+            j.field_str("address", &dev_addr_string(&p.addr));
+            j.begin_object("sent");
+            j.msg_bytes("eager", p.sent_eager.messages, p.sent_eager.bytes);
+            j.msg_bytes("rendezvous", p.sent_rendezvous.messages, p.sent_rendezvous.bytes);
+            j.end();
+            j.begin_object("received");
+            j.msg_bytes("eager", p.received_eager.messages, p.received_eager.bytes);
+            j.msg_bytes("rendezvous_pulled", p.received_pulled.messages, p.received_pulled.bytes);
+            j.msg_bytes("rendezvous_windowed", p.received_windowed.messages, p.received_windowed.bytes);
+            j.end();
+            j.field_u64("retransmits", p.retransmits);
+            j.field_u64("duplicates", p.duplicates);
+            j.field_u64("dropped_stale", p.dropped_stale);
+            j.field_u64("dropped_window", p.dropped_window);
+            j.field_opt_f64("srtt_us", p.srtt.map(|d| d.as_nanos() as f64 / 1000.0));
+            j.field_f64("cwnd", p.cwnd);
+            j.field_bool("failed", p.failed);
+            j.end();
+        }
+        j.end();
+        crate::stats_json::append_line(path, j.finish());
+    }
+}
+
+/// A peer's device address as text: `udp:<ip>:<port>`, `shm:<host>:<pid>:<ring>`.
+fn dev_addr_string(a: &DevAddr) -> String {
+    match a {
+        DevAddr::Udp(sa) => format!("udp:{sa}"),
+        DevAddr::Shm(s) => format!("shm:{:x}:{}:{:x}", s.host_id, s.pid, s.ring_id),
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}"),
     }
 }
 
 /// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each
 /// (`rdmx: <name> <value>`), to stderr: the documented way for scripts and tests
 /// to read them.
-fn print_stats(local: &RdmxAddr, st: &rdm::engine::Stats, m: &rndv::engine::Stats, unexpected_bytes: usize, mr_revoked_by_unmap: u64, cache: &mr_cache::cache::CacheStats) {
-    let lines = [
-        ("endpoint", local.to_uri()),
-        ("packets_sent", st.sent_data.to_string()),
-        // Messages sent / received as DIRECT packets on reliable, ordered
-        // paths (shm): no sequence number, no acknowledgement.
-        ("direct_sent", st.sent_direct.to_string()),
-        ("direct_received", st.received_direct.to_string()),
-        ("acks_sent", st.sent_acks.to_string()),
-        ("packets_resent", st.retransmits.to_string()),
-        ("timeouts", st.timeouts.to_string()),
-        // Tail loss probes that fired, and window reductions for congestion
-        // (random losses without a queue on the path reduce nothing).
-        ("probes", st.probes.to_string()),
-        ("congestion_reductions", st.congestion_reductions.to_string()),
-        ("fast_retransmits", st.fast_retransmits.to_string()),
-        ("packets_received", st.received.to_string()),
-        ("messages_delivered", st.delivered_msgs.to_string()),
-        ("duplicates", st.duplicates.to_string()),
-        ("dropped_malformed_packets", st.dropped_malformed.to_string()),
-        ("dropped_checksum", st.dropped_checksum.to_string()),
-        ("dropped_job_key", st.dropped_job_key.to_string()),
-        ("dropped_stale", st.dropped_stale.to_string()),
-        ("peers_failed", st.peers_failed.to_string()),
-        ("eager_sent", m.eager_sent.to_string()),
-        ("rendezvous_sent", m.rts_sent.to_string()),
-        ("rendezvous_pulled", m.pulled.to_string()),
-        ("rendezvous_windowed", m.pushed.to_string()),
-        ("windows_granted", m.windows_granted.to_string()),
-        ("rma_started", m.rma_started.to_string()),
-        ("rma_served", m.rma_served.to_string()),
-        ("dropped_malformed_messages", m.dropped_malformed.to_string()),
-        ("dropped_stray_answers", m.stray.to_string()),
-        ("unexpected_bytes", unexpected_bytes.to_string()),
-        // The domain's registrations whose memory the application unmapped
-        // while they were open (remote accesses through them now fail).
-        ("mr_keys_revoked_by_unmap", mr_revoked_by_unmap.to_string()),
-        // Rendezvous keys: registrations this endpoint acquired, and buffers
-        // announced with the application's own (its fi_mr_desc).
-        ("rendezvous_registrations", m.registrations_acquired.to_string()),
-        ("rendezvous_registrations_from_desc", m.registrations_from_desc.to_string()),
-        // The domain's registration cache (shared by its endpoints).
-        ("mr_cache_hits", cache.hits.to_string()),
-        ("mr_cache_misses", cache.misses.to_string()),
-        ("mr_cache_evictions", cache.evictions.to_string()),
-        ("mr_cache_invalidations", cache.invalidations.to_string()),
-        ("mr_cache_bytes_cached", cache.bytes_cached.to_string()),
-        // Registrations the device refused (the cache then evicts what is
-        // unused and retries; a send falls back to windows, never fails).
-        ("mr_cache_register_failures", cache.register_failures.to_string()),
-    ];
-    let mut out = String::new();
-    for (k, v) in lines {
+fn print_stats(local: &RdmxAddr, counters: &[(&'static str, u64)]) {
+    let mut out = format!("rdmx: endpoint {}\n", local.to_uri());
+    for (k, v) in counters {
         out.push_str(&format!("rdmx: {k} {v}\n"));
     }
     eprint!("{out}");

@@ -55,6 +55,7 @@ pub mod process_memory;
 pub mod progress;
 pub mod regcache;
 pub mod rma;
+pub mod stats_json;
 pub mod version;
 pub mod wait;
 pub mod wait_fd;

@@ -26,8 +26,14 @@ pub struct Params {
     pub peer_timeout: Duration,
     pub job_key: u64,
     pub progress_thread: bool,
-    /// Print the endpoint's counters at close (`rdmx: <name> <value>` lines).
+    /// Print the endpoint's counters at close (`rdmx: <name> <value>` lines):
+    /// `FI_RDMX_STATS=1`.
     pub stats: bool,
+    /// `FI_RDMX_STATS=<path>`: JSON Lines documents appended there (`%p` in
+    /// the path is the process id); see `stats_json.rs`.
+    pub stats_path: Option<String>,
+    /// `FI_RDMX_STATS_INTERVAL`: with a path, also write every this often.
+    pub stats_interval: Option<Duration>,
     pub inject_size: usize,
     pub unexpected_limit: usize,
     pub rndv_threshold: usize,
@@ -52,6 +58,8 @@ impl Default for Params {
             job_key: 0,
             progress_thread: true,
             stats: false,
+            stats_path: None,
+            stats_interval: None,
             inject_size: 4096,
             unexpected_limit: 256 << 20,
             rndv_threshold: 65536,
@@ -84,7 +92,8 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"job_key", Kind::Size, c"Job key carried by every packet when the endpoint has no auth_key; packets with another key are dropped (default 0)"),
     (c"progress_thread", Kind::Bool, c"Run a background progress thread per endpoint that serves acks, retransmissions and incoming data while the application is not calling in (default 1; 0 = pure manual progress, and FI_PROGRESS_AUTO is then not offered)"),
     (c"inject_size", Kind::Size, c"Largest message sent with fi_inject / FI_INJECT (default 4096)"),
-    (c"stats", Kind::Bool, c"Print each endpoint's counters to stderr when it closes, one line per counter: 'rdmx: <name> <value>' (default 0)"),
+    (c"stats", Kind::Str, c"1 (or yes, true, on): print each endpoint's counters to stderr when it closes, one line per counter: 'rdmx: <name> <value>'. Any other value except 0 (no, false, off) is a path: each endpoint appends a JSON document (one per line) with its counters and per-peer counters there at close, on SIGUSR1 and every FI_RDMX_STATS_INTERVAL ms; %p in the path is replaced by the process id (default 0, off)"),
+    (c"stats_interval", Kind::Int, c"With FI_RDMX_STATS=<path>: also write each endpoint's JSON document every this many milliseconds, from its progress (default 0, off)"),
     (c"unexpected_limit", Kind::Size, c"Bytes of unexpected (not yet matched) messages an endpoint buffers before it stops accepting new ones; senders then wait, nothing is dropped (default 268435456)"),
     (c"rndv_threshold", Kind::Size, c"Messages of at least this many bytes to a peer on the same host go by rendezvous: the receiver pulls them straight from the sender's memory (default 65536; below it, copying through the ring is faster than a process_vm_readv)"),
     (c"window_threshold", Kind::Size, c"Messages of at least this many bytes to a peer whose path cannot read remotely (UDP) go by windowed rendezvous: the receiver grants windows and the bytes land straight in the posted buffer (default 262144)"),
@@ -156,6 +165,19 @@ fn get_pct(name: &CStr) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `FI_RDMX_STATS`: (text lines at close, JSON path). The words libfabric
+/// takes for a boolean keep their meaning (so `FI_RDMX_STATS=1` prints the
+/// text lines as it always did); anything else names a file (a file named
+/// `1` is `./1`).
+pub(crate) fn parse_stats(v: Option<&str>) -> (bool, Option<String>) {
+    let Some(v) = v.map(str::trim) else { return (false, None) };
+    match v.to_ascii_lowercase().as_str() {
+        "" | "0" | "no" | "n" | "false" | "f" | "off" => (false, None),
+        "1" | "yes" | "y" | "true" | "t" | "on" => (true, None),
+        _ => (false, Some(v.to_string())),
+    }
+}
+
 fn read() -> Params {
     let d = Params::default();
     let device = match get_str(c"device").as_deref().map(str::trim) {
@@ -168,6 +190,7 @@ fn read() -> Params {
             DeviceChoice::Auto
         }
     };
+    let stats_mode = parse_stats(get_str(c"stats").as_deref());
     Params {
         device,
         iface: get_str(c"iface").filter(|s| !s.is_empty()),
@@ -178,7 +201,9 @@ fn read() -> Params {
             .unwrap_or(d.peer_timeout),
         job_key: get_size(c"job_key").unwrap_or(d.job_key),
         progress_thread: get_bool(c"progress_thread").unwrap_or(d.progress_thread),
-        stats: get_bool(c"stats").unwrap_or(d.stats),
+        stats: stats_mode.0,
+        stats_path: stats_mode.1,
+        stats_interval: get_int(c"stats_interval").filter(|v| *v > 0).map(|v| Duration::from_millis(v as u64)),
         inject_size: get_size(c"inject_size").map(|v| v.min(65536) as usize).unwrap_or(d.inject_size),
         unexpected_limit: get_size(c"unexpected_limit").map(|v| v.max(1 << 16) as usize).unwrap_or(d.unexpected_limit),
         rndv_threshold: get_size(c"rndv_threshold").map(|v| v as usize).unwrap_or(d.rndv_threshold),

@@ -22,7 +22,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
     ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices"]),
-    ("runtime", &["process_memory", "core", "completions", "ep_stats"]),
+    ("runtime", &["process_memory", "core", "completions", "ep_stats", "stats_json"]),
     ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "mr", "poll", "wait"]),
 ];
 

@@ -137,6 +137,38 @@ pub struct EndpointStats {
     pub unexpected_bytes: usize,
 }
 
+/// Messages and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MsgBytes {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// One peer's counters and path state ([`Endpoint::peer_stats`]): a peer
+/// appears once it carried reliable traffic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PeerStats {
+    pub addr: DevAddr,
+    /// Sent eagerly / announced by rendezvous.
+    pub sent_eager: MsgBytes,
+    pub sent_rendezvous: MsgBytes,
+    /// Received eagerly / by rendezvous pulled with a remote read / by
+    /// rendezvous through window grants.
+    pub received_eager: MsgBytes,
+    pub received_pulled: MsgBytes,
+    pub received_windowed: MsgBytes,
+    pub retransmits: u64,
+    pub duplicates: u64,
+    pub dropped_stale: u64,
+    pub dropped_window: u64,
+    /// Smoothed RTT (none before the first sample).
+    pub srtt: Option<Duration>,
+    /// Congestion window, in packets.
+    pub cwnd: f64,
+    /// Declared unreachable.
+    pub failed: bool,
+}
+
 /// Datagrams pulled from the rdm engine per device call.
 const TX_BATCH: usize = 32;
 /// Datagrams taken from the device per receive call, and calls per round.
@@ -450,6 +482,31 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     pub fn stats(&self) -> EndpointStats {
         EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes() }
+    }
+
+    /// A snapshot of every peer that carried reliable traffic (reads only:
+    /// for stats, never on the data path).
+    pub fn peer_stats(&self) -> impl Iterator<Item = PeerStats> + '_ {
+        use crate::engine::peer_counter as pc;
+        self.engine.rdm().peer_snapshots().map(|p| {
+            let u = &p.counters.upper;
+            let mb = |i: usize| MsgBytes { messages: u[i], bytes: u[i + 1] };
+            PeerStats {
+                addr: p.addr,
+                sent_eager: mb(pc::SENT_EAGER_MSGS),
+                sent_rendezvous: mb(pc::SENT_RNDV_MSGS),
+                received_eager: mb(pc::RECV_EAGER_MSGS),
+                received_pulled: mb(pc::RECV_PULLED_MSGS),
+                received_windowed: mb(pc::RECV_WINDOWED_MSGS),
+                retransmits: p.counters.retransmits,
+                duplicates: p.counters.duplicates,
+                dropped_stale: p.counters.dropped_stale,
+                dropped_window: p.counters.dropped_window,
+                srtt: p.srtt,
+                cwnd: p.cwnd,
+                failed: p.failed,
+            }
+        })
     }
 
     pub fn pending_sends(&self) -> usize {

@@ -23,7 +23,7 @@ pub mod matching;
 pub mod sim;
 pub mod wire;
 
-pub use endpoint::{Clock, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, WaitOn};
+pub use endpoint::{Clock, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, MsgBytes, PeerStats, WaitOn};
 pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
 pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};

@@ -39,22 +39,28 @@ impl Engine {
         let d = psn.diff(hot.rx.rx_next);
         if d < 0 {
             self.stats.duplicates += 1;
+            hot.counters.duplicates += 1;
             hot.rx.ack_now = true;
             return;
         }
         if d as u32 >= RX_WINDOW {
             self.stats.dropped_window += 1;
+            hot.counters.dropped_window += 1;
             return;
         }
         if self.paused {
             // Refuse without acknowledging: the sender keeps the data.
             self.stats.dropped_window += 1;
+            hot.counters.dropped_window += 1;
             hot.rx.ack_now = true;
             return;
         }
         if d > 0 {
             match hot.rx.ooo.entry(psn.0) {
-                std::collections::btree_map::Entry::Occupied(_) => self.stats.duplicates += 1,
+                std::collections::btree_map::Entry::Occupied(_) => {
+                    self.stats.duplicates += 1;
+                    hot.counters.duplicates += 1;
+                }
                 std::collections::btree_map::Entry::Vacant(slot) => {
                     self.stats.out_of_order += 1;
                     let mut v = self.pool.pop().unwrap_or_default();

@@ -52,6 +52,7 @@ impl MsgEngine {
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs });
             self.await_answer(now, peer);
             self.stats.rts_sent += 1;
+            self.count_peer(peer, super::ops::peer_counter::SENT_RNDV_MSGS, len as u64);
         } else {
             let hdr = header.encode();
             let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -67,6 +68,7 @@ impl MsgEngine {
             }
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV] });
             self.stats.eager_sent += 1;
+            self.count_peer(peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
         }
         Ok(id)
     }

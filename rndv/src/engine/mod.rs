@@ -45,6 +45,7 @@ mod rma;
 
 pub use ops::{Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId};
 pub use rendezvous::for_each_read_run;
+pub(crate) use ops::peer_counter;
 
 /// What the engine and the protocols know about the way to one peer, fixed
 /// when the peer is first used: the device's caps for that peer (under `auto`, a
@@ -218,6 +219,17 @@ impl MsgEngine {
         self.stats
     }
 
+    /// Adds `msgs` and `bytes` to the per-peer counters at `idx` and `idx + 1`
+    /// (see [`ops::peer_counter`]): plain integers in the peer's rdm hot
+    /// state; nothing for a peer without one (datagram endpoints).
+    #[inline]
+    pub(crate) fn count_peer(&mut self, peer: PeerId, idx: usize, bytes: u64) {
+        if let Some(c) = self.rdm.upper_counters_mut(peer) {
+            c[idx] += 1;
+            c[idx + 1] += bytes;
+        }
+    }
+
     /// The peer at `addr`, reached over `path` (recorded the first time).
     pub fn peer(&mut self, addr: DevAddr, path: Path) -> PeerId {
         self.rdm.peer_with_path(addr, &path)
@@ -346,6 +358,9 @@ impl MsgEngine {
             Packet::Rts(rts) => Some((rts.header, Some(rts))),
             _ => None,
         };
+        if let Packet::Msg(_, payload) = &pkt {
+            self.count_peer(peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
+        }
         if let Some((h, rndv)) = matched {
             let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
             if let Some((post, arrived)) = self.matcher.arrive(arrived) {
@@ -433,6 +448,7 @@ impl MsgEngine {
     /// them and wait); below half of it, it resumes.
     fn update_backpressure(&mut self) {
         let held = self.matcher.unexpected_bytes();
+        self.stats.unexpected_bytes_max = self.stats.unexpected_bytes_max.max(held as u64);
         let limit = self.cfg.unexpected_limit;
         if !self.rdm.is_paused() && held > limit {
             self.rdm.set_paused(true);

@@ -428,4 +428,23 @@ pub struct Stats {
     pub registrations_from_desc: u64,
     /// Rendezvous sends that went eagerly because a registration failed.
     pub registration_failures: u64,
+    /// Most bytes of unexpected (unmatched) messages held at once.
+    pub unexpected_bytes_max: u64,
+}
+
+/// The message layer's per-peer counters: indices into the rdm engine's
+/// [`rdm::engine::PeerCounters::upper`] of the peer (its hot state), bumped as
+/// the endpoint-wide [`Stats`] are. Each names a message count; the bytes of
+/// those messages are at the next index.
+pub(crate) mod peer_counter {
+    /// Messages sent eagerly (the payload in the message), and their bytes.
+    pub const SENT_EAGER_MSGS: usize = 0;
+    /// Messages announced by rendezvous (RTS), and their bytes.
+    pub const SENT_RNDV_MSGS: usize = 2;
+    /// Eager messages that arrived from the peer, and their payload bytes.
+    pub const RECV_EAGER_MSGS: usize = 4;
+    /// Rendezvous messages this endpoint pulled (remote read), bytes read.
+    pub const RECV_PULLED_MSGS: usize = 6;
+    /// Rendezvous messages received through window grants, bytes received.
+    pub const RECV_WINDOWED_MSGS: usize = 8;
 }

@@ -37,6 +37,7 @@ impl MsgEngine {
         match outcome {
             ReadOutcome::Done(n) => {
                 self.stats.pulled += 1;
+                self.count_peer(p.peer, super::ops::peer_counter::RECV_PULLED_MSGS, n);
                 self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
                 self.finish_recv(&p.landing, n as usize, None);
             }
@@ -100,6 +101,7 @@ impl MsgEngine {
         w.received += written as u64;
         if w.received >= w.take {
             self.stats.pushed += 1;
+            self.count_peer(peer, super::ops::peer_counter::RECV_WINDOWED_MSGS, w.received);
             self.reply(now, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
             self.finish_recv(&w.landing, w.received as usize, None);
         } else {
