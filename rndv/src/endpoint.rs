@@ -521,6 +521,29 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         self.engine.unexpected_bytes()
     }
 
+    /// Bytes `peer` costs the reliable-datagram engine (its own estimate:
+    /// cold entry, and hot state with the buffers it holds once the peer
+    /// carried traffic; see [`rdm::engine::Engine::peer_bytes`]).
+    pub fn peer_bytes(&self, peer: PeerId) -> usize {
+        self.engine.rdm().peer_bytes(peer)
+    }
+
+    /// Bytes the reliable-datagram engine keeps for reuse (buffer pools,
+    /// spare queues; see [`rdm::engine::Engine::pooled_bytes`]).
+    pub fn pooled_bytes(&self) -> usize {
+        self.engine.rdm().pooled_bytes()
+    }
+
+    /// Bytes of the transmit staging buffers the device lent.
+    pub fn staging_bytes(&self) -> usize {
+        self.stage.iter().map(|b| b.len()).sum()
+    }
+
+    /// Peers with hot state in the reliable-datagram engine.
+    pub fn hot_peers(&self) -> usize {
+        self.engine.rdm().hot_peers()
+    }
+
     // ------------------------------------------------------------ progress
 
     /// One round of progress (see the module docs for its order).

@@ -631,6 +631,19 @@ impl Engine {
             + hot.rx.assembling.as_ref().map_or(0, |b| b.capacity())
     }
 
+    /// Bytes the engine keeps for reuse and no peer owns: its receive and
+    /// transmit buffer pools (at most `POOL_DEPTH` buffers of at most
+    /// `POOL_MAX_CAPACITY` each) and the spare queues of peers gone idle.
+    pub fn pooled_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let rx = self.pool.capacity() * size_of::<Vec<u8>>() + self.pool.iter().map(|b| b.capacity()).sum::<usize>();
+        // An Arc's block: two counts and the Vec.
+        let tx = self.tx_pool.capacity() * size_of::<Arc<Vec<u8>>>() + self.tx_pool.iter().map(|b| 2 * size_of::<usize>() + size_of::<Vec<u8>>() + b.capacity()).sum::<usize>();
+        let spare = self.spare_queues.capacity() * size_of::<SpareQueues>()
+            + self.spare_queues.iter().map(|q| q.unacked.capacity() * size_of::<TxSeg>() + q.pending.capacity() * size_of::<PendingMsg>() + q.to_send.capacity() * size_of::<Psn>()).sum::<usize>();
+        rx + tx + spare
+    }
+
     fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {
         let cold = &mut self.cold[peer.0 as usize];
         if let Some(h) = cold.hot {
