@@ -84,3 +84,35 @@ fn verbs_pingpong_between_two_devices_under_wire_loss_and_injected_faults() {
         checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", "30"], &faults, 46030 + i as u16, SERVER_ON_RXE0, CLIENT_ON_RXE1);
     }
 }
+
+/// The value of `rdmx: <name> <n>` in one process's `FI_RDMX_STATS=1` output.
+fn stat(out: &str, name: &str) -> u64 {
+    let key = format!("rdmx: {name} ");
+    out.lines().find_map(|l| l.trim().strip_prefix(key.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in:\n{out}"))
+}
+
+/// A rendezvous over UD goes through the domain's registration cache:
+/// fi_pingpong registers its buffers (`fi_mr_reg`, which on the verbs domain
+/// is an `ibv_reg_mr` through the cache: a miss), every 1 MiB message is
+/// announced with a key (the application's, from its descriptor, so nothing
+/// more is looked up: measured, server and client alike), and the receiver
+/// gets the bytes by windows (UD cannot read).
+#[test]
+fn verbs_rendezvous_moves_the_registration_cache_counters() {
+    if !verbs_device_present() {
+        return;
+    }
+    init();
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1")], 46021, "127.0.0.1", &[], &[]);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        let (misses, cached) = (stat(out, "mr_cache_misses"), stat(out, "mr_cache_bytes_cached"));
+        let keyed = stat(out, "rendezvous_registrations") + stat(out, "rendezvous_registrations_from_desc");
+        println!("{who}: mr_cache_misses {misses}, mr_cache_bytes_cached {cached}, rendezvous keys {keyed}, windowed {}", stat(out, "rendezvous_windowed"));
+        assert!(misses >= 1 && cached >= 1 << 20, "{who}: the registration went around the cache (misses {misses}, {cached} bytes cached)");
+        assert!(keyed >= 20, "{who}: {keyed} keys announced for at least 20 rendezvous messages");
+        assert!(stat(out, "rendezvous_windowed") >= 20, "{who}: fewer than 20 windowed rendezvous received");
+        assert_eq!(stat(out, "rendezvous_pulled"), 0, "{who}: UD cannot read");
+    }
+}
