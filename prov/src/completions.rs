@@ -8,7 +8,7 @@ use crate::cntr_queue::CntrShared;
 use crate::core::EpState;
 use crate::cq_queue::{Completion, CompletionError};
 use crate::error::ErrReason;
-use crate::log::{fi_warn, Subsys};
+use crate::log::{fi_info, fi_warn, Subsys};
 use libfabric_sys as fi;
 use rdm::engine::{FailReason, PeerId};
 use rdm::DevAddr;
@@ -177,8 +177,18 @@ impl EpState {
         let addr = self.peer_rdmx_addr(peer);
         entry.prov_errno = why.prov_errno();
         entry.src_addr = addr.map(|a| a.encode());
-        let uri = addr.map(|a| a.to_uri()).unwrap_or_else(|| "unknown".into());
-        fi_warn!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+        // A failed peer is logged once, as it fails (drain_outputs); what
+        // else fails with a peer is logged per operation, truncation (the
+        // application's buffer) only at info.
+        let per_op = !matches!(why, ErrReason::PeerTimeout | ErrReason::PeerUnreachable);
+        if per_op {
+            let uri = addr.map(|a| a.to_uri()).unwrap_or_else(|| "unknown".into());
+            if why == ErrReason::Truncated {
+                fi_info!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+            } else {
+                fi_warn!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+            }
+        }
         entry
     }
 

@@ -77,11 +77,8 @@ pub fn install_signal_handler() {
         // is async-signal-safe as far as we are concerned.
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_sigusr1 as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigemptyset(&mut new.sa_mask);
             if libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut old) != 0 {
+                crate::log::warn(crate::log::Subsys::EpCtrl, "stats", "SIGUSR1: cannot read the current handler; FI_RDMX_STATS documents only at close and by interval");
                 return;
             }
             let prev = old.sa_sigaction;
@@ -89,7 +86,17 @@ pub fn install_signal_handler() {
                 PREV_SIGINFO.store(old.sa_flags & libc::SA_SIGINFO != 0, Ordering::Relaxed);
                 PREV_HANDLER.store(prev, Ordering::Release);
             }
-            libc::sigaction(libc::SIGUSR1, &new, std::ptr::null_mut());
+            // The previous handler's mask, and an alternate stack if the
+            // application set one up (harmless without): a handler chained
+            // after ours runs as it was installed to.
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_sigusr1 as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+            new.sa_mask = old.sa_mask;
+            if libc::sigaction(libc::SIGUSR1, &new, std::ptr::null_mut()) != 0 {
+                PREV_HANDLER.store(0, Ordering::Release);
+                crate::log::warn(crate::log::Subsys::EpCtrl, "stats", "SIGUSR1: cannot install the handler; FI_RDMX_STATS documents only at close and by interval");
+            }
         }
     });
 }
@@ -159,8 +166,12 @@ pub fn append_line(template: &str, mut line: String) {
     line.push('\n');
     let path = expand_path(template);
     let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
+    // Warned once: an interval would otherwise repeat it for every endpoint.
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if let Err(e) = written {
-        crate::log::warn(crate::log::Subsys::EpCtrl, "stats", &format!("cannot write the JSON stats to {path}: {e}"));
+        if !WARNED.swap(true, Ordering::Relaxed) {
+            crate::log::warn(crate::log::Subsys::EpCtrl, "stats", &format!("cannot write the JSON stats to {path}: {e} (said once)"));
+        }
     }
 }
 

@@ -1112,3 +1112,24 @@ fn a_peer_first_heard_from_gets_its_path_before_anything_is_sent_to_it() {
     assert_eq!((st.rts_sent, st.eager_sent), (1, 0), "the answer went eagerly: the peer's path was lost");
     assert_eq!(sim.nodes[0].ep.stats().msg.pulled, 1);
 }
+
+/// Why a peer failed is kept as it first failed: a later send to the failed
+/// peer (which the rdm engine refuses as a timeout) does not rewrite an
+/// "unreachable" into a "timeout" in the error the application reads.
+#[test]
+fn a_peers_failure_reason_is_the_first_one() {
+    let mut sim = net(2, Link::default(), 3, config());
+    let to1 = sim.peer(0, 1);
+    sim.nodes[1].ep.post_recv(recv(BASE, 100, 10)).unwrap();
+    send_from(&mut sim, 0, to1, msg(), &[1; 100], BASE, meta(1));
+    assert!(sim.run_until(Duration::from_secs(2), |s| completions(s, 1, OpKind::Recv).len() == 1));
+    sim.kill(1);
+    send_from(&mut sim, 0, to1, msg(), &[2; 100], BASE, meta(2));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 2));
+    assert_eq!(completions(&sim, 0, OpKind::Send)[1].err, Some(OpError::PeerUnreachable));
+    assert_eq!(sim.nodes[0].ep.fail_reason(to1), Some(rdm::engine::FailReason::Unreachable));
+    send_from(&mut sim, 0, to1, msg(), &[3; 100], BASE, meta(3));
+    sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 3);
+    assert_eq!(completions(&sim, 0, OpKind::Send).len(), 3, "the send to a failed peer completes");
+    assert_eq!(sim.nodes[0].ep.fail_reason(to1), Some(rdm::engine::FailReason::Unreachable), "rewritten by a later send");
+}

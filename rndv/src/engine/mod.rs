@@ -302,7 +302,14 @@ impl MsgEngine {
         self.retry_pushes(now, mem);
         while let Some(ev) = self.rdm.poll_event() {
             match ev {
-                Event::Delivered { peer, msg } if !self.cfg.datagram => self.handle_message(now, peer, msg, mem),
+                Event::Delivered { peer, msg } if !self.cfg.datagram => {
+                    // The peer talks again (a new incarnation, or a path that
+                    // came back): its old failure explains nothing from now on.
+                    if !self.fail_reasons.is_empty() {
+                        self.fail_reasons.remove(&peer);
+                    }
+                    self.handle_message(now, peer, msg, mem)
+                }
                 Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(now, peer, msg, mem),
                 Event::Delivered { msg, .. } | Event::Datagram { msg, .. } => {
                     self.stats.stray += 1;
@@ -316,7 +323,10 @@ impl MsgEngine {
                     }
                 }
                 Event::SendFailed { token, peer, reason } => {
-                    self.fail_reasons.insert(peer, reason);
+                    // The first reason of a failure stands: a send to a peer
+                    // already failed is refused as a timeout by the rdm engine,
+                    // whatever failed it.
+                    self.fail_reasons.entry(peer).or_insert(reason);
                     let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
                     match Token::decode(token) {
                         Some(Token::Msg(id) | Token::Push(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
