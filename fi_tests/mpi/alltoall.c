@@ -7,8 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
-#include <string.h>
-#include <unistd.h>
+#include "hosts.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
@@ -22,15 +21,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int iters = argc > 1 ? atoi(argv[1]) : 20;
-    char host[256] = {0}, *hosts = malloc(256 * size);
-    gethostname(host, sizeof host - 1);
-    MPI_Allgather(host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, MPI_COMM_WORLD);
-    int nhosts = 0;
-    for (int i = 0; i < size; i++) {
-        int seen = 0;
-        for (int j = 0; j < i; j++) seen |= !strcmp(hosts + 256 * i, hosts + 256 * j);
-        nhosts += !seen;
-    }
+    int nhosts;
+    free(gather_hosts(size, &nhosts));
     size_t words_per_peer[] = {2, 1024, 16384};
     int rounds = 0;
     for (int k = 0; k < 3; k++) {

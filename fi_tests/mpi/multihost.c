@@ -9,6 +9,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <unistd.h>
+#include "hosts.h"
 
 #define CHECK(c, ...) do { if (!(c)) { fprintf(stderr, "rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
     fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); MPI_Abort(MPI_COMM_WORLD, 1); } } while (0)
@@ -23,15 +24,8 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    char host[256] = {0}, *hosts = malloc(256 * size);
-    gethostname(host, sizeof host - 1);
-    MPI_Allgather(host, 256, MPI_CHAR, hosts, 256, MPI_CHAR, MPI_COMM_WORLD);
-    int nhosts = 0;
-    for (int i = 0; i < size; i++) {
-        int seen = 0;
-        for (int j = 0; j < i; j++) seen |= !strcmp(hosts + 256 * i, hosts + 256 * j);
-        nhosts += !seen;
-    }
+    int nhosts;
+    char *hosts = gather_hosts(size, &nhosts);
     size_t sizes[] = {0, 1, 64, 1000, 4096, 8192, 65536, 200000, 1 << 20, 4 << 20};
     int nsizes = sizeof sizes / sizeof *sizes;
     size_t max = 4 << 20;

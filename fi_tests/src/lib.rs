@@ -384,3 +384,24 @@ pub fn verbs_device_present() -> bool {
     }
     present
 }
+
+/// The counter names fi_rdmx(7) lists in the `.TP` tags of its RUNTIME STATS
+/// section (`\f[C]name\f[R], \f[C]other\f[R]`): what `FI_RDMX_STATS=1`
+/// prints, `endpoint` included.
+pub fn documented_stats() -> std::collections::BTreeSet<String> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
+    let start = page.find(".SH RUNTIME STATS\n").expect("RUNTIME STATS section");
+    let sec = &page[start + 1..];
+    let sec = &sec[..sec.find("\n.SH ").unwrap_or(sec.len())];
+    let mut names = std::collections::BTreeSet::new();
+    let mut lines = sec.lines();
+    while let Some(l) = lines.next() {
+        if l == ".TP" {
+            for part in lines.next().unwrap_or_default().split(", ") {
+                let n = part.trim().trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
+                names.insert(n.replace("\\-", "-"));
+            }
+        }
+    }
+    names
+}

@@ -4,26 +4,6 @@
 use fi_tests::procs::{self, text};
 use std::collections::BTreeSet;
 
-/// The names in the `.TP` tags of the man page's RUNTIME STATS section
-/// (`\f[C]name\f[R], \f[C]other\f[R]`).
-fn documented() -> BTreeSet<String> {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
-    let start = page.find(".SH RUNTIME STATS\n").expect("RUNTIME STATS section");
-    let sec = &page[start + 1..];
-    let sec = &sec[..sec.find("\n.SH ").unwrap_or(sec.len())];
-    let mut names = BTreeSet::new();
-    let mut lines = sec.lines();
-    while let Some(l) = lines.next() {
-        if l == ".TP" {
-            for part in lines.next().unwrap_or_default().split(", ") {
-                let n = part.trim().trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
-                names.insert(n.replace("\\-", "-"));
-            }
-        }
-    }
-    names
-}
-
 /// The counter names in `rdmx: <name> <value>` lines.
 fn printed(out: &str) -> BTreeSet<String> {
     out.lines()
@@ -35,7 +15,7 @@ fn printed(out: &str) -> BTreeSet<String> {
 
 #[test]
 fn runtime_stats_section_lists_what_fi_rdmx_stats_prints() {
-    let doc = documented();
+    let doc = fi_tests::documented_stats();
     assert!(doc.contains("packets_sent") && doc.contains("mr_cache_hits"), "{doc:?}");
     for (device, port) in [("udp", 47650), ("shm", 47651)] {
         fi_tests::init();

@@ -28,19 +28,7 @@ fn documented() -> BTreeMap<String, String> {
 /// The counter names fi_rdmx(7) lists under RUNTIME STATS (what
 /// `FI_RDMX_STATS=1` prints), without `endpoint`.
 fn documented_counters() -> BTreeSet<String> {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
-    let start = page.find(".SH RUNTIME STATS\n").expect("RUNTIME STATS section");
-    let sec = &page[start + 1..];
-    let sec = &sec[..sec.find("\n.SH ").unwrap_or(sec.len())];
-    let mut names = BTreeSet::new();
-    let mut lines = sec.lines();
-    while let Some(l) = lines.next() {
-        if l == ".TP" {
-            for part in lines.next().unwrap_or_default().split(", ") {
-                names.insert(part.trim().trim_start_matches("\\f[C]").trim_end_matches("\\f[R]").to_string());
-            }
-        }
-    }
+    let mut names = fi_tests::documented_stats();
     names.remove("endpoint");
     names
 }
