@@ -254,6 +254,12 @@ for i in 0 1; do
 done
 ip neigh add 10.11.12.2 lladdr "\$(cat /sys/class/net/veth1/address)" dev veth0 nud permanent
 ip neigh add 10.11.12.1 lladdr "\$(cat /sys/class/net/veth0/address)" dev veth1 nud permanent
+# Each device's own address as a neighbour at its own MAC: rxe delivers a packet
+# whose destination MAC is its netdev's own in place (loopback, as a NIC does),
+# so two queue pairs of one veth-backed device reach each other too.
+for i in 0 1; do
+  ip neigh add 10.11.12.\$((i + 1)) lladdr "\$(cat /sys/class/net/veth\$i/address)" dev veth\$i nud permanent
+done
 for i in 0 1; do rdma link add rxe\$i type rxe netdev veth\$i; done
 rdma link add rxe2 type rxe netdev dummy0
 # rxe adds the IPv4-mapped GIDs of the addresses shortly after

@@ -385,6 +385,33 @@ pub fn verbs_device_present() -> bool {
     present
 }
 
+/// netem on a device for the life of the guard.
+pub struct Netem(&'static str);
+
+impl Netem {
+    pub fn loss(dev: &'static str, pct: u32) -> Netem {
+        let st = std::process::Command::new("tc").args(["qdisc", "add", "dev", dev, "root", "netem", "loss", &format!("{pct}%")]).status().expect("tc");
+        assert!(st.success(), "tc qdisc add dev {dev} root netem loss {pct}% failed (sch_netem missing?)");
+        Netem(dev)
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tc").args(["qdisc", "del", "dev", self.0, "root"]).status();
+    }
+}
+
+/// RoCE packets sent by every rxe device of the VM, summed (hardware
+/// counters: what went through a verbs device, whoever sent it).
+pub fn rxe_packets_sent() -> u64 {
+    let Ok(devs) = std::fs::read_dir("/sys/class/infiniband") else { return 0 };
+    devs.filter_map(Result::ok)
+        .filter_map(|d| std::fs::read_to_string(d.path().join("ports/1/hw_counters/sent_pkts")).ok())
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .sum()
+}
+
 /// The counter names fi_rdmx(7) lists in the `.TP` tags of its RUNTIME STATS
 /// section (`\f[C]name\f[R], \f[C]other\f[R]`): what `FI_RDMX_STATS=1`
 /// prints, `endpoint` included.

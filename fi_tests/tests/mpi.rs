@@ -140,3 +140,62 @@ fn verbs_p2p_collectives_and_one_sided() {
     let out = mpirun(&rma, 2, "verbs", &[], &["--mca", "osc", "pt2pt"]);
     assert!(out.contains("rma: all checks passed"), "{out}");
 }
+
+/// Runs `exe args` through `sh -c script` under mpirun (the script ends in
+/// `exec "$0" "$@"`): a per-rank setting as a launcher script would make it.
+fn mpirun_wrapped(wrap: &[&str], exe: &std::path::Path, np: u32, device: &str, args: &[&str], extra_mca: &[&str]) -> String {
+    let exe_s = exe.display().to_string();
+    let (prog, pre) = wrap.split_first().expect("a wrapper");
+    let all: Vec<&str> = pre.iter().copied().chain(std::iter::once(exe_s.as_str())).chain(args.iter().copied()).collect();
+    mpirun(&PathBuf::from(prog), np, device, &all, extra_mca)
+}
+
+/// The verbs domain at np 4 with ranks alternating between the VM's two rxe
+/// devices (`FI_RDMX_IFACE` per rank), so half the pairs cross from one
+/// device to the other: the point-to-point and collective programs, then
+/// the same under 5% loss on the wire (netem on both ends of the veth pair
+/// the devices sit on) and under rdmx's fault decorator (drop, duplicate,
+/// reorder) over the verbs device.
+#[test]
+fn verbs_np4_over_two_devices_plain_under_wire_loss_and_injected_faults() {
+    if !fi_tests::verbs_device_present() || !std::path::Path::new("/sys/class/infiniband/rxe1").exists() {
+        return;
+    }
+    let (Some(p2p), Some(coll)) = (build("p2p"), build("coll")) else { return };
+    let by_rank = ["sh", "-c", "export FI_RDMX_IFACE=rxe$((OMPI_COMM_WORLD_RANK % 2)); exec \"$0\" \"$@\""];
+    let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &[]);
+    assert!(out.contains("p2p: all checks passed on 4 ranks"), "{out}");
+    let out = mpirun_wrapped(&by_rank, &coll, 4, "verbs", &[], &[]);
+    assert!(out.contains("coll: all checks passed"), "{out}");
+    {
+        let _loss = (fi_tests::Netem::loss("veth0", 5), fi_tests::Netem::loss("veth1", 5));
+        let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &[]);
+        assert!(out.contains("p2p: all checks passed on 4 ranks"), "under 5% loss: {out}");
+    }
+    let faults = ["-x", "FI_RDMX_FAULT_DROP=5", "-x", "FI_RDMX_FAULT_DUP=2", "-x", "FI_RDMX_FAULT_REORDER=5"];
+    let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &faults);
+    assert!(out.contains("p2p: all checks passed on 4 ranks"), "under injected faults: {out}");
+}
+
+/// As users run it on two RDMA hosts, with no rdmx variable: 4 ranks on two
+/// "hosts" (each rank in a UTS namespace named after its host; rdmx's host
+/// id hashes the host name, the rxe devices stay reachable), so `auto` puts
+/// the same-host pairs on shared memory and the others on UD. The alltoall
+/// program sees 2 hosts and checks every element; the rxe devices' packet
+/// counters show the traffic that went over UD.
+#[test]
+fn verbs_auto_np4_on_two_hosts_with_no_rdmx_variable() {
+    if !fi_tests::verbs_device_present() {
+        return;
+    }
+    let (Some(p2p), Some(a2a)) = (build("p2p"), build("alltoall")) else { return };
+    let two_hosts = ["unshare", "-u", "sh", "-c", "hostname rdmx-host-$((OMPI_COMM_WORLD_RANK % 2)) && exec \"$0\" \"$@\""];
+    let before = fi_tests::rxe_packets_sent();
+    let out = mpirun_wrapped(&two_hosts, &p2p, 4, "", &[], &[]);
+    assert!(out.contains("p2p: all checks passed on 4 ranks"), "{out}");
+    let out = mpirun_wrapped(&two_hosts, &a2a, 4, "", &["5"], &[]);
+    assert!(out.contains("alltoall: all checks passed on 4 ranks, 15 rounds, 2 hosts"), "{out}");
+    let sent = fi_tests::rxe_packets_sent() - before;
+    assert!(sent >= 1000, "{sent} RoCE packets: the cross-host pairs did not go over UD");
+    println!("auto, 4 ranks on 2 hosts: {sent} RoCE packets");
+}

@@ -8,7 +8,6 @@
 //! without an RDMA device they pass saying so (see `verbs_device_present`).
 use fi_tests::procs::{pingpong, text};
 use fi_tests::*;
-use std::process::Command;
 
 /// Each process on its own device (the VM's rxe0 and rxe1).
 const SERVER_ON_RXE0: &[&str] = &["env", "FI_RDMX_IFACE=rxe0"];
@@ -46,23 +45,6 @@ fn verbs_pingpong_every_size_with_data_checks_on_one_and_two_devices() {
     checked_pingpong(&["-d", "verbs", "-S", "all", "-c", "-I", "10"], &[], 46012);
     if two_devices_present() {
         checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &[], 46013, SERVER_ON_RXE0, CLIENT_ON_RXE1);
-    }
-}
-
-/// netem on a device for the life of the guard.
-struct Netem(&'static str);
-
-impl Netem {
-    fn loss(dev: &'static str, pct: u32) -> Netem {
-        let st = Command::new("tc").args(["qdisc", "add", "dev", dev, "root", "netem", "loss", &format!("{pct}%")]).status().expect("tc");
-        assert!(st.success(), "tc qdisc add dev {dev} root netem loss {pct}% failed (sch_netem missing?)");
-        Netem(dev)
-    }
-}
-
-impl Drop for Netem {
-    fn drop(&mut self) {
-        let _ = Command::new("tc").args(["qdisc", "del", "dev", self.0, "root"]).status();
     }
 }
 
@@ -114,5 +96,125 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         assert!(keyed >= 20, "{who}: {keyed} keys announced for at least 20 rendezvous messages");
         assert!(stat(out, "rendezvous_windowed") >= 20, "{who}: fewer than 20 windowed rendezvous received");
         assert_eq!(stat(out, "rendezvous_pulled"), 0, "{who}: UD cannot read");
+    }
+}
+
+/// Runs the rest of the command in a new UTS namespace whose host name is
+/// the next argument: another "host" for rdmx (its host id hashes the host
+/// name), on the same kernel and the same rxe devices (which a network
+/// namespace would not reach: rxe keeps its socket in the first one).
+fn as_host(name: &str) -> Vec<String> {
+    ["unshare", "-u", "sh", "-c", &format!("hostname {name} && exec \"$@\""), "sh"].iter().map(|s| s.to_string()).collect()
+}
+
+/// With no rdmx variable, `fi_getinfo` offers `auto` first and the `verbs`
+/// domain after it (on its own fabric), and an `auto` endpoint talks to a
+/// peer on another host over UD and to one on its own host over shared
+/// memory: the rxe devices' packet counters move for the first pair (by at
+/// least a packet per message each way) and stay still for the second.
+#[test]
+fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
+    if !verbs_device_present() {
+        return;
+    }
+    init();
+    if std::env::var_os("FI_RDMX_DEVICE").is_none() {
+        let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
+        let names: Vec<(String, String)> = info
+            .iter()
+            // SAFETY: a NUL-terminated string of an fi_info this test owns.
+            .map(|i| (Info::domain_name(i), unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) }.to_string_lossy().into_owned()))
+            .collect();
+        let want = [("auto", "rdmx"), ("verbs", "rdmx-verbs")].map(|(d, f)| (d.to_string(), f.to_string()));
+        assert_eq!(names, want, "auto first, then the verbs domain on its own fabric");
+    }
+    let iters = 200u64;
+    let iters_s = iters.to_string();
+    let args = ["-m", "tagged", "-S", "8", "-c", "-I", &iters_s];
+    let (a, b) = (as_host("rdmx-host-a"), as_host("rdmx-host-b"));
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
+    let before = rxe_packets_sent();
+    checked_pingpong_on(&args, &[], 46040, &a, &b);
+    let remote = rxe_packets_sent() - before;
+    assert!(remote >= 2 * iters, "two hosts: {remote} RoCE packets for {iters} round trips; auto did not take UD");
+    let before = rxe_packets_sent();
+    checked_pingpong_on(&args, &[], 46041, &[], &[]);
+    let local = rxe_packets_sent() - before;
+    assert!(local < iters / 4, "one host: {local} RoCE packets for {iters} round trips; auto should use shm");
+    println!("auto: {remote} RoCE packets between two hosts, {local} within one, for {iters} round trips");
+    // Every size, data checked, between the two hosts.
+    checked_pingpong_on(&["-S", "all", "-c", "-I", "10"], &[], 46042, &a, &b);
+}
+
+/// `fork()` with registered memory: rdmx leaves it to the kernel (since 5.12
+/// a fork copies the pinned pages of an anonymous mapping into the child up
+/// front, so the parent keeps the pages the device uses; rdma-core then
+/// reports fork support as unneeded). Here the parent has its buffers
+/// registered (`fi_mr_reg`) and a 1 MiB rendezvous in flight; each round it
+/// forks a child that waits 100 ms and then execs `/bin/true`. While the
+/// child still shares the parent's memory, rdmx writes its registered
+/// transmit buffers (each window of the push) and the device writes its
+/// receive buffers: under a plain copy-on-write fork the parent's writes
+/// would land on new pages the device never sends from. Every byte must
+/// arrive right.
+#[test]
+fn verbs_a_child_that_execs_leaves_the_parents_transfers_intact() {
+    if !verbs_device_present() {
+        return;
+    }
+    init();
+    let a = Stack::open(Some("verbs"), fi::FI_AV_MAP);
+    let b = Stack::open(Some("verbs"), fi::FI_AV_MAP);
+    let b_at_a = a.insert(&b.name());
+    const LEN: usize = 1 << 20;
+    let mut sbuf = vec![0u8; LEN];
+    let mut rbuf = vec![0u8; LEN];
+    let reg = |s: &Stack, buf: &mut [u8], access: u64| {
+        let mut mr = std::ptr::null_mut();
+        // SAFETY: an open domain; the buffer outlives the registration (closed below).
+        let ret = unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, std::ptr::null_mut()) };
+        assert_eq!(ret, 0, "fi_mr_reg");
+        mr
+    };
+    let (smr, rmr) = (reg(&a, &mut sbuf, fi::FI_SEND as u64), reg(&b, &mut rbuf, fi::FI_RECV as u64));
+    let true_path = std::ffi::CString::new("/bin/true").unwrap();
+    let argv = [true_path.as_ptr(), std::ptr::null()];
+    for round in 0..10u8 {
+        for (i, x) in sbuf.iter_mut().enumerate() {
+            *x = (i as u8).wrapping_mul(7).wrapping_add(round);
+        }
+        rbuf.fill(0xee);
+        // SAFETY: libfabric calls on objects this test opened; the buffers outlive the operations (waited for below).
+        unsafe {
+            assert_eq!(fi::fi_trecv(b.ep, rbuf.as_mut_ptr() as *mut _, LEN, fi::fi_mr_desc(rmr), FI_ADDR_UNSPEC, 9, 0, std::ptr::null_mut()), 0);
+            assert_eq!(fi::fi_tsend(a.ep, sbuf.as_ptr() as *const _, LEN, fi::fi_mr_desc(smr), b_at_a, 9, std::ptr::null_mut()), 0);
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
+        // SAFETY: the child calls only nanosleep, execv and _exit
+        // (async-signal-safe) with arguments prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe {
+                libc::nanosleep(&pause, std::ptr::null_mut());
+                libc::execv(argv[0], argv.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        assert!(pid > 0, "fork");
+        b.wait_cq(&[&a]).expect("receive completion");
+        a.wait_cq(&[&b]).expect("send completion");
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child did not exec /bin/true: {status:#x}");
+        if let Some(i) = (0..LEN).find(|&i| rbuf[i] != sbuf[i]) {
+            panic!("round {round}: byte {i} is {:#x}, sent {:#x}", rbuf[i], sbuf[i]);
+        }
+    }
+    // SAFETY: registrations opened above, no operation uses them now.
+    unsafe {
+        fi::fi_close(&mut (*smr).fid);
+        fi::fi_close(&mut (*rmr).fid);
     }
 }

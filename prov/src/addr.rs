@@ -53,6 +53,27 @@ impl UdAddr {
         DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_VERBS_UD, &b).expect("22 bytes fit a raw address"))
     }
 
+    /// Whether a queue pair with this address can send to `other`, as far as
+    /// the addresses tell: RoCE v2 GIDs that map IPv4 addresses reach each
+    /// other (IP routes them); other GIDs (InfiniBand, RoCE v1, IPv6) when
+    /// they share the 64-bit subnet prefix. Symmetric, so both ends of a pair
+    /// choose the same path and know each other by one address.
+    pub fn reaches(&self, other: &UdAddr) -> bool {
+        const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+        let v4 = |g: &[u8; 16]| g[..12] == V4_MAPPED;
+        match (v4(&self.gid), v4(&other.gid)) {
+            (true, true) => true,
+            (false, false) => self.gid[..8] == other.gid[..8],
+            _ => false,
+        }
+    }
+
+    /// `ud:<gid as 8 groups of 4 hex digits>/qpn:<qpn in hex>`.
+    pub fn to_text(&self) -> String {
+        let gid: Vec<String> = self.gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
+        format!("ud:{}/qpn:{:#x}", gid.join(":"), self.qpn)
+    }
+
     /// The queue pair a verbs device address names.
     pub fn from_dev_addr(a: &DevAddr) -> Option<UdAddr> {
         let DevAddr::Raw(r) = a else { return None };
@@ -160,16 +181,17 @@ impl RdmxAddr {
 
     /// The device address rdmx uses to reach this peer from an endpoint on
     /// `local_host` that has the given devices: shared memory when both sides have
-    /// it on the same host, else its verbs queue pair when both have one, else UDP.
+    /// it on the same host, else its verbs queue pair when both have one on a
+    /// fabric that joins them ([`UdAddr::reaches`]), else UDP.
     pub fn route(&self, local: &RdmxAddr) -> Option<DevAddr> {
         if local.has_shm && self.host_id == local.host_id {
             if let Some(s) = self.shm() {
                 return Some(DevAddr::Shm(s));
             }
         }
-        if local.ud.is_some() {
-            if let Some(ud) = self.ud {
-                return Some(ud.dev_addr());
+        if let (Some(mine), Some(theirs)) = (local.ud, self.ud) {
+            if mine.reaches(&theirs) {
+                return Some(theirs.dev_addr());
             }
         }
         if local.udp.is_some() {
@@ -187,8 +209,7 @@ impl RdmxAddr {
             s.push_str(&format!("/shm:{}", self.pid));
         }
         if let Some(ud) = self.ud {
-            let gid: String = ud.gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect::<Vec<_>>().join(":");
-            s.push_str(&format!("/ud:{gid}/qpn:{:#x}", ud.qpn));
+            s.push_str(&format!("/{}", ud.to_text()));
             if ud.lid != 0 {
                 s.push_str(&format!("/lid:{}", ud.lid));
             }
@@ -238,5 +259,29 @@ mod tests {
         assert_eq!(remote.route(&no_ud_here), udp.map(DevAddr::Udp));
         let no_ud_there = RdmxAddr { ud: None, ..remote };
         assert_eq!(no_ud_there.route(&local), udp.map(DevAddr::Udp));
+        // A queue pair on another InfiniBand subnet is not reachable: UDP.
+        let ib = |prefix: u8, qpn| {
+            let mut gid = [0u8; 16];
+            gid[0] = 0xfe;
+            gid[1] = 0x80;
+            gid[7] = prefix;
+            gid[15] = 1;
+            Some(UdAddr { gid, qpn, lid: 5 })
+        };
+        let ib_local = RdmxAddr { ud: ib(0, 1), ..local };
+        assert!(matches!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&ib_local), Some(DevAddr::Raw(_))));
+        assert_eq!(RdmxAddr { ud: ib(9, 2), ..remote }.route(&ib_local), udp.map(DevAddr::Udp));
+        // RoCE v2 IPv4-mapped GIDs reach each other; an IB GID does not reach them.
+        let roce = |a: u8| {
+            let mut gid = [0u8; 16];
+            gid[10] = 0xff;
+            gid[11] = 0xff;
+            gid[12..].copy_from_slice(&[10, 0, 0, a]);
+            Some(UdAddr { gid, qpn: 7, lid: 0 })
+        };
+        let roce_local = RdmxAddr { ud: roce(1), ..local };
+        assert!(matches!(RdmxAddr { ud: roce(2), ..remote }.route(&roce_local), Some(DevAddr::Raw(_))));
+        assert_eq!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&roce_local), udp.map(DevAddr::Udp));
+        assert_eq!(RdmxAddr { ud: roce(2), ..remote }.route(&ib_local), udp.map(DevAddr::Udp));
     }
 }

@@ -1,7 +1,7 @@
 //! Opening the datagram devices an endpoint uses (`FI_RDMX_DEVICE`), and wrapping
 //! them in the fault injector when `FI_RDMX_FAULT_*` asks for it.
 use crate::params::{DeviceChoice, Params};
-use rdm::device::composite::AutoDevice;
+use rdm::device::composite::{AutoDevice, NetPair};
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
@@ -26,14 +26,17 @@ impl DomainDevices {
         let verbs = match choice {
             DeviceChoice::Verbs => {
                 let cfg = crate::info::verbs_config().ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
-                let ctx = VerbsContext::open(&cfg)?;
-                crate::log::info(
-                    crate::log::Subsys::Domain,
-                    "verbs",
-                    &format!("verbs domain on {} port {} (netdev {:?}, GID index {}, mtu {})", ctx.device_name(), ctx.port(), ctx.netdev(), ctx.gid_index(), ctx.mtu()),
-                );
-                Some(Arc::new(ctx))
+                Some(Arc::new(open_verbs(&cfg)?))
             }
+            // auto takes the RDMA device when there is a usable one, for
+            // remote peers that have one too; without it, shm and UDP.
+            DeviceChoice::Auto => crate::info::verbs_config().and_then(|cfg| match open_verbs(&cfg) {
+                Ok(ctx) => Some(Arc::new(ctx)),
+                Err(e) => {
+                    crate::log::warn(crate::log::Subsys::Domain, "verbs", &format!("auto: RDMA device not usable ({e}); shm and UDP only"));
+                    None
+                }
+            }),
             _ => None,
         };
         Ok(DomainDevices { choice, verbs })
@@ -47,20 +50,21 @@ impl DeviceContext for DomainDevices {
         let dev = match self.choice {
             DeviceChoice::Udp => open_udp(bind, p.udp_mtu)?,
             DeviceChoice::Shm => open_shm(spec.incarnation)?,
-            DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec.incarnation)?,
+            DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec, self.verbs.as_deref())?,
             DeviceChoice::Verbs => self.verbs.as_ref().ok_or_else(|| DeviceError::Config("verbs domain without a device".into()))?.open(spec)?,
         };
         Ok(maybe_fault(dev, p))
     }
 
-    /// `None` for udp, shm and auto: udp pushes long messages and shm reads
-    /// them with `process_vm_readv`, neither needs a registration, so their
-    /// domains keep no registration cache (see [`crate::regcache`]). The
-    /// verbs domain's protection domain registers (and the EFA SRD one will).
+    /// `None` for udp, shm and an auto domain without an RDMA device: udp
+    /// pushes long messages and shm reads them with `process_vm_readv`,
+    /// neither needs a registration, so their domains keep no registration
+    /// cache (see [`crate::regcache`]). The verbs protection domain registers
+    /// (verbs, and auto on a host with an RDMA device).
     fn registrar(&self) -> Option<Box<dyn Registrar>> {
         match self.choice {
-            DeviceChoice::Auto | DeviceChoice::Udp | DeviceChoice::Shm => None,
-            DeviceChoice::Verbs => self.verbs.as_ref().and_then(|v| v.registrar()),
+            DeviceChoice::Udp | DeviceChoice::Shm => None,
+            DeviceChoice::Auto | DeviceChoice::Verbs => self.verbs.as_ref().and_then(|v| v.registrar()),
         }
     }
 }
@@ -83,19 +87,41 @@ fn open_shm(incarnation: u64) -> Result<Box<dyn Device>, DeviceError> {
     Ok(Box::new(ShmDevice::open(&shm_config(incarnation))?))
 }
 
-/// Shared memory to local peers and UDP to the rest; without the
-/// shared-memory half the endpoint is UDP-only and its address says so.
-fn open_auto(bind: SocketAddr, mtu: usize, incarnation: u64) -> Result<Box<dyn Device>, DeviceError> {
-    let mut udp = UdpConfig::new(bind);
-    udp.mtu = mtu;
-    let dev = AutoDevice::open(Some(&shm_config(incarnation)), &udp)?;
-    if dev.shm().is_none() {
-        crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", "shared memory unavailable; this endpoint uses UDP only");
+/// Opens the RDMA device and its protection domain.
+fn open_verbs(cfg: &rdm::device::verbs::VerbsConfig) -> Result<VerbsContext, DeviceError> {
+    let ctx = VerbsContext::open(cfg)?;
+    crate::log::info(
+        crate::log::Subsys::Domain,
+        "verbs",
+        &format!("verbs domain on {} port {} (netdev {:?}, GID index {}, mtu {})", ctx.device_name(), ctx.port(), ctx.netdev(), ctx.gid_index(), ctx.mtu()),
+    );
+    Ok(ctx)
+}
+
+/// Shared memory to local peers, a UD queue pair to remote peers that have
+/// one (when the domain has an RDMA device) and UDP to the rest; without the
+/// shared-memory half the endpoint is network-only and its address says so,
+/// and a queue pair that cannot be created leaves UDP alone.
+fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&VerbsContext>) -> Result<Box<dyn Device>, DeviceError> {
+    let mut udp_cfg = UdpConfig::new(bind);
+    udp_cfg.mtu = mtu;
+    let udp = UdpDevice::open(&udp_cfg)?;
+    let ud = verbs.and_then(|v| match v.open_device(spec) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no UD queue pair ({e}); remote peers over UDP"));
+            None
+        }
+    });
+    let net: Box<dyn Device> = match ud {
+        Some(ud) => Box::new(NetPair::new(ud, udp)?),
+        None => Box::new(udp),
+    };
+    let shm = ShmDevice::open(&shm_config(spec.incarnation)).ok();
+    if shm.is_none() {
+        crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", "shared memory unavailable; this endpoint uses the network only");
     }
-    if dev.net().is_none() {
-        return Err(DeviceError::Config("auto device without UDP".into()));
-    }
-    Ok(Box::new(dev))
+    Ok(Box::new(AutoDevice::new(shm, Some(net))?))
 }
 
 /// Wraps `dev` in the fault-injecting decorator when any FI_RDMX_FAULT_* rate is set.

@@ -150,13 +150,16 @@ impl EpState {
     }
 }
 
-/// A peer's device address as text: `udp:<ip>:<port>`, `shm:<host>:<pid>:<ring>`.
+/// A peer's device address as text: `udp:<ip>:<port>`, `shm:<host>:<pid>:<ring>`,
+/// `ud:<gid>/qpn:<qpn>` (a verbs UD queue pair).
 fn dev_addr_string(a: &DevAddr) -> String {
     match a {
         DevAddr::Udp(sa) => format!("udp:{sa}"),
         DevAddr::Shm(s) => format!("shm:{:x}:{}:{:x}", s.host_id, s.pid, s.ring_id),
-        #[allow(unreachable_patterns)]
-        other => format!("{other:?}"),
+        other => match crate::addr::UdAddr::from_dev_addr(other) {
+            Some(ud) => ud.to_text(),
+            None => format!("{other:?}"),
+        },
     }
 }
 

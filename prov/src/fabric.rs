@@ -4,7 +4,7 @@ use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::eq;
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
-use crate::info::FABRIC_NAME;
+use crate::info::{FABRIC_NAME, VERBS_FABRIC_NAME};
 use libfabric_sys as fi;
 use std::ffi::CStr;
 
@@ -79,7 +79,7 @@ entry! {
         }
         // SAFETY: non-null C string from the application.
         let name = unsafe { CStr::from_ptr(attr.name) };
-        if name.to_bytes() != FABRIC_NAME.as_bytes() {
+        if name.to_bytes() != FABRIC_NAME.as_bytes() && name.to_bytes() != VERBS_FABRIC_NAME.as_bytes() {
             return Err(Error::Inval("not an rdmx fabric"));
         }
         let f = fid::leak(Fabric {

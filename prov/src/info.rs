@@ -15,6 +15,17 @@ use std::ffi::{CStr, CString};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 
 pub const FABRIC_NAME: &str = "rdmx";
+/// The fabric of the `verbs` domain: the RDMA network, which an `auto`
+/// endpoint reaches over UD too but a `verbs` one reaches by nothing else.
+pub const VERBS_FABRIC_NAME: &str = "rdmx-verbs";
+
+/// The fabric a domain of `device` is on.
+pub fn fabric_name(device: DeviceChoice) -> &'static str {
+    match device {
+        DeviceChoice::Verbs => VERBS_FABRIC_NAME,
+        _ => FABRIC_NAME,
+    }
+}
 pub const API_VERSION: u32 = fi::fi_version_num(1, 17);
 
 // Capability bits (all u64).
@@ -160,10 +171,11 @@ pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
     let mtu = match device {
         DeviceChoice::Udp => udp,
         DeviceChoice::Shm => shm,
-        DeviceChoice::Auto => udp.min(shm),
-        // The port's active MTU (opening the device to ask); 1024, the
-        // smallest a RoCE port over a 1500-byte netdev has, if it cannot be.
-        DeviceChoice::Verbs => verbs_config().map(|c| rdm::device::verbs::VerbsContext::open(&c).map(|v| v.mtu()).unwrap_or(1024)).unwrap_or(1024),
+        // With an RDMA device, auto sends to remote peers over UD too.
+        DeviceChoice::Auto => udp.min(shm).min(verbs_mtu().unwrap_or(usize::MAX)),
+        // 1024, the smallest a RoCE port over a 1500-byte netdev has, when
+        // the device cannot be opened.
+        DeviceChoice::Verbs => verbs_mtu().unwrap_or(1024),
     };
     mtu.saturating_sub(headers)
 }
@@ -220,6 +232,14 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
 /// would use. `None` when this host has no RDMA device at all.
 pub fn verbs_config() -> Option<rdm::device::verbs::VerbsConfig> {
     rdm::device::verbs::VerbsContext::available().then(|| rdm::device::verbs::VerbsConfig { iface: params().iface.clone(), ..Default::default() })
+}
+
+/// The verbs device's port MTU, when one can be opened: asked once per
+/// process (opening a device context is a few system calls, and
+/// `fi_getinfo` is called often).
+pub fn verbs_mtu() -> Option<usize> {
+    static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MTU.get_or_init(|| verbs_config().and_then(|c| rdm::device::verbs::VerbsContext::open(&c).ok()).map(|v| v.mtu()))
 }
 
 pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
@@ -279,16 +299,17 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
 }
 
 /// The domains `fi_getinfo` offers. `FI_RDMX_DEVICE` set: that one. A hint that
-/// names a domain (`fi_pingpong -d udp`): that one. Otherwise only `auto`, the best
-/// path to every peer: an MPI library that knows nothing about rdmx spreads its
-/// local ranks over the entries it is given (OpenMPI 4.1 does, as for multi-NIC
-/// nodes), so listing `udp` and `shm` beside it put ranks on the slow UDP path.
+/// names a domain (`fi_pingpong -d udp`): that one. Otherwise `auto`, the best
+/// path to every peer, and after it `verbs` when an RDMA device is usable
+/// (what `fi_info -p rdmx` shows). `udp` and `shm` are not listed: an MPI
+/// library that knows nothing about rdmx spreads its local ranks over the
+/// entries that look alike (OpenMPI 4.1 does, as for multi-NIC nodes), which
+/// would put ranks on the slow UDP path. The verbs entry is on its own fabric
+/// ([`VERBS_FABRIC_NAME`]), so it does not look alike to OpenMPI, and a rank
+/// that took it still reaches auto ranks over UD.
 fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
     let shm_ok = std::path::Path::new("/dev/shm").is_dir();
-    // The verbs domain is listed when asked for (hint or FI_RDMX_DEVICE) and
-    // a device is there: beside `auto`, an MPI library would spread its local
-    // ranks over both, and a verbs-only rank cannot reach an auto one by shm.
-    let verbs_ok = || verbs_config().is_some();
+    let verbs_ok = || verbs_mtu().is_some();
     if std::env::var_os("FI_RDMX_DEVICE").is_some() {
         return match params().device {
             DeviceChoice::Verbs if !verbs_ok() => vec![],
@@ -299,6 +320,7 @@ fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
         Some(DeviceChoice::Shm) if !shm_ok => vec![],
         Some(DeviceChoice::Verbs) if !verbs_ok() => vec![],
         Some(d) => vec![d],
+        None if verbs_ok() => vec![DeviceChoice::Auto, DeviceChoice::Verbs],
         None => vec![DeviceChoice::Auto],
     }
 }
@@ -429,7 +451,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     if let Some(fab) = h.fab {
         // SAFETY: hints come from the application; names are C strings or null.
         if let Some(name) = unsafe { opt_cstr(fab.name) } {
-            if name != FABRIC_NAME {
+            if name != fabric_name(p.device) {
                 return Err(Error::NoData);
             }
         }
@@ -840,7 +862,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         d.max_err_data = 0;
         d.mr_cnt = 1 << 16;
         let f = &mut *i.fabric_attr;
-        f.name = strdup(FABRIC_NAME);
+        f.name = strdup(fabric_name(p.device));
         f.prov_name = std::ptr::null_mut();
         f.prov_version = crate::PROVIDER_VERSION;
         f.api_version = API_VERSION;

@@ -1,7 +1,7 @@
 //! The device conformance suite: every device runs the same tests through the
 //! [`Device`] trait. A device is added by one `conformance!` line naming a function
 //! that opens two connected instances of it.
-use rdm::device::composite::AutoDevice;
+use rdm::device::composite::{AutoDevice, NetPair};
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice, UdpOffloads};
@@ -353,6 +353,50 @@ fn auto() -> AutoDevice {
 }
 
 conformance!(auto_udp_route, Some((Box::new(auto()) as Box<dyn Device>, Box::new(auto()) as Box<dyn Device>)));
+
+/// The network half of auto on a host with an RDMA device, modelled with shm
+/// as the preferred device (it owns its own addresses, as UD does): the suite
+/// runs through the fallback (UDP, the pair's `local_addr`).
+fn net_pair() -> NetPair<ShmDevice, UdpDevice> {
+    NetPair::new(ShmDevice::new().unwrap(), UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap()).unwrap()
+}
+
+conformance!(net_pair_fallback_route, Some((Box::new(net_pair()) as Box<dyn Device>, Box::new(net_pair()) as Box<dyn Device>)));
+
+#[test]
+fn net_pair_routes_each_address_to_the_device_that_owns_it() {
+    let (mut a, mut b) = (net_pair(), net_pair());
+    let addrs = b.local_addrs();
+    assert_eq!(addrs.len(), 2);
+    assert_eq!(b.local_addr(), addrs[0], "the fallback's address first");
+    let (udp, shm) = (addrs[0], addrs[1]);
+    assert!(matches!(udp, DevAddr::Udp(_)) && matches!(shm, DevAddr::Shm(_)));
+    assert!(a.caps_for(&shm).reliable && !a.caps_for(&udp).reliable);
+    assert!(!a.caps().reliable, "the combination is the weaker");
+    let fd = b.wait_fd().expect("an epoll fd over both halves");
+    for (i, dst) in [shm, udp, shm].into_iter().enumerate() {
+        assert!(!b.prepare_wait());
+        let msg = payload(i, 100 + i);
+        send_all(&mut a, &[TxDatagram::new(dst, &msg)]);
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd for the duration of the call.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 5000) }, 1, "the wait fd did not wake for a datagram to {dst:?}");
+        let got = recv_n(&mut b, 1);
+        assert_eq!(got[0].1, msg);
+        // The source is a's address on the half it came through.
+        assert_eq!(std::mem::discriminant(&got[0].0), std::mem::discriminant(&dst));
+        assert!(a.local_addrs().contains(&got[0].0), "{:?} is not one of a's addresses", got[0].0);
+    }
+    // A mixed batch goes out in runs, in order.
+    let msgs: Vec<Vec<u8>> = (0..4).map(|i| payload(10 + i, 50)).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().zip([udp, shm, shm, udp]).map(|(m, d)| TxDatagram::new(d, m)).collect();
+    send_all(&mut a, &batch);
+    let mut got: Vec<Vec<u8>> = recv_n(&mut b, 4).into_iter().map(|(_, d)| d).collect();
+    got.sort();
+    let mut want = msgs.clone();
+    want.sort();
+    assert_eq!(got, want);
+}
 
 // ---- device-specific tests ----
 
@@ -1257,11 +1301,10 @@ mod verbs {
         drop(bufs);
     }
 
-    #[test]
-    fn ah_cache_is_bounded() {
-        let Some(c) = ctx(&VerbsConfig::default()) else { return };
-        // Peers on distinct GIDs: every address of the VM script's netdevs
-        // that some RDMA port carries.
+    /// Contexts of RDMA ports on `c`'s device with GIDs other than `c`'s,
+    /// one per GID: every address of the VM script's netdevs that some RDMA
+    /// port carries.
+    fn distinct_gid_peers(c: &VerbsContext) -> Vec<VerbsContext> {
         let ips = ["10.11.13.1", "10.11.13.2", "10.11.13.3", "10.11.13.4", "10.11.12.1", "10.11.12.2"];
         let ctxs: Vec<VerbsContext> = ips
             .iter()
@@ -1271,10 +1314,15 @@ mod verbs {
             // its devices (see `two_devices`): peers on the sender's device.
             .filter(|p| p.device_name() == c.device_name())
             .collect();
-        let mut gids: Vec<[u8; 16]> = ctxs.iter().map(|p| p.gid()).collect();
-        gids.sort();
-        gids.dedup();
-        if gids.len() < 3 {
+        let mut seen = Vec::new();
+        ctxs.into_iter().filter(|p| if seen.contains(&p.gid()) { false } else { seen.push(p.gid()); true }).collect()
+    }
+
+    #[test]
+    fn ah_cache_is_bounded() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let ctxs = distinct_gid_peers(&c);
+        if ctxs.len() < 3 {
             skip_part("fewer than 3 RDMA peers with distinct GIDs (scripts/rxe-vm.sh gives dummy0 10.11.13.1-4)");
             return;
         }
@@ -1293,6 +1341,41 @@ mod verbs {
         assert!(a.stats.ah_evicted > 0);
         assert_eq!(a.stats.send_errors, 0);
         eprintln!("{} peers, ah stats: created {} evicted {}", peers.len(), a.stats.ah_created, a.stats.ah_evicted);
+    }
+
+    /// A device out of address handles (its limit can be below `max_ah`)
+    /// makes a send wait or evict, never fail: a refused creation with
+    /// nothing to evict is back-pressure (nothing sent, no peer reported
+    /// unreachable, the next try goes); with a cached handle no send uses,
+    /// that one is evicted and the creation retried at once.
+    #[test]
+    fn an_address_handle_the_device_refuses_is_retried_not_failed() {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        let ctxs = distinct_gid_peers(&c);
+        if ctxs.len() < 2 {
+            skip_part("fewer than 2 RDMA peers with distinct GIDs (scripts/rxe-vm.sh gives dummy0 10.11.13.1-4)");
+            return;
+        }
+        let mut a = dev(&c, 12);
+        let (mut p, mut q) = (dev(&ctxs[0], 12), dev(&ctxs[1], 12));
+        a.refuse_next_ahs_for_test(2);
+        let msg = payload(1, 200);
+        assert_eq!(a.send_batch(&[TxDatagram::new(p.local_addr(), &msg)]).unwrap(), 0, "a refused address handle is back-pressure");
+        assert_eq!(a.poll_unreachable(), None);
+        exchange(&mut a, &mut p, &[payload(2, 200)]);
+        assert_eq!(a.stats.ah_refused, 2);
+        // p's handle is cached and idle once its send completed: q's
+        // creation, refused once, evicts it and succeeds.
+        while a.outstanding() > 0 {
+            let _ = a.send_batch(&[]);
+        }
+        a.refuse_next_ahs_for_test(1);
+        let evicted = a.stats.ah_evicted;
+        exchange(&mut a, &mut q, &[payload(3, 200)]);
+        assert_eq!(a.stats.ah_refused, 3);
+        assert_eq!(a.stats.ah_evicted, evicted + 1);
+        assert_eq!((a.stats.ah_failed, a.stats.send_errors), (0, 0));
+        assert_eq!(a.poll_unreachable(), None);
     }
 
     #[test]

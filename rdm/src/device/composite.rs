@@ -58,19 +58,7 @@ impl<N: Device> AutoDevice<N> {
             return Err(DeviceError::Config("auto device needs a shared-memory or a network device".into()));
         }
         let fds: Vec<RawFd> = shm.iter().filter_map(|d| d.wait_fd()).chain(net.iter().filter_map(|d| d.wait_fd())).collect();
-        let epoll = if fds.len() == 2 {
-            let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| DeviceError::io("epoll_create", e.into()))?;
-            for (i, fd) in fds.iter().enumerate() {
-                // SAFETY: the fd belongs to a device owned by the value being built,
-                // and is open for this call; epoll keeps no borrow of it.
-                let bfd = unsafe { BorrowedFd::borrow_raw(*fd) };
-                ep.add(bfd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
-                    .map_err(|e| DeviceError::io("epoll_ctl", e.into()))?;
-            }
-            Some(ep)
-        } else {
-            None
-        };
+        let epoll = epoll_over(&fds)?;
         Ok(AutoDevice { shm, net, epoll, shm_first: false, net_skip: 0, net_backoff: NET_SKIP_AFTER_EMPTY })
     }
 
@@ -220,7 +208,7 @@ impl<N: Device> Device for AutoDevice<N> {
     }
 
     fn local_addrs(&self) -> Vec<DevAddr> {
-        self.net.iter().map(|n| n.local_addr()).chain(self.shm.iter().map(|s| s.local_addr())).collect()
+        self.net.iter().flat_map(|n| n.local_addrs()).chain(self.shm.iter().map(|s| s.local_addr())).collect()
     }
 
     fn owns(&self, addr: &DevAddr) -> bool {
@@ -275,5 +263,178 @@ impl<N: Device> Device for AutoDevice<N> {
         let s = self.shm.as_ref().map_or(0, |s| s.max_transmit());
         let n = self.net.as_ref().map_or(0, |n| n.max_transmit());
         s.max(n)
+    }
+}
+
+/// Two network devices behind one: `preferred` (verbs UD) carries the
+/// datagrams of every address it owns ([`Device::owns`]), `fallback` (UDP)
+/// the rest. The network half of `auto` on a host with an RDMA device: peers
+/// whose address carries a queue pair this device reaches go over UD, the
+/// others over UDP, and an endpoint answers on both.
+///
+/// * `recv_batch` polls both, alternating which goes first (a CQ poll and a
+///   `recvmmsg`; `AutoDevice` already paces the network half as a whole).
+/// * `caps()` is the conservative combination; [`Device::caps_for`] answers
+///   for the half that carries an address.
+/// * `local_addr()` is the fallback's (UDP, which every rdmx endpoint
+///   reaches); `local_addrs()` lists both.
+/// * `wait_fd()`: an epoll fd over both halves' fds.
+pub struct NetPair<A: Device, B: Device> {
+    preferred: A,
+    fallback: B,
+    epoll: Option<Epoll>,
+    preferred_first: bool,
+}
+
+/// One epoll fd watching `fds` (level-triggered: readable while any is), or
+/// `None` when there are fewer than two (the one fd is then waited on itself).
+fn epoll_over(fds: &[RawFd]) -> Result<Option<Epoll>, DeviceError> {
+    if fds.len() < 2 {
+        return Ok(None);
+    }
+    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| DeviceError::io("epoll_create", e.into()))?;
+    for (i, fd) in fds.iter().enumerate() {
+        // SAFETY: the fd belongs to a device owned by the value being built,
+        // and is open for this call; epoll keeps no borrow of it.
+        let bfd = unsafe { BorrowedFd::borrow_raw(*fd) };
+        ep.add(bfd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).map_err(|e| DeviceError::io("epoll_ctl", e.into()))?;
+    }
+    Ok(Some(ep))
+}
+
+impl<A: Device, B: Device> NetPair<A, B> {
+    /// # Errors
+    /// [`DeviceError::Io`] when the epoll fd cannot be created.
+    pub fn new(preferred: A, fallback: B) -> Result<NetPair<A, B>, DeviceError> {
+        let fds: Vec<RawFd> = preferred.wait_fd().into_iter().chain(fallback.wait_fd()).collect();
+        let epoll = epoll_over(&fds)?;
+        Ok(NetPair { preferred, fallback, epoll, preferred_first: false })
+    }
+
+    pub fn preferred(&self) -> &A {
+        &self.preferred
+    }
+
+    pub fn fallback(&self) -> &B {
+        &self.fallback
+    }
+
+    fn send_run(&mut self, preferred: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        if preferred {
+            self.preferred.send_batch(run)
+        } else {
+            self.fallback.send_batch(run)
+        }
+    }
+}
+
+impl<A: Device, B: Device> Device for NetPair<A, B> {
+    fn caps(&self) -> DeviceCaps {
+        let (a, b) = (self.preferred.caps(), self.fallback.caps());
+        DeviceCaps {
+            reliable: a.reliable && b.reliable,
+            ordered: a.ordered && b.ordered,
+            mtu: a.mtu.min(b.mtu),
+            remote_read: a.remote_read && b.remote_read,
+            gso: false,
+            // Per path (`caps_for`), as in `AutoDevice`.
+            registration: false,
+            max_inline: a.max_inline.min(b.max_inline),
+        }
+    }
+
+    fn caps_for(&self, addr: &DevAddr) -> DeviceCaps {
+        if self.preferred.owns(addr) {
+            self.preferred.caps_for(addr)
+        } else {
+            self.fallback.caps_for(addr)
+        }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        self.fallback.local_addr()
+    }
+
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        let mut v = self.fallback.local_addrs();
+        v.extend(self.preferred.local_addrs());
+        v
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        self.preferred.owns(addr) || self.fallback.owns(addr)
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        let mut done = 0;
+        while done < batch.len() {
+            let preferred = self.preferred.owns(&batch[done].dst);
+            let run_len = batch[done..].iter().take_while(|d| self.preferred.owns(&d.dst) == preferred).count();
+            match self.send_run(preferred, &batch[done..done + run_len]) {
+                Ok(k) => {
+                    done += k;
+                    if k < run_len {
+                        break;
+                    }
+                }
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        self.preferred_first = !self.preferred_first;
+        let mut n = 0;
+        for turn in 0..2 {
+            if n >= max {
+                break;
+            }
+            n += if (turn == 0) == self.preferred_first {
+                self.preferred.recv_batch(max - n, deliver)?
+            } else {
+                self.fallback.recv_batch(max - n, deliver)?
+            };
+        }
+        Ok(n)
+    }
+
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        if self.preferred.owns(&peer) {
+            self.preferred.post_read(id, peer, runs)
+        } else {
+            self.fallback.post_read(id, peer, runs)
+        }
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        self.preferred.poll_read().or_else(|| self.fallback.poll_read())
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        if let Some(ep) = &self.epoll {
+            return Some(ep.0.as_raw_fd());
+        }
+        self.preferred.wait_fd().or_else(|| self.fallback.wait_fd())
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        // Both, always: each must be armed before the caller sleeps.
+        let a = self.preferred.prepare_wait();
+        let b = self.fallback.prepare_wait();
+        a || b
+    }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.preferred.poll_unreachable().or_else(|| self.fallback.poll_unreachable())
+    }
+
+    fn max_mtu(&self) -> usize {
+        self.preferred.max_mtu().max(self.fallback.max_mtu())
+    }
+
+    fn max_transmit(&self) -> usize {
+        self.preferred.max_transmit().max(self.fallback.max_transmit())
     }
 }

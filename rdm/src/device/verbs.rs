@@ -729,11 +729,24 @@ pub struct VerbsStats {
     pub ah_overflow: u64,
     /// Address handles that could not be created (destination unreachable).
     pub ah_failed: u64,
+    /// Address handles the device refused for want of resources (its own
+    /// limit below `max_ah`, memory): the cache evicted one and tried again,
+    /// or the send waited (back-pressure), never failed.
+    pub ah_refused: u64,
     /// Times the queue pair was brought back from an error state.
     pub qp_recoveries: u64,
 }
 
 type AhKey = ([u8; 16], u16);
+
+/// Why no address handle could be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AhError {
+    /// The device refused the destination itself (no route, bad GID).
+    Unreachable,
+    /// The device is out of address handles right now: try later.
+    Busy,
+}
 
 struct AhEntry {
     ah: *mut ib::ibv_ah,
@@ -799,6 +812,8 @@ pub struct VerbsDevice {
     check_qp: bool,
     /// Test hook: the next non-inline send names a wrong memory key.
     corrupt_next_key: bool,
+    /// Address handles still to refuse (`refuse_next_ahs_for_test`).
+    refuse_ahs: u32,
     pub stats: VerbsStats,
 }
 
@@ -848,6 +863,7 @@ impl VerbsDevice {
             unreachable: VecDeque::new(),
             check_qp: false,
             corrupt_next_key: false,
+            refuse_ahs: 0,
             stats: VerbsStats::default(),
             ctx,
         };
@@ -1066,12 +1082,12 @@ impl VerbsDevice {
 
     /// The address handle for `key`, from the cache or new (evicting the
     /// least recently used one no outstanding send uses).
-    fn ah_for(&mut self, key: AhKey) -> Option<*mut ib::ibv_ah> {
+    fn ah_for(&mut self, key: AhKey) -> Result<*mut ib::ibv_ah, AhError> {
         self.ah_clock += 1;
         let clock = self.ah_clock;
         if let Some(e) = self.ahs.get_mut(&key) {
             e.last_use = clock;
-            return Some(e.ah);
+            return Ok(e.ah);
         }
         if self.ahs.len() >= self.ah_cap && !self.evict_one() {
             // Not `reap_sends`: a recovery would release the requests of the
@@ -1090,15 +1106,41 @@ impl VerbsDevice {
             attr.grh.sgid_index = self.ctx.gid_index;
             attr.grh.hop_limit = HOP_LIMIT;
         }
-        // SAFETY: a live PD and a valid attribute struct.
-        let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
-        if ah.is_null() {
-            self.stats.ah_failed += 1;
-            return None;
-        }
+        let mut retried = false;
+        let ah = loop {
+            let (ah, errno) = if self.refuse_ahs > 0 {
+                self.refuse_ahs -= 1;
+                (std::ptr::null_mut(), Some(libc::ENOMEM))
+            } else {
+                // SAFETY: a live PD and a valid attribute struct.
+                let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
+                (ah, std::io::Error::last_os_error().raw_os_error())
+            };
+            if !ah.is_null() {
+                break ah;
+            }
+            if !matches!(errno, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS)) {
+                self.stats.ah_failed += 1;
+                return Err(AhError::Unreachable);
+            }
+            // The device is out of address handles (its limit can be below
+            // `max_ah`) or memory: give one back and try once more, else
+            // let the send wait for sends in flight to release theirs.
+            self.stats.ah_refused += 1;
+            if retried {
+                return Err(AhError::Busy);
+            }
+            retried = true;
+            if !self.evict_one() {
+                self.poll_sends();
+                if !self.evict_one() {
+                    return Err(AhError::Busy);
+                }
+            }
+        };
         self.stats.ah_created += 1;
         self.ahs.insert(key, AhEntry { ah, last_use: clock, inflight: 0 });
-        Some(ah)
+        Ok(ah)
     }
 
     fn evict_one(&mut self) -> bool {
@@ -1137,6 +1179,14 @@ impl VerbsDevice {
     #[doc(hidden)]
     pub fn corrupt_next_send_key_for_test(&mut self) {
         self.corrupt_next_key = true;
+    }
+
+    /// Test hook: the next `n` address handles to create are refused as a
+    /// device out of them would (ENOMEM): how the tests reach the evict and
+    /// retry path without exhausting a real device.
+    #[doc(hidden)]
+    pub fn refuse_next_ahs_for_test(&mut self, n: u32) {
+        self.refuse_ahs = n;
     }
 
     /// Sends posted and not yet covered by a completion.
@@ -1225,12 +1275,17 @@ impl Device for VerbsDevice {
                 break;
             }
             let key: AhKey = if self.ctx.infiniband { ([0; 16], lid) } else { (gid, 0) };
-            let Some(ah) = self.ah_for(key) else {
-                if !self.unreachable.contains(&d.dst) {
-                    self.unreachable.push_back(d.dst);
+            let ah = match self.ah_for(key) {
+                Ok(ah) => ah,
+                // Back-pressure: the rest of the batch goes later.
+                Err(AhError::Busy) => break,
+                Err(AhError::Unreachable) => {
+                    if !self.unreachable.contains(&d.dst) {
+                        self.unreachable.push_back(d.dst);
+                    }
+                    failure = Some(DeviceError::Unreachable(d.dst));
+                    break;
                 }
-                failure = Some(DeviceError::Unreachable(d.dst));
-                break;
             };
             let len = d.data.len();
             let mut flags = 0u32;
