@@ -58,6 +58,9 @@ struct Forged {
     psn_or_window: u32,
     ack: u32,
     sack: u64,
+    /// A header-only checksum (DATA): the simulated paths do not register,
+    /// so the engine must drop it.
+    header_sum: bool,
     payload: Vec<u8>,
 }
 
@@ -380,6 +383,7 @@ impl Net {
                     psn_or_window: f.psn_or_window,
                     ack: Psn(f.ack),
                     sack: f.sack,
+                    header_sum: f.header_sum && ptype == PacketType::Data,
                 };
                 let payload = &f.payload[..f.payload.len().min(MTU - rdm::engine::HEADER_LEN)];
                 let mut b = vec![0u8; rdm::engine::HEADER_LEN + payload.len()];

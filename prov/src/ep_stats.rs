@@ -80,6 +80,9 @@ impl EpState {
             ("rendezvous_pulled", m.pulled),
             ("rendezvous_windowed", m.pushed),
             ("windows_granted", m.windows_granted),
+            // Pushed chunks the NIC gathered from the application's
+            // registered memory (verbs: no copy on the sender).
+            ("rendezvous_pushes_gathered", m.pushes_gathered),
             ("rma_started", m.rma_started),
             ("rma_served", m.rma_served),
             ("dropped_malformed_messages", m.dropped_malformed),

@@ -73,6 +73,7 @@ impl From<rdm::engine::SendError> for Error {
         match e {
             rdm::engine::SendError::WouldBlock => Error::Again,
             rdm::engine::SendError::TooLarge { .. } => Error::MsgSize,
+            rdm::engine::SendError::Unsupported => Error::NoSys,
         }
     }
 }

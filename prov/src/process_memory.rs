@@ -53,6 +53,14 @@ impl rndv::Memory for ProcessMemory {
         Some(unsafe { LocalBuf::new(addr, len) })
     }
 
+    fn send_source(&self, addr: u64, len: u64) -> Option<LocalBuf> {
+        // SAFETY: the engine names only pieces of a pending send's buffer,
+        // which libfabric's contract keeps valid and unchanged until the send
+        // completes; the engine completes it only after every datagram
+        // gathered from it has completed.
+        Some(unsafe { LocalBuf::new(addr, len) })
+    }
+
     fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
         let mut keys = self.keys.lock();
         let region = keys.get(key).ok_or(rndv::Status::NoKey)?;

@@ -306,6 +306,8 @@ impl Device for SimDevice {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        // It cannot gather (only RDMA paths form such datagrams).
+        let batch = crate::device::until_gathered(batch)?;
         let mut n = self.net.lock();
         if !n.ports[self.me as usize].alive {
             return Ok(batch.len());

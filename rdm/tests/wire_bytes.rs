@@ -20,6 +20,7 @@ fn encoded(h: Header, payload: &[u8]) -> String {
 
 fn header(ptype: PacketType, first: bool, last: bool) -> Header {
     Header {
+        header_sum: false,
         ptype,
         first,
         last,

@@ -213,6 +213,8 @@ pub struct Endpoint<D: Device, M: Memory, C: Clock> {
     stage_len: [usize; TX_BATCH],
     /// Bytes per datagram of each staged transmit (less than its length for a run).
     stage_seg: [usize; TX_BATCH],
+    /// The gathered part of each staged datagram ([`rdm::engine::Transmit::gather`]).
+    stage_gather: [Option<rdm::device::LocalBuf>; TX_BATCH],
     staged: usize,
     reads: slab::Slab<ReadInFlight>,
     /// Maps a device read id to its pull (the read id is the slab key).
@@ -266,6 +268,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             stage_dst: [placeholder; TX_BATCH],
             stage_len: [0; TX_BATCH],
             stage_seg: [0; TX_BATCH],
+            stage_gather: [None; TX_BATCH],
             staged: 0,
             reads: slab::Slab::new(),
             read_pull: Vec::new(),
@@ -744,6 +747,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                         self.stage_dst[i] = tx.dst;
                         self.stage_len[i] = tx.len;
                         self.stage_seg[i] = tx.seg;
+                        self.stage_gather[i] = tx.gather;
                         self.staged += 1;
                     }
                     None => break,
@@ -757,12 +761,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let one;
             let mut batch;
             let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
-                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])];
+                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0]).gathering(self.stage_gather[0])];
                 &one
             } else {
                 batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
                 for (i, slot) in batch.iter_mut().enumerate().take(self.staged) {
-                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]);
+                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]).gathering(self.stage_gather[i]);
                 }
                 &batch[..self.staged]
             };
@@ -794,6 +798,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 self.stage_dst[i - taken] = self.stage_dst[i];
                 self.stage_len[i - taken] = self.stage_len[i];
                 self.stage_seg[i - taken] = self.stage_seg[i];
+                self.stage_gather[i - taken] = self.stage_gather[i];
             }
             self.staged -= taken;
             if self.staged > 0 {

@@ -149,57 +149,10 @@ pub struct FaultDevice<D: Device = Box<dyn Device>> {
 }
 
 impl<D: Device> FaultDevice<D> {
-    pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
-        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), stats: FaultStats::default() }
-    }
-
-    pub fn config(&self) -> &FaultConfig {
-        &self.cfg
-    }
-
-    pub fn inner(&self) -> &D {
-        &self.inner
-    }
-
-    pub fn inner_mut(&mut self) -> &mut D {
-        &mut self.inner
-    }
-
-    pub fn into_inner(self) -> D {
-        self.inner
-    }
-
-    /// Sends the held-back datagrams now (what `recv_batch` does first). Those the
-    /// inner device does not take stay held.
-    pub fn flush_held(&mut self) -> Result<(), DeviceError> {
-        while let Some((dst, data)) = self.held.front() {
-            match self.inner.send_batch(&[TxDatagram::new(*dst, data)]) {
-                Ok(1) => {
-                    self.held.pop_front();
-                }
-                Ok(_) => break,
-                Err(_) => {
-                    // Unsendable (peer gone): it is lost, as on a real network.
-                    self.held.pop_front();
-                    self.stats.dropped += 1;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl<D: Device> Device for FaultDevice<D> {
-    fn caps(&self) -> DeviceCaps {
-        // Whatever the inner device promises, this one may break it.
-        DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps() }
-    }
-
-    fn local_addr(&self) -> DevAddr {
-        self.inner.local_addr()
-    }
-
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    /// `send_batch` of datagrams without gathered parts; `corruptible[i]`:
+    /// how many leading bytes of datagram i a corruption may hit (all where
+    /// `None`).
+    fn send_plain(&mut self, batch: &[TxDatagram<'_>], corruptible: Option<&[usize]>) -> Result<usize, DeviceError> {
         let mtu = self.inner.caps().mtu;
         // Plan the whole batch, then hand it to the inner device in one call.
         let mut plan: Vec<(DevAddr, Src)> = Vec::with_capacity(batch.len() + self.held.len());
@@ -228,7 +181,7 @@ impl<D: Device> Device for FaultDevice<D> {
             let mut src = Src::Batch(i);
             if !d.data.is_empty() && self.rng.chance(self.cfg.corrupt_pct) {
                 let mut c = d.data.to_vec();
-                let at = self.rng.below(c.len());
+                let at = self.rng.below(corruptible.map_or(c.len(), |l| l[i].clamp(1, c.len())));
                 c[at] ^= 1 << self.rng.below(8);
                 corrupted.push(c);
                 src = Src::Corrupted(corrupted.len() - 1);
@@ -317,6 +270,71 @@ impl<D: Device> Device for FaultDevice<D> {
             Err(e) if taken == 0 => Err(e),
             _ => Ok(taken),
         }
+    }
+
+    pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
+        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), stats: FaultStats::default() }
+    }
+
+    pub fn config(&self) -> &FaultConfig {
+        &self.cfg
+    }
+
+    pub fn inner(&self) -> &D {
+        &self.inner
+    }
+
+    pub fn inner_mut(&mut self) -> &mut D {
+        &mut self.inner
+    }
+
+    pub fn into_inner(self) -> D {
+        self.inner
+    }
+
+    /// Sends the held-back datagrams now (what `recv_batch` does first). Those the
+    /// inner device does not take stay held.
+    pub fn flush_held(&mut self) -> Result<(), DeviceError> {
+        while let Some((dst, data)) = self.held.front() {
+            match self.inner.send_batch(&[TxDatagram::new(*dst, data)]) {
+                Ok(1) => {
+                    self.held.pop_front();
+                }
+                Ok(_) => break,
+                Err(_) => {
+                    // Unsendable (peer gone): it is lost, as on a real network.
+                    self.held.pop_front();
+                    self.stats.dropped += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<D: Device> Device for FaultDevice<D> {
+    fn caps(&self) -> DeviceCaps {
+        // Whatever the inner device promises, this one may break it.
+        DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps() }
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        self.inner.local_addr()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        if batch.iter().any(|d| d.gather.is_some()) {
+            // Held, duplicated or corrupted datagrams outlive the call (and
+            // are edited): the gathered ones go as copies.
+            let owned: Vec<Vec<u8>> = batch.iter().map(|d| if d.gather.is_some() { d.to_vec() } else { Vec::new() }).collect();
+            let flat: Vec<TxDatagram<'_>> = batch.iter().zip(&owned).map(|(d, o)| if d.gather.is_some() { TxDatagram::run(d.dst, o, o.len()) } else { *d }).collect();
+            // The transport of a gathering path (an RDMA NIC) guards the
+            // payload end to end: a corruption hits only rdm's header, which
+            // its checksum covers.
+            let corruptible: Vec<usize> = batch.iter().map(|d| if d.gather.is_some() { d.data.len().min(crate::engine::HEADER_LEN) } else { usize::MAX }).collect();
+            return self.send_plain(&flat, Some(&corruptible));
+        }
+        self.send_plain(batch, None)
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

@@ -172,6 +172,13 @@ impl LocalBuf {
         LocalBuf { key: Some(key), ..self }
     }
 
+    /// `len` bytes from `off` of this memory (same key), or `None` past its
+    /// end: a piece of vouched memory is vouched for.
+    pub fn sub(&self, off: u64, len: u64) -> Option<LocalBuf> {
+        let end = off.checked_add(len)?;
+        (end <= self.len).then(|| LocalBuf { addr: self.addr + off, len, key: self.key })
+    }
+
     pub fn addr(&self) -> u64 {
         self.addr
     }
@@ -253,22 +260,66 @@ pub struct TxDatagram<'a> {
     pub dst: DevAddr,
     pub data: &'a [u8],
     pub seg: usize,
+    /// The rest of a single datagram, in registered application memory
+    /// (with its local key): the device sends `data` and then these bytes,
+    /// gathered by the NIC without a copy. Formed only for paths whose device
+    /// registers memory ([`DeviceCaps::registration`]); a device that cannot
+    /// gather refuses it with `Unsupported`. The memory stays valid until the
+    /// message it belongs to completes, which is after the device's send.
+    pub gather: Option<LocalBuf>,
 }
 
 impl<'a> TxDatagram<'a> {
     /// One datagram.
     pub fn new(dst: DevAddr, data: &'a [u8]) -> TxDatagram<'a> {
-        TxDatagram { dst, data, seg: data.len() }
+        TxDatagram { dst, data, seg: data.len(), gather: None }
     }
 
     /// A run of datagrams of `seg` bytes (the last may be shorter).
     pub fn run(dst: DevAddr, data: &'a [u8], seg: usize) -> TxDatagram<'a> {
-        TxDatagram { dst, data, seg: seg.clamp(1, data.len().max(1)) }
+        TxDatagram { dst, data, seg: seg.clamp(1, data.len().max(1)), gather: None }
+    }
+
+    /// The same datagram followed by `gather` (see [`TxDatagram::gather`]).
+    pub fn gathering(self, gather: Option<LocalBuf>) -> TxDatagram<'a> {
+        TxDatagram { gather, ..self }
+    }
+
+    /// Bytes on the wire: `data` plus the gathered part.
+    pub fn wire_len(&self) -> usize {
+        self.data.len() + self.gather.map_or(0, |g| g.len() as usize)
+    }
+
+    /// The whole datagram, `data` and the gathered part, copied: for
+    /// decorators that hold a datagram past the send call (reorder,
+    /// duplicate) and devices that cannot gather.
+    #[allow(unsafe_code)]
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.wire_len());
+        v.extend_from_slice(self.data);
+        if let Some(g) = self.gather.filter(|g| !g.is_empty()) {
+            // SAFETY: a gathered part is memory its sender vouched for until
+            // the message completes (`LocalBuf::new`, `TxDatagram::gather`),
+            // which is after this send call.
+            v.extend_from_slice(unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) });
+        }
+        v
     }
 
     /// Whether this is a run of more than one datagram.
     pub fn is_run(&self) -> bool {
         self.seg < self.data.len()
+    }
+}
+
+/// The datagrams of `batch` up to the first with a gathered part: what a
+/// device that cannot gather sends; `Unsupported` when that is the first.
+/// Only paths whose device registers memory form gathered datagrams.
+pub fn until_gathered<'b, 'a>(batch: &'b [TxDatagram<'a>]) -> Result<&'b [TxDatagram<'a>], DeviceError> {
+    match batch.iter().position(|d| d.gather.is_some()) {
+        Some(0) => Err(DeviceError::Unsupported),
+        Some(i) => Ok(&batch[..i]),
+        None => Ok(batch),
     }
 }
 

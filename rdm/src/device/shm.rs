@@ -993,6 +993,8 @@ impl Device for ShmDevice {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        // It cannot gather (only RDMA paths form such datagrams).
+        let batch = super::until_gathered(batch)?;
         let me = self.addr;
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();

@@ -864,6 +864,8 @@ impl Device for UdpDevice {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        // It cannot gather (only RDMA paths form such datagrams).
+        let batch = super::until_gathered(batch)?;
         let mut total = 0;
         while total < batch.len() {
             let (entries, bad) = self.prepare_tx(&batch[total..]);

@@ -715,6 +715,9 @@ pub struct VerbsStats {
     pub zero_copy_sends: u64,
     /// Sends copied into a registered bounce slot first.
     pub bounce_copies: u64,
+    /// Sends whose payload the NIC gathered from registered application
+    /// memory (the windowed rendezvous push, zero-copy).
+    pub gathered_sends: u64,
     /// `send_batch` calls cut short by a full send queue.
     pub sq_full: u64,
     /// Send completions in error (their destinations go to
@@ -900,7 +903,7 @@ impl VerbsDevice {
             let mut init = ib::ibv_qp_init_attr {
                 send_cq: dev.scq,
                 recv_cq: dev.rcq,
-                cap: ib::ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: rq_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: inline },
+                cap: ib::ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: rq_depth, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline },
                 qp_type: ib::ibv_qp_type_IBV_QPT_UD,
                 sq_sig_all: 0,
                 ..Default::default()
@@ -1270,8 +1273,8 @@ impl Device for VerbsDevice {
                 failure = Some(DeviceError::Unreachable(d.dst));
                 break;
             };
-            if d.data.len() > self.mtu {
-                failure = Some(DeviceError::TooLarge { len: d.data.len(), mtu: self.mtu });
+            if d.wire_len() > self.mtu {
+                failure = Some(DeviceError::TooLarge { len: d.wire_len(), mtu: self.mtu });
                 break;
             }
             let key: AhKey = if self.ctx.infiniband { ([0; 16], lid) } else { (gid, 0) };
@@ -1290,7 +1293,7 @@ impl Device for VerbsDevice {
             let len = d.data.len();
             let mut flags = 0u32;
             let mut bounce = None;
-            let sge = if len <= self.max_inline as usize {
+            let sge = if len <= self.max_inline as usize && d.gather.is_none() {
                 flags |= ib::ibv_send_flags::IBV_SEND_INLINE.0;
                 self.stats.inline_sends += 1;
                 ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey: 0 }
@@ -1324,10 +1327,29 @@ impl Device for VerbsDevice {
                 e.inflight += 1;
             }
             self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce });
+            // Two SGEs per request, always (the second unused without a
+            // gathered part), so request i's list is at 2 * i.
             self.ssges.push(sge);
+            let gathered = d.gather.filter(|g| !g.is_empty()).map(|g| {
+                self.stats.gathered_sends += 1;
+                let (lkey, _) = mr_keys(g.key().unwrap_or(0));
+                ib::ibv_sge { addr: g.addr(), length: g.len() as u32, lkey }
+            });
+            self.ssges.push(gathered.unwrap_or_default());
+            let num_sge = match (len, gathered) {
+                (0, None) => 0,
+                (0, Some(_)) => {
+                    // Only the gathered part: it moves into the first slot.
+                    let i = self.ssges.len();
+                    self.ssges.swap(i - 2, i - 1);
+                    1
+                }
+                (_, None) => 1,
+                (_, Some(_)) => 2,
+            };
             let mut wr = ib::ibv_send_wr {
                 wr_id: seq,
-                num_sge: if len == 0 { 0 } else { 1 },
+                num_sge,
                 opcode: ib::ibv_wr_opcode_IBV_WR_SEND,
                 send_flags: flags,
                 ..Default::default()
@@ -1351,7 +1373,7 @@ impl Device for VerbsDevice {
         }
         for i in 0..n {
             if self.swrs[i].num_sge > 0 {
-                self.swrs[i].sg_list = &mut self.ssges[i];
+                self.swrs[i].sg_list = &mut self.ssges[2 * i];
             }
             if i + 1 < n {
                 let next: *mut ib::ibv_send_wr = &mut self.swrs[i + 1];
@@ -1362,7 +1384,9 @@ impl Device for VerbsDevice {
         // SAFETY: a chain of valid UD send requests: each AH is live (its
         // inflight count keeps it from eviction), each SGE names either
         // inline data (copied by the post), a lent registered transmit
-        // buffer or a bounce slot.
+        // buffer, a bounce slot, or a gathered part: registered application
+        // memory that stays valid until its message completes (the
+        // `TxDatagram::gather` contract), which is after this send.
         let rc = unsafe { ib::ibv_post_send(self.qp, self.swrs.as_mut_ptr(), &mut bad) };
         if rc != 0 {
             // Requests from `bad` on were not posted: undo them.

@@ -46,7 +46,7 @@ use recovery::SendState;
 pub use seq::Psn;
 pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, SACK_SPAN, VERSION};
 
-use crate::device::{DevAddr, DeviceCaps};
+use crate::device::{DevAddr, DeviceCaps, LocalBuf};
 use crate::time::Instant;
 use slab::Slab;
 use std::cmp::Reverse;
@@ -148,6 +148,9 @@ pub enum SendError {
     /// A datagram larger than one packet of the peer's path can carry.
     #[error("datagram of {len} bytes exceeds the path's {max}-byte payload")]
     TooLarge { len: usize, max: usize },
+    /// [`Engine::send_gather`] to a peer whose path does not gather.
+    #[error("this path does not send from registered application memory")]
+    Unsupported,
 }
 
 /// A datagram `poll_transmit` wrote into the caller's buffer.
@@ -159,6 +162,10 @@ pub struct Transmit {
     /// to `dst` written back to back (the last may be shorter), formed only for
     /// paths whose device takes runs (`DeviceCaps::gso`).
     pub seg: usize,
+    /// The rest of the (single) datagram, in registered application memory
+    /// ([`Engine::send_gather`]): the device sends `len` bytes of the buffer
+    /// and then these, gathered by the NIC.
+    pub gather: Option<LocalBuf>,
 }
 
 /// Most datagrams in one run, and most bytes (what one UDP GSO send takes).
@@ -277,7 +284,10 @@ fn payload_max(mtu: usize) -> u16 {
 
 pub(super) struct TxSeg {
     psn: Psn,
+    /// The message's bytes rdm holds; with `gather`, only its head.
     data: Arc<Vec<u8>>,
+    /// The rest of the message, in registered application memory.
+    gather: Option<LocalBuf>,
     off: u32,
     len: u32,
     first: bool,
@@ -289,8 +299,25 @@ pub(super) struct TxSeg {
     queued: bool,
 }
 
+impl TxSeg {
+    /// This segment's bytes: the part rdm holds, and the part in registered
+    /// application memory (a message's held head comes first).
+    fn split(&self) -> (&[u8], Option<LocalBuf>) {
+        let (off, end) = (self.off as usize, (self.off + self.len) as usize);
+        let head = self.data.len();
+        let held = &self.data[off.min(head)..end.min(head)];
+        let gather = self.gather.and_then(|g| {
+            let start = off.max(head) - head;
+            let stop = end.saturating_sub(head);
+            (stop > start).then(|| g.sub(start as u64, (stop - start) as u64)).flatten()
+        });
+        (held, gather)
+    }
+}
+
 pub(super) struct PendingMsg {
     data: Arc<Vec<u8>>,
+    gather: Option<LocalBuf>,
     token: u64,
     next_off: usize,
 }
@@ -709,12 +736,33 @@ impl Engine {
     /// Queues a message (the gather list, concatenated) for reliable, in-order
     /// delivery to `peer`. `token` comes back in `SendComplete` / `SendFailed`.
     pub fn send(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
+        self.send_inner(now, peer, parts, None, token)
+    }
+
+    /// Like [`Engine::send`] for the message `head ++ gather`, where `gather`
+    /// is registered application memory that stays valid and unchanged until
+    /// the message completes (`SendComplete` or `SendFailed`): rdm copies
+    /// only `head`; each datagram carries the rdm header and its share of
+    /// `head` from the transmit buffer, and its share of `gather` straight
+    /// from the application's memory ([`Transmit::gather`]), under a checksum
+    /// of the header alone. Only on paths whose device registers memory (an
+    /// RDMA NIC: the transport guards the payload, and the device gathers);
+    /// elsewhere `Unsupported` and nothing is queued.
+    pub fn send_gather(&mut self, now: Instant, peer: PeerId, head: &[u8], gather: LocalBuf, token: u64) -> Result<(), SendError> {
+        if peer.0 as usize >= self.cold.len() || !self.path_of(peer).registration || gather.key().is_none() {
+            return Err(SendError::Unsupported);
+        }
+        self.send_inner(now, peer, &[head], Some(gather), token)
+    }
+
+    fn send_inner(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], gather: Option<LocalBuf>, token: u64) -> Result<(), SendError> {
         if peer.0 as usize >= self.cold.len() {
             // Unknown peer ids cannot come from `peer()`; treat as a full queue
             // rather than panicking.
             return Err(SendError::WouldBlock);
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let held: usize = parts.iter().map(|p| p.len()).sum();
+        let len = held + gather.map_or(0, |g| g.len() as usize);
         let h = self.hot_index(peer, now);
         let hot = &self.hot[h as usize];
         if hot.failed {
@@ -729,7 +777,7 @@ impl Engine {
         // Never clones: only unshared buffers enter the pool.
         let buf = Arc::make_mut(&mut data);
         buf.clear();
-        buf.reserve(len);
+        buf.reserve(held);
         for p in parts {
             buf.extend_from_slice(p);
         }
@@ -745,7 +793,7 @@ impl Engine {
             }
         }
         hot.tx.queued_bytes += len;
-        hot.tx.pending.push_back(PendingMsg { data, token, next_off: 0 });
+        hot.tx.pending.push_back(PendingMsg { data, gather, token, next_off: 0 });
         let timeout = hot.last_heard + self.cfg.peer_timeout;
         self.arm(h, timeout);
         self.fill_window(h);
@@ -871,6 +919,7 @@ impl Engine {
             psn_or_window: 0,
             ack: Psn(0),
             sack: 0,
+            header_sum: false,
         };
         let len = header.encode(&d.payload, buf);
         self.dgram_bytes -= d.payload.len();
@@ -888,7 +937,7 @@ impl Engine {
             self.events.push_back(Event::SendComplete { token: d.token });
         }
         self.recycle(d.payload);
-        Some(Transmit { dst: d.dst, len, seg: len })
+        Some(Transmit { dst: d.dst, len, seg: len, gather: None })
     }
 
     /// Moves pending messages into segments while the window allows.
@@ -898,7 +947,7 @@ impl Engine {
         let window = hot.cc.window().min(hot.tx.peer_window).min(self.cfg.max_window).max(1);
         while (hot.tx.unacked.len() as u32) < window {
             let Some(m) = hot.tx.pending.front_mut() else { break };
-            let total = m.data.len();
+            let total = m.data.len() + m.gather.map_or(0, |g| g.len() as usize);
             let off = m.next_off;
             let len = (total - off).min(payload_max);
             let first = off == 0;
@@ -908,6 +957,7 @@ impl Engine {
             hot.tx.unacked.push_back(TxSeg {
                 psn,
                 data: m.data.clone(),
+                gather: m.gather,
                 off: off as u32,
                 len: len as u32,
                 first,
@@ -966,12 +1016,17 @@ impl Engine {
                     }
                     continue;
                 }
-                let wire_len = HEADER_LEN + hot.tx.unacked[idx as usize].len as usize;
+                let (held_len, gather) = {
+                    let (held, gather) = hot.tx.unacked[idx as usize].split();
+                    (held.len(), gather)
+                };
+                let wire_len = HEADER_LEN + held_len;
                 if total == 0 {
                     if buf.len() < wire_len {
                         return None;
                     }
-                } else if wire_len > seg_len || total + wire_len > run_room || count >= RUN_MAX_SEGMENTS {
+                } else if gather.is_some() || wire_len > seg_len || total + wire_len > run_room || count >= RUN_MAX_SEGMENTS {
+                    // A datagram with a gathered part goes alone.
                     break;
                 }
                 hot.tx.to_send.pop_front();
@@ -989,9 +1044,9 @@ impl Engine {
                     psn_or_window: seg.psn.0,
                     ack: rx_next,
                     sack,
+                    header_sum: gather.is_some(),
                 };
-                let payload = &seg.data[seg.off as usize..(seg.off + seg.len) as usize];
-                let len = header.encode(payload, &mut buf[total..]);
+                let len = header.encode(seg.split().0, &mut buf[total..]);
                 if seg.sent_at.is_some() {
                     seg.retransmitted = true;
                     self.stats.retransmits += 1;
@@ -1017,13 +1072,16 @@ impl Engine {
                 }
                 total += len;
                 count += 1;
+                if gather.is_some() {
+                    return Some(Transmit { dst, len, seg: len, gather });
+                }
                 // A shorter datagram ends a run; without runs, one datagram.
                 if len < seg_len || run_room == 0 {
                     break;
                 }
             }
             if total > 0 {
-                return Some(Transmit { dst, len: total, seg: seg_len });
+                return Some(Transmit { dst, len: total, seg: seg_len, gather: None });
             }
             if hot.rx.ack_now {
                 hot.rx.ack_now = false;
@@ -1039,13 +1097,14 @@ impl Engine {
                     psn_or_window: if self.paused { 0 } else { RX_WINDOW.saturating_sub(hot.rx.ooo.len() as u32) },
                     ack: hot.rx.rx_next,
                     sack: hot.rx.sack_bits(),
+                    header_sum: false,
                 };
                 if buf.len() < HEADER_LEN {
                     return None;
                 }
                 let len = header.encode(&[], buf);
                 self.stats.sent_acks += 1;
-                return Some(Transmit { dst, len, seg: len });
+                return Some(Transmit { dst, len, seg: len, gather: None });
             }
             hot.scheduled = false;
             self.ready.pop_front();
@@ -1194,6 +1253,11 @@ impl Engine {
         }
         self.stats.received += 1;
         let peer = self.peer_heard(from);
+        if hdr.header_sum && !self.path_of(peer).registration {
+            // Only an RDMA path guards a payload the checksum leaves out.
+            self.stats.dropped_checksum += 1;
+            return;
+        }
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
         {
@@ -1358,6 +1422,7 @@ mod tests {
             psn_or_window: 10,
             ack: Psn(11),
             sack: 0b101,
+            header_sum: false,
         };
         let mut buf = [0u8; 100];
         let n = h.encode(b"hello", &mut buf);
@@ -1618,7 +1683,7 @@ mod tests {
         let (mut a, mut b, pb, pa) = pair(SHM);
         introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
-        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0 };
+        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0, header_sum: false };
         let mut buf = vec![0u8; 200];
         // A LAST with no message open; then a FIRST, and a FIRST again.
         let n = hdr.encode(b"orphan", &mut buf);

@@ -29,9 +29,10 @@ pub mod field {
 /// PSNs beyond the cumulative ack that the SACK field covers: one per bit.
 pub const SACK_SPAN: u32 = u64::BITS;
 
-/// Bits of the flags byte (DATA and DIRECT only).
+/// Bits of the flags byte (DATA and DIRECT only; HEADER_SUM on DATA only).
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
+const F_HEADER_SUM: u8 = 4;
 
 /// A parsed packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +49,12 @@ pub struct Header {
     pub ack: Psn,
     /// Bit i set: PSN `ack + 1 + i` was received (`i` < [`SACK_SPAN`]).
     pub sack: u64,
+    /// DATA only: the checksum covers the header alone. Set where the payload
+    /// goes from registered application memory straight to an RDMA NIC
+    /// (`PROTOCOL.md` §2.3): the sender never reads those bytes, and the
+    /// transport guards them end to end (RoCE and InfiniBand ICRC, EFA). A
+    /// receiver takes it only from a peer on such a path.
+    pub header_sum: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -164,12 +171,18 @@ impl Header {
         if b[field::VERSION] != VERSION {
             return Err(DecodeError::Version(b[field::VERSION]));
         }
-        if get_u32(b, field::CHECKSUM) != checksum(b) {
+        let flags = b[field::FLAGS];
+        let sealed = if flags & F_HEADER_SUM != 0 { &b[..HEADER_LEN] } else { b };
+        if get_u32(b, field::CHECKSUM) != checksum(sealed) {
             return Err(DecodeError::Checksum);
         }
         let ptype = PacketType::from_wire(b[field::TYPE]).ok_or(DecodeError::Type(b[field::TYPE]))?;
-        let flags = b[field::FLAGS];
-        if flags & !(F_FIRST | F_LAST) != 0 || (!ptype.has_fragments() && flags != 0) {
+        let allowed = match ptype {
+            PacketType::Data => F_FIRST | F_LAST | F_HEADER_SUM,
+            PacketType::Direct => F_FIRST | F_LAST,
+            PacketType::Ack | PacketType::Datagram => 0,
+        };
+        if flags & !allowed != 0 {
             return Err(DecodeError::Flags(flags));
         }
         let h = Header {
@@ -182,12 +195,15 @@ impl Header {
             psn_or_window: get_u32(b, field::PSN_OR_WINDOW),
             ack: Psn(get_u32(b, field::ACK)),
             sack: get_u64(b, field::SACK),
+            header_sum: flags & F_HEADER_SUM != 0,
         };
         Ok((h, &b[HEADER_LEN..]))
     }
 
     /// Writes every field of the header, then `payload`, into `buf`, then
-    /// the checksum over both; returns the datagram length.
+    /// the checksum over both (over the header alone with
+    /// [`Header::header_sum`]: the rest of such a datagram follows from
+    /// elsewhere); returns the length written.
     #[inline]
     pub fn encode(&self, payload: &[u8], buf: &mut [u8]) -> usize {
         let n = HEADER_LEN + payload.len();
@@ -195,7 +211,7 @@ impl Header {
         b[field::MAGIC] = MAGIC;
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.ptype.to_wire();
-        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 });
+        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 }) | (if self.header_sum { F_HEADER_SUM } else { 0 });
         b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
         b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
         b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
@@ -203,7 +219,11 @@ impl Header {
         b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
         b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
         b[HEADER_LEN..].copy_from_slice(payload);
-        seal(b);
+        if self.header_sum {
+            seal(&mut b[..HEADER_LEN]);
+        } else {
+            seal(b);
+        }
         n
     }
 }
@@ -215,9 +235,37 @@ mod tests {
 
     prop_compose! {
         fn header()(ptype in proptest::sample::select(&PacketType::ALL[..]), first: bool, last: bool, job_key: u64,
-                    src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64) -> Header {
+                    src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64, header_sum: bool) -> Header {
             let fragments = ptype.has_fragments();
-            Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack }
+            Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack,
+                     header_sum: header_sum && ptype == PacketType::Data }
+        }
+    }
+
+    #[test]
+    fn a_header_sum_covers_the_header_only_and_only_data_carries_it() {
+        let h = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true };
+        let mut buf = [0u8; HEADER_LEN + 8];
+        let n = h.encode(b"abcdefgh", &mut buf);
+        // The payload may change (it is not covered), the header may not.
+        buf[HEADER_LEN] ^= 0xff;
+        assert_eq!(Header::decode(&buf[..n]).map(|(h, _)| h), Ok(h));
+        buf[field::JOB_KEY.start] ^= 1;
+        assert_eq!(Header::decode(&buf[..n]), Err(DecodeError::Checksum));
+        // Without the flag the payload is covered.
+        let plain = Header { header_sum: false, ..h };
+        let n = plain.encode(b"abcdefgh", &mut buf);
+        buf[HEADER_LEN] ^= 0xff;
+        assert_eq!(Header::decode(&buf[..n]), Err(DecodeError::Checksum));
+        // On any other type the flag is malformed.
+        for ptype in [PacketType::Direct, PacketType::Ack, PacketType::Datagram] {
+            let mut b = [0u8; HEADER_LEN];
+            b[field::MAGIC] = MAGIC;
+            b[field::VERSION] = VERSION;
+            b[field::TYPE] = ptype.to_wire();
+            b[field::FLAGS] = F_HEADER_SUM;
+            seal(&mut b[..HEADER_LEN]);
+            assert_eq!(Header::decode(&b), Err(DecodeError::Flags(F_HEADER_SUM)), "{ptype:?}");
         }
     }
 
@@ -257,12 +305,20 @@ mod tests {
         /// (arbitrary bytes with a valid magic, version and checksum).
         #[test]
         fn decode_then_encode_is_identity(mut b in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 64),
-                                          ptype in proptest::sample::select(&PacketType::ALL[..]), flags in 0u8..4) {
+                                          ptype in proptest::sample::select(&PacketType::ALL[..]), flags in 0u8..8) {
             b[field::MAGIC] = MAGIC;
             b[field::VERSION] = VERSION;
             b[field::TYPE] = ptype.to_wire();
-            b[field::FLAGS] = if ptype.has_fragments() { flags } else { 0 };
-            seal(&mut b);
+            b[field::FLAGS] = match ptype {
+                PacketType::Data => flags,
+                PacketType::Direct => flags & (F_FIRST | F_LAST),
+                _ => 0,
+            };
+            if b[field::FLAGS] & F_HEADER_SUM != 0 {
+                seal(&mut b[..HEADER_LEN]);
+            } else {
+                seal(&mut b);
+            }
             let (h, payload) = Header::decode(&b).expect("a sealed datagram of a known type decodes");
             let mut again = vec![0u8; b.len()];
             let n = h.encode(payload, &mut again);

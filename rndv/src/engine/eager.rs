@@ -36,7 +36,10 @@ impl MsgEngine {
                 };
                 remote[iov.count] = RemoteIov { addr: b.addr, len: b.len, key };
                 iov.bufs[iov.count] = *b;
-                iov.keys[iov.count] = user.keys[i];
+                // The key each piece was announced with (the application's,
+                // or one acquired from the cache): its local half lets the
+                // windowed push gather the piece straight from memory.
+                iov.keys[iov.count] = key.or(user.keys[i]);
                 regs[iov.count] = reg;
                 iov.count += 1;
             }
@@ -49,7 +52,7 @@ impl MsgEngine {
                 }
                 return Err(e.into());
             }
-            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs });
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs, gathered: 0, fin: None });
             self.await_answer(now, peer);
             self.stats.rts_sent += 1;
             self.count_peer(peer, super::ops::peer_counter::SENT_RNDV_MSGS, len as u64);
@@ -66,7 +69,7 @@ impl MsgEngine {
             } else {
                 self.rdm.send_transmit_complete(now, peer, &parts[..=n], Token::Msg(id).encode())?;
             }
-            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV] });
+            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV], gathered: 0, fin: None });
             self.stats.eager_sent += 1;
             self.count_peer(peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
         }

@@ -63,6 +63,13 @@ struct TxEntry {
     /// Registrations acquired for the RTS's keys, released when the send
     /// completes.
     regs: [Option<RegHandle>; MAX_IOV],
+    /// Pushes sent from the application's memory (`Engine::send_gather`)
+    /// that rdm has not completed: the NIC may still read the buffer, so the
+    /// send completes (and its registrations go back) only after them.
+    gathered: u32,
+    /// The receiver's Fin, held while `gathered` pushes are out: the
+    /// completion's error, if any.
+    fin: Option<Option<OpError>>,
 }
 
 struct RxEntry {
@@ -316,10 +323,13 @@ impl MsgEngine {
                     self.rdm.recycle(msg);
                 }
                 Event::SendComplete { token } => {
-                    // An RTS and its pushes complete on the receiver's Fin; an
-                    // RMA request on its answer.
-                    if let Some(Token::Msg(id)) = Token::decode(token) {
-                        self.complete_send(id, None);
+                    // An RTS and its pushes complete on the receiver's Fin
+                    // (and the last gathered push); an RMA request on its
+                    // answer.
+                    match Token::decode(token) {
+                        Some(Token::Msg(id)) => self.complete_send(id, None),
+                        Some(Token::PushGathered(id)) => self.gathered_push_done(id),
+                        _ => {}
                     }
                 }
                 Event::SendFailed { token, peer, reason } => {
@@ -329,7 +339,7 @@ impl MsgEngine {
                     self.fail_reasons.entry(peer).or_insert(reason);
                     let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
                     match Token::decode(token) {
-                        Some(Token::Msg(id) | Token::Push(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
+                        Some(Token::Msg(id) | Token::Push(id) | Token::PushGathered(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
                         Some(Token::Rma(id)) => {
                             if let Some(e) = self.rma.try_remove(id.0 as usize) {
                                 self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });

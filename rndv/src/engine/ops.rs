@@ -130,6 +130,13 @@ pub trait Memory {
         let _ = (addr, len);
         None
     }
+    /// `[addr, addr+len)` of a pending send's buffer, named for a device to
+    /// send from (the provider vouches for it, as for `read_target`).
+    /// `None`: the bytes are copied instead.
+    fn send_source(&self, addr: u64, len: u64) -> Option<rdm::device::LocalBuf> {
+        let _ = (addr, len);
+        None
+    }
 }
 
 /// A registration acquired through [`Registrations::acquire`]: give `handle`
@@ -197,6 +204,9 @@ pub enum Token {
     Rma(RmaId),
     /// An answer (Fin, RMA response): nothing waits on its delivery.
     Reply,
+    /// Bytes of a long message pushed straight from the application's
+    /// registered memory: the send waits for their completion too.
+    PushGathered(TxId),
 }
 
 impl Token {
@@ -207,6 +217,7 @@ impl Token {
             Token::Push(TxId(i)) => (3, i),
             Token::Rma(RmaId(i)) => (4, i),
             Token::Reply => (5, 0),
+            Token::PushGathered(TxId(i)) => (6, i),
         };
         tag << 32 | id as u64
     }
@@ -219,6 +230,7 @@ impl Token {
             3 => Token::Push(TxId(id)),
             4 => Token::Rma(RmaId(id)),
             5 => Token::Reply,
+            6 => Token::PushGathered(TxId(id)),
             _ => return None,
         })
     }
@@ -343,6 +355,8 @@ impl From<SendError> for PostError {
         match e {
             SendError::WouldBlock => PostError::Again,
             SendError::TooLarge { .. } => PostError::TooLarge,
+            // Only `send_gather` says so, and its caller falls back to a copy.
+            SendError::Unsupported => PostError::Again,
         }
     }
 }
@@ -411,6 +425,9 @@ pub struct Stats {
     pub pushed: u64,
     /// Window grants sent.
     pub windows_granted: u64,
+    /// Pushed chunks sent straight from the application's registered memory
+    /// (the NIC gathered them; no copy).
+    pub pushes_gathered: u64,
     pub rma_started: u64,
     pub rma_served: u64,
     /// Messages with a header that does not parse, dropped.

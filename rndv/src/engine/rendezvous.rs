@@ -56,11 +56,27 @@ impl MsgEngine {
             self.stats.stray += 1;
             return;
         }
-        match status {
-            FinStatus::Done | FinStatus::Discarded => self.complete_send(id, None),
-            FinStatus::Failed => self.complete_send(id, Some(OpError::Io)),
+        let err = match status {
+            FinStatus::Done | FinStatus::Discarded => None,
+            FinStatus::Failed => Some(OpError::Io),
+        };
+        match self.tx.get_mut(id.0 as usize) {
+            // The NIC may still read the buffer for pushes not yet complete.
+            Some(t) if t.gathered > 0 => t.fin = Some(err),
+            _ => self.complete_send(id, err),
         }
         let _ = (mem, now);
+    }
+
+    /// rdm completed one push sent from the application's memory.
+    pub(super) fn gathered_push_done(&mut self, id: TxId) {
+        let Some(t) = self.tx.get_mut(id.0 as usize) else { return };
+        t.gathered = t.gathered.saturating_sub(1);
+        if t.gathered == 0 {
+            if let Some(err) = t.fin {
+                self.complete_send(id, err);
+            }
+        }
     }
 
     /// The receiver cannot pull: grant the first window.
@@ -146,15 +162,32 @@ impl MsgEngine {
             }
             let n = (end - offset).min(PUSH_CHUNK);
             let hdr = encode_push(id.0 as u64, offset);
-            let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
-            parts[0] = &hdr;
-            let mut k = 1;
-            for piece in iov.range(offset, n) {
-                parts[k] = mem.bytes(piece.addr, piece.len as usize);
-                k += 1;
-            }
-            match self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode()) {
+            // On a path that registers (an RDMA NIC), a chunk within one
+            // piece announced with a key goes from the application's memory
+            // as it is: the NIC gathers it behind the header, nothing copies.
+            let gather = if self.path(peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
+                .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
+            let sent = match gather {
+                Some(g) => self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()),
+                None => {
+                    let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+                    parts[0] = &hdr;
+                    let mut k = 1;
+                    for piece in iov.range(offset, n) {
+                        parts[k] = mem.bytes(piece.addr, piece.len as usize);
+                        k += 1;
+                    }
+                    self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode())
+                }
+            };
+            match sent {
                 Ok(()) => {
+                    if gather.is_some() {
+                        self.stats.pushes_gathered += 1;
+                        if let Some(t) = self.tx.get_mut(id.0 as usize) {
+                            t.gathered += 1;
+                        }
+                    }
                     if let Some(front) = self.push_backlog.front_mut() {
                         front.1 = offset + n;
                     }
@@ -163,6 +196,20 @@ impl MsgEngine {
             }
         }
     }
+}
+
+/// Where `[offset, offset+n)` of the list lies when it is within one piece
+/// that carries a key: its address and the key.
+fn piece_at(iov: &IoList, offset: u64, n: u64) -> Option<(u64, u64)> {
+    let mut start = 0u64;
+    for (i, b) in iov.iter().enumerate() {
+        if offset < start + b.len {
+            let end = offset.checked_add(n)?;
+            return (end <= start + b.len).then_some(()).and(iov.keys[i]).map(|k| (b.addr + (offset - start), k));
+        }
+        start += b.len;
+    }
+    None
 }
 
 /// Copies up to `dst.total()` bytes of `src` (the peer's memory) into `dst` by
