@@ -1251,13 +1251,16 @@ impl Engine {
             self.events.push_back(Event::Datagram { peer, msg });
             return;
         }
+        if hdr.header_sum {
+            // Only an RDMA path guards a payload the checksum leaves out.
+            let registers = self.by_addr.get(&from).map_or(self.default_path, |&p| self.path_of(p)).registration;
+            if !registers {
+                self.stats.dropped_checksum += 1;
+                return;
+            }
+        }
         self.stats.received += 1;
         let peer = self.peer_heard(from);
-        if hdr.header_sum && !self.path_of(peer).registration {
-            // Only an RDMA path guards a payload the checksum leaves out.
-            self.stats.dropped_checksum += 1;
-            return;
-        }
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
         {
