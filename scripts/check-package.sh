@@ -176,11 +176,13 @@ depends=$(dpkg-deb -f "$DEB" Depends)
 grep -q 'libfabric1 (>= 1\.1[7-9]' <<<"$depends" || grep -q 'libfabric1 (>= 1\.[2-9][0-9]' <<<"$depends" || fail "Depends lacks libfabric1 (>= 1.17): $depends"
 for lib in $(readelf -d build-out/lib/librdmx-fi.so | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
   [[ "$lib" == ld-linux* ]] && continue
-  path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  # (awk reads to the end: an early exit would kill ldconfig with SIGPIPE,
+  # which pipefail turns into a silent exit of this script under set -e)
+  path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
   pkg=""
   # dpkg knows the /usr path of a usrmerged /lib; the symlink's target too.
   for p in "$path" "/usr$path" "$(realpath -e "$path" 2>/dev/null)"; do
-    [[ -n "$p" ]] && pkg=$(dpkg -S "$p" 2>/dev/null | head -1 | cut -d: -f1) && [[ -n "$pkg" ]] && break
+    [[ -n "$p" ]] && pkg=$(dpkg -S "$p" 2>/dev/null | awk -F: 'NR == 1 {print $1}') && [[ -n "$pkg" ]] && break
   done
   [[ -n "$pkg" ]] || fail "no Debian package owns $lib"
   grep -q "\b$pkg\b" <<<"$depends" || fail "the provider needs $lib from $pkg, which Depends ($depends) does not name"

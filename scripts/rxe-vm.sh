@@ -77,7 +77,7 @@ command -v rdma >/dev/null || vmfail "rdma (iproute2) missing: the VM uses it to
 mkdir -p "$CACHE"
 exec 9>"$CACHE/lock"
 flock 9
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}' || true)
+kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ && !found {print $2; found = 1}' || true)
 kver=
 [[ -z $kpkg ]] || kver=$(apt-cache policy "$kpkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
 if [[ -z $kpkg || -z $kver || $kver == "(none)" ]]; then
