@@ -152,6 +152,9 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     println!("auto: {remote} RoCE packets between two hosts, {local} within one, for {iters} round trips");
     // Every size, data checked, between the two hosts.
     checked_pingpong_on(&["-S", "all", "-c", "-I", "10"], &[], 46042, &a, &b);
+    // A verbs-only endpoint and an auto one reach each other over UD, both
+    // ways, rendezvous pushes gathered from the sender's memory included.
+    checked_pingpong_on(&["-m", "tagged", "-S", "1048576", "-c", "-I", "10"], &[], 46043, &["env", "FI_RDMX_DEVICE=verbs"], &[]);
 }
 
 /// `fork()` with registered memory: rdmx leaves it to the kernel (since 5.12

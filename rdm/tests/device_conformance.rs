@@ -398,6 +398,27 @@ fn net_pair_routes_each_address_to_the_device_that_owns_it() {
     assert_eq!(got, want);
 }
 
+/// `auto` asks its network half for the caps of each address, and a pair
+/// answers for the device that carries it: here two UDP devices of different
+/// MTUs (the preferred takes every UDP address), so a remote peer gets the
+/// preferred's 1472 bytes, not the pair's conservative 1000. (With UD as the
+/// preferred half, a UD peer gets registration and its MTU this way.)
+#[test]
+fn auto_answers_caps_per_address_through_its_network_pair() {
+    let udp = |mtu| {
+        let mut c = rdm::device::udp::UdpConfig::new("127.0.0.1:0".parse().unwrap());
+        c.mtu = mtu;
+        UdpDevice::open(&c).unwrap()
+    };
+    let pair = NetPair::new(udp(1472), udp(1000)).unwrap();
+    assert_eq!(pair.caps().mtu, 1000);
+    let auto = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(pair)).unwrap();
+    let peer = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
+    assert_eq!(auto.caps_for(&peer).mtu, 1472);
+    let shm_peer = DevAddr::Shm(auto.shm_addr().unwrap());
+    assert!(auto.caps_for(&shm_peer).reliable);
+}
+
 // ---- device-specific tests ----
 
 #[test]

@@ -789,6 +789,19 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 }
             };
             let taken = taken.min(self.staged);
+            // A datagram the device did not take waits in its stage; its
+            // gathered part may not: its message could complete (an earlier
+            // transmission acknowledged) before this one goes, and the
+            // application have its buffer back. Copy the part in (a whole
+            // datagram fits a stage) while the buffer is surely valid.
+            for i in taken..self.staged {
+                if let Some(g) = self.stage_gather[i].take() {
+                    let whole = TxDatagram::new(self.stage_dst[i], &self.stage[i][..self.stage_len[i]]).gathering(Some(g)).to_vec();
+                    self.stage[i][..whole.len()].copy_from_slice(&whole);
+                    self.stage_len[i] = whole.len();
+                    self.stage_seg[i] = whole.len();
+                }
+            }
             if taken == 0 {
                 return;
             }

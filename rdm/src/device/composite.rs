@@ -200,10 +200,22 @@ impl<N: Device> Device for AutoDevice<N> {
     /// The caps of the device that carries datagrams to `addr`; for an address
     /// no half can reach, the conservative [`Device::caps`].
     fn caps_for(&self, addr: &DevAddr) -> DeviceCaps {
+        // The half's caps for this very address: a network half that is
+        // itself two devices (`NetPair`: UD and UDP) answers per address too.
         match (Self::is_shm(addr), &self.shm, &self.net) {
-            (true, Some(s), _) => s.caps(),
-            (false, _, Some(n)) => n.caps(),
+            (true, Some(s), _) => s.caps_for(addr),
+            (false, _, Some(n)) => n.caps_for(addr),
             _ => self.caps(),
+        }
+    }
+
+    /// The network half's buffers (registered memory when it has a verbs
+    /// half, which then sends them without a bounce copy; plain memory to
+    /// the others).
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        match &mut self.net {
+            Some(n) => n.transmit_buffers(count, len),
+            None => (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect(),
         }
     }
 
@@ -410,6 +422,12 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         self.preferred.poll_read().or_else(|| self.fallback.poll_read())
+    }
+
+    /// The preferred device's (registered memory on verbs, so its sends need
+    /// no bounce copy; the fallback sends from any memory).
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        self.preferred.transmit_buffers(count, len)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {

@@ -718,6 +718,9 @@ pub struct VerbsStats {
     /// Sends whose payload the NIC gathered from registered application
     /// memory (the windowed rendezvous push, zero-copy).
     pub gathered_sends: u64,
+    /// Gathered sends that failed locally (their memory's registration was
+    /// gone): dropped, not blamed on the peer.
+    pub gathered_send_errors: u64,
     /// `send_batch` calls cut short by a full send queue.
     pub sq_full: u64,
     /// Send completions in error (their destinations go to
@@ -764,6 +767,8 @@ struct Inflight {
     dst: DevAddr,
     ah: AhKey,
     bounce: Option<u32>,
+    /// Part of it is gathered from application memory.
+    gathered: bool,
 }
 
 /// A lent transmit buffer and its registration.
@@ -1009,9 +1014,20 @@ impl VerbsDevice {
                     if wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
                         self.check_qp = true;
                     }
+                    // The destination of the failed send is reported (the
+                    // peer it concerns), but not for requests the queue
+                    // pair's error flushed (they were not at fault; the
+                    // reliability layer resends them), nor for a local
+                    // error of a gathered send (application memory whose
+                    // registration went away: rdmx's matter, not the
+                    // peer's; the message is resent or has completed).
+                    let local = matches!(wc.status, ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR);
+                    let blame = wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR;
                     if let Some(f) = self.inflight.iter().find(|f| f.seq == wc.wr_id) {
                         let dst = f.dst;
-                        if !self.unreachable.contains(&dst) {
+                        if f.gathered && local {
+                            self.stats.gathered_send_errors += 1;
+                        } else if blame && !self.unreachable.contains(&dst) {
                             self.unreachable.push_back(dst);
                         }
                     }
@@ -1115,9 +1131,14 @@ impl VerbsDevice {
                 self.refuse_ahs -= 1;
                 (std::ptr::null_mut(), Some(libc::ENOMEM))
             } else {
-                // SAFETY: a live PD and a valid attribute struct.
-                let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
-                (ah, std::io::Error::last_os_error().raw_os_error())
+                // SAFETY: errno is this thread's; then a live PD and a
+                // valid attribute struct. errno is cleared first so that a
+                // failure that sets none is not read as an older EAGAIN.
+                let ah = unsafe {
+                    *libc::__errno_location() = 0;
+                    ib::ibv_create_ah(self.ctx.pd, &mut attr)
+                };
+                (ah, std::io::Error::last_os_error().raw_os_error().filter(|&e| e != 0))
             };
             if !ah.is_null() {
                 break ah;
@@ -1326,7 +1347,7 @@ impl Device for VerbsDevice {
             if let Some(e) = self.ahs.get_mut(&key) {
                 e.inflight += 1;
             }
-            self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce });
+            self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
             // Two SGEs per request, always (the second unused without a
             // gathered part), so request i's list is at 2 * i.
             self.ssges.push(sge);

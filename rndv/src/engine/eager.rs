@@ -128,6 +128,11 @@ impl MsgEngine {
     pub(super) fn complete_send(&mut self, id: TxId, err: Option<OpError>) {
         let Some(t) = self.tx.try_remove(id.0 as usize) else { return };
         self.release_all(&t.regs);
+        if t.rndv.is_some() && !self.push_backlog.is_empty() {
+            // Ranges still to push (a Fin that came early, a failure): the
+            // slab id may name a new send soon, which must not inherit them.
+            self.push_backlog.retain(|&(i, _, _)| i != id);
+        }
         self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, src: Some(t.peer), err, ..Completion::new(t.meta, OpKind::Send) });
     }
 

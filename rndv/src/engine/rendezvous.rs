@@ -167,8 +167,16 @@ impl MsgEngine {
             // as it is: the NIC gathers it behind the header, nothing copies.
             let gather = if self.path(peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
                 .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
-            let sent = match gather {
-                Some(g) => self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()),
+            let gathered = match gather {
+                Some(g) => match self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()) {
+                    Err(rdm::engine::SendError::Unsupported) => None,
+                    other => Some(other),
+                },
+                None => None,
+            };
+            let was_gathered = gathered.is_some();
+            let sent = match gathered {
+                Some(r) => r,
                 None => {
                     let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
                     parts[0] = &hdr;
@@ -182,7 +190,7 @@ impl MsgEngine {
             };
             match sent {
                 Ok(()) => {
-                    if gather.is_some() {
+                    if was_gathered {
                         self.stats.pushes_gathered += 1;
                         if let Some(t) = self.tx.get_mut(id.0 as usize) {
                             t.gathered += 1;
