@@ -143,22 +143,7 @@ impl<N: Device> Device for AutoDevice<N> {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        let mut done = 0;
-        while done < batch.len() {
-            let shm = Self::is_shm(&batch[done].dst);
-            let run_len = batch[done..].iter().take_while(|d| Self::is_shm(&d.dst) == shm).count();
-            match self.send_run(shm, &batch[done..done + run_len]) {
-                Ok(k) => {
-                    done += k;
-                    if k < run_len {
-                        break;
-                    }
-                }
-                Err(e) if done == 0 => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(done)
+        send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(shm, run))
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
@@ -298,6 +283,34 @@ pub struct NetPair<A: Device, B: Device> {
     preferred_first: bool,
 }
 
+/// Sends `batch` through a device of two halves: each run of consecutive
+/// datagrams for the same half (`first`: the first half carries this
+/// address) in one `send` call, in order. Stops at a short count; an error
+/// is returned only when nothing was sent (the caller retries the rest).
+fn send_in_runs<D>(
+    dev: &mut D,
+    batch: &[TxDatagram<'_>],
+    first: impl Fn(&D, &DevAddr) -> bool,
+    mut send: impl FnMut(&mut D, bool, &[TxDatagram<'_>]) -> Result<usize, DeviceError>,
+) -> Result<usize, DeviceError> {
+    let mut done = 0;
+    while done < batch.len() {
+        let half = first(dev, &batch[done].dst);
+        let run_len = batch[done..].iter().take_while(|d| first(dev, &d.dst) == half).count();
+        match send(dev, half, &batch[done..done + run_len]) {
+            Ok(k) => {
+                done += k;
+                if k < run_len {
+                    break;
+                }
+            }
+            Err(e) if done == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
+}
+
 /// One epoll fd watching `fds` (level-triggered: readable while any is), or
 /// `None` when there are fewer than two (the one fd is then waited on itself).
 fn epoll_over(fds: &[RawFd]) -> Result<Option<Epoll>, DeviceError> {
@@ -378,22 +391,7 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
     }
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        let mut done = 0;
-        while done < batch.len() {
-            let preferred = self.preferred.owns(&batch[done].dst);
-            let run_len = batch[done..].iter().take_while(|d| self.preferred.owns(&d.dst) == preferred).count();
-            match self.send_run(preferred, &batch[done..done + run_len]) {
-                Ok(k) => {
-                    done += k;
-                    if k < run_len {
-                        break;
-                    }
-                }
-                Err(e) if done == 0 => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(done)
+        send_in_runs(self, batch, |d, a| d.preferred.owns(a), |d, preferred, run| d.send_run(preferred, run))
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

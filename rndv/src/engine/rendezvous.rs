@@ -167,27 +167,19 @@ impl MsgEngine {
             // as it is: the NIC gathers it behind the header, nothing copies.
             let gather = if self.path(peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
                 .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
-            let gathered = match gather {
-                Some(g) => match self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()) {
-                    Err(rdm::engine::SendError::Unsupported) => None,
-                    other => Some(other),
-                },
-                None => None,
-            };
+            // (a path that turns out not to gather takes the copy)
+            let gathered = gather.map(|g| self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode())).filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
             let was_gathered = gathered.is_some();
-            let sent = match gathered {
-                Some(r) => r,
-                None => {
-                    let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
-                    parts[0] = &hdr;
-                    let mut k = 1;
-                    for piece in iov.range(offset, n) {
-                        parts[k] = mem.bytes(piece.addr, piece.len as usize);
-                        k += 1;
-                    }
-                    self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode())
+            let sent = gathered.unwrap_or_else(|| {
+                let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+                parts[0] = &hdr;
+                let mut k = 1;
+                for piece in iov.range(offset, n) {
+                    parts[k] = mem.bytes(piece.addr, piece.len as usize);
+                    k += 1;
                 }
-            };
+                self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode())
+            });
             match sent {
                 Ok(()) => {
                     if was_gathered {
