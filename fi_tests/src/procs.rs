@@ -92,15 +92,32 @@ pub fn pingpong(
         ["ip", "netns", "exec", ns, ..] => Some(*ns),
         _ => None,
     };
-    let t0 = Instant::now();
-    while !tcp_listening(port, netns) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "server never listened on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = wait_listening(server, port, netns);
     let client = mk(wrap_client, &["-P", &port_s, server_ip]).spawn().expect("spawn fi_pingpong client");
     let c = wait_output(client, Duration::from_secs(240));
     let s = wait_output(server, Duration::from_secs(60));
     (s, c)
+}
+
+/// Waits until `server` listens on TCP `port`, and gives it back. A server that exits first
+/// fails the test at once, with its output. The bound only guards against a
+/// hang: a process start is slow under emulation (the Soft-RoCE VM runs
+/// without KVM, and libfabric's start-up there took over 10 s on a loaded
+/// host), so it is a minute, not the few seconds a real machine needs.
+pub fn wait_listening(mut server: Child, port: u16, netns: Option<&str>) -> Child {
+    let t0 = Instant::now();
+    while !tcp_listening(port, netns) {
+        if let Ok(Some(st)) = server.try_wait() {
+            let out = wait_output(server, Duration::from_secs(5));
+            panic!("the server exited ({st}) before it listened on {port}:\n{}", text(&out));
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = server.kill();
+            panic!("the server did not listen on {port} within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
 }
 
 pub fn text(o: &Output) -> String {

@@ -194,12 +194,7 @@ fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
-    let server = mk(&["-B", &port.to_string()]).spawn().expect("spawn fi_pingpong server");
-    let t0 = Instant::now();
-    while !procs::tcp_listening(port, None) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "server never listened");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let server = procs::wait_listening(mk(&["-B", &port.to_string()]).spawn().expect("spawn fi_pingpong server"), port, None);
     let mut client = mk(&["-P", &port.to_string(), "127.0.0.1"]).spawn().expect("spawn fi_pingpong client");
     let pid = client.id();
     let file = std::path::PathBuf::from(t.replace("%p", &pid.to_string()));
