@@ -73,14 +73,17 @@ fn stat(out: &str, name: &str) -> u64 {
     out.lines().find_map(|l| l.trim().strip_prefix(key.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in:\n{out}"))
 }
 
-/// A rendezvous over UD goes through the domain's registration cache:
-/// fi_pingpong registers its buffers (`fi_mr_reg`, which on the verbs domain
-/// is an `ibv_reg_mr` through the cache: a miss), every 1 MiB message is
-/// announced with a key (the application's, from its descriptor, so nothing
-/// more is looked up: measured, server and client alike), and the receiver
-/// gets the bytes by windows (UD cannot read), which the sender pushes
-/// straight from the registered buffer (the NIC gathers each chunk behind its
-/// header: `rendezvous_pushes_gathered`).
+/// A rendezvous on the verbs domain goes through the registration cache and
+/// is pulled by RDMA read: fi_pingpong registers its buffers (`fi_mr_reg`,
+/// which on the verbs domain is an `ibv_reg_mr` through the cache: a miss),
+/// every 1 MiB message is announced with a key (the application's, from its
+/// descriptor, so nothing more is looked up), the first message to each
+/// peer is pushed by windows while the RC connection is made (the sender
+/// pushes each chunk straight from the registered buffer: the NIC gathers it
+/// behind its header, `rendezvous_pushes_gathered`), and the later ones are
+/// read by the receiver through the connection (`rendezvous_pulled`). With
+/// `FI_RDMX_RC_MAX_PEERS=0` no connection is made and every message is
+/// pushed, gathered.
 #[test]
 fn verbs_rendezvous_moves_the_registration_cache_counters() {
     if !verbs_device_present() {
@@ -93,17 +96,46 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
     for (who, out) in [("server", &st), ("client", &ct)] {
         let (misses, cached) = (stat(out, "mr_cache_misses"), stat(out, "mr_cache_bytes_cached"));
         let keyed = stat(out, "rendezvous_registrations") + stat(out, "rendezvous_registrations_from_desc");
-        println!("{who}: mr_cache_misses {misses}, mr_cache_bytes_cached {cached}, rendezvous keys {keyed}, windowed {}", stat(out, "rendezvous_windowed"));
+        let (pulled, windowed) = (stat(out, "rendezvous_pulled"), stat(out, "rendezvous_windowed"));
+        println!("{who}: mr_cache_misses {misses}, mr_cache_bytes_cached {cached}, rendezvous keys {keyed}, pulled {pulled}, windowed {windowed}");
         assert!(misses >= 1 && cached >= 1 << 20, "{who}: the registration went around the cache (misses {misses}, {cached} bytes cached)");
         assert!(keyed >= 20, "{who}: {keyed} keys announced for at least 20 rendezvous messages");
+        assert!(pulled + windowed >= 20, "{who}: fewer than 20 rendezvous received");
+        assert!(pulled >= 15, "{who}: {pulled} of {} rendezvous pulled by RDMA read", pulled + windowed);
+        assert!(windowed >= 1, "{who}: the first message goes by windows while the connection is made");
+    }
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")], 46022, "127.0.0.1", &[], &[]);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        assert_eq!(stat(out, "rendezvous_pulled"), 0, "{who}: no connection, no read");
         assert!(stat(out, "rendezvous_windowed") >= 20, "{who}: fewer than 20 windowed rendezvous received");
-        assert_eq!(stat(out, "rendezvous_pulled"), 0, "{who}: UD cannot read");
         // Each pushed chunk went from the registered buffer, gathered by
         // the NIC behind its header: at least one per message (-c checked
         // every byte).
         let gathered = stat(out, "rendezvous_pushes_gathered");
         println!("{who}: {gathered} pushed chunks gathered from the application's memory");
         assert!(gathered >= 20, "{who}: {gathered} chunks gathered for 20 windowed messages");
+    }
+}
+
+/// Every size, every byte checked, between the two devices: sizes from the
+/// pull threshold (64 KiB) up go by RDMA read through an RC connection
+/// (the counters of both processes show pulls), the rest eagerly over UD.
+#[test]
+fn verbs_pulls_by_rdma_read_between_two_devices() {
+    if !verbs_device_present() || !two_devices_present() {
+        return;
+    }
+    init();
+    let env = [("FI_RDMX_STATS", "1")];
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &env, 46023, "127.0.0.1", SERVER_ON_RXE0, CLIENT_ON_RXE1);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        let (pulled, windowed) = (stat(out, "rendezvous_pulled"), stat(out, "rendezvous_windowed"));
+        println!("{who}: pulled {pulled}, windowed {windowed}");
+        assert!(pulled >= 10, "{who}: {pulled} rendezvous pulled by RDMA read, {windowed} windowed");
     }
 }
 

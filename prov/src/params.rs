@@ -46,6 +46,9 @@ pub struct Params {
     pub fault_corrupt: f64,
     /// The registration cache of each domain (`FI_RDMX_MR_CACHE_*`).
     pub mr_cache: mr_cache::cache::CacheConfig,
+    /// `FI_RDMX_RC_MAX_PEERS`: reliable connections for rendezvous reads
+    /// per verbs endpoint, each way (`None`: the device's default).
+    pub rc_max_peers: Option<usize>,
 }
 
 impl Default for Params {
@@ -71,6 +74,7 @@ impl Default for Params {
             fault_reorder: 0.0,
             fault_corrupt: 0.0,
             mr_cache: mr_cache::cache::CacheConfig::default(),
+            rc_max_peers: None,
         }
     }
 }
@@ -101,6 +105,7 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"mr_cache_enable", Kind::Bool, c"Cache memory registrations of rendezvous buffers on paths whose remote reads need one (verbs, SRD; udp and shm need none), and invalidate them when the memory is unmapped (default 1; 0 = register per use and deregister when the send completes)"),
     (c"mr_cache_max_count", Kind::Size, c"Most registrations a domain's cache keeps, in use or not; unused ones beyond it are deregistered, least recently used first (default 1024)"),
     (c"mr_cache_max_size", Kind::Size, c"Most bytes of memory a domain's cache keeps registered; unused registrations beyond it are deregistered, least recently used first (default 1073741824)"),
+    (c"rc_max_peers", Kind::Size, c"Verbs: reliable connections (RC queue pairs) an endpoint keeps for rendezvous reads, each way (default 64). A connection is made the first time the endpoint would read a peer's memory (that message is pushed over UD meanwhile) and closed when least recently used at the bound or idle for 30 s; 0 = no connection, every long message is pushed over UD"),
     (c"fault_seed", Kind::Size, c"Seed of the fault-injecting device decorator (default 1)"),
     (c"fault_drop", Kind::Str, c"Percent of outgoing datagrams the fault injector drops (default 0, off)"),
     (c"fault_dup", Kind::Str, c"Percent of outgoing datagrams the fault injector duplicates (default 0)"),
@@ -219,6 +224,7 @@ fn read() -> Params {
             max_count: get_size(c"mr_cache_max_count").map(|v| v as usize).unwrap_or(d.mr_cache.max_count),
             max_bytes: get_size(c"mr_cache_max_size").unwrap_or(d.mr_cache.max_bytes),
         },
+        rc_max_peers: get_size(c"rc_max_peers").map(|v| v as usize),
     }
 }
 

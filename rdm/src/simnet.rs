@@ -12,7 +12,8 @@
 //! buffers and counts datagrams sent from anywhere else.
 #![forbid(unsafe_code)]
 
-use crate::device::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use crate::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
+use crate::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use crate::sim::{Link, Wire};
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +43,23 @@ struct Port {
     /// The domain ([`SimContext`]) the node's device was opened from: its
     /// reads' local keys must be that domain's.
     domain: Option<usize>,
+    /// Reads need a connection to the peer first (the model of verbs RC
+    /// behind UD: [`SimNet::connect_reads`]).
+    conns: Option<ConnTable<u32>>,
+}
+
+/// The model's queues: numbers, connected at once.
+struct ModelQueues;
+
+impl QueueFactory for ModelQueues {
+    type Queue = u32;
+    fn create(&mut self) -> Result<(u32, QueueInfo), DeviceError> {
+        Ok((0, QueueInfo::default()))
+    }
+    fn connect(&mut self, _q: &mut u32, _remote: &QueueInfo) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    fn retire(&mut self, _q: u32) {}
 }
 
 struct NetState {
@@ -101,6 +119,7 @@ impl SimNet {
                 sent: 0,
                 sent_from_elsewhere: 0,
                 domain: None,
+                conns: None,
             })
             .collect();
         SimNet(Arc::new(Mutex::new(NetState {
@@ -154,6 +173,20 @@ impl SimNet {
     /// The caps node `i` sees on every path without its own.
     pub fn set_caps(&self, i: u32, caps: DeviceCaps) {
         self.lock().ports[i as usize].caps = caps;
+    }
+
+    /// Node `i` reads a peer only through a connection, set up lazily by a
+    /// handshake over the endpoint's reliable stream (at most `max` each
+    /// way, idle ones closed after `idle`): the model of verbs RC queue
+    /// pairs behind a UD queue ([`crate::device::rc`]).
+    pub fn connect_reads(&self, i: u32, max: usize, idle: Duration) {
+        self.lock().ports[i as usize].conns = Some(ConnTable::new(max, idle, i as u64 + 1));
+    }
+
+    /// The connection counters of node `i` (see [`SimNet::connect_reads`]),
+    /// with its active and passive connections now.
+    pub fn conn_stats(&self, i: u32) -> Option<(ConnStats, usize, usize)> {
+        self.lock().ports[i as usize].conns.as_ref().map(|c| (c.stats, c.active_len(), c.passive_len()))
     }
 
     /// Node `i` may not read anyone (every posted read is refused).
@@ -384,6 +417,23 @@ impl Device for SimDevice {
         if n.ports[self.me as usize].deny_reads || !caps.remote_read {
             return Err(DeviceError::Unsupported);
         }
+        if n.ports[self.me as usize].conns.is_some() {
+            let now = n.now;
+            let me = addr(self.me);
+            let peer_has_end = n.ports[j as usize].conns.as_ref().is_some_and(|c| c.has_passive(&me));
+            let conns = n.ports[self.me as usize].conns.as_mut().expect("checked");
+            conns.expire(now, &mut ModelQueues);
+            if conns.route(now, peer, &mut ModelQueues).is_none() {
+                return Err(DeviceError::NotConnected);
+            }
+            if !peer_has_end {
+                // The peer's end is gone (it restarted): the read fails as
+                // on a broken queue pair, and the connection goes.
+                conns.broken(now, peer, &mut ModelQueues);
+                n.ports[self.me as usize].reads_done.push_back(ReadDone { id, bytes: 0, error: Some(DeviceError::NotConnected) });
+                return Ok(());
+            }
+        }
         if caps.registration && runs.iter().any(|r| r.remote_key.is_none() || r.local.key().is_none()) {
             return Err(DeviceError::Config("a read on a registering path without a key".into()));
         }
@@ -401,6 +451,26 @@ impl Device for SimDevice {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         self.net.lock().ports[self.me as usize].reads_done.pop_front()
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        let mut n = self.net.lock();
+        let (to, m) = n.ports[self.me as usize].conns.as_mut()?.poll_message()?;
+        Some((to, ControlMsg::new(&m.encode()).expect("a handshake message fits")))
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        let mut n = self.net.lock();
+        let now = n.now;
+        if let Some(c) = n.ports[self.me as usize].conns.as_mut() {
+            c.handle(now, from, bytes, &mut ModelQueues);
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        if let Some(c) = self.net.lock().ports[self.me as usize].conns.as_mut() {
+            c.peer_failed(&peer, &mut ModelQueues);
+        }
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

@@ -456,7 +456,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// The next event (failed peers, device failures).
     pub fn poll_event(&mut self) -> Option<EndpointEvent> {
         if let Some(peer) = self.engine.poll_failed_peer() {
-            return Some(EndpointEvent::PeerFailed { peer, addr: self.engine.rdm().peer_addr(peer) });
+            let addr = self.engine.rdm().peer_addr(peer);
+            // Its connections go, its reads in flight fail (and are taken
+            // in as failed: the peer is gone).
+            self.device.peer_failed(addr);
+            return Some(EndpointEvent::PeerFailed { peer, addr });
         }
         self.events.pop_front()
     }
@@ -629,10 +633,26 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// on their outcome.
     fn run_engine(&mut self, t: Instant) {
         self.engine.handle_events(t, &mut self.mem);
-        if self.engine.has_actions() || !self.reads.is_empty() {
+        if self.engine.has_actions() || !self.reads.is_empty() || self.engine.has_device_control() {
+            self.exchange_control(t);
             self.post_reads(t);
             self.finish_reads(t);
             self.engine.handle_events(t, &mut self.mem);
+            self.exchange_control(t);
+        }
+    }
+
+    /// Hands the device what peers' devices sent it, and sends what it has
+    /// for them (the handshake of connections for remote reads) over the
+    /// reliable stream.
+    fn exchange_control(&mut self, t: Instant) {
+        while let Some((peer, m)) = self.engine.poll_device_control() {
+            let addr = self.engine.rdm().peer_addr(peer);
+            self.device.handle_control(addr, m.bytes());
+        }
+        while let Some((addr, m)) = self.device.poll_control() {
+            let peer = self.peer(addr);
+            self.engine.send_device_control(t, peer, m.bytes());
         }
     }
 
@@ -695,6 +715,9 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                         // This path cannot read (or the memory cannot be
                         // named for it): the sender pushes instead.
                         DeviceError::Unsupported => ReadOutcome::NotPermitted,
+                        // It can read, not yet (a connection is being set
+                        // up): pushed, and later messages are pulled.
+                        DeviceError::NotConnected => ReadOutcome::NotNow,
                         error => {
                             self.events.push_back(EndpointEvent::ReadFailed { addr, bytes: 0, error: Some(error) });
                             ReadOutcome::Failed(0)
@@ -713,8 +736,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let Some(r) = self.reads.try_remove(key) else { continue };
             self.release_regs(&r.local_regs);
             let id = self.read_pull[key];
+            let failed_peer = self.engine.pull_peer(id).is_some_and(|p| self.engine.fail_reason(p).is_some());
             let outcome = match done.error {
                 None => ReadOutcome::Done(done.bytes),
+                // The connection broke under the read (the peer lives): the
+                // sender still holds the message, so it pushes it whole.
+                Some(DeviceError::NotConnected) if !failed_peer => ReadOutcome::NotNow,
                 Some(error) => {
                     let addr = self.engine.pull_peer(id).map(|p| self.engine.rdm().peer_addr(p)).unwrap_or(DevAddr::NONE);
                     self.events.push_back(EndpointEvent::ReadFailed { addr, bytes: done.bytes, error: Some(error) });

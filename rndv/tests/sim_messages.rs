@@ -1133,3 +1133,60 @@ fn a_peers_failure_reason_is_the_first_one() {
     assert_eq!(completions(&sim, 0, OpKind::Send).len(), 3, "the send to a failed peer completes");
     assert_eq!(sim.nodes[0].ep.fail_reason(to1), Some(rdm::engine::FailReason::Unreachable), "rewritten by a later send");
 }
+
+/// Reads through lazily made connections (the model of verbs RC behind a UD
+/// queue): the first long message to a peer finds no connection, so it is
+/// pushed by windows while the handshake runs over the reliable stream, and
+/// the sender is not marked as one whose receiver refuses; later ones are
+/// pulled. With at most one connection each way and three senders (under
+/// loss), the receiver closes the least recently used one to open the next,
+/// each sender frees its end on the Close, and every byte lands.
+#[test]
+fn reads_go_through_connections_made_lazily_and_bounded() {
+    for seed in seeds(&[40, 41, 42]) {
+        let mut sim = net(4, lossy(), seed, cfg_rndv(4096));
+        for s in 1..4 {
+            both_ways(&sim, 0, s, registering_path());
+        }
+        for i in 0..4u32 {
+            sim.net.connect_reads(i, 1, Duration::from_secs(60));
+        }
+        let _regs: Vec<_> = (0..4).map(|i| with_registrations(&mut sim, i)).collect();
+        let mut k = 0u64;
+        let mut expect = Vec::new();
+        // Rounds: sender 1 twice, then 2, 3, 1 (each needs a new connection
+        // at the bound of one), then 1 again (connected).
+        for &s in &[1usize, 1, 2, 3, 1, 1] {
+            let to0 = sim.peer(s, 0);
+            let data = pattern(60_000 + k as usize, seed + k);
+            let src = BASE + k * (128 << 10);
+            let dst = BASE + (4 << 20) + k * (128 << 10);
+            send_from(&mut sim, s, to0, msg(), &data, src, meta(k));
+            sim.nodes[0].ep.post_recv(recv(dst, 70_000, 100 + k)).unwrap();
+            k += 1;
+            let want = k as usize;
+            assert!(sim.run_until(Duration::from_secs(30), |sim| completions(sim, 0, OpKind::Recv).len() == want), "seed {seed}: message {k} never landed");
+            expect.push((dst, data));
+            // The handshake may still be on the lossy wire: let it finish.
+            sim.run_until(Duration::from_millis(300), |_| false);
+        }
+        for (dst, data) in &expect {
+            assert!(sim.nodes[0].ep.mem().at(*dst, data.len()) == &data[..], "seed {seed}: bytes at {dst:#x}");
+        }
+        assert!(completions(&sim, 0, OpKind::Recv).iter().all(|c| c.err.is_none()), "seed {seed}");
+        let st = sim.nodes[0].ep.stats().msg;
+        // Pushed: the first of 1, of 2, of 3, and 1's third (its connection
+        // was closed for 3's); pulled: 1's second and last.
+        assert_eq!((st.pushed, st.pulled), (4, 2), "seed {seed}");
+        let (c, active, passive) = sim.net.conn_stats(0).unwrap();
+        assert_eq!((c.requested, c.established, c.closed_lru, active, passive), (4, 4, 3, 1, 0), "seed {seed}: {c:?}");
+        for s in 1..4u32 {
+            let (cs, _, passive) = sim.net.conn_stats(s).unwrap();
+            assert_eq!(cs.accepted, if s == 1 { 2 } else { 1 }, "seed {seed}: node {s}");
+            assert_eq!(passive, (s == 1) as usize, "seed {seed}: node {s} freed every closed end");
+        }
+        for s in 1..4 {
+            assert_eq!(sim.nodes[s].ep.stats().msg.rts_sent, if s == 1 { 4 } else { 1 }, "seed {seed}: every long message announced (no refusal)");
+        }
+    }
+}

@@ -18,7 +18,7 @@
 
 use super::shm::ShmDevice;
 use super::udp::UdpDevice;
-use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
+use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -228,6 +228,26 @@ impl<N: Device> Device for AutoDevice<N> {
         self.shm.as_mut().and_then(|s| s.poll_read()).or_else(|| self.net.as_mut().and_then(|n| n.poll_read()))
     }
 
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        self.net.as_mut().and_then(|n| n.poll_control())
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        if !Self::is_shm(&from) {
+            if let Some(n) = self.net.as_mut() {
+                n.handle_control(from, bytes);
+            }
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        if !Self::is_shm(&peer) {
+            if let Some(n) = self.net.as_mut() {
+                n.peer_failed(peer);
+            }
+        }
+    }
+
     fn wait_fd(&self) -> Option<RawFd> {
         if let Some(ep) = &self.epoll {
             return Some(ep.0.as_raw_fd());
@@ -420,6 +440,26 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         self.preferred.poll_read().or_else(|| self.fallback.poll_read())
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        self.preferred.poll_control().or_else(|| self.fallback.poll_control())
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        if self.preferred.owns(&from) {
+            self.preferred.handle_control(from, bytes)
+        } else {
+            self.fallback.handle_control(from, bytes)
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        if self.preferred.owns(&peer) {
+            self.preferred.peer_failed(peer)
+        } else {
+            self.fallback.peer_failed(peer)
+        }
     }
 
     /// The preferred device's (registered memory on verbs, so its sends need

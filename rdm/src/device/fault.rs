@@ -22,7 +22,7 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, TxDatagram};
+use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
@@ -364,6 +364,18 @@ impl<D: Device> Device for FaultDevice<D> {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         self.inner.poll_read()
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        self.inner.poll_control()
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        self.inner.handle_control(from, bytes)
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        self.inner.peer_failed(peer)
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

@@ -13,6 +13,7 @@ pub mod composite;
 pub mod fault;
 pub mod host;
 pub mod iface;
+pub mod rc;
 pub mod shm;
 pub mod udp;
 pub mod verbs;
@@ -215,6 +216,30 @@ pub struct ReadDone {
     pub error: Option<DeviceError>,
 }
 
+/// Control bytes a device sends to its peer through the endpoint's reliable
+/// stream ([`Device::poll_control`]): at most [`CONTROL_MAX`] of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControlMsg {
+    len: u8,
+    bytes: [u8; CONTROL_MAX],
+}
+
+/// Longest control message a device sends.
+pub const CONTROL_MAX: usize = 48;
+
+impl ControlMsg {
+    /// `None` when `b` is longer than [`CONTROL_MAX`].
+    pub fn new(b: &[u8]) -> Option<ControlMsg> {
+        let mut bytes = [0u8; CONTROL_MAX];
+        bytes.get_mut(..b.len())?.copy_from_slice(b);
+        Some(ControlMsg { len: b.len() as u8, bytes })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
+}
+
 /// Registers memory with a device's protection domain: what a peer's remote
 /// read of it names (the key), and what a local read target or a lent
 /// transmit buffer carries.
@@ -338,6 +363,11 @@ pub enum DeviceError {
     TooLarge { len: usize, mtu: usize },
     #[error("operation not supported by this device")]
     Unsupported,
+    /// The path can read, but not now: a connection to the peer is being
+    /// set up, refused for a while, or broke under the read. The bytes are
+    /// pushed instead; later reads may go through.
+    #[error("no connection to the peer for remote reads (yet)")]
+    NotConnected,
     #[error("{0}")]
     Config(String),
 }
@@ -415,6 +445,28 @@ pub trait Device: Send {
     /// A posted read that finished, if any.
     fn poll_read(&mut self) -> Option<ReadDone> {
         None
+    }
+
+    /// Bytes the device must get to `peer` reliably and in order (the
+    /// handshake of a connection for remote reads, [`rc`]): the endpoint
+    /// sends them over its reliable stream and hands them to the peer's
+    /// device through [`Device::handle_control`]. Produced only inside
+    /// [`Device::post_read`], [`Device::handle_control`] and
+    /// [`Device::peer_failed`], so the endpoint drains after those.
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        None
+    }
+
+    /// Control bytes the device at `from` sent ([`Device::poll_control`]).
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        let _ = (from, bytes);
+    }
+
+    /// The endpoint gave up on `peer` (timeout, unreachable, restarted):
+    /// whatever the device holds for it goes (connections, pending reads,
+    /// which complete in error).
+    fn peer_failed(&mut self, peer: DevAddr) {
+        let _ = peer;
     }
 
     /// Buffers for the endpoint to build outgoing datagrams in, each `len`
@@ -496,6 +548,18 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         (**self).poll_read()
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        (**self).poll_control()
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        (**self).handle_control(from, bytes)
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        (**self).peer_failed(peer)
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

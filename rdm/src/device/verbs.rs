@@ -83,7 +83,8 @@
 //! InfiniBand.
 #![allow(unsafe_code)]
 
-use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, Registrar, TxDatagram};
+use super::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
+use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -113,6 +114,24 @@ const REQ_INLINE: u32 = 256;
 const POLL_BATCH: usize = 32;
 /// Hop limit of the GRH of RoCE address handles (libfabric verbs dgram's).
 const HOP_LIMIT: u8 = 64;
+/// Reliable connections (RC queue pairs) for reads kept per endpoint by
+/// default, each way.
+pub const DEFAULT_RC_MAX_PEERS: usize = 64;
+/// A connection no read used for this long is closed.
+pub const RC_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Send queue depth of each RC queue pair: RDMA reads posted at once to one
+/// peer (beyond it the message is pushed).
+pub const RC_SQ_DEPTH: u32 = 128;
+/// RDMA reads in flight per queue pair asked for (fewer where the device
+/// allows fewer).
+const RC_RD_ATOMIC: u8 = 16;
+/// Completions the shared RC completion queue holds: reads in flight on
+/// all connections together.
+const RC_CQ_DEPTH: u32 = 4096;
+/// RC timers: local ACK timeout 4.096 us * 2^14 (67 ms), 7 retries, RNR
+/// retry 7 (infinite).
+const RC_TIMEOUT: u8 = 14;
+const RC_RETRY: u8 = 7;
 
 // libfabric access bits, the values of <rdma/fabric.h> (rdm does not link
 // libfabric): what `Registrar::register`'s `access` means here.
@@ -252,6 +271,10 @@ pub struct VerbsConfig {
     pub sq_depth: u32,
     /// Receive slots (0: [`DEFAULT_RQ_DEPTH`]).
     pub rq_depth: u32,
+    /// Reliable connections for rendezvous reads kept per endpoint, each
+    /// way (`FI_RDMX_RC_MAX_PEERS`; `None`: [`DEFAULT_RC_MAX_PEERS`];
+    /// `Some(0)`: none, every long message is pushed over UD).
+    pub rc_max_peers: Option<usize>,
 }
 
 // ---- discovery ----
@@ -455,6 +478,12 @@ struct Ctx {
     /// InfiniBand link layer: address handles carry the LID, no GRH.
     infiniband: bool,
     mtu: usize,
+    /// The port's active MTU as an `ibv_mtu` value (RC path MTU).
+    mtu_enum: u8,
+    /// Largest message (one RDMA read) the port takes.
+    max_msg: u64,
+    /// RDMA reads a QP may have outstanding as initiator / as responder.
+    rd_atomic: u8,
     max_ah: usize,
     max_qp_wr: u32,
     max_cqe: u32,
@@ -591,6 +620,9 @@ impl VerbsContext {
                     lid: if infiniband { pattr.lid } else { 0 },
                     infiniband,
                     mtu: mtu_bytes(pattr.active_mtu),
+                    mtu_enum: pattr.active_mtu as u8,
+                    max_msg: if pattr.max_msg_sz == 0 { 1 << 30 } else { pattr.max_msg_sz as u64 },
+                    rd_atomic: dattr.max_qp_rd_atom.min(dattr.max_qp_init_rd_atom).clamp(1, RC_RD_ATOMIC as i32) as u8,
                     max_ah: dattr.max_ah.max(1) as usize,
                     max_qp_wr: dattr.max_qp_wr.max(1) as u32,
                     max_cqe: dattr.max_cqe.max(1) as u32,
@@ -741,6 +773,16 @@ pub struct VerbsStats {
     pub ah_refused: u64,
     /// Times the queue pair was brought back from an error state.
     pub qp_recoveries: u64,
+    /// RDMA reads posted on RC connections, their requests, the bytes they
+    /// brought; reads that failed (pushed instead), reads refused for want
+    /// of room in the connection's queue (pushed).
+    pub rc_reads: u64,
+    pub rc_read_requests: u64,
+    pub rc_read_bytes: u64,
+    pub rc_read_errors: u64,
+    pub rc_reads_deferred: u64,
+    /// Control bytes that were no handshake message.
+    pub rc_bad_control: u64,
 }
 
 type AhKey = ([u8; 16], u16);
@@ -822,7 +864,169 @@ pub struct VerbsDevice {
     corrupt_next_key: bool,
     /// Address handles still to refuse (`refuse_next_ahs_for_test`).
     refuse_ahs: u32,
+    // Remote reads through RC queue pairs.
+    conns: ConnTable<RcQueue>,
+    rc: RcFactory,
+    rc_reads: slab::Slab<RcRead>,
+    rc_done: VecDeque<super::ReadDone>,
+    rc_wrs: Vec<ib::ibv_send_wr>,
+    rc_sges: Vec<ib::ibv_sge>,
     pub stats: VerbsStats,
+}
+
+/// One end of a connection for reads: an RC queue pair.
+pub struct RcQueue {
+    qp: *mut ib::ibv_qp,
+    qpn: u32,
+    psn: u32,
+}
+
+/// Makes, connects and retires RC queue pairs ([`ConnTable`]'s factory);
+/// counts the reads posted on each so a retired one is destroyed only when
+/// its last request has completed (flushed).
+struct RcFactory {
+    ctx: Arc<Ctx>,
+    cq: *mut ib::ibv_cq,
+    /// Read requests posted and not completed, per queue pair number.
+    outstanding: FxHashMap<u32, u32>,
+    /// Requests outstanding on all queue pairs (bounded by the CQ's size).
+    total_outstanding: u32,
+    /// Queue pairs moved to the error state, waiting for their requests to
+    /// flush before they are destroyed.
+    retiring: Vec<RcQueue>,
+    psn_seed: u64,
+}
+
+/// A posted read: its requests still to complete and how it went.
+struct RcRead {
+    id: u64,
+    peer: DevAddr,
+    wrs_left: u32,
+    bytes: u64,
+    failed: bool,
+}
+
+/// The monotonic time the connection table runs on.
+fn rc_now() -> crate::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let e = *EPOCH.get_or_init(std::time::Instant::now);
+    crate::time::Instant::from_nanos(e.elapsed().as_nanos() as u64)
+}
+
+impl RcFactory {
+    fn modify(qp: *mut ib::ibv_qp, attr: &mut ib::ibv_qp_attr, mask: ib::ibv_qp_attr_mask, what: &'static str) -> Result<(), DeviceError> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let rc = unsafe { ib::ibv_modify_qp(qp, attr, mask.0 as i32) };
+        if rc != 0 {
+            return Err(ret_err(what, rc));
+        }
+        Ok(())
+    }
+
+    fn destroy(q: &RcQueue) {
+        // SAFETY: a QP of ours with nothing outstanding, destroyed once.
+        unsafe { ib::ibv_destroy_qp(q.qp) };
+    }
+
+    /// Destroys the retiring queue pairs whose requests have all completed.
+    fn reap_retired(&mut self) {
+        let out = &self.outstanding;
+        self.retiring.retain(|q| {
+            let busy = out.get(&q.qpn).is_some_and(|&n| n > 0);
+            if !busy {
+                RcFactory::destroy(q);
+            }
+            busy
+        });
+    }
+}
+
+impl QueueFactory for RcFactory {
+    type Queue = RcQueue;
+
+    fn create(&mut self) -> Result<(RcQueue, QueueInfo), DeviceError> {
+        let mut init = ib::ibv_qp_init_attr {
+            send_cq: self.cq,
+            recv_cq: self.cq,
+            cap: ib::ibv_qp_cap { max_send_wr: RC_SQ_DEPTH.min(self.ctx.max_qp_wr), max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            qp_type: ib::ibv_qp_type_IBV_QPT_RC,
+            sq_sig_all: 0,
+            ..Default::default()
+        };
+        // SAFETY: a live PD and CQ; `init` is a valid in/out struct.
+        let qp = unsafe { ib::ibv_create_qp(self.ctx.pd, &mut init) };
+        if qp.is_null() {
+            return Err(last_err("ibv_create_qp(RC)"));
+        }
+        // SAFETY: a live QP.
+        let qpn = unsafe { (*qp).qp_num };
+        // A PSN of 24 bits, different per queue pair and incarnation.
+        self.psn_seed = self.psn_seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407 ^ qpn as u64);
+        let q = RcQueue { qp, qpn, psn: (self.psn_seed >> 40) as u32 & 0xff_ffff };
+        use ib::ibv_qp_attr_mask as m;
+        let mut a = ib::ibv_qp_attr {
+            qp_state: ib::ibv_qp_state_IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: self.ctx.port,
+            qp_access_flags: ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
+            ..Default::default()
+        };
+        if let Err(e) = Self::modify(qp, &mut a, m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS, "ibv_modify_qp(RC INIT)") {
+            Self::destroy(&q);
+            return Err(e);
+        }
+        let info = QueueInfo { qpn, psn: q.psn, gid: self.ctx.gid, lid: self.ctx.lid, mtu: self.ctx.mtu_enum };
+        Ok((q, info))
+    }
+
+    fn connect(&mut self, q: &mut RcQueue, remote: &QueueInfo) -> Result<(), DeviceError> {
+        use ib::ibv_qp_attr_mask as m;
+        let mut ah = ib::ibv_ah_attr { port_num: self.ctx.port, ..Default::default() };
+        if self.ctx.infiniband {
+            ah.dlid = remote.lid;
+        } else {
+            ah.is_global = 1;
+            ah.grh.dgid.raw = remote.gid;
+            ah.grh.sgid_index = self.ctx.gid_index;
+            ah.grh.hop_limit = HOP_LIMIT;
+        }
+        let mut a = ib::ibv_qp_attr {
+            qp_state: ib::ibv_qp_state_IBV_QPS_RTR,
+            path_mtu: self.ctx.mtu_enum.min(remote.mtu).max(1) as ib::ibv_mtu,
+            dest_qp_num: remote.qpn,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: self.ctx.rd_atomic,
+            min_rnr_timer: 12,
+            ah_attr: ah,
+            ..Default::default()
+        };
+        Self::modify(
+            q.qp,
+            &mut a,
+            m::IBV_QP_STATE | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER,
+            "ibv_modify_qp(RC RTR)",
+        )?;
+        let mut a = ib::ibv_qp_attr {
+            qp_state: ib::ibv_qp_state_IBV_QPS_RTS,
+            timeout: RC_TIMEOUT,
+            retry_cnt: RC_RETRY,
+            rnr_retry: 7,
+            sq_psn: q.psn,
+            max_rd_atomic: self.ctx.rd_atomic,
+            ..Default::default()
+        };
+        Self::modify(q.qp, &mut a, m::IBV_QP_STATE | m::IBV_QP_TIMEOUT | m::IBV_QP_RETRY_CNT | m::IBV_QP_RNR_RETRY | m::IBV_QP_SQ_PSN | m::IBV_QP_MAX_QP_RD_ATOMIC, "ibv_modify_qp(RC RTS)")
+    }
+
+    /// To the error state (the device stops touching memory for it and
+    /// flushes what is posted), destroyed once those flushes are taken in.
+    fn retire(&mut self, q: RcQueue) {
+        use ib::ibv_qp_attr_mask as m;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_ERR, ..Default::default() };
+        let _ = Self::modify(q.qp, &mut a, m::IBV_QP_STATE, "ibv_modify_qp(RC ERR)");
+        self.retiring.push(q);
+        self.reap_retired();
+    }
 }
 
 // SAFETY: the device owns its verbs objects and buffers; verbs calls are
@@ -872,6 +1076,12 @@ impl VerbsDevice {
             check_qp: false,
             corrupt_next_key: false,
             refuse_ahs: 0,
+            conns: ConnTable::new(cfg.rc_max_peers.unwrap_or(DEFAULT_RC_MAX_PEERS), RC_IDLE, spec.incarnation),
+            rc: RcFactory { ctx: ctx.clone(), cq: ptr::null_mut(), outstanding: FxHashMap::default(), total_outstanding: 0, retiring: Vec::new(), psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15 },
+            rc_reads: slab::Slab::new(),
+            rc_done: VecDeque::new(),
+            rc_wrs: Vec::new(),
+            rc_sges: Vec::new(),
             stats: VerbsStats::default(),
             ctx,
         };
@@ -903,6 +1113,15 @@ impl VerbsDevice {
         dev.rcq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, rq_depth as i32, ptr::null_mut(), dev.channel, 0) };
         if dev.rcq.is_null() {
             return Err(last_err("ibv_create_cq(recv)"));
+        }
+        if dev.conns.enabled() {
+            // One completion queue for the reads of every connection, on
+            // the same channel as receives: a sleeper wakes for either.
+            // SAFETY: an open context; the channel outlives the CQ.
+            dev.rc.cq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, RC_CQ_DEPTH.min(dev.ctx.max_cqe) as i32, ptr::null_mut(), dev.channel, 0) };
+            if dev.rc.cq.is_null() {
+                return Err(last_err("ibv_create_cq(rc)"));
+            }
         }
         for inline in [REQ_INLINE, 64, 0] {
             let mut init = ib::ibv_qp_init_attr {
@@ -1231,7 +1450,7 @@ impl VerbsDevice {
     /// Consumes the completion channel's events (acknowledging them), so
     /// its fd is not readable until the next armed completion.
     fn ack_events(&mut self) {
-        let mut n = 0;
+        let (mut n, mut n_rc) = (0, 0);
         loop {
             let mut cq = ptr::null_mut();
             let mut cq_ctx = ptr::null_mut();
@@ -1239,12 +1458,79 @@ impl VerbsDevice {
             if unsafe { ib::ibv_get_cq_event(self.channel, &mut cq, &mut cq_ctx) } != 0 {
                 break;
             }
-            n += 1;
+            if cq == self.rc.cq {
+                n_rc += 1;
+            } else {
+                n += 1;
+            }
         }
         if n > 0 {
-            // SAFETY: events of the receive CQ (the only one on the channel).
+            // SAFETY: events of the receive CQ.
             unsafe { ib::ibv_ack_cq_events(self.rcq, n) };
         }
+        if n_rc > 0 {
+            // SAFETY: events of the RC CQ (the other CQ on the channel).
+            unsafe { ib::ibv_ack_cq_events(self.rc.cq, n_rc) };
+        }
+    }
+
+    /// Takes in RC read completions: a read is done when its last request
+    /// completed; one that failed (the connection broke, a key was refused)
+    /// breaks its connection and is reported `NotConnected`, so its message
+    /// is pushed instead.
+    fn reap_reads(&mut self) {
+        if self.rc.cq.is_null() {
+            return;
+        }
+        loop {
+            // SAFETY: a live CQ and room for POLL_BATCH completions.
+            let n = unsafe { ib::ibv_poll_cq(self.rc.cq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            for i in 0..n as usize {
+                let wc = self.wcs[i];
+                if let Some(c) = self.rc.outstanding.get_mut(&wc.qp_num) {
+                    *c = c.saturating_sub(1);
+                    if *c == 0 {
+                        self.rc.outstanding.remove(&wc.qp_num);
+                    }
+                }
+                self.rc.total_outstanding = self.rc.total_outstanding.saturating_sub(1);
+                let Some(r) = self.rc_reads.get_mut(wc.wr_id as usize) else { continue };
+                if wc.status == ib::ibv_wc_status_IBV_WC_SUCCESS {
+                    if !r.failed {
+                        r.bytes += wc.byte_len as u64;
+                    }
+                } else {
+                    r.failed = true;
+                }
+                r.wrs_left -= 1;
+                if r.wrs_left == 0 {
+                    let r = self.rc_reads.remove(wc.wr_id as usize);
+                    self.conns.read_finished(&r.peer);
+                    if r.failed {
+                        self.stats.rc_read_errors += 1;
+                        let now = rc_now();
+                        self.conns.broken(now, r.peer, &mut self.rc);
+                        self.rc_done.push_back(super::ReadDone { id: r.id, bytes: r.bytes, error: Some(DeviceError::NotConnected) });
+                    } else {
+                        self.stats.rc_read_bytes += r.bytes;
+                        self.rc_done.push_back(super::ReadDone { id: r.id, bytes: r.bytes, error: None });
+                    }
+                }
+            }
+            if (n as usize) < POLL_BATCH {
+                break;
+            }
+        }
+        self.rc.reap_retired();
+    }
+
+    /// The connection counters, and the connections open now (active: this
+    /// endpoint reads through them; passive: peers read through them).
+    pub fn rc_stats(&self) -> (ConnStats, usize, usize) {
+        (self.conns.stats, self.conns.active_len(), self.conns.passive_len())
     }
 
     /// Polls the receive CQ into `rx_pending`, at most `max`.
@@ -1264,7 +1550,9 @@ impl Device for VerbsDevice {
             reliable: false,
             ordered: false,
             mtu: self.mtu,
-            remote_read: false,
+            // Through an RC queue pair made on the first read of a peer
+            // (pushed until it is connected).
+            remote_read: self.conns.enabled(),
             gso: false,
             max_inline: self.max_inline,
             registration: true,
@@ -1511,13 +1799,119 @@ impl Device for VerbsDevice {
         }
         // SAFETY: a live CQ attached to the channel.
         unsafe { ib::ibv_req_notify_cq(self.rcq, 0) };
+        if !self.rc.cq.is_null() {
+            // SAFETY: as above.
+            unsafe { ib::ibv_req_notify_cq(self.rc.cq, 0) };
+            self.reap_reads();
+        }
         // A completion that arrived before the arm raises no event: look.
         self.poll_recv(POLL_BATCH);
-        !self.rx_pending.is_empty()
+        !self.rx_pending.is_empty() || !self.rc_done.is_empty()
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         self.unreachable.pop_front()
+    }
+
+    /// An RDMA read through the peer's RC connection, one request per piece
+    /// of at most the port's `max_msg_sz`, all posted at once. No
+    /// connection yet (it is being made), or no room: `NotConnected`, and
+    /// the sender pushes this message.
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        if !self.conns.enabled() {
+            return Err(DeviceError::Unsupported);
+        }
+        let now = rc_now();
+        self.reap_reads();
+        self.conns.expire(now, &mut self.rc);
+        let max_msg = self.ctx.max_msg.max(4096);
+        let wrs: u64 = runs.iter().map(|r| r.local.len().div_ceil(max_msg).max(1)).sum();
+        let Some(q) = self.conns.route(now, peer, &mut self.rc) else {
+            return Err(DeviceError::NotConnected);
+        };
+        let (qp, qpn) = (q.qp, q.qpn);
+        let busy = self.rc.outstanding.get(&qpn).copied().unwrap_or(0) as u64;
+        let cq_room = (RC_CQ_DEPTH.min(self.ctx.max_cqe) as u64).saturating_sub(self.rc.total_outstanding as u64);
+        if busy + wrs > RC_SQ_DEPTH.min(self.ctx.max_qp_wr) as u64 || wrs > cq_room {
+            self.stats.rc_reads_deferred += 1;
+            return Err(DeviceError::NotConnected);
+        }
+        if runs.iter().any(|r| r.remote_key.is_none() || r.local.key().is_none()) {
+            return Err(DeviceError::Config("an RDMA read needs the peer's key and a local one".into()));
+        }
+        let slot = self.rc_reads.vacant_key() as u64;
+        self.rc_wrs.clear();
+        self.rc_sges.clear();
+        for r in runs {
+            let (_, rkey) = mr_keys(r.remote_key.unwrap_or(0));
+            let (lkey, _) = mr_keys(r.local.key().unwrap_or(0));
+            let mut off = 0u64;
+            loop {
+                let len = (r.local.len() - off).min(max_msg);
+                self.rc_sges.push(ib::ibv_sge { addr: r.local.addr() + off, length: len as u32, lkey });
+                let mut wr = ib::ibv_send_wr { wr_id: slot, num_sge: 1, opcode: ib::ibv_wr_opcode_IBV_WR_RDMA_READ, send_flags: ib::ibv_send_flags::IBV_SEND_SIGNALED.0, ..Default::default() };
+                wr.wr.rdma = ib::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.remote_addr + off, rkey };
+                self.rc_wrs.push(wr);
+                off += len;
+                if off >= r.local.len() {
+                    break;
+                }
+            }
+        }
+        let n = self.rc_wrs.len();
+        for i in 0..n {
+            self.rc_wrs[i].sg_list = &mut self.rc_sges[i];
+            if i + 1 < n {
+                let next: *mut ib::ibv_send_wr = &mut self.rc_wrs[i + 1];
+                self.rc_wrs[i].next = next;
+            }
+        }
+        let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
+        // SAFETY: a chain of valid RDMA read requests on a connected RC QP:
+        // each local SGE names memory the caller vouched for until this read
+        // completes (`LocalBuf`), registered under its lkey; the remote side
+        // is named by the peer's rkey.
+        let rc = unsafe { ib::ibv_post_send(qp, self.rc_wrs.as_mut_ptr(), &mut bad) };
+        let posted = if rc == 0 { n } else if bad.is_null() { 0 } else { (bad as usize - self.rc_wrs.as_ptr() as usize) / std::mem::size_of::<ib::ibv_send_wr>() };
+        if posted == 0 {
+            self.stats.rc_read_errors += 1;
+            self.conns.broken(now, peer, &mut self.rc);
+            return Err(DeviceError::NotConnected);
+        }
+        // Requests that did not post count as failed; the read is given up
+        // (pushed) when the posted ones complete.
+        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n });
+        debug_assert_eq!(key as u64, slot);
+        *self.rc.outstanding.entry(qpn).or_insert(0) += posted as u32;
+        self.rc.total_outstanding += posted as u32;
+        self.conns.read_started(&peer);
+        self.stats.rc_reads += 1;
+        self.stats.rc_read_requests += posted as u64;
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<super::ReadDone> {
+        if self.rc_done.is_empty() && !self.rc_reads.is_empty() {
+            self.reap_reads();
+        }
+        self.rc_done.pop_front()
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        let (to, m) = self.conns.poll_message()?;
+        Some((to, ControlMsg::new(&m.encode()).expect("a handshake message fits")))
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        if !self.conns.handle(rc_now(), from, bytes, &mut self.rc) {
+            self.stats.rc_bad_control += 1;
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        // Its queue pairs go to the error state: reads in flight flush and
+        // complete as failed.
+        self.conns.peer_failed(&peer, &mut self.rc);
     }
 }
 
@@ -1528,6 +1922,10 @@ impl Drop for VerbsDevice {
         // through, the CQs (their events acknowledged), the channel, and the
         // MRs; the buffers are freed after (fields drop after this), the PD
         // and context when the last Arc of the context goes.
+        self.conns.clear(&mut self.rc);
+        for q in self.rc.retiring.drain(..) {
+            RcFactory::destroy(&q);
+        }
         unsafe {
             if !self.qp.is_null() {
                 ib::ibv_destroy_qp(self.qp);
@@ -1540,6 +1938,9 @@ impl Drop for VerbsDevice {
             }
             if !self.scq.is_null() {
                 ib::ibv_destroy_cq(self.scq);
+            }
+            if !self.rc.cq.is_null() {
+                ib::ibv_destroy_cq(self.rc.cq);
             }
             if !self.rcq.is_null() {
                 ib::ibv_destroy_cq(self.rcq);

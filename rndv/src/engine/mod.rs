@@ -145,6 +145,9 @@ pub struct MsgEngine {
     /// Where registrations for registering paths come from (none: such
     /// paths get no rendezvous, long messages go eagerly).
     registrations: Option<Box<dyn Registrations>>,
+    /// Device control messages that arrived, for the endpoint to hand to
+    /// its device ([`MsgEngine::poll_device_control`]).
+    device_ctl: VecDeque<(PeerId, rdm::device::ControlMsg)>,
     stats: Stats,
 }
 
@@ -172,6 +175,7 @@ impl MsgEngine {
             fail_reasons: Default::default(),
             awaiting: HashMap::default(),
             registrations: None,
+            device_ctl: VecDeque::new(),
             stats: Stats::default(),
         }
     }
@@ -395,6 +399,11 @@ impl MsgEngine {
             Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => self.finish_rma(peer, req, status, payload, mem),
             Packet::WriteAck { req, status } => self.finish_rma(peer, req, status, &[], mem),
             Packet::Keepalive => {}
+            Packet::DeviceCtl(bytes) => {
+                if let Some(m) = rdm::device::ControlMsg::new(bytes) {
+                    self.device_ctl.push_back((peer, m));
+                }
+            }
             other => self.serve_rma(now, peer, other, mem),
         }
         self.rdm.recycle(msg);
@@ -492,6 +501,22 @@ impl MsgEngine {
     /// so a caller that runs actions only after input must check this too.
     pub fn has_actions(&self) -> bool {
         !self.actions.is_empty()
+    }
+
+    /// Device control bytes a peer's device sent to ours.
+    pub fn poll_device_control(&mut self) -> Option<(PeerId, rdm::device::ControlMsg)> {
+        self.device_ctl.pop_front()
+    }
+
+    pub fn has_device_control(&self) -> bool {
+        !self.device_ctl.is_empty()
+    }
+
+    /// Sends control bytes of our device to `peer`'s device, reliably and in
+    /// order with everything else to it.
+    pub fn send_device_control(&mut self, now: Instant, peer: PeerId, bytes: &[u8]) {
+        let hdr = [crate::wire::Kind::DeviceCtl as u8, 0, 0, 0, 0, 0, 0, 0];
+        self.reply(now, peer, &[&hdr, bytes]);
     }
 
     /// A peer declared unreachable since the last call.

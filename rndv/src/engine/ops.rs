@@ -330,6 +330,9 @@ pub enum ReadOutcome {
     Done(u64),
     /// This process may not read that one (or the path cannot): ask for a push.
     NotPermitted,
+    /// The path can read but not this time (its connection is being set
+    /// up): ask for a push, without marking the peer as one that refuses.
+    NotNow,
     /// Reading failed after `n` bytes.
     Failed(u64),
 }

@@ -41,7 +41,7 @@ impl MsgEngine {
                 self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
                 self.finish_recv(&p.landing, n as usize, None);
             }
-            ReadOutcome::NotPermitted => self.start_window(now, p.peer, p.req, p.landing),
+            ReadOutcome::NotPermitted | ReadOutcome::NotNow => self.start_window(now, p.peer, p.req, p.landing),
             ReadOutcome::Failed(n) => {
                 self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
                 self.finish_recv(&p.landing, n as usize, Some(OpError::Io));
@@ -141,7 +141,10 @@ impl MsgEngine {
         // receiver.
         let keyless = |t: &TxEntry| t.rndv.is_some_and(|iov| (0..iov.count).all(|i| t.regs[i].is_none() && iov.keys[i].is_none()));
         let announced_keys = self.path(peer).is_some_and(|p| !p.registration) || self.tx.get(id.0 as usize).is_some_and(|t| !keyless(t));
-        if self.path(peer).is_some_and(|p| p.remote_read) && announced_keys {
+        // On a registering path (verbs, SRD) a grant says "not now" (a
+        // connection for reads is being set up, or one broke) as often as
+        // "never": the receiver decides per message, so keep announcing.
+        if self.path(peer).is_some_and(|p| p.remote_read && !p.registration) && announced_keys {
             self.refused.insert(peer);
         }
         self.push_backlog.push_back((id, offset, offset + len));

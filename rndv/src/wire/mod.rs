@@ -44,11 +44,16 @@ pub enum Kind {
     Keepalive = 11,
     /// A window grant of a rendezvous the receiver cannot pull ([`rendezvous`]).
     Cts = 12,
+    /// Bytes one device sends to the peer's device (the handshake of a
+    /// connection for remote reads, `rdm::device::rc`): opaque here, at
+    /// most [`rdm::device::CONTROL_MAX`] of them after an 8-byte header of
+    /// kind and zeros.
+    DeviceCtl = 13,
 }
 
 impl Kind {
     /// Every kind, in wire-number order (`ALL[k as usize] == k`).
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Msg,
         Kind::Tagged,
         Kind::Write,
@@ -62,6 +67,7 @@ impl Kind {
         Kind::Push,
         Kind::Keepalive,
         Kind::Cts,
+        Kind::DeviceCtl,
     ];
 
     #[inline]
@@ -109,7 +115,12 @@ pub enum Packet<'a> {
     /// The receiver grants bytes `offset..offset+len` of a long message.
     Cts { req: u64, offset: u64, len: u64 },
     Keepalive,
+    /// Control bytes for the peer's device (1..=`CONTROL_MAX` of them).
+    DeviceCtl(&'a [u8]),
 }
+
+/// Bytes of a device control packet's header: its kind, then zeros.
+pub const DEVICE_CTL_HEADER_LEN: usize = 8;
 
 /// The little-endian u64 in field `f` of `b`, or 0 past the end (callers
 /// check lengths first).
@@ -248,6 +259,14 @@ impl<'a> Packet<'a> {
                 check_zero(b, 1..KEEPALIVE_LEN)?;
                 Ok(Packet::Keepalive)
             }
+            Kind::DeviceCtl => {
+                let (h, payload) = split(b, DEVICE_CTL_HEADER_LEN)?;
+                check_zero(h, 1..DEVICE_CTL_HEADER_LEN)?;
+                if payload.is_empty() || payload.len() > rdm::device::CONTROL_MAX {
+                    return Err(HeaderError::Malformed("device control length"));
+                }
+                Ok(Packet::DeviceCtl(payload))
+            }
         }
     }
 
@@ -265,6 +284,7 @@ impl<'a> Packet<'a> {
             Packet::Push { .. } => rendezvous::field::PUSH_HEADER_LEN,
             Packet::Cts { .. } => rendezvous::field::CTS_LEN,
             Packet::Keepalive => KEEPALIVE_LEN,
+            Packet::DeviceCtl(_) => DEVICE_CTL_HEADER_LEN,
         }
     }
 
@@ -277,7 +297,8 @@ impl<'a> Packet<'a> {
             | Packet::ReadResp { payload: p, .. }
             | Packet::Atomic { payload: p, .. }
             | Packet::AtomicResp { payload: p, .. }
-            | Packet::Push { payload: p, .. } => p,
+            | Packet::Push { payload: p, .. }
+            | Packet::DeviceCtl(p) => p,
             _ => &[],
         }
     }
@@ -358,6 +379,10 @@ impl<'a> Packet<'a> {
                 put_u64(h, CTS_GRANT, len);
             }
             Packet::Keepalive => h.copy_from_slice(&KEEPALIVE),
+            Packet::DeviceCtl(_) => {
+                h.fill(0);
+                h[field::KIND] = Kind::DeviceCtl as u8;
+            }
         }
         n
     }
@@ -441,6 +466,7 @@ mod tests {
             Kind::Push => Packet::Push { req: a, offset: b, payload: p },
             Kind::Cts => Packet::Cts { req: a, offset: b, len: c },
             Kind::Keepalive => Packet::Keepalive,
+            Kind::DeviceCtl => Packet::DeviceCtl(if p.is_empty() { &[1] } else { &p[..p.len().min(rdm::device::CONTROL_MAX)] }),
         }
     }
 

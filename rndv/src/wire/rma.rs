@@ -161,7 +161,7 @@ mod tests {
         );
         assert_eq!(Packet::decode(&encode_write_ack(13, Status::NoKey)), Ok(Packet::WriteAck { req: 13, status: Status::NoKey }));
         assert_eq!(Packet::decode(&encode_atomic_resp(14, Status::Ok)), Ok(Packet::AtomicResp { req: 14, status: Status::Ok, payload: &[] }));
-        assert_eq!(Packet::decode(&[13]), Err(HeaderError::Kind(13)));
+        assert_eq!(Packet::decode(&[14]), Err(HeaderError::Kind(14)));
         assert_eq!(Packet::decode(&crate::wire::KEEPALIVE), Ok(Packet::Keepalive));
         assert!(Packet::decode(&[11]).is_err());
         assert_eq!(Packet::decode(&[2, 0, 0]), Err(HeaderError::Short));
