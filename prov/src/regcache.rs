@@ -150,8 +150,9 @@ impl rndv::Registrations for DomainRegistrations {
         let want = match access {
             rndv::Access::RemoteRead => libfabric_sys::FI_REMOTE_READ as u64,
             rndv::Access::RemoteWrite => libfabric_sys::FI_REMOTE_WRITE as u64,
-            // The destination of a device read (verbs: local write access).
-            rndv::Access::LocalWrite => libfabric_sys::FI_WRITE as u64,
+            // The destination of a device read: libfabric's FI_READ ("the
+            // target of a read"), which is local write access on verbs.
+            rndv::Access::LocalWrite => libfabric_sys::FI_READ as u64,
         };
         let mut d = self.domain.lock();
         let entry = d.cache.acquire(addr, len, want).map_err(|e| {

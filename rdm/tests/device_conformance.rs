@@ -1187,13 +1187,101 @@ mod verbs {
         assert_eq!(data, want);
     }
 
+    /// Hands every control message of `a` and `b` to the other until none
+    /// is left (the endpoint carries them over its reliable stream).
+    fn pump_control(a: &mut VerbsDevice, b: &mut VerbsDevice) {
+        loop {
+            let mut moved = false;
+            while let Some((to, m)) = a.poll_control() {
+                assert_eq!(to, b.local_addr());
+                b.handle_control(a.local_addr(), m.bytes());
+                moved = true;
+            }
+            while let Some((to, m)) = b.poll_control() {
+                assert_eq!(to, a.local_addr());
+                a.handle_control(b.local_addr(), m.bytes());
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// The RDMA read path of the device: a read of a peer without a
+    /// connection answers `NotConnected` and queues a handshake; once it has
+    /// crossed, reads of 1 MiB (two runs, one larger than a piece would be
+    /// if the port's max message were small) go through the RC connection
+    /// and every byte lands; the peer's failure retires the connection and
+    /// the next read asks for a new one. Between two devices when both rxe
+    /// exist, else on one.
+    #[test]
+    fn rdma_read_through_a_lazily_made_rc_connection() {
+        let Some(c0) = ctx(&VerbsConfig::default()) else { return };
+        let two = ["rxe0", "rxe1"].iter().all(|d| std::path::Path::new("/sys/class/infiniband").join(d).exists());
+        let (c0, c1) = if two {
+            let at = |d: &str| ctx(&VerbsConfig { iface: Some(d.into()), ..VerbsConfig::default() }).unwrap();
+            (at("rxe0"), at("rxe1"))
+        } else {
+            (c0.clone(), c0)
+        };
+        eprintln!("reader on {}, owner on {}", c0.device_name(), c1.device_name());
+        let (mut reader, mut owner) = (dev(&c0, 5), dev(&c1, 5));
+        let (mut rreg, mut oreg) = (c0.registrar().unwrap(), c1.registrar().unwrap());
+        const LEN: usize = 1 << 20;
+        let src: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let mut dst = vec![0u8; LEN];
+        let skey = oreg.register(src.as_ptr() as u64, LEN as u64, FI_REMOTE_READ).unwrap();
+        let dkey = rreg.register(dst.as_mut_ptr() as u64, LEN as u64, rdm::device::verbs::FI_READ).unwrap();
+        // SAFETY: `dst` outlives every read naming it (each is waited for).
+        let whole = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, LEN as u64) }.with_key(dkey);
+        let runs = |off: u64| {
+            [
+                ReadRun { remote_addr: src.as_ptr() as u64 + off, remote_key: Some(skey), local: whole.sub(off, (LEN as u64 / 2) - off).unwrap() },
+                ReadRun { remote_addr: src.as_ptr() as u64 + LEN as u64 / 2, remote_key: Some(skey), local: whole.sub(LEN as u64 / 2, LEN as u64 / 2).unwrap() },
+            ]
+        };
+        let peer = owner.local_addr();
+        assert!(matches!(reader.post_read(1, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        pump_control(&mut reader, &mut owner);
+        let (st, active, _) = reader.rc_stats();
+        assert_eq!((st.requested, st.established, active), (1, 1, 1), "{st:?}");
+        assert_eq!(owner.rc_stats().2, 1, "the owner keeps the passive end");
+        for round in 0..3u64 {
+            dst.fill(0);
+            reader.post_read(10 + round, peer, &runs(round * 4096)).expect("a read through the connection");
+            let t0 = std::time::Instant::now();
+            let done = loop {
+                if let Some(d) = reader.poll_read() {
+                    break d;
+                }
+                // The owner's side needs no call: the NIC serves the read.
+                assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the read never completed");
+            };
+            assert_eq!(done.id, 10 + round);
+            assert!(done.error.is_none(), "{:?}", done.error);
+            assert_eq!(done.bytes, LEN as u64 - round * 4096);
+            let off = round as usize * 4096;
+            assert!(dst[off..] == src[off..], "round {round}: the bytes read differ");
+        }
+        assert!(reader.stats.rc_read_bytes >= 3 * (LEN as u64 - 8192));
+        // The owner fails: its connection goes; the next read asks anew.
+        reader.peer_failed(peer);
+        assert_eq!(reader.rc_stats().1, 0);
+        assert!(matches!(reader.post_read(20, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        assert!(matches!(reader.poll_control(), Some((to, _)) if to == peer));
+        rreg.deregister(dkey);
+        oreg.deregister(skey);
+    }
+
     #[test]
     fn caps_address_and_read() {
         let Some(c) = ctx(&VerbsConfig::default()) else { return };
         eprintln!("verbs context: {c:?}");
         let d = dev(&c, 1);
         let caps = d.caps();
-        assert!(!caps.reliable && !caps.ordered && !caps.remote_read && !caps.gso);
+        // Remote read through RC connections made on demand.
+        assert!(!caps.reliable && !caps.ordered && caps.remote_read && !caps.gso);
         assert!(caps.registration);
         assert_eq!(caps.mtu, c.mtu());
         assert!(caps.max_inline as usize <= caps.mtu);
@@ -1209,8 +1297,15 @@ mod verbs {
         // SAFETY: `one` outlives the call; a refused post touches nothing.
         let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 8) };
         let me = d.local_addr();
-        assert!(matches!(d.post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
+        // No connection to anyone yet: the first read asks for one.
+        assert!(matches!(d.post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::NotConnected)));
         assert!(d.poll_read().is_none());
+        assert!(d.poll_control().is_some(), "a connection request for the peer");
+        // Without RC connections, UD cannot read at all.
+        let no_rc = ctx(&VerbsConfig { rc_max_peers: Some(0), ..VerbsConfig::default() }).unwrap();
+        let mut n = dev(&no_rc, 1);
+        assert!(!n.caps().remote_read);
+        assert!(matches!(n.post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
         // A datagram of the wrong kind is refused, not sent.
         let udp = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
         assert!(matches!(d.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));

@@ -20,9 +20,10 @@
 //!   (cheap: lists devices, opens none). Accessors: `device_name()`,
 //!   `port()`, `netdev()`, `gid()`, `gid_index()`, `lid()`, `mtu()`.
 //! * [`VerbsDevice`] implements [`Device`]: caps = unreliable, unordered,
-//!   `mtu` = the port's active MTU in bytes, `remote_read` false (UD cannot
-//!   read; `post_read` returns `Unsupported`), `gso` false, `registration`
-//!   true, `max_inline` = the QP's `max_inline_data`. `wait_fd` is the
+//!   `mtu` = the port's active MTU in bytes, `remote_read` true unless
+//!   `rc_max_peers` is `Some(0)` (UD cannot read: reads go through RC queue
+//!   pairs made lazily per peer, see "Remote reads" below), `gso` false,
+//!   `registration` true, `max_inline` = the QP's `max_inline_data`. `wait_fd` is the
 //!   completion channel's fd (non-blocking): call `prepare_wait` before each
 //!   sleep. `poll_unreachable` reports destinations whose send completed in
 //!   error or whose address handle could not be created.
@@ -81,6 +82,23 @@
 //! last 20 bytes, recognised as rdma-core's `ibv_init_ah_from_wc` does) with
 //! the completion's source QPN, or the completion's source LID on
 //! InfiniBand.
+//!
+//! # Remote reads
+//!
+//! A rendezvous receiver reads the sender's registered memory by RDMA read
+//! on a reliable connected (RC) queue pair to that peer. Which peers have
+//! one, the handshake that connects it (carried by the endpoint over the
+//! reliable UD stream: [`Device::poll_control`] / [`Device::handle_control`])
+//! and the LRU bound live in the sans-IO [`super::rc::ConnTable`]; this device
+//! is its queue factory (create + INIT with remote read access, RTR/RTS to
+//! the peer's QPN, PSN and GID; retire = to ERR, destroyed once its posted
+//! requests have flushed). `post_read` posts one signaled RDMA read per
+//! piece of at most the port's `max_msg_sz`, all at once (up to
+//! [`RC_SQ_DEPTH`] per connection); no connection yet or no room answers
+//! `NotConnected` and the sender pushes that message. Read completions land
+//! on one CQ shared by every connection, on the receive CQ's channel, so a
+//! sleeper wakes for them. A read with any failed request breaks its
+//! connection and completes `NotConnected` (pushed instead).
 #![allow(unsafe_code)]
 
 use super::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
@@ -145,7 +163,10 @@ pub const FI_REMOTE_WRITE: u64 = 1 << 13;
 /// The verbs access flags for libfabric `access` bits. Local write (needed
 /// by remote write, and by memory the NIC writes into: a read's target, a
 /// receive buffer) is added where asked for; 0 means local write + remote
-/// read.
+/// read. Memory registered for sending (`FI_SEND`) may also be read
+/// remotely: a rendezvous receiver reads the announced buffer through its
+/// key by RDMA read (EFA's provider registers for remote read likewise
+/// where the device reads).
 pub fn ibv_access(access: u64) -> u32 {
     let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
     let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
@@ -157,7 +178,7 @@ pub fn ibv_access(access: u64) -> u32 {
     if access & (FI_READ | FI_RECV) != 0 {
         f |= lw;
     }
-    if access & FI_REMOTE_READ != 0 {
+    if access & (FI_REMOTE_READ | FI_SEND) != 0 {
         f |= rr;
     }
     if access & FI_REMOTE_WRITE != 0 {
@@ -783,6 +804,9 @@ pub struct VerbsStats {
     pub rc_reads_deferred: u64,
     /// Control bytes that were no handshake message.
     pub rc_bad_control: u64,
+    /// The `ibv_wc_status` of the last read request that failed (not
+    /// flushed): what broke a connection.
+    pub rc_last_error_status: u32,
 }
 
 type AhKey = ([u8; 16], u16);
@@ -1503,6 +1527,9 @@ impl VerbsDevice {
                         r.bytes += wc.byte_len as u64;
                     }
                 } else {
+                    if wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+                        self.stats.rc_last_error_status = wc.status;
+                    }
                     r.failed = true;
                 }
                 r.wrs_left -= 1;
@@ -1917,15 +1944,17 @@ impl Device for VerbsDevice {
 
 impl Drop for VerbsDevice {
     fn drop(&mut self) {
-        // SAFETY: every object is destroyed once, users before what they
-        // use: the QP (nothing is posted any more), then the AHs it sent
-        // through, the CQs (their events acknowledged), the channel, and the
-        // MRs; the buffers are freed after (fields drop after this), the PD
-        // and context when the last Arc of the context goes.
+        // The RC queue pairs first (to the error state, then destroyed: the
+        // device no longer writes read targets through them).
         self.conns.clear(&mut self.rc);
         for q in self.rc.retiring.drain(..) {
             RcFactory::destroy(&q);
         }
+        // SAFETY: every object is destroyed once, users before what they
+        // use: the QPs (nothing is posted any more), then the AHs the UD QP
+        // sent through, the CQs (their events acknowledged), the channel,
+        // and the MRs; the buffers are freed after (fields drop after this),
+        // the PD and context when the last Arc of the context goes.
         unsafe {
             if !self.qp.is_null() {
                 ib::ibv_destroy_qp(self.qp);
@@ -1982,7 +2011,7 @@ mod tests {
         let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
         let rw = ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-        assert_eq!(ibv_access(FI_SEND), 0);
+        assert_eq!(ibv_access(FI_SEND), rr, "a rendezvous receiver reads what is sent");
         assert_eq!(ibv_access(FI_REMOTE_READ), rr);
         assert_eq!(ibv_access(FI_REMOTE_WRITE), rw | lw);
         assert_eq!(ibv_access(FI_READ), lw);
