@@ -182,8 +182,16 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     let local = rxe_packets_sent() - before;
     assert!(local < iters / 4, "one host: {local} RoCE packets for {iters} round trips; auto should use shm");
     println!("auto: {remote} RoCE packets between two hosts, {local} within one, for {iters} round trips");
-    // Every size, data checked, between the two hosts.
-    checked_pingpong_on(&["-S", "all", "-c", "-I", "10"], &[], 46042, &a, &b);
+    // Every size, data checked, between the two hosts; from 64 KiB up the
+    // receiver reads by RDMA read (no variable but the stats printout).
+    let (s, c) = pingpong(&["-S", "all", "-c", "-I", "10"], &[("FI_RDMX_STATS", "1")], 46042, "127.0.0.1", &a, &b);
+    let (st, ct) = (text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        let (pulled, windowed) = (stat(out, "rendezvous_pulled"), stat(out, "rendezvous_windowed"));
+        println!("auto between two hosts, {who}: pulled {pulled}, windowed {windowed}");
+        assert!(pulled >= 10, "{who}: auto between two hosts pulled {pulled} by RDMA read, windowed {windowed}");
+    }
     // A verbs-only endpoint and an auto one reach each other over UD, both
     // ways, rendezvous pushes gathered from the sender's memory included.
     checked_pingpong_on(&["-m", "tagged", "-S", "1048576", "-c", "-I", "10"], &[], 46043, &["env", "FI_RDMX_DEVICE=verbs"], &[]);

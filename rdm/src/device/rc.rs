@@ -430,9 +430,10 @@ impl<Q> ConnTable<Q> {
     /// Closes active connections idle for the idle time (no read for that
     /// long and none in flight).
     pub fn expire<F: QueueFactory<Queue = Q>>(&mut self, now: Instant, f: &mut F) {
+        // Called on every read: no allocation, at most `max` entries looked at
+        // (closing is rare).
         let idle = self.idle;
-        let stale: Vec<DevAddr> = self.active.iter().filter(|(_, a)| a.ready && a.reads == 0 && now.saturating_duration_since(a.last_use) >= idle).map(|(p, _)| *p).collect();
-        for p in stale {
+        while let Some(p) = self.active.iter().find(|(_, a)| a.ready && a.reads == 0 && now.saturating_duration_since(a.last_use) >= idle).map(|(p, _)| *p) {
             self.close_active(p, f);
             self.stats.closed_idle += 1;
         }

@@ -266,6 +266,32 @@ fn mtu_bytes(m: ib::ibv_mtu) -> usize {
     }
 }
 
+/// Links `wrs` into one chain for `ibv_post_send`, request `i` gathering
+/// from `sges[per * i..]` (a request with `num_sge` 0 names none). Call after
+/// the last push: the vectors must not move while the chain is posted.
+fn link_send_chain(wrs: &mut [ib::ibv_send_wr], sges: &mut [ib::ibv_sge], per: usize) {
+    let n = wrs.len();
+    for i in 0..n {
+        if wrs[i].num_sge > 0 {
+            wrs[i].sg_list = &mut sges[per * i];
+        }
+        if i + 1 < n {
+            let next: *mut ib::ibv_send_wr = &mut wrs[i + 1];
+            wrs[i].next = next;
+        }
+    }
+}
+
+/// How many requests of a chain `ibv_post_send` took before `bad`, the
+/// first it refused (null: none was taken).
+fn posted_before(bad: *const ib::ibv_send_wr, wrs: &[ib::ibv_send_wr]) -> usize {
+    if bad.is_null() {
+        0
+    } else {
+        (bad as usize - wrs.as_ptr() as usize) / std::mem::size_of::<ib::ibv_send_wr>()
+    }
+}
+
 fn last_err(op: &'static str) -> DeviceError {
     DeviceError::io(op, io::Error::last_os_error())
 }
@@ -1707,15 +1733,7 @@ impl Device for VerbsDevice {
             last.send_flags |= ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
             self.since_signal = 0;
         }
-        for i in 0..n {
-            if self.swrs[i].num_sge > 0 {
-                self.swrs[i].sg_list = &mut self.ssges[2 * i];
-            }
-            if i + 1 < n {
-                let next: *mut ib::ibv_send_wr = &mut self.swrs[i + 1];
-                self.swrs[i].next = next;
-            }
-        }
+        link_send_chain(&mut self.swrs, &mut self.ssges, 2);
         let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
         // SAFETY: a chain of valid UD send requests: each AH is live (its
         // inflight count keeps it from eviction), each SGE names either
@@ -1726,7 +1744,7 @@ impl Device for VerbsDevice {
         let rc = unsafe { ib::ibv_post_send(self.qp, self.swrs.as_mut_ptr(), &mut bad) };
         if rc != 0 {
             // Requests from `bad` on were not posted: undo them.
-            let posted = if bad.is_null() { 0 } else { (bad as usize - self.swrs.as_ptr() as usize) / std::mem::size_of::<ib::ibv_send_wr>() };
+            let posted = posted_before(bad, &self.swrs);
             for _ in posted..n {
                 let f = self.inflight.pop_back().expect("pushed above");
                 self.release(&f);
@@ -1886,20 +1904,14 @@ impl Device for VerbsDevice {
             }
         }
         let n = self.rc_wrs.len();
-        for i in 0..n {
-            self.rc_wrs[i].sg_list = &mut self.rc_sges[i];
-            if i + 1 < n {
-                let next: *mut ib::ibv_send_wr = &mut self.rc_wrs[i + 1];
-                self.rc_wrs[i].next = next;
-            }
-        }
+        link_send_chain(&mut self.rc_wrs, &mut self.rc_sges, 1);
         let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
         // SAFETY: a chain of valid RDMA read requests on a connected RC QP:
         // each local SGE names memory the caller vouched for until this read
         // completes (`LocalBuf`), registered under its lkey; the remote side
         // is named by the peer's rkey.
         let rc = unsafe { ib::ibv_post_send(qp, self.rc_wrs.as_mut_ptr(), &mut bad) };
-        let posted = if rc == 0 { n } else if bad.is_null() { 0 } else { (bad as usize - self.rc_wrs.as_ptr() as usize) / std::mem::size_of::<ib::ibv_send_wr>() };
+        let posted = if rc == 0 { n } else { posted_before(bad, &self.rc_wrs) };
         if posted == 0 {
             self.stats.rc_read_errors += 1;
             self.conns.broken(now, peer, &mut self.rc);

@@ -4,7 +4,7 @@ use crate::iov::zip_pieces;
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
 use rdm::engine::PeerId;
 use rdm::Instant;
-use super::{MsgEngine, Landing, Pull, TxEntry, WindowRx};
+use super::{MsgEngine, Landing, Pull, WindowRx};
 use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
 
 /// Bytes per `Push` message of a granted window (rdm segments it further).
@@ -135,16 +135,13 @@ impl MsgEngine {
             self.stats.stray += 1;
             return;
         }
-        // The path could read, the receiver may not: long messages to it go
-        // by windows from now on. Unless this announcement carried no keys
-        // (our registration failed): then the refusal says nothing of the
-        // receiver.
-        let keyless = |t: &TxEntry| t.rndv.is_some_and(|iov| (0..iov.count).all(|i| t.regs[i].is_none() && iov.keys[i].is_none()));
-        let announced_keys = self.path(peer).is_some_and(|p| !p.registration) || self.tx.get(id.0 as usize).is_some_and(|t| !keyless(t));
-        // On a registering path (verbs, SRD) a grant says "not now" (a
-        // connection for reads is being set up, or one broke) as often as
-        // "never": the receiver decides per message, so keep announcing.
-        if self.path(peer).is_some_and(|p| p.remote_read && !p.registration) && announced_keys {
+        // The path could read, the receiver may not (shm with ptrace
+        // refused): long messages to it go by windows from now on. Not on a
+        // registering path (verbs, SRD): there a grant says "not now" (no
+        // connection for reads yet, one broke, our registration failed and
+        // the announcement carried no keys) as often as "never", and the
+        // receiver decides per message, so keep announcing.
+        if self.path(peer).is_some_and(|p| p.remote_read && !p.registration) {
             self.refused.insert(peer);
         }
         self.push_backlog.push_back((id, offset, offset + len));
