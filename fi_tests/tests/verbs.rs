@@ -103,6 +103,11 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         assert!(pulled + windowed >= 20, "{who}: fewer than 20 rendezvous received");
         assert!(pulled >= 15, "{who}: {pulled} of {} rendezvous pulled by RDMA read", pulled + windowed);
         assert!(windowed >= 1, "{who}: the first message goes by windows while the connection is made");
+        let (est, reads, failed) = (stat(out, "rc_connections_established"), stat(out, "rc_reads"), stat(out, "rc_read_failures"));
+        println!("{who}: rc_connections_established {est}, rc_reads {reads}, rc_read_failures {failed}, rc_read_bytes {}", stat(out, "rc_read_bytes"));
+        assert_eq!(est, 1, "{who}: one connection to its one peer");
+        assert!(reads >= pulled, "{who}: every pull was an RDMA read ({reads} reads, {pulled} pulled)");
+        assert!(stat(out, "rc_read_bytes") >= pulled << 20, "{who}: a MiB read per pulled message");
     }
     let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")], 46022, "127.0.0.1", &[], &[]);
     let (st, ct) = (text(&s), text(&c));

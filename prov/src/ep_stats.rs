@@ -48,7 +48,7 @@ impl EpState {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let Some(r) = self.running.as_ref() else { return Vec::new() };
         let s = r.ep.stats();
-        let (st, m) = (&s.rdm, &s.msg);
+        let (st, m, rc) = (&s.rdm, &s.msg, &s.read_conns);
         let revoked = self.mr_keys.lock().revoked_by_unmap();
         // The domain's cache (shared by its endpoints): zeros where the
         // device registers nothing (udp, shm).
@@ -104,6 +104,18 @@ impl EpState {
             // Registrations the device refused (the cache then evicts what is
             // unused and retries; a send falls back to windows, never fails).
             ("mr_cache_register_failures", cache.register_failures),
+            // Reliable connections for rendezvous reads (verbs RC; zeros
+            // elsewhere): handshakes, closes, reads through them.
+            ("rc_connections_requested", rc.conns.requested),
+            ("rc_connections_established", rc.conns.established),
+            ("rc_connections_accepted", rc.conns.accepted),
+            ("rc_connections_rejected", rc.conns.rejected + rc.conns.refused_by_peer),
+            ("rc_connections_closed", rc.conns.closed_lru + rc.conns.closed_idle + rc.conns.closed_broken + rc.conns.closed_peer_failed),
+            ("rc_connections_closed_lru", rc.conns.closed_lru),
+            ("rc_connections_open", (rc.open_active + rc.open_passive) as u64),
+            ("rc_reads", rc.reads),
+            ("rc_read_bytes", rc.read_bytes),
+            ("rc_read_failures", rc.read_failures),
         ]
     }
 

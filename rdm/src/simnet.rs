@@ -473,6 +473,11 @@ impl Device for SimDevice {
         }
     }
 
+    fn read_conn_stats(&self) -> crate::device::ReadConnStats {
+        let n = self.net.lock();
+        n.ports[self.me as usize].conns.as_ref().map(|c| crate::device::ReadConnStats { conns: c.stats, open_active: c.active_len(), open_passive: c.passive_len(), ..Default::default() }).unwrap_or_default()
+    }
+
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
         let bufs: Vec<Box<[u8]>> = (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect();
         let mut n = self.net.lock();

@@ -1213,20 +1213,23 @@ mod verbs {
     /// crossed, reads of 1 MiB (two runs, one larger than a piece would be
     /// if the port's max message were small) go through the RC connection
     /// and every byte lands; the peer's failure retires the connection and
-    /// the next read asks for a new one. Between two devices when both rxe
-    /// exist, else on one.
+    /// the next read asks for a new one. On one device (two queue pairs of
+    /// one host), and between two devices when both rxe exist.
     #[test]
     fn rdma_read_through_a_lazily_made_rc_connection() {
-        let Some(c0) = ctx(&VerbsConfig::default()) else { return };
-        let two = ["rxe0", "rxe1"].iter().all(|d| std::path::Path::new("/sys/class/infiniband").join(d).exists());
-        let (c0, c1) = if two {
+        let Some(c) = ctx(&VerbsConfig::default()) else { return };
+        // Two queue pairs of one device (two processes of one host on the
+        // verbs domain).
+        read_through_connection(&c, &c.clone());
+        if ["rxe0", "rxe1"].iter().all(|d| std::path::Path::new("/sys/class/infiniband").join(d).exists()) {
             let at = |d: &str| ctx(&VerbsConfig { iface: Some(d.into()), ..VerbsConfig::default() }).unwrap();
-            (at("rxe0"), at("rxe1"))
-        } else {
-            (c0.clone(), c0)
-        };
+            read_through_connection(&at("rxe0"), &at("rxe1"));
+        }
+    }
+
+    fn read_through_connection(c0: &VerbsContext, c1: &VerbsContext) {
         eprintln!("reader on {}, owner on {}", c0.device_name(), c1.device_name());
-        let (mut reader, mut owner) = (dev(&c0, 5), dev(&c1, 5));
+        let (mut reader, mut owner) = (dev(c0, 5), dev(c1, 5));
         let (mut rreg, mut oreg) = (c0.registrar().unwrap(), c1.registrar().unwrap());
         const LEN: usize = 1 << 20;
         let src: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -1256,7 +1259,7 @@ mod verbs {
                     break d;
                 }
                 // The owner's side needs no call: the NIC serves the read.
-                assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the read never completed");
+                assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the read never completed: {:?} {:?}", reader.stats, reader.rc_stats());
             };
             assert_eq!(done.id, 10 + round);
             assert!(done.error.is_none(), "{:?}", done.error);
@@ -1270,6 +1273,51 @@ mod verbs {
         assert_eq!(reader.rc_stats().1, 0);
         assert!(matches!(reader.post_read(20, peer, &runs(0)), Err(DeviceError::NotConnected)));
         assert!(matches!(reader.poll_control(), Some((to, _)) if to == peer));
+        rreg.deregister(dkey);
+        oreg.deregister(skey);
+    }
+
+    /// A read whose packets the path drops: in the VM rxe2 (on dummy0) has
+    /// no route to rxe1's address, so RC packets vanish (the handshake,
+    /// carried here in-process, still crosses). The device gives the read up
+    /// (a retry error, or its own read timeout when no completion comes at
+    /// all), reports it `NotConnected` so its message would be pushed, and
+    /// closes the connection.
+    #[test]
+    fn a_read_the_path_never_answers_is_given_up() {
+        if !["rxe1", "rxe2"].iter().all(|d| std::path::Path::new("/sys/class/infiniband").join(d).exists()) {
+            eprintln!("skip: needs the VM's rxe1 and rxe2");
+            return;
+        }
+        let timeout = std::time::Duration::from_secs(2);
+        let at = |d: &str| ctx(&VerbsConfig { iface: Some(d.into()), rc_read_timeout: Some(timeout), ..VerbsConfig::default() }).unwrap();
+        let (c0, c1) = (at("rxe2"), at("rxe1"));
+        let (mut reader, mut owner) = (dev(&c0, 6), dev(&c1, 6));
+        let (mut rreg, mut oreg) = (c0.registrar().unwrap(), c1.registrar().unwrap());
+        let src = vec![7u8; 1 << 16];
+        let mut dst = vec![0u8; 1 << 16];
+        let skey = oreg.register(src.as_ptr() as u64, src.len() as u64, FI_REMOTE_READ).unwrap();
+        let dkey = rreg.register(dst.as_mut_ptr() as u64, dst.len() as u64, rdm::device::verbs::FI_READ).unwrap();
+        // SAFETY: `dst` outlives the read (waited for, then its QP is in error).
+        let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) }.with_key(dkey);
+        let run = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local }];
+        let peer = owner.local_addr();
+        assert!(matches!(reader.post_read(1, peer, &run), Err(DeviceError::NotConnected)));
+        pump_control(&mut reader, &mut owner);
+        reader.post_read(2, peer, &run).expect("posted on the connection");
+        let t0 = std::time::Instant::now();
+        let done = loop {
+            if let Some(d) = reader.poll_read() {
+                break d;
+            }
+            assert!(t0.elapsed() < timeout * 5, "the read was never given up: {:?}", reader.stats);
+        };
+        eprintln!("given up after {:?}: {:?}", t0.elapsed(), reader.stats);
+        assert_eq!(done.id, 2);
+        assert!(matches!(done.error, Some(DeviceError::NotConnected)), "{:?}", done.error);
+        assert_eq!(reader.rc_stats().1, 0, "the connection is closed");
+        assert!(matches!(reader.poll_control(), Some((to, _)) if to == peer), "the owner is told to free its end");
+        drop(reader);
         rreg.deregister(dkey);
         oreg.deregister(skey);
     }

@@ -135,6 +135,8 @@ pub struct EndpointStats {
     pub rdm: rdm::engine::Stats,
     pub msg: Stats,
     pub unexpected_bytes: usize,
+    /// The device's connections for remote reads (verbs RC).
+    pub read_conns: rdm::device::ReadConnStats,
 }
 
 /// Messages and their bytes.
@@ -488,7 +490,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     }
 
     pub fn stats(&self) -> EndpointStats {
-        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes() }
+        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes(), read_conns: self.device.read_conn_stats() }
     }
 
     /// A snapshot of every peer that carried reliable traffic (reads only:

@@ -18,7 +18,7 @@
 
 use super::shm::ShmDevice;
 use super::udp::UdpDevice;
-use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
+use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -248,6 +248,10 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
+    fn read_conn_stats(&self) -> ReadConnStats {
+        self.net.as_ref().map(|n| n.read_conn_stats()).unwrap_or_default()
+    }
+
     fn wait_fd(&self) -> Option<RawFd> {
         if let Some(ep) = &self.epoll {
             return Some(ep.0.as_raw_fd());
@@ -460,6 +464,11 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
         } else {
             self.fallback.peer_failed(peer)
         }
+    }
+
+    /// The preferred device's (the fallback, UDP, reads nothing).
+    fn read_conn_stats(&self) -> ReadConnStats {
+        self.preferred.read_conn_stats()
     }
 
     /// The preferred device's (registered memory on verbs, so its sends need

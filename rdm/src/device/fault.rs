@@ -22,7 +22,7 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, TxDatagram};
+use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 
@@ -376,6 +376,10 @@ impl<D: Device> Device for FaultDevice<D> {
 
     fn peer_failed(&mut self, peer: DevAddr) {
         self.inner.peer_failed(peer)
+    }
+
+    fn read_conn_stats(&self) -> ReadConnStats {
+        self.inner.read_conn_stats()
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

@@ -240,6 +240,21 @@ impl ControlMsg {
     }
 }
 
+/// What a device's connections for remote reads did ([`Device::read_conn_stats`];
+/// all zero on devices that read without connections, or not at all).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadConnStats {
+    pub conns: rc::ConnStats,
+    /// Connections open now: this endpoint reads through them / peers do.
+    pub open_active: usize,
+    pub open_passive: usize,
+    /// Reads posted through connections, the bytes they brought, and those
+    /// that failed (their messages were pushed instead).
+    pub reads: u64,
+    pub read_bytes: u64,
+    pub read_failures: u64,
+}
+
 /// Registers memory with a device's protection domain: what a peer's remote
 /// read of it names (the key), and what a local read target or a lent
 /// transmit buffer carries.
@@ -469,6 +484,11 @@ pub trait Device: Send {
         let _ = peer;
     }
 
+    /// Counters of the connections for remote reads (`FI_RDMX_STATS`).
+    fn read_conn_stats(&self) -> ReadConnStats {
+        ReadConnStats::default()
+    }
+
     /// Buffers for the endpoint to build outgoing datagrams in, each `len`
     /// bytes: the device lends memory it can send from without another copy
     /// (registered memory on verbs). Datagrams passed to `send_batch` may also
@@ -560,6 +580,10 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn peer_failed(&mut self, peer: DevAddr) {
         (**self).peer_failed(peer)
+    }
+
+    fn read_conn_stats(&self) -> ReadConnStats {
+        (**self).read_conn_stats()
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

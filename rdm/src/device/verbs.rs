@@ -135,6 +135,11 @@ const HOP_LIMIT: u8 = 64;
 /// Reliable connections (RC queue pairs) for reads kept per endpoint by
 /// default, each way.
 pub const DEFAULT_RC_MAX_PEERS: usize = 64;
+/// A read with no completion for this long is given up (see
+/// `give_up_stuck_reads`): far beyond what the RC retries take to report a
+/// dead path (7 retries of the 67 ms ACK timeout) and a 4 MiB read on a lossy
+/// emulated link.
+pub const RC_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// A connection no read used for this long is closed.
 pub const RC_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Send queue depth of each RC queue pair: RDMA reads posted at once to one
@@ -322,6 +327,9 @@ pub struct VerbsConfig {
     /// way (`FI_RDMX_RC_MAX_PEERS`; `None`: [`DEFAULT_RC_MAX_PEERS`];
     /// `Some(0)`: none, every long message is pushed over UD).
     pub rc_max_peers: Option<usize>,
+    /// A read no completion answered in this long is given up (its message
+    /// pushed) and its connection broken (`None`: [`RC_READ_TIMEOUT`]).
+    pub rc_read_timeout: Option<std::time::Duration>,
 }
 
 // ---- discovery ----
@@ -828,6 +836,8 @@ pub struct VerbsStats {
     pub rc_read_bytes: u64,
     pub rc_read_errors: u64,
     pub rc_reads_deferred: u64,
+    /// Reads given up after the read timeout with no completion.
+    pub rc_reads_timed_out: u64,
     /// Control bytes that were no handshake message.
     pub rc_bad_control: u64,
     /// The `ibv_wc_status` of the last read request that failed (not
@@ -954,6 +964,10 @@ struct RcRead {
     wrs_left: u32,
     bytes: u64,
     failed: bool,
+    posted_at: crate::time::Instant,
+    /// Given up on (reported failed) before its requests completed: their
+    /// flushes are taken in silently.
+    reported: bool,
 }
 
 /// The monotonic time the connection table runs on.
@@ -1561,6 +1575,9 @@ impl VerbsDevice {
                 r.wrs_left -= 1;
                 if r.wrs_left == 0 {
                     let r = self.rc_reads.remove(wc.wr_id as usize);
+                    if r.reported {
+                        continue;
+                    }
                     self.conns.read_finished(&r.peer);
                     if r.failed {
                         self.stats.rc_read_errors += 1;
@@ -1577,7 +1594,31 @@ impl VerbsDevice {
                 break;
             }
         }
+        self.give_up_stuck_reads();
         self.rc.reap_retired();
+    }
+
+    /// A read no completion has answered within the read timeout (a path
+    /// that drops RC packets without the device reporting it: seen on
+    /// Soft-RoCE between devices with no route) breaks its connection (to
+    /// the error state: nothing more lands in its buffer) and is reported
+    /// failed now, so its message is pushed instead of waiting forever.
+    fn give_up_stuck_reads(&mut self) {
+        if self.rc_reads.is_empty() {
+            return;
+        }
+        let now = rc_now();
+        let limit = self.ctx.cfg.rc_read_timeout.unwrap_or(RC_READ_TIMEOUT);
+        while let Some((slot, peer)) = self.rc_reads.iter().find(|(_, r)| !r.reported && now.saturating_duration_since(r.posted_at) >= limit).map(|(k, r)| (k, r.peer)) {
+            let r = &mut self.rc_reads[slot];
+            r.reported = true;
+            let (id, bytes) = (r.id, r.bytes);
+            self.stats.rc_read_errors += 1;
+            self.stats.rc_reads_timed_out += 1;
+            self.conns.read_finished(&peer);
+            self.conns.broken(now, peer, &mut self.rc);
+            self.rc_done.push_back(super::ReadDone { id, bytes, error: Some(DeviceError::NotConnected) });
+        }
     }
 
     /// The connection counters, and the connections open now (active: this
@@ -1919,7 +1960,7 @@ impl Device for VerbsDevice {
         }
         // Requests that did not post count as failed; the read is given up
         // (pushed) when the posted ones complete.
-        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n });
+        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n, posted_at: now, reported: false });
         debug_assert_eq!(key as u64, slot);
         *self.rc.outstanding.entry(qpn).or_insert(0) += posted as u32;
         self.rc.total_outstanding += posted as u32;
@@ -1951,6 +1992,17 @@ impl Device for VerbsDevice {
         // Its queue pairs go to the error state: reads in flight flush and
         // complete as failed.
         self.conns.peer_failed(&peer, &mut self.rc);
+    }
+
+    fn read_conn_stats(&self) -> super::ReadConnStats {
+        super::ReadConnStats {
+            conns: self.conns.stats,
+            open_active: self.conns.active_len(),
+            open_passive: self.conns.passive_len(),
+            reads: self.stats.rc_reads,
+            read_bytes: self.stats.rc_read_bytes,
+            read_failures: self.stats.rc_read_errors,
+        }
     }
 }
 
