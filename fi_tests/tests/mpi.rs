@@ -177,6 +177,44 @@ fn verbs_np4_over_two_devices_plain_under_wire_loss_and_injected_faults() {
     assert!(out.contains("p2p: all checks passed on 4 ranks"), "under injected faults: {out}");
 }
 
+/// All of the `rdmx: <name> <n>` values of `name` in `out`, one per
+/// endpoint, in print order.
+fn stat_values(out: &str, name: &str) -> Vec<u64> {
+    let key = format!("rdmx: {name} ");
+    out.lines().filter_map(|l| l.trim().strip_prefix(key.as_str())?.trim().parse().ok()).collect()
+}
+
+/// The bound on RC connections under churn: 4 ranks on the verbs domain
+/// (alternating rxe0 and rxe1) with at most 2 connections each way
+/// (`FI_RDMX_RC_MAX_PEERS=2`), an alltoall loop whose 64 KiB round is read
+/// by RDMA read from 3 peers: every element arrives, the least recently used
+/// connection is closed and reopened again and again, and at close no rank
+/// holds more than 2 + 2 connections nor a queue pair beyond them (QPs are
+/// destroyed as connections close). `RDMX_RC_BOUND_ITERS` (default 40 = 120
+/// rounds) sets the loop's iterations.
+#[test]
+fn verbs_rc_bound_of_two_with_four_peers_closes_and_reopens_without_leaking() {
+    if !fi_tests::verbs_device_present() || !std::path::Path::new("/sys/class/infiniband/rxe1").exists() {
+        return;
+    }
+    let Some(a2a) = build("alltoall") else { return };
+    let iters = std::env::var("RDMX_RC_BOUND_ITERS").unwrap_or_else(|_| "40".into());
+    let by_rank = ["sh", "-c", "export FI_RDMX_IFACE=rxe$((OMPI_COMM_WORLD_RANK % 2)); exec \"$0\" \"$@\""];
+    let env = ["-x", "FI_RDMX_RC_MAX_PEERS=2", "-x", "FI_RDMX_STATS=1"];
+    let out = mpirun_wrapped(&by_rank, &a2a, 4, "verbs", &[&iters], &env);
+    assert!(out.contains("alltoall: all checks passed on 4 ranks"), "{out}");
+    let (est, lru, open, qps, reads) = (stat_values(&out, "rc_connections_established"), stat_values(&out, "rc_connections_closed_lru"), stat_values(&out, "rc_connections_open"), stat_values(&out, "rc_queue_pairs"), stat_values(&out, "rc_reads"));
+    println!("per rank: established {est:?}, closed_lru {lru:?}, open {open:?}, queue pairs {qps:?}, reads {reads:?}");
+    assert_eq!(est.len(), 4, "one stats block per rank:\n{out}");
+    assert!(lru.iter().sum::<u64>() > 0, "the bound never closed a connection");
+    assert!(est.iter().sum::<u64>() > 12, "no connection was reopened: {est:?}");
+    assert!(reads.iter().all(|&r| r > 0), "a rank read nothing: {reads:?}");
+    for (o, q) in open.iter().zip(&qps) {
+        assert!(*o <= 4, "{o} connections open beyond 2 each way");
+        assert_eq!(q, o, "queue pairs left beyond the open connections");
+    }
+}
+
 /// As users run it on two RDMA hosts, with no rdmx variable: 4 ranks on two
 /// "hosts" (each rank in a UTS namespace named after its host; rdmx's host
 /// id hashes the host name, the rxe devices stay reachable), so `auto` puts

@@ -113,6 +113,7 @@ impl EpState {
             ("rc_connections_closed", rc.conns.closed_lru + rc.conns.closed_idle + rc.conns.closed_broken + rc.conns.closed_peer_failed),
             ("rc_connections_closed_lru", rc.conns.closed_lru),
             ("rc_connections_open", (rc.open_active + rc.open_passive) as u64),
+            ("rc_queue_pairs", rc.queue_pairs),
             ("rc_reads", rc.reads),
             ("rc_read_bytes", rc.read_bytes),
             ("rc_read_failures", rc.read_failures),

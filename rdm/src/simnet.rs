@@ -475,7 +475,7 @@ impl Device for SimDevice {
 
     fn read_conn_stats(&self) -> crate::device::ReadConnStats {
         let n = self.net.lock();
-        n.ports[self.me as usize].conns.as_ref().map(|c| crate::device::ReadConnStats { conns: c.stats, open_active: c.active_len(), open_passive: c.passive_len(), ..Default::default() }).unwrap_or_default()
+        n.ports[self.me as usize].conns.as_ref().map(|c| crate::device::ReadConnStats { conns: c.stats, open_active: c.active_len(), open_passive: c.passive_len(), queue_pairs: (c.active_len() + c.passive_len()) as u64, ..Default::default() }).unwrap_or_default()
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

@@ -253,6 +253,10 @@ pub struct ReadConnStats {
     pub reads: u64,
     pub read_bytes: u64,
     pub read_failures: u64,
+    /// Queue pairs of connections that exist now (open ones, and closed ones
+    /// whose last requests have not flushed yet): equal to the open
+    /// connections once the device is idle, or queue pairs leak.
+    pub queue_pairs: u64,
 }
 
 /// Registers memory with a device's protection domain: what a peer's remote

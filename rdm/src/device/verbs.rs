@@ -955,6 +955,8 @@ struct RcFactory {
     /// flush before they are destroyed.
     retiring: Vec<RcQueue>,
     psn_seed: u64,
+    /// Queue pairs made and not yet destroyed (open and retiring ones).
+    live: u64,
 }
 
 /// A posted read: its requests still to complete and how it went.
@@ -995,6 +997,7 @@ impl RcFactory {
     /// Destroys the retiring queue pairs whose requests have all completed.
     fn reap_retired(&mut self) {
         let out = &self.outstanding;
+        let before = self.retiring.len();
         self.retiring.retain(|q| {
             let busy = out.get(&q.qpn).is_some_and(|&n| n > 0);
             if !busy {
@@ -1002,6 +1005,7 @@ impl RcFactory {
             }
             busy
         });
+        self.live -= (before - self.retiring.len()) as u64;
     }
 }
 
@@ -1040,6 +1044,7 @@ impl QueueFactory for RcFactory {
             return Err(e);
         }
         let info = QueueInfo { qpn, psn: q.psn, gid: self.ctx.gid, lid: self.ctx.lid, mtu: self.ctx.mtu_enum };
+        self.live += 1;
         Ok((q, info))
     }
 
@@ -1141,7 +1146,7 @@ impl VerbsDevice {
             corrupt_next_key: false,
             refuse_ahs: 0,
             conns: ConnTable::new(cfg.rc_max_peers.unwrap_or(DEFAULT_RC_MAX_PEERS), RC_IDLE, spec.incarnation),
-            rc: RcFactory { ctx: ctx.clone(), cq: ptr::null_mut(), outstanding: FxHashMap::default(), total_outstanding: 0, retiring: Vec::new(), psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15 },
+            rc: RcFactory { ctx: ctx.clone(), cq: ptr::null_mut(), outstanding: FxHashMap::default(), total_outstanding: 0, retiring: Vec::new(), psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15, live: 0 },
             rc_reads: slab::Slab::new(),
             rc_done: VecDeque::new(),
             rc_wrs: Vec::new(),
@@ -2002,6 +2007,7 @@ impl Device for VerbsDevice {
             reads: self.stats.rc_reads,
             read_bytes: self.stats.rc_read_bytes,
             read_failures: self.stats.rc_read_errors,
+            queue_pairs: self.rc.live,
         }
     }
 }
