@@ -217,3 +217,20 @@ fn a_receiver_that_never_answered() {
     // README: "every send fails within a second".
     assert!(took <= Duration::from_millis(1500), "a peer that never answered failed after {took:?}");
 }
+
+/// The receiver killed while it reads the sender's 4 MiB messages by RDMA
+/// read over an RC connection (the verbs domain, sender on rxe0, receiver on
+/// rxe1, in the Soft-RoCE VM): the sender, waiting on the reads' `Fin`,
+/// fails every pending send with `FI_EHOSTUNREACH` naming the peer. UD
+/// brings no ICMP, so the peer timeout decides (4 s here, as for a cut
+/// link), and nothing hangs on the connection: its queue pair goes with the
+/// failed peer.
+#[test]
+fn verbs_sigkill_of_the_receiver_mid_rdma_reads() {
+    if !fi_tests::verbs_device_present() || !std::path::Path::new("/sys/class/infiniband/rxe1").exists() {
+        return;
+    }
+    let on = |d: &str| vec!["env".to_string(), format!("FI_RDMX_IFACE={d}")];
+    let o = scenario("verbs", &on("rxe0"), &on("rxe1"), &[("FI_RDMX_PEER_TIMEOUT", "4000")], kill_peer);
+    check(&o, Duration::from_secs(8), "kill -9 of the reader over verbs");
+}
