@@ -199,6 +199,10 @@ struct ReadInFlight {
     local_regs: [Option<RegHandle>; READ_RUNS_MAX],
 }
 
+/// While reads are in flight a sleeper wakes at least this often, so a
+/// device can give up a read no completion answers (verbs: 10 s).
+const READ_POLL: Duration = Duration::from_secs(1);
+
 /// Runs of one read: each source piece against each destination piece.
 const READ_RUNS_MAX: usize = 2 * MAX_IOV;
 
@@ -458,11 +462,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// The next event (failed peers, device failures).
     pub fn poll_event(&mut self) -> Option<EndpointEvent> {
         if let Some(peer) = self.engine.poll_failed_peer() {
-            let addr = self.engine.rdm().peer_addr(peer);
-            // Its connections go, its reads in flight fail (and are taken
-            // in as failed: the peer is gone).
-            self.device.peer_failed(addr);
-            return Some(EndpointEvent::PeerFailed { peer, addr });
+            return Some(EndpointEvent::PeerFailed { peer, addr: self.engine.rdm().peer_addr(peer) });
         }
         self.events.pop_front()
     }
@@ -485,7 +485,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// Before a sleep: arms the device's wait fd and says what to sleep on.
     pub fn prepare_wait(&mut self) -> WaitOn {
         let ready = self.device.prepare_wait();
-        let deadline = [self.engine.rdm().poll_timeout(), self.engine.poll_timeout()].into_iter().flatten().min();
+        // A read in flight completes with an event on the device's fd; one
+        // that never does is given up by the device when polled: wake now
+        // and then while any is out.
+        let reads = (!self.reads.is_empty()).then(|| self.clock.now() + READ_POLL);
+        let deadline = [self.engine.rdm().poll_timeout(), self.engine.poll_timeout(), reads].into_iter().flatten().min();
         WaitOn { fd: self.device.wait_fd(), deadline, ready }
     }
 
@@ -648,6 +652,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// for them (the handshake of connections for remote reads) over the
     /// reliable stream.
     fn exchange_control(&mut self, t: Instant) {
+        // A failed peer's connections go, and its reads in flight fail (they
+        // are taken in as failed: the peer is gone).
+        while let Some(peer) = self.engine.poll_gone_peer() {
+            let addr = self.engine.rdm().peer_addr(peer);
+            self.device.peer_failed(addr);
+        }
         while let Some((peer, m)) = self.engine.poll_device_control() {
             let addr = self.engine.rdm().peer_addr(peer);
             self.device.handle_control(addr, m.bytes());

@@ -1188,5 +1188,12 @@ fn reads_go_through_connections_made_lazily_and_bounded() {
         for s in 1..4 {
             assert_eq!(sim.nodes[s].ep.stats().msg.rts_sent, if s == 1 { 4 } else { 1 }, "seed {seed}: every long message announced (no refusal)");
         }
+        // Node 1 (whose end node 0 reads through) dies; once node 0 declares
+        // it failed, its connection to it goes.
+        sim.kill(1);
+        let to1 = sim.peer(0, 1);
+        send_from(&mut sim, 0, to1, msg(), b"anyone?", BASE, meta(99));
+        assert!(sim.run_until(Duration::from_secs(30), |sim| sim.net.conn_stats(0).unwrap().0.closed_peer_failed == 1), "seed {seed}: the failed peer's connection stayed");
+        assert_eq!(sim.net.conn_stats(0).unwrap().1, 0, "seed {seed}");
     }
 }

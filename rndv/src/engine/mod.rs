@@ -148,6 +148,9 @@ pub struct MsgEngine {
     /// Device control messages that arrived, for the endpoint to hand to
     /// its device ([`MsgEngine::poll_device_control`]).
     device_ctl: VecDeque<(PeerId, rdm::device::ControlMsg)>,
+    /// Peers that failed or restarted, for the endpoint to tell its device
+    /// (whatever it holds for them goes: [`MsgEngine::poll_gone_peer`]).
+    gone: VecDeque<PeerId>,
     stats: Stats,
 }
 
@@ -176,6 +179,7 @@ impl MsgEngine {
             awaiting: HashMap::default(),
             registrations: None,
             device_ctl: VecDeque::new(),
+            gone: VecDeque::new(),
             stats: Stats::default(),
         }
     }
@@ -469,6 +473,7 @@ impl MsgEngine {
             }
             self.failed_peers.push_back(peer);
         }
+        self.gone.push_back(peer);
         self.awaiting.remove(&peer);
     }
 
@@ -508,8 +513,15 @@ impl MsgEngine {
         self.device_ctl.pop_front()
     }
 
+    /// Whether the device has something to hear: control bytes from a peer's
+    /// device, or a peer that is gone.
     pub fn has_device_control(&self) -> bool {
-        !self.device_ctl.is_empty()
+        !self.device_ctl.is_empty() || !self.gone.is_empty()
+    }
+
+    /// A peer that failed (or restarted) since the last call.
+    pub fn poll_gone_peer(&mut self) -> Option<PeerId> {
+        self.gone.pop_front()
     }
 
     /// Sends control bytes of our device to `peer`'s device, reliably and in
