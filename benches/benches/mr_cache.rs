@@ -53,7 +53,7 @@ fn remap_page(addr: u64) {
 fn filled(base: u64) -> MrCache<Null> {
     let monitor = Monitor::global();
     assert_eq!(monitor.unavailable_reason(), None, "the bench needs userfaultfd");
-    let mut c = MrCache::new(Null(0), CacheConfig { enabled: true, max_count: N as usize, max_bytes: u64::MAX }, monitor);
+    let mut c = MrCache::new(Null(0), CacheConfig { enabled: true, max_count: N as usize, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, monitor);
     for i in 0..N {
         let id = c.acquire(base + i * 4 * PAGE, 2 * PAGE, 3).unwrap();
         c.release(id);

@@ -16,6 +16,12 @@
 //!   first out, while the cache holds at most `max_count` entries and
 //!   `max_bytes` bytes; entries in use count toward the limits but are never
 //!   evicted (the limits may be exceeded while they are in use).
+//! - **A cap on one entry.** A request longer than `max_entry_bytes` is
+//!   registered for that use only and deregistered at its release, never
+//!   cached: one huge buffer (a large alltoall's) would otherwise push every
+//!   smaller, reused registration out of the byte limit, and the next round
+//!   would register them all again (EFA's lesson: large alltoalls thrash a
+//!   cache that keeps everything).
 //! - **Invalidation.** [`MrCache::invalidate`] (called by the unmap monitor for
 //!   every unmap, remap and `MADV_DONTNEED` of a range) removes every entry that
 //!   overlaps the range from the index at once, so no later lookup can return
@@ -62,11 +68,16 @@ pub struct CacheConfig {
     pub enabled: bool,
     pub max_count: usize,
     pub max_bytes: u64,
+    /// Longest registration the cache keeps; longer ones are per use.
+    pub max_entry_bytes: u64,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { enabled: true, max_count: 1024, max_bytes: 1 << 30 }
+        // One entry may take an eighth of the bytes: a buffer that large is
+        // rare enough that registering it per use costs little against its
+        // transfer, and it cannot evict more than an eighth of the cache.
+        CacheConfig { enabled: true, max_count: 1024, max_bytes: 1 << 30, max_entry_bytes: 1 << 27 }
     }
 }
 
@@ -81,6 +92,8 @@ pub struct CacheStats {
     pub flushes: u64,
     /// Registrations of memory the monitor cannot watch (registered per use).
     pub uncached: u64,
+    /// Registrations longer than `max_entry_bytes` (registered per use).
+    pub oversize: u64,
     /// Registrations the device refused (memlock or device limits, `ENOMEM`),
     /// the retry after evicting the unused entries included.
     pub register_failures: u64,
@@ -200,7 +213,8 @@ impl<R: Registrar> MrCache<R> {
         self.stats.misses += 1;
         // Watch first: an unmap from here on is in the log, so the next lookup
         // drops this entry if it races with the registration below.
-        let watched = self.cfg.enabled && self.monitor.watch(addr, len);
+        let oversize = len > self.cfg.max_entry_bytes;
+        let watched = self.cfg.enabled && !oversize && self.monitor.watch(addr, len);
         let handle = match self.register_evicting(addr, len, access) {
             Ok(h) => h,
             Err(e) => {
@@ -210,7 +224,9 @@ impl<R: Registrar> MrCache<R> {
                 return Err(e);
             }
         };
-        if self.cfg.enabled && !watched {
+        if self.cfg.enabled && oversize {
+            self.stats.oversize += 1;
+        } else if self.cfg.enabled && !watched {
             self.stats.uncached += 1;
         }
         let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: watched, watched, in_lru: false, prev: None, next: None });
@@ -468,7 +484,7 @@ mod tests {
 
     #[test]
     fn limits_evict_least_recently_released_unused_entries_only() {
-        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX }, manual());
+        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, manual());
         let held = c.acquire(0, 10, 1).unwrap();
         let a = c.acquire(100, 10, 1).unwrap();
         let b = c.acquire(200, 10, 1).unwrap();
@@ -498,6 +514,29 @@ mod tests {
         assert_eq!(c.registrar().live.len(), 2);
         assert!(c.handle(b).is_some() && c.handle(d).is_some());
         assert_ne!(c.acquire(5, 1, 1).ok(), Some(a), "the evicted entry is not served any more");
+    }
+
+    /// A registration longer than the cap serves its one use and goes at
+    /// its release: it never pushes the reused small entries out.
+    #[test]
+    fn one_registration_longer_than_the_cap_is_per_use_and_evicts_nothing() {
+        let cfg = CacheConfig { enabled: true, max_count: 4, max_bytes: 100, max_entry_bytes: 50 };
+        let mut c = MrCache::new(Model::default(), cfg, manual());
+        let small = c.acquire(0, 40, 1).unwrap();
+        c.release(small);
+        let big = c.acquire(1000, 80, 1).unwrap();
+        assert_eq!(c.registrar().live.len(), 2);
+        c.release(big);
+        assert_eq!(c.registrar().live.len(), 1, "the long one is deregistered at its release");
+        let big_again = c.acquire(1000, 80, 1).unwrap();
+        c.release(big_again);
+        assert_eq!(c.acquire(10, 10, 1).unwrap(), small, "the small entry survived both");
+        let s = c.stats();
+        assert_eq!((s.oversize, s.misses, s.hits, s.evictions, s.bytes_cached), (2, 3, 1, 0, 40));
+        // At the cap exactly: cached.
+        let at_cap = c.acquire(2000, 50, 1).unwrap();
+        c.release(at_cap);
+        assert_eq!(c.acquire(2000, 50, 1).unwrap(), at_cap);
     }
 
     #[test]
@@ -537,7 +576,7 @@ mod tests {
     #[test]
     fn watches_follow_the_entries() {
         let monitor = manual();
-        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 1, max_bytes: u64::MAX }, monitor);
+        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 1, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, monitor);
         let a = c.acquire(0x1000, 0x1000, 1).unwrap();
         let b = c.acquire(0x1800, 0x2000, 3).unwrap();
         assert_eq!(monitor.watched_runs(), 3, "0x1000.., 0x2000.. (both), 0x4000 end");
@@ -571,10 +610,10 @@ mod tests {
         /// deregistered; the count limit holds whenever unused entries could be
         /// evicted; at the end every handle is deregistered exactly once.
         #[test]
-        fn agrees_with_a_naive_model(ops in proptest::collection::vec(op(), 1..200), max_count in 1usize..8) {
+        fn agrees_with_a_naive_model(ops in proptest::collection::vec(op(), 1..200), max_count in 1usize..8, max_entry_pages in 1u64..8) {
             const PAGE: u64 = 4096;
             let monitor = manual();
-            let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count, max_bytes: u64::MAX }, monitor);
+            let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count, max_bytes: u64::MAX, max_entry_bytes: max_entry_pages * PAGE }, monitor);
             // Handle -> the invalidation generation when it was registered.
             let mut born: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
             // Invalidations: (generation, start, end).

@@ -104,6 +104,9 @@ impl EpState {
             // Registrations the device refused (the cache then evicts what is
             // unused and retries; a send falls back to windows, never fails).
             ("mr_cache_register_failures", cache.register_failures),
+            // Registrations longer than FI_RDMX_MR_CACHE_MAX_ENTRY_SIZE, made
+            // for one transfer and not kept.
+            ("mr_cache_oversize", cache.oversize),
             // Reliable connections for rendezvous reads (verbs RC; zeros
             // elsewhere): handshakes, closes, reads through them.
             ("rc_connections_requested", rc.conns.requested),

@@ -105,6 +105,7 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"mr_cache_enable", Kind::Bool, c"Cache memory registrations of rendezvous buffers on paths whose remote reads need one (verbs, SRD; udp and shm need none), and invalidate them when the memory is unmapped (default 1; 0 = register per use and deregister when the send completes)"),
     (c"mr_cache_max_count", Kind::Size, c"Most registrations a domain's cache keeps, in use or not; unused ones beyond it are deregistered, least recently used first (default 1024)"),
     (c"mr_cache_max_size", Kind::Size, c"Most bytes of memory a domain's cache keeps registered; unused registrations beyond it are deregistered, least recently used first (default 1073741824)"),
+    (c"mr_cache_max_entry_size", Kind::Size, c"Longest registration a domain's cache keeps: a longer buffer is registered for its transfer only and deregistered when it completes, so that one huge buffer does not push the reused smaller registrations out (default 134217728)"),
     (c"rc_max_peers", Kind::Size, c"Verbs: reliable connections (RC queue pairs) an endpoint keeps for rendezvous reads, each way (default 64). A connection is made the first time the endpoint would read a peer's memory (that message is pushed over UD meanwhile) and closed when least recently used at the bound or idle for 30 s; 0 = no connection, every long message is pushed over UD"),
     (c"fault_seed", Kind::Size, c"Seed of the fault-injecting device decorator (default 1)"),
     (c"fault_drop", Kind::Str, c"Percent of outgoing datagrams the fault injector drops (default 0, off)"),
@@ -223,6 +224,7 @@ fn read() -> Params {
             enabled: get_bool(c"mr_cache_enable").unwrap_or(d.mr_cache.enabled),
             max_count: get_size(c"mr_cache_max_count").map(|v| v as usize).unwrap_or(d.mr_cache.max_count),
             max_bytes: get_size(c"mr_cache_max_size").unwrap_or(d.mr_cache.max_bytes),
+            max_entry_bytes: get_size(c"mr_cache_max_entry_size").unwrap_or(d.mr_cache.max_entry_bytes),
         },
         rc_max_peers: get_size(c"rc_max_peers").map(|v| v as usize),
     }
