@@ -360,10 +360,22 @@ impl Device for SimDevice {
                 }
                 return Ok(k);
             }
+            // Larger than the path carries: refused, as a real device does.
+            let mtu = n.ports[self.me as usize].paths.get(&to).copied().unwrap_or(n.ports[self.me as usize].caps).mtu;
+            let longest = if d.is_run() { d.seg } else { d.wire_len() };
+            if longest > mtu {
+                if k == 0 {
+                    return Err(DeviceError::TooLarge { len: longest, mtu });
+                }
+                return Ok(k);
+            }
             let start = d.data.as_ptr() as usize;
             let port = &mut n.ports[self.me as usize];
             let lent = port.lent.iter().any(|&(a, len)| a <= start && start + d.data.len() <= a + len);
-            for piece in d.data.chunks(d.seg.max(1)) {
+            // A zero-length datagram is one datagram (chunks() yields none).
+            let empty: &[&[u8]] = &[&[]];
+            let pieces: Box<dyn Iterator<Item = &[u8]>> = if d.data.is_empty() { Box::new(empty.iter().copied()) } else { Box::new(d.data.chunks(d.seg.max(1))) };
+            for piece in pieces {
                 let port = &mut n.ports[self.me as usize];
                 port.sent += 1;
                 if !lent {

@@ -341,6 +341,149 @@ fn shm_polling_receiver_costs_senders_no_wakeups() {
     assert_eq!(recv_n(&mut b, 2).len(), 2);
 }
 
+/// A device with EFA SRD's semantics, modelled (the real one, `efa.rs`,
+/// needs EFA hardware): the simulator's device on a network that never loses
+/// a datagram but reorders them, whose reads name the peer's registration
+/// keys. Each call moves the virtual clock to the next arrival, so datagrams
+/// arrive in real time; reads are served from this process's memory, and
+/// only through a live key of the peer's domain that covers the range.
+struct SrdModel {
+    dev: rdm::simnet::SimDevice,
+    net: rdm::simnet::SimNet,
+}
+
+impl SrdModel {
+    fn caps() -> rdm::DeviceCaps {
+        rdm::DeviceCaps { reliable: true, ordered: false, remote_read: true, registration: true, ..rdm::DeviceCaps::datagram(8192) }
+    }
+
+    /// Two endpoints, each opened from its own domain (protection domain),
+    /// and the registrars of those domains.
+    fn pair() -> (SrdModel, SrdModel, Box<dyn rdm::device::Registrar>, Box<dyn rdm::device::Registrar>) {
+        use rdm::device::{DeviceContext, OpenSpec};
+        let link = rdm::sim::Link { reorder_pct: 30.0, jitter: Duration::from_micros(40), ..rdm::sim::Link::default() };
+        let net = rdm::simnet::SimNet::new(2, SrdModel::caps(), link, 7);
+        let spec = OpenSpec { bind: None, incarnation: 1, job_key: 0 };
+        let (c0, c1) = (net.context(&[0]), net.context(&[1]));
+        // Opening from a context ties the node to its domain.
+        drop(c0.open(&spec).expect("node 0"));
+        drop(c1.open(&spec).expect("node 1"));
+        let (r0, r1) = (c0.registrar().expect("keys"), c1.registrar().expect("keys"));
+        (SrdModel { dev: net.device(0), net: net.clone() }, SrdModel { dev: net.device(1), net }, r0, r1)
+    }
+
+    /// Delivers what is in flight, then serves posted reads.
+    fn pump(&self) {
+        // Everything in flight arrives, in the order of its (jittered)
+        // arrival times: the virtual clock jumps a second at each call.
+        self.net.advance(self.net.now() + Duration::from_secs(1));
+        for r in self.net.take_reads() {
+            let mut bytes = 0;
+            let mut error = None;
+            for run in &r.runs {
+                let len = run.local.len();
+                if !run.remote_key.is_some_and(|k| self.net.key_covers(r.peer, k, run.remote_addr, len)) {
+                    error = Some(DeviceError::Config(format!("remote access error at {:#x}+{len}", run.remote_addr)));
+                    break;
+                }
+                // SAFETY: the peer's range is covered by a live registration
+                // of memory of this process, and the local one was checked
+                // against the reader's domain at post.
+                unsafe { std::ptr::copy(run.remote_addr as *const u8, run.local.addr() as *mut u8, len as usize) };
+                bytes += len;
+            }
+            self.net.complete_read(r.node, rdm::device::ReadDone { id: r.id, bytes, error });
+        }
+    }
+}
+
+impl Device for SrdModel {
+    fn caps(&self) -> rdm::DeviceCaps {
+        self.dev.caps()
+    }
+    fn local_addr(&self) -> DevAddr {
+        self.dev.local_addr()
+    }
+    fn owns(&self, a: &DevAddr) -> bool {
+        self.dev.owns(a)
+    }
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.dev.send_batch(batch)
+    }
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        self.pump();
+        self.dev.recv_batch(max, deliver)
+    }
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        self.dev.post_read(id, peer, runs)
+    }
+    fn poll_read(&mut self) -> Option<rdm::device::ReadDone> {
+        self.pump();
+        self.dev.poll_read()
+    }
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+conformance!(srd_model, {
+    let (a, b, _, _) = SrdModel::pair();
+    Some((Box::new(a) as Box<dyn Device>, Box::new(b) as Box<dyn Device>))
+});
+
+/// The SRD model never loses a datagram but does not keep their order: the
+/// engine relies on the first and must not assume the second.
+#[test]
+fn srd_model_is_reliable_and_unordered() {
+    let (mut a, mut b, _, _) = SrdModel::pair();
+    let dst = b.local_addr();
+    let msgs: Vec<Vec<u8>> = (0..500u32).map(|i| i.to_le_bytes().to_vec()).collect();
+    let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
+    send_all(&mut a, &batch);
+    let got: Vec<u32> = recv_n(&mut b, msgs.len()).into_iter().map(|(_, d)| u32::from_le_bytes(d.try_into().unwrap())).collect();
+    assert_eq!(got.len(), 500, "every datagram arrives");
+    assert!(got.windows(2).any(|w| w[0] > w[1]), "some arrive out of order");
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(sorted, (0..500).collect::<Vec<u32>>());
+}
+
+/// Reads on the SRD model name the peer's key and a local one of the
+/// reader's own domain: through a live key the bytes arrive; through a key
+/// the peer deregistered, the read completes in error and writes nothing; a
+/// local key of another domain is refused at post.
+#[test]
+fn srd_model_reads_through_keys_only() {
+    let (mut a, b, mut ra, mut rb) = SrdModel::pair();
+    let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let mut dst = vec![0u8; src.len()];
+    let skey = rb.register(src.as_ptr() as u64, src.len() as u64, 0).unwrap();
+    let dkey = ra.register(dst.as_mut_ptr() as u64, dst.len() as u64, 0).unwrap();
+    // SAFETY: `dst` outlives the reads below, which complete before it is read.
+    let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) }.with_key(dkey);
+    let half = src.len() as u64 / 2;
+    let runs = [
+        ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.sub(0, half).unwrap() },
+        ReadRun { remote_addr: src.as_ptr() as u64 + half, remote_key: Some(skey), local: local.sub(half, half).unwrap() },
+    ];
+    a.post_read(1, b.local_addr(), &runs).unwrap();
+    let done = a.poll_read().expect("served");
+    assert_eq!((done.id, done.bytes, done.error.is_none()), (1, src.len() as u64, true));
+    assert!(dst == src);
+    dst.fill(0);
+    rb.deregister(skey);
+    a.post_read(2, b.local_addr(), &runs).unwrap();
+    let done = a.poll_read().expect("served");
+    assert!(done.id == 2 && done.bytes == 0 && done.error.is_some(), "{done:?}");
+    assert!(dst.iter().all(|&x| x == 0), "a refused read wrote nothing");
+    let skey = rb.register(src.as_ptr() as u64, src.len() as u64, 0).unwrap();
+    let foreign = rb.register(dst.as_mut_ptr() as u64, dst.len() as u64, 0).unwrap();
+    let bad = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.with_key(foreign) }];
+    assert!(matches!(a.post_read(3, b.local_addr(), &bad), Err(DeviceError::Config(_))), "a local key of another domain");
+    assert!(a.poll_read().is_none());
+    drop(b);
+}
+
 fn shm() -> Box<dyn Device> {
     Box::new(ShmDevice::new().expect("shm device"))
 }

@@ -38,12 +38,18 @@ struct DevModel {
     next: u64,
     live: HashMap<u64, (u64, u64)>,
     registered: u64,
+    /// At most this many live registrations (a memlock or device limit):
+    /// beyond it a registration is refused as exhausted.
+    limit: Option<usize>,
 }
 
 impl Registrar for DevModel {
     type Handle = u64;
     type Error = ();
     fn register(&mut self, addr: u64, len: u64, _access: u64) -> Result<u64, ()> {
+        if self.limit.is_some_and(|l| self.live.len() >= l) {
+            return Err(());
+        }
         self.next += 1;
         self.registered += 1;
         self.live.insert(self.next, (addr, len));
@@ -51,6 +57,10 @@ impl Registrar for DevModel {
     }
     fn deregister(&mut self, key: u64) {
         assert!(self.live.remove(&key).is_some(), "key {key} deregistered twice");
+    }
+    /// The model refuses only at its limit.
+    fn exhausted(_: &()) -> bool {
+        true
     }
 }
 
@@ -88,9 +98,13 @@ struct RegModel {
 
 impl RegModel {
     fn new(cfg: CacheConfig) -> Arc<Mutex<RegModel>> {
+        RegModel::over(DevModel::default(), cfg)
+    }
+
+    fn over(dev: DevModel, cfg: CacheConfig) -> Arc<Mutex<RegModel>> {
         let monitor: &'static Monitor = Box::leak(Box::new(Monitor::manual()));
         Arc::new(Mutex::new(RegModel {
-            cache: MrCache::new(DevModel::default(), cfg, monitor),
+            cache: MrCache::new(dev, cfg, monitor),
             monitor,
             held: HashMap::new(),
             next: 0,
@@ -178,7 +192,11 @@ fn registering_path() -> DeviceCaps {
 /// memory only through live keys of it, and reads into its memory must land
 /// in a local registration it holds.
 fn with_registrations(sim: &mut Sim, i: usize) -> Arc<Mutex<RegModel>> {
-    let m = RegModel::new(CacheConfig::default());
+    with_registrations_over(sim, i, DevModel::default())
+}
+
+fn with_registrations_over(sim: &mut Sim, i: usize, dev: DevModel) -> Arc<Mutex<RegModel>> {
+    let m = RegModel::over(dev, CacheConfig::default());
     sim.nodes[i].ep.mem_mut().keys = Some(m.clone());
     sim.nodes[i].ep.mem_mut().local = Some(m.clone());
     sim.nodes[i].ep.set_registrations(Box::new(SharedRegs(m.clone())));
@@ -1195,5 +1213,160 @@ fn reads_go_through_connections_made_lazily_and_bounded() {
         send_from(&mut sim, 0, to1, msg(), b"anyone?", BASE, meta(99));
         assert!(sim.run_until(Duration::from_secs(30), |sim| sim.net.conn_stats(0).unwrap().0.closed_peer_failed == 1), "seed {seed}: the failed peer's connection stayed");
         assert_eq!(sim.net.conn_stats(0).unwrap().1, 0, "seed {seed}");
+    }
+}
+
+/// The device refuses registrations beyond one live one (a memlock limit):
+/// the cache gives back its unused registration and retries, so messages
+/// after the first are still pulled; only when the one registration is in
+/// use by another transfer does the retry fail too, and that message goes by
+/// the windowed push. Nothing fails, every byte arrives.
+#[test]
+fn a_refused_registration_evicts_retries_and_only_then_pushes() {
+    let mut sim = net(2, Link::default(), 31, cfg_rndv(4096));
+    both_ways(&sim, 0, 1, registering_path());
+    let regs0 = with_registrations_over(&mut sim, 0, DevModel { limit: Some(1), ..DevModel::default() });
+    let _regs1 = with_registrations(&mut sim, 1);
+    let to1 = sim.peer(0, 1);
+    let mut expect = Vec::new();
+    // A, then B: one at a time (B's registration evicts A's cached one).
+    for k in 0..2u64 {
+        let data = pattern(50_000, 40 + k);
+        let dst = BASE + (4 << 20) + k * (64 << 10);
+        send_from(&mut sim, 0, to1, msg(), &data, BASE + k * (64 << 10), meta(k));
+        sim.nodes[1].ep.post_recv(recv(dst, 50_000, 10 + k)).unwrap();
+        let want = k as usize + 1;
+        assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == want && completions(s, 0, OpKind::Send).len() == want));
+        expect.push((dst, data));
+    }
+    {
+        let st = regs0.lock().unwrap().cache.stats();
+        assert_eq!((st.misses, st.register_failures, st.evictions), (2, 1, 1), "{st:?}");
+    }
+    // C and D together: C's registration evicts B's; D's finds C's in use,
+    // nothing to give back, and is pushed.
+    for k in 2..4u64 {
+        let data = pattern(50_000, 40 + k);
+        let dst = BASE + (4 << 20) + k * (64 << 10);
+        send_from(&mut sim, 0, to1, msg(), &data, BASE + k * (64 << 10), meta(k));
+        expect.push((dst, data));
+    }
+    for k in 2..4u64 {
+        sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20) + k * (64 << 10), 50_000, 10 + k)).unwrap();
+    }
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 4 && completions(s, 0, OpKind::Send).len() == 4));
+    for (dst, data) in &expect {
+        assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "bytes at {dst:#x}");
+    }
+    assert!(completions(&sim, 0, OpKind::Send).iter().chain(completions(&sim, 1, OpKind::Recv).iter()).all(|c| c.err.is_none()));
+    let m = regs0.lock().unwrap();
+    let st = m.cache.stats();
+    assert_eq!((st.misses, st.register_failures, st.evictions), (4, 3, 2), "{st:?}");
+    assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
+    assert!(m.held.is_empty() && m.cache.registrar().live.len() <= 1);
+    let (tx, rx) = (sim.nodes[0].ep.stats().msg, sim.nodes[1].ep.stats().msg);
+    assert_eq!((tx.rts_sent, tx.registration_failures, rx.pulled, rx.pushed), (4, 1, 3, 1));
+}
+
+/// EFA SRD's semantics, modelled: a path that never loses a datagram but
+/// delivers them out of order, and reads the peer's memory natively through
+/// its keys, with no connection.
+fn srd_path() -> DeviceCaps {
+    DeviceCaps { reliable: true, ordered: false, remote_read: true, registration: true, ..DeviceCaps::datagram(8192) }
+}
+
+fn srd_link() -> Link {
+    Link { reorder_pct: 30.0, jitter: Duration::from_micros(40), ..Link::default() }
+}
+
+/// Three endpoints on the SRD model: nodes 0 and 2 send every protocol's
+/// sizes to node 1 (tagged, half its receives posted before, half after), the
+/// long ones pulled through keys. The engine runs with retransmission off
+/// and reordering on: no retransmission at all, reordered datagrams put back
+/// in order, every byte checked. Then node 2 dies in the middle of a long
+/// message: node 1's receive from it fails naming it, while node 0's
+/// messages to node 1, sent in the same moments, all complete.
+#[test]
+fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_others() {
+    for seed in seeds(&[60, 61, 62]) {
+        let mut sim = net_with(3, srd_path(), srd_link(), seed, cfg_rndv(16 << 10));
+        let regs: Vec<_> = (0..3).map(|i| with_registrations(&mut sim, i)).collect();
+        let sizes = [8usize, 3000, 12_000, 40_000, 150_000, 600_000];
+        let mut expect = Vec::new();
+        let mut ctx = 0u64;
+        for (half, s) in [(0u64, 0usize), (1, 2)] {
+            let to1 = sim.peer(s, 1);
+            let mut off = 0u64;
+            for (k, &len) in sizes.iter().enumerate() {
+                let tag = 100 * s as u64 + k as u64;
+                let data = pattern(len, seed * 10 + tag);
+                let dst = BASE + (2 << 20) + half * (2 << 20) + off;
+                // Sender 0's receives are posted first (expected), sender 2's
+                // after its sends (unexpected).
+                let post = |sim: &mut Sim, ctx: u64| {
+                    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(dst, len as u64), multi: false, meta: meta(ctx) };
+                    sim.nodes[1].ep.post_recv(spec).unwrap();
+                };
+                if s == 0 {
+                    post(&mut sim, ctx);
+                }
+                send_from(&mut sim, s, to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &data, BASE + off, meta(ctx));
+                if s == 2 {
+                    post(&mut sim, ctx);
+                }
+                expect.push((dst, data));
+                off += (len as u64).next_multiple_of(4096);
+                ctx += 1;
+            }
+        }
+        let n = expect.len();
+        assert!(sim.run_until(Duration::from_secs(30), |sim| completions(sim, 1, OpKind::Recv).len() == n), "seed {seed}");
+        for (dst, data) in &expect {
+            assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "seed {seed}: bytes at {dst:#x}");
+        }
+        assert!(completions(&sim, 1, OpKind::Recv).iter().all(|c| c.err.is_none()), "seed {seed}");
+        let rx = sim.nodes[1].ep.stats();
+        assert_eq!((rx.msg.pulled, rx.msg.pushed), (6, 0), "seed {seed}: the three above the 16 KiB threshold of each sender are read");
+        assert!(rx.rdm.out_of_order > 0, "seed {seed}: the model reordered nothing");
+        for i in 0..3 {
+            let st = sim.nodes[i].ep.stats();
+            assert_eq!((st.rdm.retransmits, st.rdm.timeouts, st.rdm.probes), (0, 0, 0), "seed {seed} node {i}: retransmission on a reliable path");
+            assert_eq!(st.read_conns.conns.requested, 0, "seed {seed}: SRD reads need no connection");
+            assert!(regs[i].lock().unwrap().bad_reads.is_empty(), "seed {seed} node {i}");
+        }
+        // Node 2 dies in the middle of a long message to node 1, while node
+        // 0 sends node 1 more of everything.
+        let to1_from2 = sim.peer(2, 1);
+        let doomed = pattern(600_000, seed);
+        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 999, ignore: 0, iov: IoList::one(BASE + (6 << 20), 600_000), multi: false, meta: meta(999) };
+        sim.nodes[1].ep.post_recv(spec).unwrap();
+        send_from(&mut sim, 2, to1_from2, MsgHeader { kind: MsgKind::Tagged, tag: 999, data: None }, &doomed, BASE, meta(999));
+        // One round: node 2 puts its RTS on the wire and dies with it in
+        // flight, so node 1's read of its memory fails.
+        sim.step();
+        sim.kill(2);
+        let to1 = sim.peer(0, 1);
+        let before = completions(&sim, 1, OpKind::Recv).len();
+        let mut more = Vec::new();
+        for (k, &len) in sizes.iter().enumerate() {
+            let tag = 500 + k as u64;
+            let data = pattern(len, seed + tag);
+            let dst = BASE + (2 << 20) + (k as u64) * (640 << 10);
+            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(dst, len as u64), multi: false, meta: meta(tag) };
+            sim.nodes[1].ep.post_recv(spec).unwrap();
+            send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &data, BASE + (k as u64) * (640 << 10), meta(tag));
+            more.push((dst, data));
+        }
+        assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == before + sizes.len() + 1), "seed {seed}: {:?}", completions(&sim, 1, OpKind::Recv));
+        for (dst, data) in &more {
+            assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "seed {seed}: node 0's bytes at {dst:#x} after node 2 died");
+        }
+        let recvs = completions(&sim, 1, OpKind::Recv);
+        let failed: Vec<_> = recvs.iter().filter(|c| c.err.is_some()).collect();
+        assert_eq!(failed.len(), 1, "seed {seed}: only the dead peer's receive fails: {failed:?}");
+        assert_eq!(failed[0].meta.context, 999, "seed {seed}");
+        let dead: Vec<_> = sim.nodes[1].events.iter().filter_map(|e| match e { EndpointEvent::PeerFailed { peer, .. } => Some(*peer), _ => None }).collect();
+        assert_eq!(dead, [sim.peer(1, 2)], "seed {seed}: the dead peer is named, and only it");
+        assert!(completions(&sim, 0, OpKind::Send).iter().all(|c| c.err.is_none()), "seed {seed}");
     }
 }
