@@ -297,12 +297,12 @@ fn posted_before(bad: *const ib::ibv_send_wr, wrs: &[ib::ibv_send_wr]) -> usize 
     }
 }
 
-fn last_err(op: &'static str) -> DeviceError {
+pub(crate) fn last_err(op: &'static str) -> DeviceError {
     DeviceError::io(op, io::Error::last_os_error())
 }
 
 /// Verbs calls return a positive errno (or -1 with errno set).
-fn ret_err(op: &'static str, rc: i32) -> DeviceError {
+pub(crate) fn ret_err(op: &'static str, rc: i32) -> DeviceError {
     if rc > 0 {
         DeviceError::io(op, io::Error::from_raw_os_error(rc))
     } else {
@@ -441,26 +441,31 @@ fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
     }
 }
 
-/// The device list, freed on drop.
-struct DeviceList {
+/// The device list, freed on drop (also the EFA device's discovery).
+pub(crate) struct DeviceList {
     list: *mut *mut ib::ibv_device,
     n: usize,
 }
 
 impl DeviceList {
-    fn get() -> DeviceList {
+    pub(crate) fn get() -> DeviceList {
         let mut n = 0;
         // SAFETY: `n` is a valid out-pointer; a null list means no devices.
         let list = unsafe { ib::ibv_get_device_list(&mut n) };
         DeviceList { list, n: if list.is_null() { 0 } else { n.max(0) as usize } }
     }
 
-    fn device(&self, i: usize) -> *mut ib::ibv_device {
+    /// Devices in the list.
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    pub(crate) fn device(&self, i: usize) -> *mut ib::ibv_device {
         // SAFETY: i < n entries of the list ibv_get_device_list returned.
         unsafe { *self.list.add(i) }
     }
 
-    fn name(&self, i: usize) -> String {
+    pub(crate) fn name(&self, i: usize) -> String {
         // SAFETY: a device of the live list; the name is a NUL-terminated
         // string owned by the device.
         unsafe { CStr::from_ptr(ib::ibv_get_device_name(self.device(i))) }.to_string_lossy().into_owned()
@@ -478,7 +483,7 @@ impl Drop for DeviceList {
 }
 
 /// An open device context, closed on drop unless taken.
-struct OpenDev(*mut ib::ibv_context);
+pub(crate) struct OpenDev(pub(crate) *mut ib::ibv_context);
 
 impl Drop for OpenDev {
     fn drop(&mut self) {
@@ -489,7 +494,7 @@ impl Drop for OpenDev {
     }
 }
 
-fn query_port(ctx: *mut ib::ibv_context, port: u8) -> Option<ib::ibv_port_attr> {
+pub(crate) fn query_port(ctx: *mut ib::ibv_context, port: u8) -> Option<ib::ibv_port_attr> {
     let mut attr = ib::ibv_port_attr::default();
     // SAFETY: verbs.h's `ibv_query_port` is a static inline that, without
     // the extended op, calls the exported symbol with the full (zeroed)
@@ -727,16 +732,16 @@ impl DeviceContext for VerbsContext {
     }
 
     fn registrar(&self) -> Option<Box<dyn Registrar>> {
-        Some(Box::new(VerbsRegistrar { ctx: self.inner.clone(), mrs: FxHashMap::default() }))
+        Some(Box::new(PdRegistrar::new(self.inner.clone())))
     }
 }
 
 /// An `ibv_mr` pointer that may move between threads.
-struct MrPtr(*mut ib::ibv_mr);
+pub(crate) struct MrPtr(*mut ib::ibv_mr);
 // SAFETY: an MR is a handle any thread may deregister (verbs are thread-safe).
 unsafe impl Send for MrPtr {}
 
-fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result<*mut ib::ibv_mr, DeviceError> {
+pub(crate) fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result<*mut ib::ibv_mr, DeviceError> {
     // SAFETY: the caller names memory of this process; registering it only
     // pins it (the NIC touches it only through requests naming its keys).
     let mr = unsafe { ib::ibv_reg_mr(pd, addr.cast(), len, access as i32) };
@@ -747,22 +752,41 @@ fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result
     }
 }
 
-fn dereg_mr(mr: *mut ib::ibv_mr) {
+pub(crate) fn dereg_mr(mr: *mut ib::ibv_mr) {
     if !mr.is_null() {
         // SAFETY: an MR from ibv_reg_mr, deregistered once.
         unsafe { ib::ibv_dereg_mr(mr) };
     }
 }
 
-/// Registers memory with a [`VerbsContext`]'s protection domain.
-struct VerbsRegistrar {
-    ctx: Arc<Ctx>,
+/// A context that owns a protection domain: what a [`PdRegistrar`]
+/// registers with and keeps alive (the verbs UD context, the EFA one).
+pub(crate) trait ProtectionDomain: Send + Sync + 'static {
+    fn pd(&self) -> *mut ib::ibv_pd;
+}
+
+impl ProtectionDomain for Ctx {
+    fn pd(&self) -> *mut ib::ibv_pd {
+        self.pd
+    }
+}
+
+/// Registers memory with a context's protection domain (verbs UD, EFA):
+/// keys as [`mr_key`] builds them, access as [`ibv_access`] maps it.
+pub(crate) struct PdRegistrar<C: ProtectionDomain> {
+    ctx: Arc<C>,
     mrs: FxHashMap<u64, MrPtr>,
 }
 
-impl Registrar for VerbsRegistrar {
+impl<C: ProtectionDomain> PdRegistrar<C> {
+    pub(crate) fn new(ctx: Arc<C>) -> PdRegistrar<C> {
+        PdRegistrar { ctx, mrs: FxHashMap::default() }
+    }
+}
+
+impl<C: ProtectionDomain> Registrar for PdRegistrar<C> {
     fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError> {
-        let mr = reg_mr(self.ctx.pd, addr as *mut u8, len as usize, ibv_access(access))?;
+        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, ibv_access(access))?;
         // SAFETY: a registered MR, readable until deregistered.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         let key = mr_key(lkey, rkey);
@@ -781,7 +805,7 @@ impl Registrar for VerbsRegistrar {
     }
 }
 
-impl Drop for VerbsRegistrar {
+impl<C: ProtectionDomain> Drop for PdRegistrar<C> {
     fn drop(&mut self) {
         for (_, mr) in self.mrs.drain() {
             dereg_mr(mr.0);
@@ -880,6 +904,81 @@ struct TxRegion {
     mr: *mut ib::ibv_mr,
 }
 
+/// Transmit buffers a device lent the endpoint ([`Device::transmit_buffers`]),
+/// each registered with the device's protection domain, sorted by address;
+/// deregistered on drop (the buffers themselves belong to the endpoint,
+/// which keeps them as long as the device).
+#[derive(Default)]
+pub(crate) struct LentBuffers {
+    regions: Vec<TxRegion>,
+}
+
+impl LentBuffers {
+    /// `count` buffers of `len` bytes, registered for local use (a buffer
+    /// whose registration fails is still lent: its datagrams are copied).
+    pub(crate) fn lend(&mut self, pd: *mut ib::ibv_pd, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut b = vec![0u8; len.max(1)].into_boxed_slice();
+            if let Ok(mr) = reg_mr(pd, b.as_mut_ptr(), b.len(), 0) {
+                let start = b.as_ptr() as usize;
+                let at = self.regions.partition_point(|r| r.start < start);
+                self.regions.insert(at, TxRegion { start, end: start + b.len(), mr });
+            }
+            out.push(b);
+        }
+        out
+    }
+
+    /// The lkey of the lent buffer holding all of `data`.
+    pub(crate) fn lkey(&self, data: &[u8]) -> Option<u32> {
+        let s = data.as_ptr() as usize;
+        let e = s + data.len();
+        let i = self.regions.partition_point(|r| r.start <= s);
+        let r = self.regions.get(i.checked_sub(1)?)?;
+        // SAFETY: a live MR (deregistered only on drop).
+        (e <= r.end).then(|| unsafe { (*r.mr).lkey })
+    }
+
+    /// Deregisters every lent buffer: call before the protection domain
+    /// can go (a device's context is its first field, so it drops first).
+    pub(crate) fn clear(&mut self) {
+        for r in self.regions.drain(..) {
+            dereg_mr(r.mr);
+        }
+    }
+}
+
+impl Drop for LentBuffers {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// A completion channel whose fd does not block (`ibv_get_cq_event` then
+/// returns at once when no event is waiting).
+pub(crate) fn nonblocking_channel(ctx: *mut ib::ibv_context) -> Result<*mut ib::ibv_comp_channel, DeviceError> {
+    // SAFETY: an open context.
+    let channel = unsafe { ib::ibv_create_comp_channel(ctx) };
+    if channel.is_null() {
+        return Err(last_err("ibv_create_comp_channel"));
+    }
+    // SAFETY: the channel is live; its fd is a plain fd we may set flags on.
+    let fd = unsafe { (*channel).fd };
+    // SAFETY: fcntl on an fd we own.
+    let rc = unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
+    };
+    if rc < 0 {
+        let e = last_err("fcntl(O_NONBLOCK)");
+        // SAFETY: the channel just made, with no CQ on it.
+        unsafe { ib::ibv_destroy_comp_channel(channel) };
+        return Err(e);
+    }
+    Ok(channel)
+}
+
 /// One endpoint's UD queue pair (see the module docs).
 pub struct VerbsDevice {
     ctx: Arc<Ctx>,
@@ -909,7 +1008,7 @@ pub struct VerbsDevice {
     bounce: Box<[u8]>,
     bounce_mr: *mut ib::ibv_mr,
     bounce_free: Vec<u32>,
-    tx_regions: Vec<TxRegion>,
+    tx_regions: LentBuffers,
     swrs: Vec<ib::ibv_send_wr>,
     ssges: Vec<ib::ibv_sge>,
     wcs: Vec<ib::ibv_wc>,
@@ -1134,7 +1233,7 @@ impl VerbsDevice {
             bounce: vec![0u8; mtu * sq_depth as usize].into_boxed_slice(),
             bounce_mr: ptr::null_mut(),
             bounce_free: (0..sq_depth).rev().collect(),
-            tx_regions: Vec::new(),
+            tx_regions: LentBuffers::default(),
             swrs: Vec::with_capacity(sq_depth as usize),
             ssges: Vec::with_capacity(sq_depth as usize),
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
@@ -1158,21 +1257,7 @@ impl VerbsDevice {
         let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
         dev.rx_mr = reg_mr(dev.ctx.pd, dev.rx_buf.as_mut_ptr(), dev.rx_buf.len(), lw)?;
         dev.bounce_mr = reg_mr(dev.ctx.pd, dev.bounce.as_mut_ptr(), dev.bounce.len().max(1), 0)?;
-        // SAFETY: an open context.
-        dev.channel = unsafe { ib::ibv_create_comp_channel(dev.ctx.ctx) };
-        if dev.channel.is_null() {
-            return Err(last_err("ibv_create_comp_channel"));
-        }
-        // SAFETY: the channel is live; its fd is a plain fd we may set flags on.
-        let fd = unsafe { (*dev.channel).fd };
-        // SAFETY: fcntl on an fd we own.
-        let rc = unsafe {
-            let fl = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
-        };
-        if rc < 0 {
-            return Err(last_err("fcntl(O_NONBLOCK)"));
-        }
+        dev.channel = nonblocking_channel(dev.ctx.ctx)?;
         // SAFETY: an open context; the channel outlives the CQ (Drop order).
         dev.scq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, sq_depth as i32, ptr::null_mut(), ptr::null_mut(), 0) };
         if dev.scq.is_null() {
@@ -1508,12 +1593,7 @@ impl VerbsDevice {
 
     /// The lkey of a lent transmit buffer holding `data`.
     fn tx_lkey(&self, data: &[u8]) -> Option<u32> {
-        let s = data.as_ptr() as usize;
-        let e = s + data.len();
-        let i = self.tx_regions.partition_point(|r| r.start <= s);
-        let r = self.tx_regions.get(i.checked_sub(1)?)?;
-        // SAFETY: a live MR.
-        (e <= r.end).then(|| unsafe { (*r.mr).lkey })
+        self.tx_regions.lkey(data)
     }
 
     /// Consumes the completion channel's events (acknowledging them), so
@@ -1865,17 +1945,7 @@ impl Device for VerbsDevice {
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        let mut out = Vec::with_capacity(count);
-        for _ in 0..count {
-            let mut b = vec![0u8; len.max(1)].into_boxed_slice();
-            if let Ok(mr) = reg_mr(self.ctx.pd, b.as_mut_ptr(), b.len(), 0) {
-                let start = b.as_ptr() as usize;
-                let at = self.tx_regions.partition_point(|r| r.start < start);
-                self.tx_regions.insert(at, TxRegion { start, end: start + b.len(), mr });
-            }
-            out.push(b);
-        }
-        out
+        self.tx_regions.lend(self.ctx.pd, count, len)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
@@ -2050,9 +2120,7 @@ impl Drop for VerbsDevice {
         }
         dereg_mr(self.rx_mr);
         dereg_mr(self.bounce_mr);
-        for r in self.tx_regions.drain(..) {
-            dereg_mr(r.mr);
-        }
+        self.tx_regions.clear();
     }
 }
 
