@@ -10,6 +10,7 @@
 //! its own ring or registered memory without copying into engine-owned storage.
 
 pub mod composite;
+pub mod efa;
 pub mod fault;
 pub mod host;
 pub mod iface;

@@ -1,0 +1,1551 @@
+//! The EFA SRD device: one scalable-reliable-datagram queue pair per endpoint
+//! on an AWS Elastic Fabric Adapter, through libibverbs and libefa (`efadv`).
+//!
+//! **Not run on EFA hardware.** It builds against `<infiniband/efadv.h>` on
+//! any host and is tested here only where no hardware is needed (addresses,
+//! limits and caps from a device's attributes, read splitting, refusal to
+//! open without an EFA device). The verbs facts it relies on are rdma-core's
+//! (providers/efa) and libfabric's prov/efa, read, not tried.
+//!
+//! # Layer
+//!
+//! Like the verbs UD device ([`super::verbs`]) it moves whole datagrams
+//! between endpoints and lends receive buffers; unlike UD, SRD is
+//! **reliable but unordered**: the device retransmits and may deliver out
+//! of order, so its caps say `reliable: true, ordered: false` and the engine
+//! runs with retransmission off and its reorder buffer on. A datagram the
+//! device could not deliver (RNR retries exhausted, remote error, no route)
+//! completes in error: its destination goes to [`Device::poll_unreachable`]
+//! and the engine fails that peer, as on UD.
+//!
+//! # API (for the provider's integration)
+//!
+//! * [`EfaConfig`] `{ device, sq_depth, rq_depth, ah_cache }`: `device`
+//!   names an RDMA device (`"rdmap0s6"`); `None`: the first EFA device.
+//! * [`EfaContext::open`]`(&EfaConfig)`: one per libfabric domain: the
+//!   device and one protection domain, shared by every queue it opens and
+//!   by its registrar. An RDMA device is EFA when `efadv_query_device`
+//!   answers for it (it refuses every other provider's device). No EFA
+//!   device, or one without the completion-queue source GID
+//!   (`EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID`, see below): a
+//!   [`DeviceError::Config`] that says which. [`EfaContext::available`]
+//!   says whether one would open.
+//! * [`EfaDevice`] implements [`Device`]: caps reliable, unordered, `mtu` =
+//!   the port's `max_msg_sz` (about 8 KiB on SRD), `remote_read` when the
+//!   device reports RDMA read, `registration` true, `max_inline` = the
+//!   device's inline buffer size, `gso` false.
+//! * Address: `DevAddr::Raw` of family [`RawAddr::FAMILY_EFA`], 20 bytes =
+//!   GID (16) ++ QPN (u32 LE): [`efa_addr`], [`parse_efa_addr`]. The Q_Key is
+//!   not in it: every endpoint of a job derives the same one from
+//!   `OpenSpec::job_key` ([`super::verbs::qkey_for`]), so the device drops
+//!   another job's datagrams, as on UD (and the 64-byte endpoint address has
+//!   no room for four more bytes).
+//! * Registration as on verbs (shared code): keys are `rkey << 32 | lkey`
+//!   ([`super::verbs::mr_key`]), access bits are libfabric's.
+//!
+//! # How it works
+//!
+//! The queue pair is made with `efadv_create_qp_ex` (`IBV_QPT_DRIVER`,
+//! `EFADV_QP_DRIVER_TYPE_SRD`) with the extended send API (`ibv_wr_*`: send,
+//! and RDMA read where the device has it) and brought RESET -> INIT (P_Key
+//! index 0, port 1, Q_Key) -> RTR -> RTS (SQ PSN 0, RNR retry 7 = retry
+//! forever where the device has `EFADV_DEVICE_ATTR_CAPS_RNR_RETRY`: the
+//! engine does not resend, so a receiver short of buffers must not lose a
+//! datagram). Queue depths, inline size and SGEs come from
+//! `efadv_query_device` ([`EfaLimits::from_attr`]).
+//!
+//! Sends: every work request asks for a completion (EFA refuses unsignaled
+//! ones) and completions may come in any order, so each send is tracked by
+//! its own id; a full send queue gives a short count (back-pressure). Bytes
+//! go inline, from a lent registered transmit buffer, or through a
+//! registered bounce slot; a datagram with a gathered part names it as a
+//! second SGE (copied into the bounce slot when the device has one SGE).
+//!
+//! Receives land in registered slots of `mtu` bytes: SRD puts no GRH before
+//! the payload. The source of a datagram: its completion carries the
+//! sender's QPN and, in `slid`, the number of this domain's address handle
+//! for the sender's GID when there is one (`efadv_query_ah` gives it when an
+//! AH is made; the domain keeps the numbers of every live AH); for a sender
+//! with none the GID comes from the completion itself
+//! (`efadv_wc_read_sgid` on a CQ made by `efadv_create_cq` with
+//! `EFADV_WC_EX_WITH_SGID`). A device without that cap cannot name such a
+//! sender, so the context refuses to open (`auto` then uses UD, which EFA
+//! offers as well).
+//!
+//! Remote reads: RDMA read straight on the SRD queue pair (no connection),
+//! one request per piece of at most `max_rdma_size`, all posted at once;
+//! no room in the send queue answers `NotConnected` (the message is pushed,
+//! later ones may be read); a request completed in error completes its read
+//! in error (pushed). Without the RDMA-read cap `post_read` is
+//! `Unsupported` and long messages take the windowed push.
+//!
+//! Sleeping: the CQs are made on a completion channel when the device
+//! allows (newer EFA kernels); otherwise `wait_fd` is `None` and the
+//! endpoint polls.
+#![allow(unsafe_code)]
+
+use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, LentBuffers, OpenDev, PdRegistrar, ProtectionDomain};
+use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use rdma_core_sys as ib;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+/// Length of an EFA address: GID 16 + QPN 4.
+pub const EFA_ADDR_LEN: usize = 20;
+/// Send queue depth asked for by default (fewer where the device allows fewer).
+pub const DEFAULT_SQ_DEPTH: u32 = 256;
+/// Receive slots posted by default (each `mtu` bytes).
+pub const DEFAULT_RQ_DEPTH: u32 = 512;
+/// Address handles cached per endpoint at most.
+pub const DEFAULT_AH_CACHE: usize = 1024;
+/// RNR retry count meaning "retry forever" (the verbs encoding, which EFA
+/// takes as its infinite retry).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+/// The port EFA devices have (one).
+const PORT: u8 = 1;
+/// Completions polled per call.
+const POLL_BATCH: usize = 32;
+/// `slid` of a receive completion from a sender this device has no address
+/// handle for.
+const AHN_UNKNOWN: u32 = 0xffff;
+/// Work-request ids of read requests have this bit; sends' ids never do.
+const READ_WR: u64 = 1 << 63;
+
+/// An EFA address (see the module docs for the layout).
+pub fn efa_addr(gid: [u8; 16], qpn: u32) -> DevAddr {
+    let mut b = [0u8; EFA_ADDR_LEN];
+    b[..16].copy_from_slice(&gid);
+    b[16..20].copy_from_slice(&qpn.to_le_bytes());
+    // 20 bytes always fit a RawAddr (RAW_ADDR_MAX is 28).
+    DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_EFA, &b).expect("20 <= RAW_ADDR_MAX"))
+}
+
+/// `(gid, qpn)` of an EFA address; `None` for anything else.
+pub fn parse_efa_addr(addr: &DevAddr) -> Option<([u8; 16], u32)> {
+    let DevAddr::Raw(r) = addr else { return None };
+    let b: &[u8; EFA_ADDR_LEN] = r.bytes().try_into().ok()?;
+    if r.family() != RawAddr::FAMILY_EFA {
+        return None;
+    }
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&b[..16]);
+    Some((gid, u32::from_le_bytes([b[16], b[17], b[18], b[19]])))
+}
+
+/// What an EFA device offers an endpoint, from `efadv_query_device` and
+/// the port's attributes (pure: tested with made-up attributes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EfaLimits {
+    /// Largest datagram: the port's `max_msg_sz`.
+    pub mtu: usize,
+    pub sq_depth: u32,
+    pub rq_depth: u32,
+    /// Bytes a send may carry inline.
+    pub max_inline: u16,
+    /// SGEs a send may gather (2 lets a datagram name a gathered part).
+    pub send_sges: u16,
+    /// Largest RDMA read request; `None` when the device cannot read.
+    pub max_rdma_size: Option<u32>,
+    /// The device takes an RNR retry count at RTS.
+    pub rnr_retry: bool,
+    /// Receive completions can name the sender's GID.
+    pub cq_with_sgid: bool,
+}
+
+impl EfaLimits {
+    /// The limits for queues of `want_sq` / `want_rq` entries (0: the
+    /// defaults), cut to what the device and its CQs (`max_cqe`) take.
+    pub fn from_attr(attr: &ib::efadv_device_attr, port_max_msg: u32, max_cqe: u32, want_sq: u32, want_rq: u32) -> EfaLimits {
+        let caps = attr.device_caps;
+        let want_sq = if want_sq == 0 { DEFAULT_SQ_DEPTH } else { want_sq };
+        let want_rq = if want_rq == 0 { DEFAULT_RQ_DEPTH } else { want_rq };
+        let max_cqe = max_cqe.max(1);
+        let mtu = port_max_msg as usize;
+        EfaLimits {
+            mtu,
+            sq_depth: want_sq.min(attr.max_sq_wr).min(max_cqe).max(1),
+            rq_depth: want_rq.min(attr.max_rq_wr).min(max_cqe).max(1),
+            max_inline: (attr.inline_buf_size as usize).min(mtu) as u16,
+            send_sges: attr.max_sq_sge.clamp(1, 2),
+            max_rdma_size: (caps & ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ != 0 && attr.max_rdma_size > 0).then_some(attr.max_rdma_size),
+            rnr_retry: caps & ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY != 0,
+            cq_with_sgid: caps & ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID != 0,
+        }
+    }
+
+    /// The caps of an endpoint with these limits.
+    pub fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            reliable: true,
+            ordered: false,
+            mtu: self.mtu,
+            remote_read: self.max_rdma_size.is_some(),
+            gso: false,
+            max_inline: self.max_inline,
+            registration: true,
+        }
+    }
+}
+
+/// One RDMA read request of a posted read: `len` bytes from the peer's
+/// `remote_addr` (key `rkey`) into local `addr` (key `lkey`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadPiece {
+    pub remote_addr: u64,
+    pub rkey: u32,
+    pub addr: u64,
+    pub lkey: u32,
+    pub len: u32,
+}
+
+/// The requests of a read of `runs`, each at most `max` bytes (a run of 0
+/// bytes asks for nothing). `Config` when a run lacks a key.
+pub fn split_read(runs: &[ReadRun], max: u32) -> Result<Vec<ReadPiece>, DeviceError> {
+    let max = max.max(1) as u64;
+    let mut out = Vec::new();
+    for r in runs {
+        let (Some(remote), Some(local)) = (r.remote_key, r.local.key()) else {
+            return Err(DeviceError::Config("efa: an RDMA read needs the peer's key and a local one".into()));
+        };
+        let (_, rkey) = mr_keys(remote);
+        let (lkey, _) = mr_keys(local);
+        let mut off = 0;
+        while off < r.local.len() {
+            let len = (r.local.len() - off).min(max);
+            out.push(ReadPiece { remote_addr: r.remote_addr + off, rkey, addr: r.local.addr() + off, lkey, len: len as u32 });
+            off += len;
+        }
+    }
+    Ok(out)
+}
+
+/// How to open an [`EfaContext`].
+#[derive(Clone, Debug, Default)]
+pub struct EfaConfig {
+    /// An RDMA device by name; `None`: the first EFA device.
+    pub device: Option<String>,
+    /// Send queue depth (0: [`DEFAULT_SQ_DEPTH`]).
+    pub sq_depth: u32,
+    /// Receive slots (0: [`DEFAULT_RQ_DEPTH`]).
+    pub rq_depth: u32,
+    /// Address handles cached per endpoint (0: [`DEFAULT_AH_CACHE`]).
+    pub ah_cache: usize,
+}
+
+/// The context shared by a domain's endpoints and registrar.
+struct EfaCtx {
+    ctx: *mut ib::ibv_context,
+    pd: *mut ib::ibv_pd,
+    name: String,
+    gid: [u8; 16],
+    limits: EfaLimits,
+    max_ah: usize,
+    /// Address handles of this protection domain that live now, by number:
+    /// the sender's GID of a receive completion whose `slid` names one
+    /// (any endpoint of the domain may have made it), with how many of the
+    /// domain's caches hold it.
+    ahns: Mutex<FxHashMap<u16, ([u8; 16], u32)>>,
+    cfg: EfaConfig,
+}
+
+// SAFETY: libibverbs objects may be used from any thread (every verb is
+// thread-safe); the raw pointers are owned by this object, and the one
+// mutable part is behind a mutex.
+unsafe impl Send for EfaCtx {}
+// SAFETY: as above.
+unsafe impl Sync for EfaCtx {}
+
+impl Drop for EfaCtx {
+    fn drop(&mut self) {
+        // SAFETY: every queue, MR and AH of the PD belonged to devices and
+        // registrars holding an Arc of this context: all dropped before it.
+        unsafe {
+            ib::ibv_dealloc_pd(self.pd);
+            ib::ibv_close_device(self.ctx);
+        }
+    }
+}
+
+impl ProtectionDomain for EfaCtx {
+    fn pd(&self) -> *mut ib::ibv_pd {
+        self.pd
+    }
+}
+
+impl EfaCtx {
+    fn ahn_added(&self, ahn: u16, gid: [u8; 16]) {
+        let mut m = self.ahns.lock().unwrap_or_else(|p| p.into_inner());
+        let e = m.entry(ahn).or_insert((gid, 0));
+        *e = (gid, e.1 + 1);
+    }
+
+    fn ahn_removed(&self, ahn: u16) {
+        let mut m = self.ahns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = m.get_mut(&ahn) {
+            e.1 -= 1;
+            if e.1 == 0 {
+                m.remove(&ahn);
+            }
+        }
+    }
+
+    fn gid_of_ahn(&self, ahn: u16) -> Option<[u8; 16]> {
+        self.ahns.lock().unwrap_or_else(|p| p.into_inner()).get(&ahn).map(|e| e.0)
+    }
+}
+
+/// A domain's EFA device: one EFA NIC and one protection domain.
+#[derive(Clone)]
+pub struct EfaContext {
+    inner: Arc<EfaCtx>,
+}
+
+impl std::fmt::Debug for EfaContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EfaContext").field("device", &self.inner.name).field("limits", &self.inner.limits).finish()
+    }
+}
+
+/// The EFA attributes of an open device; `None` when it is no EFA device
+/// (`efadv_query_device` answers only for EFA's provider).
+fn query_efa(ctx: *mut ib::ibv_context) -> Option<ib::efadv_device_attr> {
+    let mut attr = ib::efadv_device_attr::default();
+    // SAFETY: an open context and an out-struct of the size passed.
+    let rc = unsafe { ib::efadv_query_device(ctx, &mut attr, std::mem::size_of::<ib::efadv_device_attr>() as u32) };
+    (rc == 0).then_some(attr)
+}
+
+impl EfaContext {
+    /// Whether this host has an EFA device that would open (opens and
+    /// closes each RDMA device to ask; no device at all answers at once).
+    pub fn available() -> bool {
+        EfaContext::open(&EfaConfig::default()).is_ok()
+    }
+
+    /// Finds the EFA device (see the module docs), opens it and allocates
+    /// the protection domain.
+    pub fn open(cfg: &EfaConfig) -> Result<EfaContext, DeviceError> {
+        let list = DeviceList::get();
+        if list.len() == 0 {
+            return Err(DeviceError::Config("efa: no RDMA device on this host".into()));
+        }
+        let mut others = Vec::new();
+        for i in 0..list.len() {
+            let name = list.name(i);
+            if cfg.device.as_ref().is_some_and(|d| *d != name) {
+                continue;
+            }
+            // SAFETY: a device of the live list.
+            let dev = OpenDev(unsafe { ib::ibv_open_device(list.device(i)) });
+            if dev.0.is_null() {
+                others.push(format!("{name} (cannot open)"));
+                continue;
+            }
+            let Some(attr) = query_efa(dev.0) else {
+                others.push(name);
+                continue;
+            };
+            let Some(pattr) = query_port(dev.0, PORT) else {
+                others.push(format!("{name} (port {PORT} not queried)"));
+                continue;
+            };
+            if pattr.state != ib::ibv_port_state_IBV_PORT_ACTIVE {
+                others.push(format!("{name} (port {PORT} not active)"));
+                continue;
+            }
+            let mut dattr = ib::ibv_device_attr::default();
+            // SAFETY: an open context and a valid out-pointer.
+            if unsafe { ib::ibv_query_device(dev.0, &mut dattr) } != 0 {
+                return Err(last_err("ibv_query_device"));
+            }
+            let limits = EfaLimits::from_attr(&attr, pattr.max_msg_sz, dattr.max_cqe.max(1) as u32, cfg.sq_depth, cfg.rq_depth);
+            if !limits.cq_with_sgid {
+                return Err(DeviceError::Config(format!(
+                    "efa: {name} cannot name the source GID of a receive completion (no EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID): datagrams from peers without an address handle would be nameless"
+                )));
+            }
+            if limits.mtu == 0 {
+                return Err(DeviceError::Config(format!("efa: {name} reports a max_msg_sz of 0")));
+            }
+            let mut gid = ib::ibv_gid::default();
+            // SAFETY: an open context and a valid out-pointer.
+            if unsafe { ib::ibv_query_gid(dev.0, PORT, 0, &mut gid) } != 0 {
+                return Err(last_err("ibv_query_gid"));
+            }
+            // SAFETY: every bit pattern of the union is a valid byte array.
+            let gid = unsafe { gid.raw };
+            // SAFETY: an open context.
+            let pd = unsafe { ib::ibv_alloc_pd(dev.0) };
+            if pd.is_null() {
+                return Err(last_err("ibv_alloc_pd"));
+            }
+            let ctx = dev.0;
+            std::mem::forget(dev);
+            return Ok(EfaContext {
+                inner: Arc::new(EfaCtx {
+                    ctx,
+                    pd,
+                    name,
+                    gid,
+                    limits,
+                    max_ah: dattr.max_ah.max(1) as usize,
+                    ahns: Mutex::new(FxHashMap::default()),
+                    cfg: cfg.clone(),
+                }),
+            });
+        }
+        Err(DeviceError::Config(match (&cfg.device, others.is_empty()) {
+            (Some(d), true) => format!("efa: no RDMA device named {d:?}"),
+            (Some(d), false) => format!("efa: {d:?} is no usable EFA device: {}", others.join(", ")),
+            (None, _) => format!("efa: no EFA device on this host (efadv_query_device refuses {})", others.join(", ")),
+        }))
+    }
+
+    /// The RDMA device's name.
+    pub fn device_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The GID endpoints send from.
+    pub fn gid(&self) -> [u8; 16] {
+        self.inner.gid
+    }
+
+    /// What the device offers an endpoint.
+    pub fn limits(&self) -> EfaLimits {
+        self.inner.limits
+    }
+
+    /// The largest datagram.
+    pub fn mtu(&self) -> usize {
+        self.inner.limits.mtu
+    }
+
+    /// Opens one endpoint's queue pair.
+    pub fn open_device(&self, spec: &OpenSpec) -> Result<EfaDevice, DeviceError> {
+        EfaDevice::open(self.inner.clone(), spec)
+    }
+}
+
+impl DeviceContext for EfaContext {
+    fn open(&self, spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError> {
+        Ok(Box::new(self.open_device(spec)?))
+    }
+
+    fn registrar(&self) -> Option<Box<dyn Registrar>> {
+        Some(Box::new(PdRegistrar::new(self.inner.clone())))
+    }
+}
+
+/// Counters of one [`EfaDevice`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EfaStats {
+    pub sent: u64,
+    pub received: u64,
+    pub inline_sends: u64,
+    pub zero_copy_sends: u64,
+    pub bounce_copies: u64,
+    pub gathered_sends: u64,
+    /// Gathered sends that failed locally (their registration was gone):
+    /// not blamed on the peer.
+    pub gathered_send_errors: u64,
+    /// `send_batch` calls cut short by a full send queue.
+    pub sq_full: u64,
+    /// Send completions in error (destinations to `poll_unreachable`).
+    pub send_errors: u64,
+    /// Receive completions in error or of impossible length.
+    pub recv_errors: u64,
+    /// Datagrams dropped because their sender could not be named.
+    pub unknown_sources: u64,
+    pub ah_created: u64,
+    pub ah_evicted: u64,
+    pub ah_failed: u64,
+    pub qp_recoveries: u64,
+    /// RDMA reads posted, their requests, bytes read, reads failed.
+    pub reads: u64,
+    pub read_requests: u64,
+    pub read_bytes: u64,
+    pub read_errors: u64,
+    /// Reads refused for want of room in the send queue (pushed).
+    pub reads_deferred: u64,
+    /// The `ibv_wc_status` of the last failed request (not flushed).
+    pub last_error_status: u32,
+}
+
+/// Why no address handle could be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AhError {
+    Unreachable,
+    /// Every cached one is in use by requests in flight: try later.
+    Busy,
+}
+
+struct AhEntry {
+    ah: *mut ib::ibv_ah,
+    ahn: u16,
+    last_use: u64,
+    /// Posted requests using it that have not completed.
+    inflight: u32,
+}
+
+/// A posted send that has not completed.
+struct Inflight {
+    dst: DevAddr,
+    gid: [u8; 16],
+    bounce: Option<u32>,
+    gathered: bool,
+}
+
+/// A posted read: its requests still to complete and how it went.
+struct EfaRead {
+    id: u64,
+    gid: [u8; 16],
+    wrs_left: u32,
+    bytes: u64,
+    status: Option<u32>,
+}
+
+/// A receive completion taken from the CQ, not yet delivered.
+struct RxDone {
+    slot: u32,
+    /// The sender and the length; `None`: the completion failed or its
+    /// sender could not be named (counted, the slot reposted).
+    ok: Option<(DevAddr, u32)>,
+}
+
+/// One endpoint's SRD queue pair (see the module docs).
+pub struct EfaDevice {
+    ctx: Arc<EfaCtx>,
+    channel: *mut ib::ibv_comp_channel,
+    scq: *mut ib::ibv_cq,
+    rcq_ex: *mut ib::ibv_cq_ex,
+    rcq: *mut ib::ibv_cq,
+    efa_rcq: *mut ib::efadv_cq,
+    qp: *mut ib::ibv_qp,
+    qpx: *mut ib::ibv_qp_ex,
+    qpn: u32,
+    qkey: u32,
+    local: DevAddr,
+    limits: EfaLimits,
+    // Receive.
+    rx_buf: Box<[u8]>,
+    rx_mr: *mut ib::ibv_mr,
+    rx_slot: usize,
+    rx_pending: VecDeque<RxDone>,
+    rwrs: Vec<ib::ibv_recv_wr>,
+    rsges: Vec<ib::ibv_sge>,
+    /// This endpoint's address handles by number (the domain's map covers
+    /// the others').
+    local_ahns: FxHashMap<u16, [u8; 16]>,
+    // Send.
+    tx_seq: u64,
+    inflight: FxHashMap<u64, Inflight>,
+    /// Read requests posted and not completed (they take send queue room).
+    read_wrs: u32,
+    bounce: Box<[u8]>,
+    bounce_mr: *mut ib::ibv_mr,
+    bounce_free: Vec<u32>,
+    lent: LentBuffers,
+    wcs: Vec<ib::ibv_wc>,
+    // Address handles.
+    ahs: FxHashMap<[u8; 16], AhEntry>,
+    ah_cap: usize,
+    ah_clock: u64,
+    unreachable: VecDeque<DevAddr>,
+    check_qp: bool,
+    // Reads.
+    reads: slab::Slab<EfaRead>,
+    read_done: VecDeque<ReadDone>,
+    pub stats: EfaStats,
+}
+
+// SAFETY: the device owns its verbs objects and buffers; verbs calls are
+// thread-safe, and `&mut self` serialises this device's own use.
+unsafe impl Send for EfaDevice {}
+
+impl EfaDevice {
+    fn open(ctx: Arc<EfaCtx>, spec: &OpenSpec) -> Result<EfaDevice, DeviceError> {
+        let limits = ctx.limits;
+        let ah_cap = if ctx.cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { ctx.cfg.ah_cache }.min(ctx.max_ah).max(1);
+        let rx_slot = limits.mtu;
+        let mut dev = EfaDevice {
+            channel: ptr::null_mut(),
+            scq: ptr::null_mut(),
+            rcq_ex: ptr::null_mut(),
+            rcq: ptr::null_mut(),
+            efa_rcq: ptr::null_mut(),
+            qp: ptr::null_mut(),
+            qpx: ptr::null_mut(),
+            qpn: 0,
+            qkey: qkey_for(spec.job_key),
+            local: DevAddr::NONE,
+            limits,
+            rx_buf: vec![0u8; rx_slot * limits.rq_depth as usize].into_boxed_slice(),
+            rx_mr: ptr::null_mut(),
+            rx_slot,
+            rx_pending: VecDeque::new(),
+            rwrs: Vec::with_capacity(limits.rq_depth as usize),
+            rsges: Vec::with_capacity(limits.rq_depth as usize),
+            local_ahns: FxHashMap::default(),
+            tx_seq: 0,
+            inflight: FxHashMap::default(),
+            read_wrs: 0,
+            bounce: vec![0u8; limits.mtu * limits.sq_depth as usize].into_boxed_slice(),
+            bounce_mr: ptr::null_mut(),
+            bounce_free: (0..limits.sq_depth).rev().collect(),
+            lent: LentBuffers::default(),
+            wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
+            ahs: FxHashMap::default(),
+            ah_cap,
+            ah_clock: 0,
+            unreachable: VecDeque::new(),
+            check_qp: false,
+            reads: slab::Slab::new(),
+            read_done: VecDeque::new(),
+            stats: EfaStats::default(),
+            ctx,
+        };
+        // From here on, Drop releases whatever was created.
+        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        dev.rx_mr = super::verbs::reg_mr(dev.ctx.pd, dev.rx_buf.as_mut_ptr(), dev.rx_buf.len(), lw)?;
+        dev.bounce_mr = super::verbs::reg_mr(dev.ctx.pd, dev.bounce.as_mut_ptr(), dev.bounce.len().max(1), 0)?;
+        // A completion channel where the device can notify (newer EFA
+        // kernels); without one the endpoint polls.
+        dev.channel = super::verbs::nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
+        dev.create_cqs()?;
+        dev.create_qp()?;
+        dev.bring_up()?;
+        dev.post_receives(0..dev.limits.rq_depth)?;
+        dev.local = efa_addr(dev.ctx.gid, dev.qpn);
+        Ok(dev)
+    }
+
+    /// The send CQ (sends and reads) and the extended receive CQ that
+    /// names senders' GIDs, on the channel when the device takes one.
+    fn create_cqs(&mut self) -> Result<(), DeviceError> {
+        let ctx = self.ctx.ctx;
+        let sq = self.limits.sq_depth as i32;
+        for channel in [self.channel, ptr::null_mut()] {
+            // SAFETY: an open context; a channel, if any, outlives the CQ (Drop order).
+            self.scq = unsafe { ib::ibv_create_cq(ctx, sq, ptr::null_mut(), channel, 0) };
+            if !self.scq.is_null() {
+                break;
+            }
+        }
+        if self.scq.is_null() {
+            return Err(last_err("ibv_create_cq(send)"));
+        }
+        let wc_flags = ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_BYTE_LEN | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SRC_QP | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SLID;
+        for channel in [self.channel, ptr::null_mut()] {
+            let mut attr = ib::ibv_cq_init_attr_ex { cqe: self.limits.rq_depth, channel, comp_vector: 0, wc_flags: wc_flags as u64, ..Default::default() };
+            let mut efa = ib::efadv_cq_init_attr { comp_mask: 0, wc_flags: ib::EFADV_WC_EX_WITH_SGID as u64 };
+            // SAFETY: an open context and valid attribute structs of the sizes passed.
+            self.rcq_ex = unsafe { ib::efadv_create_cq(ctx, &mut attr, &mut efa, std::mem::size_of::<ib::efadv_cq_init_attr>() as u32) };
+            if !self.rcq_ex.is_null() {
+                if channel.is_null() && !self.channel.is_null() {
+                    // The receive CQ cannot notify: nothing can wake a sleeper.
+                    // SAFETY: a live CQ with no events on the channel.
+                    unsafe { ib::ibv_destroy_comp_channel(self.channel) };
+                    self.channel = ptr::null_mut();
+                }
+                break;
+            }
+        }
+        if self.rcq_ex.is_null() {
+            return Err(last_err("efadv_create_cq(recv, with sgid)"));
+        }
+        // SAFETY: a live extended CQ.
+        self.rcq = unsafe { ib::ibv_cq_ex_to_cq(self.rcq_ex) };
+        // SAFETY: as above, made by efadv_create_cq.
+        self.efa_rcq = unsafe { ib::efadv_cq_from_ibv_cq_ex(self.rcq_ex) };
+        if self.efa_rcq.is_null() {
+            return Err(DeviceError::Config("efa: efadv_cq_from_ibv_cq_ex gave nothing".into()));
+        }
+        Ok(())
+    }
+
+    fn create_qp(&mut self) -> Result<(), DeviceError> {
+        let mut ops = ib::ibv_qp_create_send_ops_flags_IBV_QP_EX_WITH_SEND;
+        if self.limits.max_rdma_size.is_some() {
+            ops |= ib::ibv_qp_create_send_ops_flags_IBV_QP_EX_WITH_RDMA_READ;
+        }
+        let mut init = ib::ibv_qp_init_attr_ex {
+            send_cq: self.scq,
+            recv_cq: self.rcq,
+            cap: ib::ibv_qp_cap {
+                max_send_wr: self.limits.sq_depth,
+                max_recv_wr: self.limits.rq_depth,
+                max_send_sge: self.limits.send_sges as u32,
+                max_recv_sge: 1,
+                max_inline_data: self.limits.max_inline as u32,
+            },
+            qp_type: ib::ibv_qp_type_IBV_QPT_DRIVER,
+            sq_sig_all: 0,
+            comp_mask: ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_PD | ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            pd: self.ctx.pd,
+            send_ops_flags: ops as u64,
+            ..Default::default()
+        };
+        let mut efa = ib::efadv_qp_init_attr { driver_qp_type: ib::EFADV_QP_DRIVER_TYPE_SRD, ..Default::default() };
+        // SAFETY: an open context, live PD and CQs; valid in/out structs of the sizes passed.
+        self.qp = unsafe { ib::efadv_create_qp_ex(self.ctx.ctx, &mut init, &mut efa, std::mem::size_of::<ib::efadv_qp_init_attr>() as u32) };
+        if self.qp.is_null() {
+            return Err(last_err("efadv_create_qp_ex(SRD)"));
+        }
+        // The provider may round the depths up; never beyond what was asked
+        // for is used. Inline: what it granted.
+        self.limits.max_inline = self.limits.max_inline.min(init.cap.max_inline_data.min(u16::MAX as u32) as u16);
+        // SAFETY: a live QP made with send ops flags, so it has the extended part.
+        self.qpx = unsafe { ib::ibv_qp_to_qp_ex(self.qp) };
+        if self.qpx.is_null() {
+            return Err(DeviceError::Config("efa: the SRD queue pair has no extended send API".into()));
+        }
+        // SAFETY: a live QP.
+        self.qpn = unsafe { (*self.qp).qp_num };
+        Ok(())
+    }
+
+    fn modify(&mut self, attr: &mut ib::ibv_qp_attr, mask: ib::ibv_qp_attr_mask, what: &'static str) -> Result<(), DeviceError> {
+        // SAFETY: a live QP and a valid attribute struct.
+        let rc = unsafe { ib::ibv_modify_qp(self.qp, attr, mask.0 as i32) };
+        if rc != 0 {
+            return Err(ret_err(what, rc));
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT (P_Key index 0, port, Q_Key) -> RTR -> RTS (SQ PSN 0,
+    /// RNR retry forever where the device takes it).
+    fn bring_up(&mut self) -> Result<(), DeviceError> {
+        use ib::ibv_qp_attr_mask as m;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_INIT, pkey_index: 0, port_num: PORT, qkey: self.qkey, ..Default::default() };
+        self.modify(&mut a, m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY, "ibv_modify_qp(SRD INIT)")?;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTR, ..Default::default() };
+        self.modify(&mut a, m::IBV_QP_STATE, "ibv_modify_qp(SRD RTR)")?;
+        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
+        let mut mask = m::IBV_QP_STATE | m::IBV_QP_SQ_PSN;
+        if self.limits.rnr_retry {
+            a.rnr_retry = RNR_RETRY_INFINITE;
+            mask |= m::IBV_QP_RNR_RETRY;
+        }
+        self.modify(&mut a, mask, "ibv_modify_qp(SRD RTS)")
+    }
+
+    /// Posts receive slots `slots` as one chain.
+    fn post_receives(&mut self, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
+        self.rwrs.clear();
+        self.rsges.clear();
+        // SAFETY: the MR is live.
+        let lkey = unsafe { (*self.rx_mr).lkey };
+        let base = self.rx_buf.as_mut_ptr() as u64;
+        for s in slots {
+            self.rsges.push(ib::ibv_sge { addr: base + s as u64 * self.rx_slot as u64, length: self.rx_slot as u32, lkey });
+            self.rwrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
+        }
+        if self.rwrs.is_empty() {
+            return Ok(());
+        }
+        let n = self.rwrs.len();
+        for i in 0..n {
+            self.rwrs[i].sg_list = &mut self.rsges[i];
+            if i + 1 < n {
+                let next: *mut ib::ibv_recv_wr = &mut self.rwrs[i + 1];
+                self.rwrs[i].next = next;
+            }
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: a chain of valid WRs whose SGEs name slots of the
+        // registered receive buffer, which lives as long as the QP.
+        let rc = unsafe { ib::ibv_post_recv(self.qp, self.rwrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(ret_err("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    /// Send queue entries in use (sends and read requests in flight).
+    fn sq_used(&self) -> usize {
+        self.inflight.len() + self.read_wrs as usize
+    }
+
+    /// Takes in send and read completions; brings the QP back if one failed.
+    fn reap_sends(&mut self) {
+        loop {
+            // SAFETY: a live CQ and room for POLL_BATCH completions.
+            let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            for i in 0..n as usize {
+                let wc = self.wcs[i];
+                if wc.wr_id & READ_WR != 0 {
+                    self.read_completed(wc);
+                } else {
+                    self.send_completed(wc);
+                }
+            }
+            if (n as usize) < POLL_BATCH {
+                break;
+            }
+        }
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
+    }
+
+    fn send_completed(&mut self, wc: ib::ibv_wc) {
+        let Some(f) = self.inflight.remove(&wc.wr_id) else { return };
+        self.release_ah(&f.gid);
+        if let Some(b) = f.bounce {
+            self.bounce_free.push(b);
+        }
+        if wc.status == ib::ibv_wc_status_IBV_WC_SUCCESS {
+            return;
+        }
+        self.stats.send_errors += 1;
+        if wc.status == ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+            // The queue pair went to error under it: not the peer's doing.
+            return;
+        }
+        self.stats.last_error_status = wc.status;
+        let local = matches!(wc.status, ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR | ib::ibv_wc_status_IBV_WC_LOC_QP_OP_ERR);
+        if local {
+            self.check_qp = true;
+        }
+        if f.gathered && local {
+            // Application memory whose registration went away: rdmx's
+            // matter, not the peer's.
+            self.stats.gathered_send_errors += 1;
+        } else if !self.unreachable.contains(&f.dst) {
+            // RNR retries exhausted, a remote error, no path: SRD gave up
+            // on this datagram, and the engine (which does not resend on a
+            // reliable path) learns that the peer is gone.
+            self.unreachable.push_back(f.dst);
+        }
+    }
+
+    fn read_completed(&mut self, wc: ib::ibv_wc) {
+        self.read_wrs = self.read_wrs.saturating_sub(1);
+        let slot = (wc.wr_id & !READ_WR) as usize;
+        let Some(r) = self.reads.get_mut(slot) else { return };
+        let gid = r.gid;
+        if wc.status != ib::ibv_wc_status_IBV_WC_SUCCESS && r.status.is_none() {
+            r.status = Some(wc.status);
+        }
+        r.wrs_left -= 1;
+        let done = r.wrs_left == 0;
+        self.release_ah(&gid);
+        if !done {
+            return;
+        }
+        let r = self.reads.remove(slot);
+        match r.status {
+            None => {
+                self.stats.read_bytes += r.bytes;
+                self.read_done.push_back(ReadDone { id: r.id, bytes: r.bytes, error: None });
+            }
+            Some(status) => {
+                self.stats.read_errors += 1;
+                if status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+                    self.stats.last_error_status = status;
+                }
+                // Pieces complete in any order: no prefix is known to have
+                // arrived, so none is claimed; the sender pushes it all.
+                let e = io::Error::other(format!("RDMA read completed with ibv_wc_status {status}"));
+                self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::io("efa RDMA read", e)) });
+            }
+        }
+    }
+
+    fn release_ah(&mut self, gid: &[u8; 16]) {
+        if let Some(e) = self.ahs.get_mut(gid) {
+            e.inflight = e.inflight.saturating_sub(1);
+        }
+    }
+
+    /// Brings the QP back after a local error moved it to an error state:
+    /// SQE -> RTS, or from RESET (every receive reposted, every request in
+    /// flight dropped) after ERR.
+    fn recover(&mut self) {
+        let mut attr = ib::ibv_qp_attr::default();
+        let mut init = ib::ibv_qp_init_attr::default();
+        // SAFETY: a live QP and valid out-structs.
+        let rc = unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
+        if rc != 0 {
+            return;
+        }
+        use ib::ibv_qp_attr_mask as m;
+        match attr.qp_state {
+            ib::ibv_qp_state_IBV_QPS_SQE => {
+                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE, ..Default::default() };
+                if self.modify(&mut a, m::IBV_QP_STATE | m::IBV_QP_CUR_STATE, "ibv_modify_qp(SQE->RTS)").is_ok() {
+                    self.stats.qp_recoveries += 1;
+                }
+            }
+            ib::ibv_qp_state_IBV_QPS_ERR => {
+                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RESET, ..Default::default() };
+                if self.modify(&mut a, m::IBV_QP_STATE, "ibv_modify_qp(RESET)").is_err() {
+                    return;
+                }
+                self.rx_pending.clear();
+                self.drain_recv_cq();
+                // SAFETY: a live CQ and room for POLL_BATCH completions.
+                while unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) } > 0 {}
+                for (_, f) in std::mem::take(&mut self.inflight) {
+                    if let Some(b) = f.bounce {
+                        self.bounce_free.push(b);
+                    }
+                }
+                for e in self.ahs.values_mut() {
+                    e.inflight = 0;
+                }
+                self.read_wrs = 0;
+                for (_, r) in std::mem::take(&mut self.reads) {
+                    self.stats.read_errors += 1;
+                    self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::NotConnected) });
+                }
+                if self.bring_up().is_ok() && self.post_receives(0..self.limits.rq_depth).is_ok() {
+                    self.stats.qp_recoveries += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Throws away whatever the receive CQ holds (after a reset).
+    fn drain_recv_cq(&mut self) {
+        let mut attr = ib::ibv_poll_cq_attr::default();
+        // SAFETY: a live extended CQ; a started poll is ended below.
+        if unsafe { ib::ibv_start_poll(self.rcq_ex, &mut attr) } != 0 {
+            return;
+        }
+        // SAFETY: inside a started poll.
+        while unsafe { ib::ibv_next_poll(self.rcq_ex) } == 0 {}
+        // SAFETY: ends the poll started above.
+        unsafe { ib::ibv_end_poll(self.rcq_ex) };
+    }
+
+    /// The address handle for `gid`, from the cache or new (evicting the
+    /// least recently used one no request in flight uses).
+    fn ah_for(&mut self, gid: [u8; 16]) -> Result<*mut ib::ibv_ah, AhError> {
+        self.ah_clock += 1;
+        let clock = self.ah_clock;
+        if let Some(e) = self.ahs.get_mut(&gid) {
+            e.last_use = clock;
+            return Ok(e.ah);
+        }
+        if self.ahs.len() >= self.ah_cap && !self.evict_one() {
+            return Err(AhError::Busy);
+        }
+        let mut attr = ib::ibv_ah_attr { is_global: 1, port_num: PORT, ..Default::default() };
+        attr.grh.dgid.raw = gid;
+        // SAFETY: a live PD and a valid attribute struct.
+        let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
+        if ah.is_null() {
+            let e = io::Error::last_os_error().raw_os_error();
+            if matches!(e, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS)) && self.evict_one() {
+                return Err(AhError::Busy);
+            }
+            self.stats.ah_failed += 1;
+            return Err(AhError::Unreachable);
+        }
+        let mut q = ib::efadv_ah_attr::default();
+        // SAFETY: a live AH and an out-struct of the size passed.
+        let rc = unsafe { ib::efadv_query_ah(ah, &mut q, std::mem::size_of::<ib::efadv_ah_attr>() as u32) };
+        if rc != 0 {
+            // SAFETY: the AH just made, used by nothing.
+            unsafe { ib::ibv_destroy_ah(ah) };
+            self.stats.ah_failed += 1;
+            return Err(AhError::Unreachable);
+        }
+        self.ctx.ahn_added(q.ahn, gid);
+        self.local_ahns.insert(q.ahn, gid);
+        self.stats.ah_created += 1;
+        self.ahs.insert(gid, AhEntry { ah, ahn: q.ahn, last_use: clock, inflight: 0 });
+        Ok(ah)
+    }
+
+    fn evict_one(&mut self) -> bool {
+        let Some((&k, _)) = self.ahs.iter().filter(|(_, e)| e.inflight == 0).min_by_key(|(_, e)| e.last_use) else {
+            return false;
+        };
+        let e = self.ahs.remove(&k).expect("present");
+        self.destroy_ah(e);
+        self.stats.ah_evicted += 1;
+        true
+    }
+
+    fn destroy_ah(&mut self, e: AhEntry) {
+        self.local_ahns.remove(&e.ahn);
+        self.ctx.ahn_removed(e.ahn);
+        // SAFETY: an AH no request in flight uses, destroyed once.
+        unsafe { ib::ibv_destroy_ah(e.ah) };
+    }
+
+    /// The sender of the completion the receive CQ is at: its GID from the
+    /// address handle `slid` names, else from the completion itself.
+    fn source_of_current(&self) -> Option<DevAddr> {
+        // SAFETY: called inside a started poll on a CQ made with SRC_QP and SLID.
+        let (src_qp, slid) = unsafe { (ib::ibv_wc_read_src_qp(self.rcq_ex), ib::ibv_wc_read_slid(self.rcq_ex)) };
+        if slid != AHN_UNKNOWN {
+            let ahn = slid as u16;
+            if let Some(gid) = self.local_ahns.get(&ahn).copied().or_else(|| self.ctx.gid_of_ahn(ahn)) {
+                return Some(efa_addr(gid, src_qp));
+            }
+        }
+        let mut gid = ib::ibv_gid::default();
+        // SAFETY: inside a started poll of the CQ this efadv_cq belongs to
+        // (made with EFADV_WC_EX_WITH_SGID); a valid out-pointer.
+        if unsafe { ib::efadv_wc_read_sgid(self.efa_rcq, &mut gid) } != 0 {
+            return None;
+        }
+        // SAFETY: every bit pattern of the union is a valid byte array.
+        Some(efa_addr(unsafe { gid.raw }, src_qp))
+    }
+
+    /// Takes up to `max` receive completions into `rx_pending`.
+    fn poll_recv(&mut self, max: usize) {
+        if max == 0 {
+            return;
+        }
+        let mut attr = ib::ibv_poll_cq_attr::default();
+        // SAFETY: a live extended CQ; a started poll is ended below.
+        if unsafe { ib::ibv_start_poll(self.rcq_ex, &mut attr) } != 0 {
+            return;
+        }
+        let mut n = 0;
+        loop {
+            // SAFETY: inside a started poll: the CQ's current completion.
+            let (wr_id, status) = unsafe { ((*self.rcq_ex).wr_id, (*self.rcq_ex).status) };
+            let ok = if status != ib::ibv_wc_status_IBV_WC_SUCCESS {
+                if status == ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+                    self.check_qp = true;
+                } else {
+                    self.stats.recv_errors += 1;
+                }
+                None
+            } else {
+                // SAFETY: inside a started poll on a CQ made with BYTE_LEN.
+                let len = unsafe { ib::ibv_wc_read_byte_len(self.rcq_ex) };
+                if len as usize > self.rx_slot {
+                    self.stats.recv_errors += 1;
+                    None
+                } else {
+                    let src = self.source_of_current();
+                    if src.is_none() {
+                        self.stats.unknown_sources += 1;
+                    }
+                    src.map(|s| (s, len))
+                }
+            };
+            if wr_id < self.limits.rq_depth as u64 {
+                self.rx_pending.push_back(RxDone { slot: wr_id as u32, ok });
+            }
+            n += 1;
+            // SAFETY: inside a started poll.
+            if n >= max || unsafe { ib::ibv_next_poll(self.rcq_ex) } != 0 {
+                break;
+            }
+        }
+        // SAFETY: ends the poll started above.
+        unsafe { ib::ibv_end_poll(self.rcq_ex) };
+    }
+
+    /// Consumes the channel's events (acknowledging them per CQ).
+    fn ack_events(&mut self) {
+        if self.channel.is_null() {
+            return;
+        }
+        let (mut nr, mut ns) = (0, 0);
+        loop {
+            let mut cq = ptr::null_mut();
+            let mut cq_ctx = ptr::null_mut();
+            // SAFETY: a live channel (non-blocking fd) and valid out-pointers.
+            if unsafe { ib::ibv_get_cq_event(self.channel, &mut cq, &mut cq_ctx) } != 0 {
+                break;
+            }
+            if cq == self.scq {
+                ns += 1;
+            } else {
+                nr += 1;
+            }
+        }
+        if nr > 0 {
+            // SAFETY: events of the receive CQ.
+            unsafe { ib::ibv_ack_cq_events(self.rcq, nr) };
+        }
+        if ns > 0 {
+            // SAFETY: events of the send CQ.
+            unsafe { ib::ibv_ack_cq_events(self.scq, ns) };
+        }
+    }
+
+    /// The queue pair number.
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The Q_Key of this queue pair.
+    pub fn qkey(&self) -> u32 {
+        self.qkey
+    }
+
+    /// Sends and read requests posted and not completed.
+    pub fn outstanding(&self) -> usize {
+        self.sq_used()
+    }
+
+    /// One send work request for `d` on the started send session.
+    fn post_one(&mut self, d: &TxDatagram<'_>, ah: *mut ib::ibv_ah, qpn: u32, seq: u64) -> Option<u32> {
+        let len = d.data.len();
+        let gather = d.gather.filter(|g| !g.is_empty());
+        let qpx = self.qpx;
+        let mut flags = ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let inline = gather.is_none() && len <= self.limits.max_inline as usize;
+        if inline {
+            flags |= ib::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        // SAFETY: inside a started session of a live QP with the extended
+        // API; the AH is live (its in-flight count keeps it cached).
+        unsafe {
+            (*qpx).wr_id = seq;
+            (*qpx).wr_flags = flags;
+            ib::ibv_wr_send(qpx);
+            ib::ibv_wr_set_ud_addr(qpx, ah, qpn, self.qkey);
+        }
+        if inline {
+            self.stats.inline_sends += 1;
+            // SAFETY: the provider copies the bytes into the WQE now.
+            unsafe { ib::ibv_wr_set_inline_data(qpx, d.data.as_ptr() as *mut _, len) };
+            return None;
+        }
+        let mut sges = [ib::ibv_sge::default(); 2];
+        let mut n = 0;
+        let mut bounce = None;
+        let lent = (len > 0).then(|| self.lent.lkey(d.data)).flatten();
+        match (gather, lent) {
+            (Some(g), _) if self.limits.send_sges < 2 || (len > 0 && lent.is_none()) => {
+                // One SGE only, or header bytes outside lent memory: both
+                // parts into a bounce slot.
+                let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
+                let off = b as usize * self.limits.mtu;
+                self.bounce[off..off + len].copy_from_slice(d.data);
+                // SAFETY: a gathered part is memory its sender vouched for
+                // until the message completes, after this send.
+                let part = unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) };
+                self.bounce[off + len..off + len + part.len()].copy_from_slice(part);
+                // SAFETY: a live MR.
+                let lkey = unsafe { (*self.bounce_mr).lkey };
+                sges[0] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: (len + part.len()) as u32, lkey };
+                n = 1;
+                bounce = Some(b);
+                self.stats.bounce_copies += 1;
+            }
+            _ => {
+                if len > 0 {
+                    if let Some(lkey) = lent {
+                        self.stats.zero_copy_sends += 1;
+                        sges[n] = ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey };
+                    } else {
+                        let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
+                        let off = b as usize * self.limits.mtu;
+                        self.bounce[off..off + len].copy_from_slice(d.data);
+                        // SAFETY: a live MR.
+                        let lkey = unsafe { (*self.bounce_mr).lkey };
+                        sges[n] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey };
+                        bounce = Some(b);
+                        self.stats.bounce_copies += 1;
+                    }
+                    n += 1;
+                }
+                if let Some(g) = gather {
+                    self.stats.gathered_sends += 1;
+                    let (lkey, _) = mr_keys(g.key().unwrap_or(0));
+                    sges[n] = ib::ibv_sge { addr: g.addr(), length: g.len() as u32, lkey };
+                    n += 1;
+                }
+            }
+        }
+        // SAFETY: inside the started session; the provider copies the list
+        // now. Each SGE names a lent transmit buffer, a bounce slot or a
+        // gathered part (registered application memory valid until its
+        // message completes, after this send's completion).
+        unsafe { ib::ibv_wr_set_sge_list(qpx, n, sges.as_ptr()) };
+        bounce
+    }
+}
+
+impl Device for EfaDevice {
+    fn caps(&self) -> DeviceCaps {
+        self.limits.caps()
+    }
+
+    fn local_addr(&self) -> DevAddr {
+        self.local
+    }
+
+    fn owns(&self, addr: &DevAddr) -> bool {
+        parse_efa_addr(addr).is_some()
+    }
+
+    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.reap_sends();
+        let room = (self.limits.sq_depth as usize).saturating_sub(self.sq_used());
+        if room < batch.len() {
+            self.stats.sq_full += 1;
+        }
+        let first_seq = self.tx_seq;
+        let mut posted: Vec<u64> = Vec::new();
+        let mut failure = None;
+        let mut started = false;
+        for d in batch.iter().take(room) {
+            let Some((gid, qpn)) = parse_efa_addr(&d.dst) else {
+                failure = Some(DeviceError::Unreachable(d.dst));
+                break;
+            };
+            if d.wire_len() > self.limits.mtu {
+                failure = Some(DeviceError::TooLarge { len: d.wire_len(), mtu: self.limits.mtu });
+                break;
+            }
+            let ah = match self.ah_for(gid) {
+                Ok(ah) => ah,
+                Err(AhError::Busy) => break,
+                Err(AhError::Unreachable) => {
+                    if !self.unreachable.contains(&d.dst) {
+                        self.unreachable.push_back(d.dst);
+                    }
+                    failure = Some(DeviceError::Unreachable(d.dst));
+                    break;
+                }
+            };
+            if !started {
+                // SAFETY: a live QP with the extended API; completed or
+                // aborted below.
+                unsafe { ib::ibv_wr_start(self.qpx) };
+                started = true;
+            }
+            let seq = self.tx_seq;
+            self.tx_seq += 1;
+            let bounce = self.post_one(d, ah, qpn, seq);
+            if let Some(e) = self.ahs.get_mut(&gid) {
+                e.inflight += 1;
+            }
+            self.inflight.insert(seq, Inflight { dst: d.dst, gid, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
+            posted.push(seq);
+        }
+        if !started {
+            return match failure {
+                Some(e) => Err(e),
+                None => Ok(0),
+            };
+        }
+        // SAFETY: ends the session started above: posts every request of it
+        // or none.
+        let rc = unsafe { ib::ibv_wr_complete(self.qpx) };
+        if rc != 0 {
+            for seq in posted {
+                if let Some(f) = self.inflight.remove(&seq) {
+                    self.release_ah(&f.gid);
+                    if let Some(b) = f.bounce {
+                        self.bounce_free.push(b);
+                    }
+                }
+            }
+            self.tx_seq = first_seq;
+            // A full queue (the provider counts its own entries): try later.
+            if rc == libc::ENOMEM {
+                return Ok(0);
+            }
+            return Err(ret_err("ibv_wr_complete(send)", rc));
+        }
+        self.stats.sent += posted.len() as u64;
+        Ok(posted.len())
+    }
+
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        if max == 0 {
+            return Ok(0);
+        }
+        self.reap_sends();
+        if self.rx_pending.len() < max {
+            self.poll_recv(max - self.rx_pending.len());
+        }
+        let mut delivered = 0;
+        let mut repost: [u32; POLL_BATCH] = [0; POLL_BATCH];
+        let mut nrepost = 0;
+        while delivered < max {
+            let Some(rx) = self.rx_pending.pop_front() else { break };
+            if let Some((src, len)) = rx.ok {
+                let off = rx.slot as usize * self.rx_slot;
+                deliver(src, &self.rx_buf[off..off + len as usize]);
+                delivered += 1;
+                self.stats.received += 1;
+            }
+            repost[nrepost] = rx.slot;
+            nrepost += 1;
+            if nrepost == POLL_BATCH {
+                self.post_receives(repost.iter().copied())?;
+                nrepost = 0;
+            }
+            if self.rx_pending.is_empty() && delivered < max {
+                self.poll_recv(max - delivered);
+            }
+        }
+        self.post_receives(repost[..nrepost].iter().copied())?;
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
+        Ok(delivered)
+    }
+
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        self.lent.lend(self.ctx.pd, count, len)
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        // SAFETY: the channel lives as long as the device.
+        (!self.channel.is_null()).then(|| unsafe { (*self.channel).fd })
+    }
+
+    fn prepare_wait(&mut self) -> bool {
+        self.ack_events();
+        if !self.rx_pending.is_empty() || !self.read_done.is_empty() {
+            return true;
+        }
+        if !self.channel.is_null() {
+            // SAFETY: a live CQ on the channel.
+            unsafe { ib::ibv_req_notify_cq(self.rcq, 0) };
+            if !self.reads.is_empty() {
+                // Read completions arrive on the send CQ: wake for them too.
+                // SAFETY: as above.
+                unsafe { ib::ibv_req_notify_cq(self.scq, 0) };
+            }
+        }
+        // A completion that arrived before the arm raises no event: look.
+        self.reap_sends();
+        self.poll_recv(POLL_BATCH);
+        !self.rx_pending.is_empty() || !self.read_done.is_empty()
+    }
+
+    fn poll_unreachable(&mut self) -> Option<DevAddr> {
+        self.unreachable.pop_front()
+    }
+
+    /// RDMA read on the SRD queue pair itself: one request per piece of at
+    /// most `max_rdma_size`, all posted in one session.
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let Some(max) = self.limits.max_rdma_size else {
+            return Err(DeviceError::Unsupported);
+        };
+        let Some((gid, qpn)) = parse_efa_addr(&peer) else {
+            return Err(DeviceError::Unsupported);
+        };
+        self.reap_sends();
+        let pieces = split_read(runs, max)?;
+        if pieces.is_empty() {
+            self.read_done.push_back(ReadDone { id, bytes: 0, error: None });
+            return Ok(());
+        }
+        if pieces.len() > (self.limits.sq_depth as usize).saturating_sub(self.sq_used()) {
+            self.stats.reads_deferred += 1;
+            return Err(DeviceError::NotConnected);
+        }
+        let ah = match self.ah_for(gid) {
+            Ok(ah) => ah,
+            Err(AhError::Busy) => {
+                self.stats.reads_deferred += 1;
+                return Err(DeviceError::NotConnected);
+            }
+            Err(AhError::Unreachable) => return Err(DeviceError::Unreachable(peer)),
+        };
+        let slot = self.reads.vacant_key() as u64;
+        let wr_id = READ_WR | slot;
+        let qpx = self.qpx;
+        // SAFETY: a live QP made with IBV_QP_EX_WITH_RDMA_READ (the device
+        // has the cap); the AH is live; each local SGE names memory the
+        // caller vouched for until this read completes (`LocalBuf`),
+        // registered under its lkey; the session is completed below.
+        let rc = unsafe {
+            ib::ibv_wr_start(qpx);
+            for p in &pieces {
+                (*qpx).wr_id = wr_id;
+                (*qpx).wr_flags = ib::ibv_send_flags::IBV_SEND_SIGNALED.0;
+                ib::ibv_wr_rdma_read(qpx, p.rkey, p.remote_addr);
+                ib::ibv_wr_set_ud_addr(qpx, ah, qpn, self.qkey);
+                ib::ibv_wr_set_sge(qpx, p.lkey, p.addr, p.len);
+            }
+            ib::ibv_wr_complete(qpx)
+        };
+        if rc != 0 {
+            self.stats.reads_deferred += 1;
+            // Nothing was posted: pushed this time, read later.
+            return if rc == libc::ENOMEM { Err(DeviceError::NotConnected) } else { Err(ret_err("ibv_wr_complete(RDMA read)", rc)) };
+        }
+        let bytes = pieces.iter().map(|p| p.len as u64).sum();
+        let key = self.reads.insert(EfaRead { id, gid, wrs_left: pieces.len() as u32, bytes, status: None });
+        debug_assert_eq!(key as u64, slot);
+        if let Some(e) = self.ahs.get_mut(&gid) {
+            e.inflight += pieces.len() as u32;
+        }
+        self.read_wrs += pieces.len() as u32;
+        self.stats.reads += 1;
+        self.stats.read_requests += pieces.len() as u64;
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        if self.read_done.is_empty() && !self.reads.is_empty() {
+            self.reap_sends();
+        }
+        self.read_done.pop_front()
+    }
+
+    fn read_conn_stats(&self) -> super::ReadConnStats {
+        // No connections: SRD reads on the datagram queue pair.
+        super::ReadConnStats { reads: self.stats.reads, read_bytes: self.stats.read_bytes, read_failures: self.stats.read_errors, ..Default::default() }
+    }
+}
+
+impl Drop for EfaDevice {
+    fn drop(&mut self) {
+        // SAFETY: every object is destroyed once, users before what they
+        // use: the QP (nothing more is posted or written), the AHs, the CQs
+        // (their events acknowledged), the channel, the MRs; the PD and
+        // context go with the last Arc of the context.
+        unsafe {
+            if !self.qp.is_null() {
+                ib::ibv_destroy_qp(self.qp);
+            }
+        }
+        for (_, e) in std::mem::take(&mut self.ahs) {
+            self.destroy_ah(e);
+        }
+        self.ack_events();
+        // SAFETY: as above.
+        unsafe {
+            if !self.scq.is_null() {
+                ib::ibv_destroy_cq(self.scq);
+            }
+            if !self.rcq.is_null() {
+                ib::ibv_destroy_cq(self.rcq);
+            } else if !self.rcq_ex.is_null() {
+                ib::ibv_destroy_cq(ib::ibv_cq_ex_to_cq(self.rcq_ex));
+            }
+            if !self.channel.is_null() {
+                ib::ibv_destroy_comp_channel(self.channel);
+            }
+        }
+        super::verbs::dereg_mr(self.rx_mr);
+        super::verbs::dereg_mr(self.bounce_mr);
+        self.lent.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::LocalBuf;
+
+    fn attr(caps: u32) -> ib::efadv_device_attr {
+        ib::efadv_device_attr { max_sq_wr: 512, max_rq_wr: 8192, max_sq_sge: 2, max_rq_sge: 1, inline_buf_size: 32, device_caps: caps, max_rdma_size: 1 << 30, ..Default::default() }
+    }
+
+    #[test]
+    fn address_round_trip_and_foreign_families() {
+        let gid: [u8; 16] = std::array::from_fn(|i| 0xfe - i as u8);
+        let a = efa_addr(gid, 0xabcdef);
+        assert_eq!(parse_efa_addr(&a), Some((gid, 0xabcdef)));
+        let DevAddr::Raw(r) = a else { panic!("raw") };
+        assert_eq!(r.family(), RawAddr::FAMILY_EFA);
+        assert_eq!(r.bytes().len(), EFA_ADDR_LEN);
+        assert_eq!(&r.bytes()[16..], &0xabcdefu32.to_le_bytes());
+        // A verbs UD address (another family), a wrong length, a socket.
+        assert_eq!(parse_efa_addr(&super::super::verbs::ud_addr(gid, 7, 0)), None);
+        assert_eq!(parse_efa_addr(&DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_EFA, &[0; 22]).unwrap())), None);
+        assert_eq!(parse_efa_addr(&DevAddr::NONE), None);
+        assert_eq!(super::super::verbs::parse_ud_addr(&a), None);
+    }
+
+    #[test]
+    fn limits_and_caps_from_the_device_attributes() {
+        let all = ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ | ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY | ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
+        let l = EfaLimits::from_attr(&attr(all), 8928, 32768, 0, 0);
+        assert_eq!(l, EfaLimits { mtu: 8928, sq_depth: 256, rq_depth: 512, max_inline: 32, send_sges: 2, max_rdma_size: Some(1 << 30), rnr_retry: true, cq_with_sgid: true });
+        let c = l.caps();
+        assert!(c.reliable && !c.ordered && c.remote_read && c.registration && !c.gso);
+        assert_eq!((c.mtu, c.max_inline), (8928, 32));
+        // The device's depths bound what is asked for; so do its CQs.
+        let l = EfaLimits::from_attr(&attr(all), 8928, 300, 4096, 4096);
+        assert_eq!((l.sq_depth, l.rq_depth), (300, 300));
+        let l = EfaLimits::from_attr(&attr(all), 8928, 1 << 20, 4096, 4096);
+        assert_eq!((l.sq_depth, l.rq_depth), (512, 4096));
+        // No RDMA read: the windowed push; no RNR retry cap; no SGID.
+        let l = EfaLimits::from_attr(&attr(ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID), 8928, 1024, 0, 0);
+        assert_eq!(l.max_rdma_size, None);
+        assert!(!l.caps().remote_read && !l.rnr_retry && l.cq_with_sgid);
+        let l = EfaLimits::from_attr(&attr(0), 8928, 1024, 0, 0);
+        assert!(!l.cq_with_sgid);
+        // A read cap with a size of 0 cannot read.
+        let mut a = attr(ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ);
+        a.max_rdma_size = 0;
+        assert_eq!(EfaLimits::from_attr(&a, 8928, 1024, 0, 0).max_rdma_size, None);
+        // One SGE; inline larger than the datagram is cut to it.
+        let mut a = attr(0);
+        a.max_sq_sge = 1;
+        a.inline_buf_size = 9000;
+        let l = EfaLimits::from_attr(&a, 8928, 1024, 0, 0);
+        assert_eq!((l.send_sges, l.max_inline), (1, 8928));
+    }
+
+    #[test]
+    fn reads_split_by_max_rdma_size() {
+        let buf = vec![0u8; 10_000];
+        // SAFETY: `buf` outlives the runs; nothing reads through them.
+        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 10_000) }.with_key(super::super::verbs::mr_key(0x11, 0x22));
+        let remote_key = Some(super::super::verbs::mr_key(0x33, 0x44));
+        let runs = [
+            ReadRun { remote_addr: 0x1000_0000, remote_key, local: local.sub(0, 9000).unwrap() },
+            ReadRun { remote_addr: 0x2000_0000, remote_key, local: local.sub(9000, 0).unwrap() },
+            ReadRun { remote_addr: 0x3000_0000, remote_key, local: local.sub(9000, 1000).unwrap() },
+        ];
+        let p = split_read(&runs, 4096).unwrap();
+        let base = buf.as_ptr() as u64;
+        assert_eq!(
+            p,
+            vec![
+                ReadPiece { remote_addr: 0x1000_0000, rkey: 0x44, addr: base, lkey: 0x11, len: 4096 },
+                ReadPiece { remote_addr: 0x1000_1000, rkey: 0x44, addr: base + 4096, lkey: 0x11, len: 4096 },
+                ReadPiece { remote_addr: 0x1000_2000, rkey: 0x44, addr: base + 8192, lkey: 0x11, len: 808 },
+                ReadPiece { remote_addr: 0x3000_0000, rkey: 0x44, addr: base + 9000, lkey: 0x11, len: 1000 },
+            ]
+        );
+        assert_eq!(p.iter().map(|p| p.len as u64).sum::<u64>(), 10_000);
+        assert_eq!(split_read(&runs, 1 << 30).unwrap().len(), 2);
+        let no_key = [ReadRun { remote_addr: 0, remote_key: None, local }];
+        assert!(matches!(split_read(&no_key, 4096), Err(DeviceError::Config(_))));
+    }
+
+    /// Hosts without an EFA device (this one, CI's, the Soft-RoCE VM):
+    /// opening is a `Config` error that says why, never a panic.
+    #[test]
+    fn opening_without_an_efa_device_is_a_config_error() {
+        match EfaContext::open(&EfaConfig::default()) {
+            Ok(c) => eprintln!("an EFA device is here: {c:?}"),
+            Err(DeviceError::Config(why)) => {
+                assert!(why.starts_with("efa: no"), "{why}");
+                assert!(!EfaContext::available());
+            }
+            Err(e) => panic!("not a Config error: {e}"),
+        }
+        match EfaContext::open(&EfaConfig { device: Some("no-such-rdma-device".into()), ..Default::default() }) {
+            Err(DeviceError::Config(why)) => assert!(why.contains("no RDMA device"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
