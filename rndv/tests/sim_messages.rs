@@ -97,10 +97,6 @@ struct RegModel {
 }
 
 impl RegModel {
-    fn new(cfg: CacheConfig) -> Arc<Mutex<RegModel>> {
-        RegModel::over(DevModel::default(), cfg)
-    }
-
     fn over(dev: DevModel, cfg: CacheConfig) -> Arc<Mutex<RegModel>> {
         let monitor: &'static Monitor = Box::leak(Box::new(Monitor::manual()));
         Arc::new(Mutex::new(RegModel {
