@@ -34,6 +34,16 @@
 #   RDMX_VM_CACHE    kernel package, kernel, initramfs   (default $HOME/.cache/rdmx-vm)
 #   RDMX_VM_KERNEL   a kernel image to boot instead of the downloaded one (its modules
 #                    must be those of the package: for debugging)
+#   RDMX_VM_KERNEL_PKG  another Debian kernel to boot, kernel and modules (e.g. a newer
+#                    one, for what newer rxe can do): space-separated .deb files and/or
+#                    package names (NAME or NAME=VERSION) that `apt-get download` fetches
+#                    with their linux-{image,binary,modules,base}-* dependencies (newer
+#                    Debian kernels, e.g. 7.3 of trixie-backports, come split into
+#                    these); apt's sources are this machine's, or those of an APT_CONFIG
+#                    file (e.g. Dir::Etc::sourcelist naming trixie-backports,
+#                    Dir::Etc::sourceparts, Dir::State::Lists and Dir::Cache elsewhere;
+#                    `apt-get update` with it first). Cached in a directory of its own in
+#                    RDMX_VM_CACHE named after the value. Unset: linux-image-amd64, above
 #   RDMX_VM_TIMEOUT  seconds until the VM is killed (default 1800)
 #   RDMX_VM_SMP      vCPUs (default nproc, at least 2 and at most 4: with 1, a blocking
 #                    ping-pong costs ~8 ms a round trip)
@@ -77,6 +87,39 @@ command -v rdma >/dev/null || vmfail "rdma (iproute2) missing: the VM uses it to
 mkdir -p "$CACHE"
 exec 9>"$CACHE/lock"
 flock 9
+if [[ -n ${RDMX_VM_KERNEL_PKG:-} ]]; then
+  # RDMX_VM_KERNEL_PKG: its .debs in $kdir/debs, fetched or copied once.
+  kdir=$CACHE/pkg_$(for p in $RDMX_VM_KERNEL_PKG; do basename "$p" .deb; done | paste -sd, | tr -c 'A-Za-z0-9.+=,_\n-' _ | cut -c1-200)
+  if ! compgen -G "$kdir/debs/*.deb" >/dev/null; then
+    dl=$(mktemp -d "$CACHE/dl.XXXXXX")
+    # shellcheck disable=SC2064  # $dl is known now
+    trap "rm -rf '$dl'" EXIT
+    names=()
+    for p in $RDMX_VM_KERNEL_PKG; do
+      if [[ $p == *.deb ]]; then
+        cp "$p" "$dl/" || vmfail "RDMX_VM_KERNEL_PKG: cannot read $p"
+      else names+=("$p")
+      fi
+    done
+    seen=" "
+    while ((${#names[@]})); do
+      p=${names[0]}; names=("${names[@]:1}")
+      [[ $seen != *" ${p%%=*} "* ]] || continue
+      seen+="${p%%=*} "
+      say "downloading $p into $kdir"
+      (cd "$dl" && apt-get download -q -o APT::Sandbox::User=root "$p" >&2) ||
+        vmfail "RDMX_VM_KERNEL_PKG: apt-get download $p failed"
+      for d in $(apt-cache depends "$p" 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-(image|binary|modules|base)-/ {print $2}'); do
+        names+=("$d")
+      done
+    done
+    mkdir -p "$kdir/debs"
+    mv "$dl"/*.deb "$kdir/debs/"
+    rm -rf "$dl"
+    trap - EXIT
+  fi
+  debs=("$kdir"/debs/*.deb)
+else
 kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ && !found {print $2; found = 1}' || true)
 kver=
 [[ -z $kpkg ]] || kver=$(apt-cache policy "$kpkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
@@ -103,19 +146,27 @@ if [[ ! -s $kdir/kernel.deb ]]; then
   mv "$dl"/*.deb "$kdir/kernel.deb"
   rm -rf "$dl"
 fi
+debs=("$kdir/kernel.deb")
+fi
 initrd=$kdir/initrd-$(sha256sum "$0" | cut -c1-12).img
 if [[ ! -s $initrd || ! -s $kdir/vmlinuz ]]; then
   work=$(mktemp -d "$CACHE/build.XXXXXX")
   # shellcheck disable=SC2064  # $work is known now
   trap "rm -rf '$work'" EXIT
-  dpkg-deb -x "$kdir/kernel.deb" "$work/root" || vmfail "cannot unpack $kdir/kernel.deb"
+  for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$work/root" || vmfail "cannot unpack $deb"; done
+  # newer packages: /usr/lib/modules/$kv, with the kernel image in it
+  [[ -e $work/root/lib/modules || ! -d $work/root/usr/lib/modules ]] ||
+    { mkdir -p "$work/root/lib"; ln -s ../usr/lib/modules "$work/root/lib/modules"; }
   kv=$(ls "$work/root/lib/modules")
-  cp "$work/root/boot/vmlinuz-$kv" "$kdir/vmlinuz"
+  if [[ -f $work/root/boot/vmlinuz-$kv ]]; then cp "$work/root/boot/vmlinuz-$kv" "$kdir/vmlinuz"
+  else cp "$work/root/lib/modules/$kv/vmlinuz" "$kdir/vmlinuz" || vmfail "no kernel image in ${debs[*]}"
+  fi
   mods=$work/root/lib/modules/$kv
   "$BUSYBOX" depmod -b "$work/root" "$kv" || vmfail "depmod failed"
   # Loaded in this order, each after what it depends on (modules.dep). Those built
   # into the kernel are not in modules.dep and are skipped. crc32 is what rxe's ICRC
-  # asks the crypto API for: there is no modprobe in the VM to load it on demand.
+  # asks the crypto API for: there is no modprobe in the VM to load it on demand
+  # (kernels >= 6.15 have neither crc32 module: their rxe calls the crc32 library).
   want="virtio_pci virtio_console 9pnet_virtio 9p overlay veth dummy sch_netem
         crc32_generic crc32_pclmul ib_core ib_uverbs rdma_rxe"
   : >"$work/order"
@@ -130,6 +181,7 @@ if [[ ! -s $initrd || ! -s $kdir/vmlinuz ]]; then
     rel=$(awk -F: -v n="$m" '{ f = $1; sub(".*/", "", f); sub("[.]ko.*$", "", f); gsub("-", "_", f); if (f == n) { print $1; exit } }' "$mods/modules.dep")
     if [[ -n $rel ]]; then add "$rel"
     elif grep -q "/${m//_/[_-]}\.ko" "$mods/modules.builtin"; then :
+    elif [[ $m == crc32_* && -n ${RDMX_VM_KERNEL_PKG:-} ]]; then :
     else vmfail "kernel $kv has no module $m"
     fi
   done
