@@ -9,7 +9,7 @@
 //! |----:|-----:|-------|
 //! | 0 | 1 | magic `0x52` ('R') |
 //! | 1 | 1 | format version (2: the UD queue pair was added) |
-//! | 2 | 1 | flags: bit0 has UDP, bit1 UDP is IPv6, bit2 has shm ring, bit3 has a verbs UD queue pair |
+//! | 2 | 1 | flags: bit0 has UDP, bit1 UDP is IPv6, bit2 has shm ring, bit3 has a verbs UD queue pair, bit4 that queue pair is EFA SRD (GID and QPN as for UD, LID 0) |
 //! | 3 | 3 | UD: queue pair number (24 bits, as verbs defines it) |
 //! | 6 | 2 | UDP port (big-endian, as on the wire) |
 //! | 8 | 16 | IPv6 address, or IPv4 in the first 4 bytes |
@@ -32,20 +32,27 @@ const HAS_UDP: u8 = 1;
 const UDP_V6: u8 = 2;
 const HAS_SHM: u8 = 4;
 const HAS_UD: u8 = 8;
+const UD_IS_SRD: u8 = 16;
 
-/// A verbs UD queue pair: what a peer's address handle and send name. QPNs
-/// are 24 bits.
+/// A verbs UD queue pair, or an EFA SRD one (`srd`): what a peer's address
+/// handle and send name. QPNs are 24 bits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct UdAddr {
     pub gid: [u8; 16],
     pub qpn: u32,
     pub lid: u16,
+    /// An EFA SRD queue pair (`rdm::device::efa`), reached only from one.
+    pub srd: bool,
 }
 
 impl UdAddr {
     /// The device address of this queue pair: GID ++ QPN ++ LID, the verbs
-    /// device's encoding of `DevAddr::Raw` (`rdm::device::verbs`).
+    /// device's encoding of `DevAddr::Raw` (`rdm::device::verbs`), or the
+    /// EFA device's GID ++ QPN.
     pub fn dev_addr(&self) -> DevAddr {
+        if self.srd {
+            return rdm::device::efa::efa_addr(self.gid, self.qpn);
+        }
         let mut b = [0u8; 22];
         b[..16].copy_from_slice(&self.gid);
         b[16..20].copy_from_slice(&self.qpn.to_le_bytes());
@@ -59,6 +66,9 @@ impl UdAddr {
     /// they share the 64-bit subnet prefix. Symmetric, so both ends of a pair
     /// choose the same path and know each other by one address.
     pub fn reaches(&self, other: &UdAddr) -> bool {
+        if self.srd != other.srd {
+            return false;
+        }
         const V4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
         let v4 = |g: &[u8; 16]| g[..12] == V4_MAPPED;
         match (v4(&self.gid), v4(&other.gid)) {
@@ -71,11 +81,14 @@ impl UdAddr {
     /// `ud:<gid as 8 groups of 4 hex digits>/qpn:<qpn in hex>`.
     pub fn to_text(&self) -> String {
         let gid: Vec<String> = self.gid.chunks(2).map(|c| format!("{:02x}{:02x}", c[0], c[1])).collect();
-        format!("ud:{}/qpn:{:#x}", gid.join(":"), self.qpn)
+        format!("{}:{}/qpn:{:#x}", if self.srd { "srd" } else { "ud" }, gid.join(":"), self.qpn)
     }
 
     /// The queue pair a verbs device address names.
     pub fn from_dev_addr(a: &DevAddr) -> Option<UdAddr> {
+        if let Some((gid, qpn)) = rdm::device::efa::parse_efa_addr(a) {
+            return Some(UdAddr { gid, qpn, lid: 0, srd: true });
+        }
         let DevAddr::Raw(r) = a else { return None };
         let b = r.bytes();
         if r.family() != RawAddr::FAMILY_VERBS_UD || b.len() != 22 {
@@ -83,7 +96,7 @@ impl UdAddr {
         }
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[..16]);
-        Some(UdAddr { gid, qpn: u32::from_le_bytes([b[16], b[17], b[18], b[19]]), lid: u16::from_le_bytes([b[20], b[21]]) })
+        Some(UdAddr { gid, qpn: u32::from_le_bytes([b[16], b[17], b[18], b[19]]), lid: u16::from_le_bytes([b[20], b[21]]), srd: false })
     }
 }
 
@@ -128,6 +141,9 @@ impl RdmxAddr {
         b[40..44].copy_from_slice(&self.pid.to_le_bytes());
         if let Some(ud) = self.ud {
             flags |= HAS_UD;
+            if ud.srd {
+                flags |= UD_IS_SRD;
+            }
             b[3..6].copy_from_slice(&ud.qpn.to_le_bytes()[..3]);
             b[46..48].copy_from_slice(&ud.lid.to_le_bytes());
             b[48..64].copy_from_slice(&ud.gid);
@@ -148,7 +164,7 @@ impl RdmxAddr {
             u64::from_le_bytes(a)
         };
         let flags = b[2];
-        if flags & !(HAS_UDP | UDP_V6 | HAS_SHM | HAS_UD) != 0 {
+        if flags & !(HAS_UDP | UDP_V6 | HAS_SHM | HAS_UD | UD_IS_SRD) != 0 {
             return None;
         }
         let port = u16::from_be_bytes([b[6], b[7]]);
@@ -170,7 +186,7 @@ impl RdmxAddr {
             ud: (flags & HAS_UD != 0).then(|| {
                 let mut gid = [0u8; 16];
                 gid.copy_from_slice(&b[48..64]);
-                UdAddr { gid, qpn: u32::from_le_bytes([b[3], b[4], b[5], 0]), lid: u16::from_le_bytes([b[46], b[47]]) }
+                UdAddr { gid, qpn: u32::from_le_bytes([b[3], b[4], b[5], 0]), lid: u16::from_le_bytes([b[46], b[47]]), srd: flags & UD_IS_SRD != 0 }
             }),
         })
     }
@@ -200,7 +216,7 @@ impl RdmxAddr {
         None
     }
 
-    /// `rdmx://<host id>/<ip:port>/<incarnation>[/shm:<pid>][/ud:<gid>/qpn:<qpn>[/lid:<lid>]]`,
+    /// `rdmx://<host id>/<ip:port>/<incarnation>[/shm:<pid>][/ud:<gid>/qpn:<qpn>[/lid:<lid>] or /srd:<gid>/qpn:<qpn>]`,
     /// for fi_av_straddr.
     pub fn to_uri(&self) -> String {
         let udp = self.udp.map(|a| a.to_string()).unwrap_or_else(|| "-".into());
@@ -229,7 +245,7 @@ mod tests {
             Some("[fe80::1%3]:99".parse::<SocketAddr>().unwrap()),
             None,
         ] {
-            for ud in [None, Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 9 })] {
+            for ud in [None, Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 9, srd: false }), Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 0, srd: true })] {
                 let a = RdmxAddr { udp, host_id: 7, incarnation: 0xdead_beef, pid: 42, has_shm: true, ud };
                 assert_eq!(RdmxAddr::decode(&a.encode()), Some(a));
             }
@@ -247,7 +263,7 @@ mod tests {
 
     #[test]
     fn routes_shm_then_ud_then_udp() {
-        let ud = |qpn| Some(UdAddr { gid: [1; 16], qpn, lid: 0 });
+        let ud = |qpn| Some(UdAddr { gid: [1; 16], qpn, lid: 0, srd: false });
         let udp = Some("10.0.0.1:5".parse().unwrap());
         let local = RdmxAddr { udp, host_id: 1, has_shm: true, ud: ud(1), ..RdmxAddr::EMPTY };
         let same_host = RdmxAddr { udp, host_id: 1, pid: 3, incarnation: 4, has_shm: true, ud: ud(2) };
@@ -266,7 +282,7 @@ mod tests {
             gid[1] = 0x80;
             gid[7] = prefix;
             gid[15] = 1;
-            Some(UdAddr { gid, qpn, lid: 5 })
+            Some(UdAddr { gid, qpn, lid: 5, srd: false })
         };
         let ib_local = RdmxAddr { ud: ib(0, 1), ..local };
         assert!(matches!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&ib_local), Some(DevAddr::Raw(_))));
@@ -277,11 +293,21 @@ mod tests {
             gid[10] = 0xff;
             gid[11] = 0xff;
             gid[12..].copy_from_slice(&[10, 0, 0, a]);
-            Some(UdAddr { gid, qpn: 7, lid: 0 })
+            Some(UdAddr { gid, qpn: 7, lid: 0, srd: false })
         };
         let roce_local = RdmxAddr { ud: roce(1), ..local };
         assert!(matches!(RdmxAddr { ud: roce(2), ..remote }.route(&roce_local), Some(DevAddr::Raw(_))));
         assert_eq!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&roce_local), udp.map(DevAddr::Udp));
+        // EFA SRD queue pairs reach each other (EFA GIDs share fe80::/64)
+        // as the EFA device's address, never a UD one, and not from UD.
+        let srd = |qpn| ib(0, qpn).map(|u| UdAddr { lid: 0, srd: true, ..u });
+        let srd_local = RdmxAddr { ud: srd(1), ..local };
+        let via_srd = RdmxAddr { ud: srd(2), ..remote }.route(&srd_local).unwrap();
+        assert_eq!(rdm::device::efa::parse_efa_addr(&via_srd).map(|(_, q)| q), Some(2));
+        assert_eq!(UdAddr::from_dev_addr(&via_srd), srd(2));
+        assert_eq!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&srd_local), udp.map(DevAddr::Udp));
+        assert_eq!(RdmxAddr { ud: srd(2), ..remote }.route(&ib_local), udp.map(DevAddr::Udp));
+        assert!(srd(2).unwrap().to_text().starts_with("srd:fe80:"));
         assert_eq!(RdmxAddr { ud: roce(2), ..remote }.route(&ib_local), udp.map(DevAddr::Udp));
     }
 }

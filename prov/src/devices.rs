@@ -5,6 +5,7 @@ use rdm::device::composite::{AutoDevice, NetPair};
 use rdm::device::fault::{FaultConfig, FaultDevice};
 use rdm::device::shm::{ShmConfig, ShmDevice};
 use rdm::device::udp::{UdpConfig, UdpDevice};
+use rdm::device::efa::EfaContext;
 use rdm::device::verbs::VerbsContext;
 use rdm::device::{DeviceContext, OpenSpec, Registrar};
 use std::sync::Arc;
@@ -19,15 +20,33 @@ pub struct DomainDevices {
     /// The RDMA device and its protection domain (the verbs domain): every
     /// endpoint's queue pair and every registration of the domain on it.
     verbs: Option<Arc<VerbsContext>>,
+    /// The EFA device and its protection domain (the efa domain, and auto
+    /// on a host with an EFA device, which then opens no verbs UD).
+    efa: Option<Arc<EfaContext>>,
 }
 
 impl DomainDevices {
     pub fn new(choice: DeviceChoice) -> Result<DomainDevices, DeviceError> {
+        let efa = match choice {
+            DeviceChoice::Efa => Some(Arc::new(open_efa()?)),
+            // auto prefers an EFA device (SRD: reliable, reads without
+            // connections) to verbs UD; hosts without one (every host
+            // this has run on) answer at once from the device list.
+            DeviceChoice::Auto if crate::info::efa_mtu().is_some() => match open_efa() {
+                Ok(ctx) => Some(Arc::new(ctx)),
+                Err(e) => {
+                    crate::log::warn(crate::log::Subsys::Domain, "efa", &format!("auto: EFA device not usable ({e}); trying verbs UD"));
+                    None
+                }
+            },
+            _ => None,
+        };
         let verbs = match choice {
             DeviceChoice::Verbs => {
                 let cfg = crate::info::verbs_config().ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
                 Some(Arc::new(open_verbs(&cfg)?))
             }
+            DeviceChoice::Auto if efa.is_some() => None,
             // auto takes the RDMA device when there is a usable one, for
             // remote peers that have one too; without it, shm and UDP.
             DeviceChoice::Auto => crate::info::verbs_config().and_then(|cfg| match open_verbs(&cfg) {
@@ -39,7 +58,7 @@ impl DomainDevices {
             }),
             _ => None,
         };
-        Ok(DomainDevices { choice, verbs })
+        Ok(DomainDevices { choice, verbs, efa })
     }
 }
 
@@ -50,8 +69,9 @@ impl DeviceContext for DomainDevices {
         let dev = match self.choice {
             DeviceChoice::Udp => open_udp(bind, p.udp_mtu)?,
             DeviceChoice::Shm => open_shm(spec.incarnation)?,
-            DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec, self.verbs.as_deref())?,
+            DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec, self.verbs.as_deref(), self.efa.as_deref())?,
             DeviceChoice::Verbs => self.verbs.as_ref().ok_or_else(|| DeviceError::Config("verbs domain without a device".into()))?.open(spec)?,
+            DeviceChoice::Efa => self.efa.as_ref().ok_or_else(|| DeviceError::Config("efa domain without a device".into()))?.open(spec)?,
         };
         Ok(maybe_fault(dev, p))
     }
@@ -59,12 +79,16 @@ impl DeviceContext for DomainDevices {
     /// `None` for udp, shm and an auto domain without an RDMA device: udp
     /// pushes long messages and shm reads them with `process_vm_readv`,
     /// neither needs a registration, so their domains keep no registration
-    /// cache (see [`crate::regcache`]). The verbs protection domain registers
-    /// (verbs, and auto on a host with an RDMA device).
+    /// cache (see [`crate::regcache`]). The verbs or EFA protection domain
+    /// registers (verbs, efa, and auto on a host with an RDMA device).
     fn registrar(&self) -> Option<Box<dyn Registrar>> {
         match self.choice {
             DeviceChoice::Udp | DeviceChoice::Shm => None,
-            DeviceChoice::Auto | DeviceChoice::Verbs => self.verbs.as_ref().and_then(|v| v.registrar()),
+            DeviceChoice::Efa => self.efa.as_ref().and_then(|e| e.registrar()),
+            DeviceChoice::Auto | DeviceChoice::Verbs => match &self.efa {
+                Some(e) => e.registrar(),
+                None => self.verbs.as_ref().and_then(|v| v.registrar()),
+            },
         }
     }
 }
@@ -98,21 +122,40 @@ fn open_verbs(cfg: &rdm::device::verbs::VerbsConfig) -> Result<VerbsContext, Dev
     Ok(ctx)
 }
 
-/// Shared memory to local peers, a UD queue pair to remote peers that have
-/// one (when the domain has an RDMA device) and UDP to the rest; without the
-/// shared-memory half the endpoint is network-only and its address says so,
-/// and a queue pair that cannot be created leaves UDP alone.
-fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&VerbsContext>) -> Result<Box<dyn Device>, DeviceError> {
+/// Opens the EFA device and its protection domain.
+fn open_efa() -> Result<EfaContext, DeviceError> {
+    let ctx = EfaContext::open(&crate::info::efa_config())?;
+    crate::log::info(crate::log::Subsys::Domain, "efa", &format!("efa domain on {} ({:?})", ctx.device_name(), ctx.limits()));
+    Ok(ctx)
+}
+
+/// Shared memory to local peers, an SRD queue pair (when the domain has an
+/// EFA device) or else a UD queue pair (when it has an RDMA device) to remote
+/// peers that have one, and UDP to the rest; without the shared-memory half
+/// the endpoint is network-only and its address says so, and a queue pair
+/// that cannot be created leaves UDP alone.
+fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&VerbsContext>, efa: Option<&EfaContext>) -> Result<Box<dyn Device>, DeviceError> {
     let mut udp_cfg = UdpConfig::new(bind);
     udp_cfg.mtu = mtu;
     let udp = UdpDevice::open(&udp_cfg)?;
-    let ud = verbs.and_then(|v| match v.open_device(spec) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no UD queue pair ({e}); remote peers over UDP"));
-            None
-        }
-    });
+    let rdma: Option<Box<dyn Device>> = match (efa, verbs) {
+        (Some(e), _) => match e.open_device(spec) {
+            Ok(d) => Some(Box::new(d)),
+            Err(e) => {
+                crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no SRD queue pair ({e}); remote peers over UDP"));
+                None
+            }
+        },
+        (None, Some(v)) => match v.open_device(spec) {
+            Ok(d) => Some(Box::new(d)),
+            Err(e) => {
+                crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no UD queue pair ({e}); remote peers over UDP"));
+                None
+            }
+        },
+        (None, None) => None,
+    };
+    let ud = rdma;
     let net: Box<dyn Device> = match ud {
         Some(ud) => Box::new(NetPair::new(ud, udp)?),
         None => Box::new(udp),

@@ -170,7 +170,7 @@ impl EpState {
 }
 
 /// A peer's device address as text: `udp:<ip>:<port>`, `shm:<host>:<pid>:<ring>`,
-/// `ud:<gid>/qpn:<qpn>` (a verbs UD queue pair).
+/// `ud:<gid>/qpn:<qpn>` (a verbs UD queue pair), `srd:<gid>/qpn:<qpn>` (EFA).
 fn dev_addr_string(a: &DevAddr) -> String {
     match a {
         DevAddr::Udp(sa) => format!("udp:{sa}"),

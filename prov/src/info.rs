@@ -18,11 +18,14 @@ pub const FABRIC_NAME: &str = "rdmx";
 /// The fabric of the `verbs` domain: the RDMA network, which an `auto`
 /// endpoint reaches over UD too but a `verbs` one reaches by nothing else.
 pub const VERBS_FABRIC_NAME: &str = "rdmx-verbs";
+/// The fabric of the `efa` domain (likewise: EFA SRD peers only).
+pub const EFA_FABRIC_NAME: &str = "rdmx-efa";
 
 /// The fabric a domain of `device` is on.
 pub fn fabric_name(device: DeviceChoice) -> &'static str {
     match device {
         DeviceChoice::Verbs => VERBS_FABRIC_NAME,
+        DeviceChoice::Efa => EFA_FABRIC_NAME,
         _ => FABRIC_NAME,
     }
 }
@@ -172,10 +175,12 @@ pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
         DeviceChoice::Udp => udp,
         DeviceChoice::Shm => shm,
         // With an RDMA device, auto sends to remote peers over UD too.
-        DeviceChoice::Auto => udp.min(shm).min(verbs_mtu().unwrap_or(usize::MAX)),
+        DeviceChoice::Auto => udp.min(shm).min(efa_mtu().or_else(verbs_mtu).unwrap_or(usize::MAX)),
         // 1024, the smallest a RoCE port over a 1500-byte netdev has, when
         // the device cannot be opened.
         DeviceChoice::Verbs => verbs_mtu().unwrap_or(1024),
+        // SRD's max_msg_sz where no device answers (its usual value).
+        DeviceChoice::Efa => efa_mtu().unwrap_or(8928),
     };
     mtu.saturating_sub(headers)
 }
@@ -224,6 +229,7 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
         DeviceChoice::Udp => "udp",
         DeviceChoice::Shm => "shm",
         DeviceChoice::Verbs => "verbs",
+        DeviceChoice::Efa => "efa",
     }
 }
 
@@ -242,12 +248,34 @@ pub fn verbs_mtu() -> Option<usize> {
     *MTU.get_or_init(|| verbs_config().and_then(|c| rdm::device::verbs::VerbsContext::open(&c).ok()).map(|v| v.mtu()))
 }
 
+/// The EFA device's context config: `FI_RDMX_IFACE` naming an RDMA
+/// device picks it; anything else, the first EFA device.
+pub fn efa_config() -> rdm::device::efa::EfaConfig {
+    let iface = params().iface.clone();
+    let named = iface.filter(|n| std::path::Path::new(&format!("/sys/class/infiniband/{n}")).exists());
+    rdm::device::efa::EfaConfig { device: named, ..Default::default() }
+}
+
+/// The EFA device's largest datagram, when one opens: asked once per
+/// process. `None` on hosts without an EFA device (every host it has been
+/// tried on).
+pub fn efa_mtu() -> Option<usize> {
+    static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *MTU.get_or_init(|| {
+        if !rdm::device::verbs::VerbsContext::available() {
+            return None;
+        }
+        rdm::device::efa::EfaContext::open(&efa_config()).ok().map(|c| c.mtu())
+    })
+}
+
 pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
     match name {
         "auto" => Some(DeviceChoice::Auto),
         "udp" => Some(DeviceChoice::Udp),
         "shm" => Some(DeviceChoice::Shm),
         "verbs" => Some(DeviceChoice::Verbs),
+        "efa" => Some(DeviceChoice::Efa),
         _ => None,
     }
 }
@@ -306,20 +334,26 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
 /// entries that look alike (OpenMPI 4.1 does, as for multi-NIC nodes), which
 /// would put ranks on the slow UDP path. The verbs entry is on its own fabric
 /// ([`VERBS_FABRIC_NAME`]), so it does not look alike to OpenMPI, and a rank
-/// that took it still reaches auto ranks over UD.
+/// that took it still reaches auto ranks over UD. On a host with an EFA
+/// device the second entry is `efa` instead (auto uses SRD there too); `efa`
+/// asked for on a host without one gets nothing (`-FI_ENODATA`).
 fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
     let shm_ok = std::path::Path::new("/dev/shm").is_dir();
     let verbs_ok = || verbs_mtu().is_some();
+    let efa_ok = || efa_mtu().is_some();
     if std::env::var_os("FI_RDMX_DEVICE").is_some() {
         return match params().device {
             DeviceChoice::Verbs if !verbs_ok() => vec![],
+            DeviceChoice::Efa if !efa_ok() => vec![],
             d => vec![d],
         };
     }
     match hinted_domain.and_then(device_from_domain_name) {
         Some(DeviceChoice::Shm) if !shm_ok => vec![],
         Some(DeviceChoice::Verbs) if !verbs_ok() => vec![],
+        Some(DeviceChoice::Efa) if !efa_ok() => vec![],
         Some(d) => vec![d],
+        None if efa_ok() => vec![DeviceChoice::Auto, DeviceChoice::Efa],
         None if verbs_ok() => vec![DeviceChoice::Auto, DeviceChoice::Verbs],
         None => vec![DeviceChoice::Auto],
     }
@@ -731,7 +765,7 @@ pub unsafe fn getinfo(
             }
         }
         let udp = match dev {
-            DeviceChoice::Shm | DeviceChoice::Verbs => None,
+            DeviceChoice::Shm | DeviceChoice::Verbs | DeviceChoice::Efa => None,
             _ => Some(src_sock.unwrap_or_else(|| SocketAddr::new(default_ip(), 0))),
         };
         p.src = Some(RdmxAddr {
@@ -902,4 +936,34 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
         }
     }
     Ok(p)
+}
+
+#[cfg(test)]
+mod efa_tests {
+    use super::*;
+
+    /// `efa` is offered only where an EFA device opens: asked for by domain
+    /// name on a host without one (every host this has run on), fi_getinfo
+    /// finds nothing (`-FI_ENODATA`), as verbs does without RDMA hardware.
+    #[test]
+    fn efa_without_a_device_is_no_data() {
+        if std::env::var_os("FI_RDMX_DEVICE").is_some() {
+            return;
+        }
+        assert_eq!(device_from_domain_name("efa"), Some(DeviceChoice::Efa));
+        assert_eq!((domain_name(DeviceChoice::Efa), fabric_name(DeviceChoice::Efa)), ("efa", EFA_FABRIC_NAME));
+        let here = efa_mtu().is_some();
+        assert_eq!(usable_devices(Some("efa")), if here { vec![DeviceChoice::Efa] } else { vec![] });
+        assert_eq!(usable_devices(None).contains(&DeviceChoice::Efa), here);
+        let mut dom = fi::fi_domain_attr { name: c"efa".as_ptr() as *mut _, ..Default::default() };
+        let hints = fi::fi_info { domain_attr: &mut dom, ..Default::default() };
+        // SAFETY: null node and service; hints a valid fi_info whose one
+        // pointer names a live domain attr with a C string name.
+        let got = unsafe { getinfo(API_VERSION, std::ptr::null(), std::ptr::null(), 0, &hints) };
+        if here {
+            assert!(got.is_ok_and(|v| v.iter().all(|p| p.device == DeviceChoice::Efa)));
+        } else {
+            assert!(matches!(got, Err(Error::NoData)), "{got:?}");
+        }
+    }
 }

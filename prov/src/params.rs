@@ -15,6 +15,8 @@ pub enum DeviceChoice {
     Shm,
     /// A verbs UD queue pair on an RDMA device (`rdm::device::verbs`).
     Verbs,
+    /// An EFA SRD queue pair (`rdm::device::efa`); not run on EFA hardware.
+    Efa,
 }
 
 /// The values of every `FI_RDMX_*` parameter, read once.
@@ -89,7 +91,7 @@ enum Kind {
 /// (name, type, help). The README's parameter table is generated from the same
 /// words; keep them in sync.
 const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
-    (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, shm, or verbs (a UD queue pair on an RDMA device)"),
+    (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, shm, verbs (a UD queue pair on an RDMA device), or efa (an SRD queue pair on an AWS EFA device; auto prefers it over verbs where one is present; not run on EFA hardware)"),
     (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the host name's address if it is on an up, non-loopback interface, else the first up non-loopback interface with an address, else 127.0.0.1)"),
     (c"udp_mtu", Kind::Size, c"Largest UDP datagram rdmx sends, headers included (default 1472)"),
     (c"peer_timeout", Kind::Int, c"Milliseconds a peer may stay silent while operations to it are pending before it is declared unreachable and they fail (default 30000)"),
@@ -190,9 +192,10 @@ fn read() -> Params {
         Some("udp") => DeviceChoice::Udp,
         Some("shm") => DeviceChoice::Shm,
         Some("verbs") => DeviceChoice::Verbs,
+        Some("efa") => DeviceChoice::Efa,
         Some("auto") | Some("") | None => DeviceChoice::Auto,
         Some(other) => {
-            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm|verbs; using auto"));
+            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm|verbs|efa; using auto"));
             DeviceChoice::Auto
         }
     };
