@@ -76,7 +76,8 @@
 //! one request per piece of at most `max_rdma_size`, all posted at once;
 //! no room in the send queue answers `NotConnected` (the message is pushed,
 //! later ones may be read); a request completed in error completes its read
-//! in error (pushed). Without the RDMA-read cap `post_read` is
+//! `NotConnected` too, so the sender pushes that message (a read error
+//! proper would fail the receive). Without the RDMA-read cap `post_read` is
 //! `Unsupported` and long messages take the windowed push.
 //!
 //! Sleeping: the CQs are made on a completion channel when the device
@@ -855,9 +856,11 @@ impl EfaDevice {
                     self.stats.last_error_status = status;
                 }
                 // Pieces complete in any order: no prefix is known to have
-                // arrived, so none is claimed; the sender pushes it all.
-                let e = io::Error::other(format!("RDMA read completed with ibv_wc_status {status}"));
-                self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::io("efa RDMA read", e)) });
+                // arrived, so none is claimed. `NotConnected`: the sender
+                // pushes the whole message (an I/O error would fail the
+                // receive), unless the peer itself has failed; the status
+                // is kept in `stats.last_error_status`.
+                self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::NotConnected) });
             }
         }
     }
@@ -1384,8 +1387,10 @@ impl Device for EfaDevice {
         };
         if rc != 0 {
             self.stats.reads_deferred += 1;
-            // Nothing was posted: pushed this time, read later.
-            return if rc == libc::ENOMEM { Err(DeviceError::NotConnected) } else { Err(ret_err("ibv_wr_complete(RDMA read)", rc)) };
+            // Nothing was posted: pushed this time, read later (the errno
+            // is the provider's: a full queue, or a request it refused).
+            self.stats.last_error_status = rc.unsigned_abs();
+            return Err(DeviceError::NotConnected);
         }
         let bytes = pieces.iter().map(|p| p.len as u64).sum();
         let key = self.reads.insert(EfaRead { id, gid, wrs_left: pieces.len() as u32, bytes, status: None });
