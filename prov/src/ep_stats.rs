@@ -120,6 +120,11 @@ impl EpState {
             ("rc_reads", rc.reads),
             ("rc_read_bytes", rc.read_bytes),
             ("rc_read_failures", rc.read_failures),
+            // Of those, reads no completion answered in time; and the
+            // device's status code of the last failed read request (verbs:
+            // ibv_wc_status, e.g. 12 = retries exceeded; 0 = none failed).
+            ("rc_read_timeouts", rc.read_timeouts),
+            ("rc_last_read_error", rc.last_read_error as u64),
         ]
     }
 

@@ -254,6 +254,11 @@ pub struct ReadConnStats {
     pub reads: u64,
     pub read_bytes: u64,
     pub read_failures: u64,
+    /// Reads given up because no completion came in time (counted in
+    /// `read_failures` too), and the device's status code of the last read
+    /// request that failed (verbs: its `ibv_wc_status`; 0 = none failed).
+    pub read_timeouts: u64,
+    pub last_read_error: u32,
     /// Queue pairs of connections that exist now (open ones, and closed ones
     /// whose last requests have not flushed yet): equal to the open
     /// connections once the device is idle, or queue pairs leak.

@@ -135,7 +135,7 @@ const HOP_LIMIT: u8 = 64;
 /// Reliable connections (RC queue pairs) for reads kept per endpoint by
 /// default, each way.
 pub const DEFAULT_RC_MAX_PEERS: usize = 64;
-/// A read with no completion for this long is given up (see
+/// A read none of whose pieces completed for this long is given up (see
 /// `give_up_stuck_reads`): far beyond what the RC retries take to report a
 /// dead path (7 retries of the 67 ms ACK timeout) and a 4 MiB read on a lossy
 /// emulated link.
@@ -145,6 +145,11 @@ pub const RC_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Send queue depth of each RC queue pair: RDMA reads posted at once to one
 /// peer (beyond it the message is pushed).
 pub const RC_SQ_DEPTH: u32 = 128;
+/// Smallest piece a large RDMA read is cut into (see `post_read`).
+pub const RC_READ_PIECE: u64 = 1 << 20;
+/// A read larger than this many `RC_READ_PIECE`s is cut into this many
+/// pieces (so a 64 MiB read takes a quarter of a connection's queue).
+pub const RC_READ_PIECES_MAX: u64 = 32;
 /// RDMA reads in flight per queue pair asked for (fewer where the device
 /// allows fewer).
 const RC_RD_ATOMIC: u8 = 16;
@@ -1065,7 +1070,8 @@ struct RcRead {
     wrs_left: u32,
     bytes: u64,
     failed: bool,
-    posted_at: crate::time::Instant,
+    /// When it was posted or a piece of it last completed.
+    last_progress: crate::time::Instant,
     /// Given up on (reported failed) before its requests completed: their
     /// flushes are taken in silently.
     reported: bool,
@@ -1650,6 +1656,9 @@ impl VerbsDevice {
                 if wc.status == ib::ibv_wc_status_IBV_WC_SUCCESS {
                     if !r.failed {
                         r.bytes += wc.byte_len as u64;
+                        // A piece landed: the read moves, slow as it may be
+                        // (a lossy path); only one that stops is given up.
+                        r.last_progress = rc_now();
                     }
                 } else {
                     if wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
@@ -1694,7 +1703,7 @@ impl VerbsDevice {
         }
         let now = rc_now();
         let limit = self.ctx.cfg.rc_read_timeout.unwrap_or(RC_READ_TIMEOUT);
-        while let Some((slot, peer)) = self.rc_reads.iter().find(|(_, r)| !r.reported && now.saturating_duration_since(r.posted_at) >= limit).map(|(k, r)| (k, r.peer)) {
+        while let Some((slot, peer)) = self.rc_reads.iter().find(|(_, r)| !r.reported && now.saturating_duration_since(r.last_progress) >= limit).map(|(k, r)| (k, r.peer)) {
             let r = &mut self.rc_reads[slot];
             r.reported = true;
             let (id, bytes) = (r.id, r.bytes);
@@ -1985,7 +1994,15 @@ impl Device for VerbsDevice {
         let now = rc_now();
         self.reap_reads();
         self.conns.expire(now, &mut self.rc);
-        let max_msg = self.ctx.max_msg.max(4096);
+        // Pieces of at least RC_READ_PIECE, fewer than RC_READ_PIECES_MAX
+        // per read where the read is larger, never beyond the port's
+        // max_msg_sz: on rxe (and on NICs that reset the retry counter
+        // only when a request completes) one lost response packet costs a
+        // retry of the request it belongs to, so one request for a 64 MiB
+        // read under loss spends its 7 retries and breaks the connection,
+        // where pieces of a few MiB each complete and reset it.
+        let total: u64 = runs.iter().map(|r| r.local.len()).sum();
+        let max_msg = self.ctx.max_msg.max(4096).min(RC_READ_PIECE.max(total.div_ceil(RC_READ_PIECES_MAX)));
         let wrs: u64 = runs.iter().map(|r| r.local.len().div_ceil(max_msg).max(1)).sum();
         let Some(q) = self.conns.route(now, peer, &mut self.rc) else {
             return Err(DeviceError::NotConnected);
@@ -2035,7 +2052,7 @@ impl Device for VerbsDevice {
         }
         // Requests that did not post count as failed; the read is given up
         // (pushed) when the posted ones complete.
-        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n, posted_at: now, reported: false });
+        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n, last_progress: now, reported: false });
         debug_assert_eq!(key as u64, slot);
         *self.rc.outstanding.entry(qpn).or_insert(0) += posted as u32;
         self.rc.total_outstanding += posted as u32;
@@ -2077,6 +2094,8 @@ impl Device for VerbsDevice {
             reads: self.stats.rc_reads,
             read_bytes: self.stats.rc_read_bytes,
             read_failures: self.stats.rc_read_errors,
+            read_timeouts: self.stats.rc_reads_timed_out,
+            last_read_error: self.stats.rc_last_error_status,
             queue_pairs: self.rc.live,
         }
     }
