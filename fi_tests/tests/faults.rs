@@ -234,3 +234,57 @@ fn verbs_sigkill_of_the_receiver_mid_rdma_reads() {
     let o = scenario("verbs", &on("rxe0"), &on("rxe1"), &[("FI_RDMX_PEER_TIMEOUT", "4000")], kill_peer);
     check(&o, Duration::from_secs(8), "kill -9 of the reader over verbs");
 }
+
+/// One reader killed while the sender's other reader goes on (the verbs
+/// domain in the Soft-RoCE VM: the sender on rxe0, both readers on rxe1,
+/// each reading its 4 MiB messages by RDMA read over its own RC
+/// connection). Sends alternate between the two; once the first completed,
+/// reader A is killed. Every send to B completes successfully, the ones to
+/// A still pending fail with `FI_EHOSTUNREACH` naming A at the peer timeout,
+/// and nothing hangs: a dead peer costs the others nothing.
+#[test]
+fn verbs_sigkill_of_one_reader_spares_the_other() {
+    if !fi_tests::verbs_device_present() || !std::path::Path::new("/sys/class/infiniband/rxe1").exists() {
+        return;
+    }
+    fi_tests::init();
+    let env = [("FI_RDMX_PEER_TIMEOUT", "4000")];
+    let on = |d: &str| vec!["env".to_string(), format!("FI_RDMX_IFACE={d}")];
+    let mut a = spawn(&on("rxe1"), env!("CARGO_BIN_EXE_rdmx_peer"), &["verbs"], &env);
+    let mut b = spawn(&on("rxe1"), env!("CARGO_BIN_EXE_rdmx_peer"), &["verbs"], &env);
+    let addr = |p: &Proc| p.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
+    let (aaddr, baddr) = (addr(&a), addr(&b));
+    const SENDS: usize = 12;
+    let mut sender = spawn(&on("rxe0"), env!("CARGO_BIN_EXE_rdmx_sender"), &["verbs", &SENDS.to_string(), SIZE, "echoes"], &env);
+    let saddr = sender.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
+    a.say(&saddr);
+    b.say(&saddr);
+    sender.say(&format!("{aaddr} {baddr}"));
+    sender.expect("SENT", Duration::from_secs(20));
+    // Send i goes to A when i is even, to B when odd.
+    let index = |l: &str| l.split_whitespace().nth(1).and_then(|i| i.parse::<usize>().ok()).expect("an index");
+    let mut lines = vec![sender.expect("", Duration::from_secs(30))];
+    let killed = Instant::now();
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    while lines.len() < SENDS {
+        let l = sender.expect("", Duration::from_secs(60));
+        if l.starts_with("OK") || l.starts_with("ERR") {
+            lines.push(l);
+        }
+    }
+    let took = killed.elapsed();
+    sender.expect("DONE", Duration::from_secs(5));
+    let (to_a, to_b): (Vec<&String>, Vec<&String>) = lines.iter().partition(|l| index(l) % 2 == 0);
+    let a_failed = to_a.iter().filter(|l| l.starts_with("ERR")).count();
+    println!("reader A killed: {a_failed} of its {} sends failed; B: {} of {} completed; all done {took:?} after the kill", to_a.len(), to_b.iter().filter(|l| l.starts_with("OK")).count(), to_b.len());
+    for l in &to_b {
+        assert!(l.starts_with("OK"), "a send to the reader that lived failed: {l}");
+    }
+    assert!(a_failed > 0, "nothing to the killed reader failed: {to_a:?}");
+    for l in to_a.iter().filter(|l| l.starts_with("ERR")) {
+        check_err(l, "the killed reader");
+    }
+    assert!(took <= Duration::from_secs(8), "took {took:?} after the kill, peer timeout 4 s");
+    drop(b);
+}

@@ -163,14 +163,29 @@ fn verbs_np4_over_two_devices_plain_under_wire_loss_and_injected_faults() {
     }
     let (Some(p2p), Some(coll)) = (build("p2p"), build("coll")) else { return };
     let by_rank = ["sh", "-c", "export FI_RDMX_IFACE=rxe$((OMPI_COMM_WORLD_RANK % 2)); exec \"$0\" \"$@\""];
-    let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &[]);
+    let stats = ["-x", "FI_RDMX_STATS=1"];
+    // p2p's sizes run 0, 1, 4, ... 1 MiB, 4 MiB, 16 MiB and 64 MiB both ways
+    // between rxe0 and rxe1 (ranks 0-1 and 2-3): from 1 MiB up they are
+    // read through RC connections, and a read that fails (a connection that
+    // breaks under loss) is pushed by windows instead; either way every byte
+    // is checked and nothing hangs.
+    let pulled_on_every_rank = |out: &str, what: &str, min: u64| {
+        let (pulled, windowed) = (stat_values(out, "rendezvous_pulled"), stat_values(out, "rendezvous_windowed"));
+        let (failures, timeouts, status) = (stat_values(out, "rc_read_failures"), stat_values(out, "rc_read_timeouts"), stat_values(out, "rc_last_read_error"));
+        println!("{what}: per rank pulled {pulled:?}, windowed {windowed:?}, rc read failures {failures:?} (timeouts {timeouts:?}, last status {status:?})");
+        assert_eq!(pulled.len(), 4, "{what}: one stats block per rank:\n{out}");
+        assert!(pulled.iter().all(|&p| p >= min), "{what}: a rank pulled fewer than {min} messages: {pulled:?}");
+    };
+    let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &stats);
     assert!(out.contains("p2p: all checks passed on 4 ranks"), "{out}");
+    pulled_on_every_rank(&out, "plain", 3);
     let out = mpirun_wrapped(&by_rank, &coll, 4, "verbs", &[], &[]);
     assert!(out.contains("coll: all checks passed"), "{out}");
     {
         let _loss = (fi_tests::Netem::loss("veth0", 5), fi_tests::Netem::loss("veth1", 5));
-        let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &[]);
+        let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &stats);
         assert!(out.contains("p2p: all checks passed on 4 ranks"), "under 5% loss: {out}");
+        pulled_on_every_rank(&out, "5% loss", 2);
     }
     let faults = ["-x", "FI_RDMX_FAULT_DROP=5", "-x", "FI_RDMX_FAULT_DUP=2", "-x", "FI_RDMX_FAULT_REORDER=5"];
     let out = mpirun_wrapped(&by_rank, &p2p, 4, "verbs", &[], &faults);
