@@ -117,7 +117,15 @@ fn open_verbs(cfg: &rdm::device::verbs::VerbsConfig) -> Result<VerbsContext, Dev
     crate::log::info(
         crate::log::Subsys::Domain,
         "verbs",
-        &format!("verbs domain on {} port {} (netdev {:?}, GID index {}, mtu {})", ctx.device_name(), ctx.port(), ctx.netdev(), ctx.gid_index(), ctx.mtu()),
+        &format!(
+            "verbs domain on {} port {} (netdev {:?}, GID index {}, mtu {}, {} registrations)",
+            ctx.device_name(),
+            ctx.port(),
+            ctx.netdev(),
+            ctx.gid_index(),
+            ctx.mtu(),
+            if ctx.on_demand() { "on-demand (ODP, unpinned)" } else { "pinned" }
+        ),
     );
     Ok(ctx)
 }

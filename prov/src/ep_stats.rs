@@ -53,6 +53,7 @@ impl EpState {
         // The domain's cache (shared by its endpoints): zeros where the
         // device registers nothing (udp, shm).
         let cache = self.mr_cache.as_ref().map(|c| c.lock().stats()).unwrap_or_default();
+        let on_demand = self.mr_cache.as_ref().is_some_and(|c| c.lock().on_demand());
         vec![
             ("packets_sent", st.sent_data),
             // Messages sent / received as DIRECT packets on reliable, ordered
@@ -107,6 +108,8 @@ impl EpState {
             // Registrations longer than FI_RDMX_MR_CACHE_MAX_ENTRY_SIZE, made
             // for one transfer and not kept.
             ("mr_cache_oversize", cache.oversize),
+            // 1: the device registers on demand (verbs ODP), nothing pinned.
+            ("mr_on_demand", on_demand as u64),
             // Reliable connections for rendezvous reads (verbs RC; zeros
             // elsewhere): handshakes, closes, reads through them.
             ("rc_connections_requested", rc.conns.requested),

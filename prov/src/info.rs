@@ -237,7 +237,7 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
 /// device or an address; unset, the RDMA device of the netdev the UDP device
 /// would use. `None` when this host has no RDMA device at all.
 pub fn verbs_config() -> Option<rdm::device::verbs::VerbsConfig> {
-    rdm::device::verbs::VerbsContext::available().then(|| rdm::device::verbs::VerbsConfig { iface: params().iface.clone(), rc_max_peers: params().rc_max_peers, ..Default::default() })
+    rdm::device::verbs::VerbsContext::available().then(|| rdm::device::verbs::VerbsConfig { iface: params().iface.clone(), rc_max_peers: params().rc_max_peers, odp: params().verbs_odp, ..Default::default() })
 }
 
 /// The verbs device's port MTU, when one can be opened: asked once per

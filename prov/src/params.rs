@@ -51,6 +51,8 @@ pub struct Params {
     /// `FI_RDMX_RC_MAX_PEERS`: reliable connections for rendezvous reads
     /// per verbs endpoint, each way (`None`: the device's default).
     pub rc_max_peers: Option<usize>,
+    /// `FI_RDMX_VERBS_ODP` (`None`: unset, use ODP where offered).
+    pub verbs_odp: Option<bool>,
 }
 
 impl Default for Params {
@@ -77,6 +79,7 @@ impl Default for Params {
             fault_corrupt: 0.0,
             mr_cache: mr_cache::cache::CacheConfig::default(),
             rc_max_peers: None,
+            verbs_odp: None,
         }
     }
 }
@@ -108,6 +111,7 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"mr_cache_max_count", Kind::Size, c"Most registrations a domain's cache keeps, in use or not; unused ones beyond it are deregistered, least recently used first (default 1024)"),
     (c"mr_cache_max_size", Kind::Size, c"Most bytes of memory a domain's cache keeps registered; unused registrations beyond it are deregistered, least recently used first (default 1073741824)"),
     (c"mr_cache_max_entry_size", Kind::Size, c"Longest registration a domain's cache keeps: a longer buffer is registered for its transfer only and deregistered when it completes, so that one huge buffer does not push the reused smaller registrations out (default 134217728)"),
+    (c"verbs_odp", Kind::Bool, c"Verbs: 1 = register application memory on demand (IBV_ACCESS_ON_DEMAND, no pinning) where the device offers ODP for RC RDMA reads and UD sends (default 0, always pin: Soft-RoCE's ODP, the one tried, moves the wrong bytes for buffers not aligned to a page)"),
     (c"rc_max_peers", Kind::Size, c"Verbs: reliable connections (RC queue pairs) an endpoint keeps for rendezvous reads, each way (default 64). A connection is made the first time the endpoint would read a peer's memory (that message is pushed over UD meanwhile) and closed when least recently used at the bound or idle for 30 s; 0 = no connection, every long message is pushed over UD"),
     (c"fault_seed", Kind::Size, c"Seed of the fault-injecting device decorator (default 1)"),
     (c"fault_drop", Kind::Str, c"Percent of outgoing datagrams the fault injector drops (default 0, off)"),
@@ -230,6 +234,7 @@ fn read() -> Params {
             max_entry_bytes: get_size(c"mr_cache_max_entry_size").unwrap_or(d.mr_cache.max_entry_bytes),
         },
         rc_max_peers: get_size(c"rc_max_peers").map(|v| v as usize),
+        verbs_odp: get_bool(c"verbs_odp"),
     }
 }
 

@@ -92,6 +92,13 @@ impl DomainMr {
         self.cache.stats()
     }
 
+    /// The device registers on demand (verbs ODP): nothing is pinned, and
+    /// a registration follows its memory across an unmap and a new mapping
+    /// at the same address (the cache still saves the registration calls).
+    pub fn on_demand(&self) -> bool {
+        self.cache.registrar().0.on_demand()
+    }
+
     /// `fi_mr_reg`: registers each segment with the device (through the
     /// cache), remembered under the descriptor `desc` until
     /// [`DomainMr::forget_desc`].

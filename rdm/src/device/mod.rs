@@ -273,6 +273,10 @@ pub trait Registrar: Send {
     /// key a remote access names.
     fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError>;
     fn deregister(&mut self, key: u64);
+    /// Registrations page in on demand (verbs ODP): no memory is pinned.
+    fn on_demand(&self) -> bool {
+        false
+    }
 }
 
 /// What an endpoint's queue is opened with.

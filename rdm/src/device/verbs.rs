@@ -335,6 +335,14 @@ pub struct VerbsConfig {
     /// A read no completion answered in this long is given up (its message
     /// pushed) and its connection broken (`None`: [`RC_READ_TIMEOUT`]).
     pub rc_read_timeout: Option<std::time::Duration>,
+    /// Register application memory on demand (`IBV_ACCESS_ON_DEMAND`: no
+    /// pinning) where the device offers ODP for RC reads and UD sends
+    /// (`FI_RDMX_VERBS_ODP`; `Some(true)`: where offered; `None` or
+    /// `Some(false)`: never). Off unless asked for: the one ODP device it
+    /// was tried on (Soft-RoCE in Debian's 7.3 kernel) read and wrote the
+    /// wrong bytes of any transfer not aligned to a page (measured,
+    /// `benches/results/2026-11-26-odp-probe`), and MPI buffers are not.
+    pub odp: Option<bool>,
 }
 
 // ---- discovery ----
@@ -552,7 +560,20 @@ struct Ctx {
     max_ah: usize,
     max_qp_wr: u32,
     max_cqe: u32,
+    /// The device pages in registered memory on demand for what rdmx does
+    /// with it (RC RDMA read as requester and responder, UD sends gathered
+    /// from it): registrations need not pin (see [`odp_offered`]).
+    odp: bool,
     cfg: VerbsConfig,
+}
+
+/// Whether the device's ODP capabilities cover what rdmx registers
+/// application memory for: RDMA reads of it and into it over RC, and UD
+/// sends gathered from it. Implicit ODP is not needed.
+pub fn odp_offered(general: u64, rc: u32, ud: u32) -> bool {
+    let read = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ as u32;
+    let send = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND as u32;
+    general & ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64 != 0 && rc & read != 0 && ud & send != 0
 }
 
 // SAFETY: libibverbs objects may be used from any thread (every verb is
@@ -636,6 +657,13 @@ impl VerbsContext {
             if unsafe { ib::ibv_query_device(dev.0, &mut dattr) } != 0 {
                 continue;
             }
+            let mut xattr = ib::ibv_device_attr_ex::default();
+            // SAFETY: an open context, no input, a valid out-pointer; a
+            // failure (an old kernel) leaves the caps zero: no ODP.
+            let odp = unsafe { ib::ibv_query_device_ex(dev.0, ptr::null(), &mut xattr) } == 0 && {
+                let c = &xattr.odp_caps;
+                odp_offered(c.general_caps, c.per_transport_caps.rc_odp_caps, c.per_transport_caps.ud_odp_caps)
+            };
             for port in 1..=dattr.phys_port_cnt {
                 let Some(pattr) = query_port(dev.0, port) else { continue };
                 if pattr.state != ib::ibv_port_state_IBV_PORT_ACTIVE {
@@ -691,6 +719,7 @@ impl VerbsContext {
                     max_ah: dattr.max_ah.max(1) as usize,
                     max_qp_wr: dattr.max_qp_wr.max(1) as u32,
                     max_cqe: dattr.max_cqe.max(1) as u32,
+                    odp,
                     cfg: VerbsConfig::default(),
                 }));
             }
@@ -723,6 +752,11 @@ impl VerbsContext {
     /// The port's active MTU in bytes: the largest UD payload.
     pub fn mtu(&self) -> usize {
         self.inner.mtu
+    }
+
+    /// Application memory is registered on demand (ODP, no pinning).
+    pub fn on_demand(&self) -> bool {
+        self.inner.on_demand()
     }
 
     /// Opens one endpoint's queue pair.
@@ -768,11 +802,18 @@ pub(crate) fn dereg_mr(mr: *mut ib::ibv_mr) {
 /// registers with and keeps alive (the verbs UD context, the EFA one).
 pub(crate) trait ProtectionDomain: Send + Sync + 'static {
     fn pd(&self) -> *mut ib::ibv_pd;
+    /// Application memory is registered on demand (no pinning).
+    fn on_demand(&self) -> bool {
+        false
+    }
 }
 
 impl ProtectionDomain for Ctx {
     fn pd(&self) -> *mut ib::ibv_pd {
         self.pd
+    }
+    fn on_demand(&self) -> bool {
+        self.odp && self.cfg.odp == Some(true)
     }
 }
 
@@ -790,8 +831,17 @@ impl<C: ProtectionDomain> PdRegistrar<C> {
 }
 
 impl<C: ProtectionDomain> Registrar for PdRegistrar<C> {
+    fn on_demand(&self) -> bool {
+        self.ctx.on_demand()
+    }
+
     fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError> {
-        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, ibv_access(access))?;
+        // On demand (opted in, `VerbsConfig::odp`): the pages are neither
+        // pinned nor faulted in now; the NIC faults them in when it reads or
+        // writes them, and follows the mapping across an unmap and a new
+        // mapping at the same address.
+        let odp = if self.ctx.on_demand() { ib::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 } else { 0 };
+        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, ibv_access(access) | odp)?;
         // SAFETY: a registered MR, readable until deregistered.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         let key = mr_key(lkey, rkey);
@@ -1788,9 +1838,10 @@ impl Device for VerbsDevice {
                 }
             };
             let len = d.data.len();
+            let gather = d.gather.filter(|g| !g.is_empty());
             let mut flags = 0u32;
             let mut bounce = None;
-            let sge = if len <= self.max_inline as usize && d.gather.is_none() {
+            let sge = if len <= self.max_inline as usize && gather.is_none() {
                 flags |= ib::ibv_send_flags::IBV_SEND_INLINE.0;
                 self.stats.inline_sends += 1;
                 ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey: 0 }
@@ -1823,11 +1874,11 @@ impl Device for VerbsDevice {
             if let Some(e) = self.ahs.get_mut(&key) {
                 e.inflight += 1;
             }
-            self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
+            self.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce, gathered: gather.is_some() });
             // Two SGEs per request, always (the second unused without a
             // gathered part), so request i's list is at 2 * i.
             self.ssges.push(sge);
-            let gathered = d.gather.filter(|g| !g.is_empty()).map(|g| {
+            let gathered = gather.map(|g| {
                 self.stats.gathered_sends += 1;
                 let (lkey, _) = mr_keys(g.key().unwrap_or(0));
                 ib::ibv_sge { addr: g.addr(), length: g.len() as u32, lkey }
@@ -2173,6 +2224,17 @@ mod tests {
         assert_eq!(ibv_access(FI_REMOTE_WRITE), rw | lw);
         assert_eq!(ibv_access(FI_READ), lw);
         assert_eq!(ibv_access(FI_RECV | FI_REMOTE_READ), lw | rr);
+    }
+
+    #[test]
+    fn on_demand_needs_rc_read_and_ud_send() {
+        let (gen, read, send) = (ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ as u32, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND as u32);
+        // Soft-RoCE in Debian's 7.3 kernel: RC send/recv/write/read/atomic/srq, UD send/recv/srq.
+        assert!(odp_offered(gen, 0x3f | 0xc0, 0x23));
+        assert!(!odp_offered(0, read | send, send), "no general ODP");
+        assert!(!odp_offered(gen, send, send), "no RC read");
+        assert!(!odp_offered(gen, read, 0), "no UD send (gathered pushes)");
+        assert!(!odp_offered(0, 0, 0), "6.1: nothing");
     }
 
     #[test]
