@@ -57,9 +57,12 @@
 //! Sends: every work request asks for a completion (EFA refuses unsignaled
 //! ones) and completions may come in any order, so each send is tracked by
 //! its own id; a full send queue gives a short count (back-pressure). Bytes
-//! go inline, from a lent registered transmit buffer, or through a
-//! registered bounce slot; a datagram with a gathered part names it as a
-//! second SGE (copied into the bounce slot when the device has one SGE).
+//! go inline or through a registered bounce slot, which stays the send's
+//! until its completion: never straight from the endpoint's staging buffers,
+//! which it writes the next datagram into as soon as `send_batch` returns
+//! while the NIC reads a request's bytes later. A datagram with a gathered
+//! part (application memory, valid until its message completes) names it as
+//! a second SGE (copied into the bounce slot when the device has one SGE).
 //!
 //! Receives land in registered slots of `mtu` bytes: SRD puts no GRH before
 //! the payload. The source of a datagram: its completion carries the
@@ -85,7 +88,7 @@
 //! endpoint polls.
 #![allow(unsafe_code)]
 
-use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, LentBuffers, OpenDev, PdRegistrar, ProtectionDomain};
+use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain};
 use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
@@ -448,7 +451,6 @@ pub struct EfaStats {
     pub sent: u64,
     pub received: u64,
     pub inline_sends: u64,
-    pub zero_copy_sends: u64,
     pub bounce_copies: u64,
     pub gathered_sends: u64,
     /// Gathered sends that failed locally (their registration was gone):
@@ -550,7 +552,6 @@ pub struct EfaDevice {
     bounce: Box<[u8]>,
     bounce_mr: *mut ib::ibv_mr,
     bounce_free: Vec<u32>,
-    lent: LentBuffers,
     wcs: Vec<ib::ibv_wc>,
     // Address handles.
     ahs: FxHashMap<[u8; 16], AhEntry>,
@@ -598,7 +599,6 @@ impl EfaDevice {
             bounce: vec![0u8; limits.mtu * limits.sq_depth as usize].into_boxed_slice(),
             bounce_mr: ptr::null_mut(),
             bounce_free: (0..limits.sq_depth).rev().collect(),
-            lent: LentBuffers::default(),
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
             ahs: FxHashMap::default(),
             ah_cap,
@@ -1130,11 +1130,9 @@ impl EfaDevice {
         let mut sges = [ib::ibv_sge::default(); 2];
         let mut n = 0;
         let mut bounce = None;
-        let lent = (len > 0).then(|| self.lent.lkey(d.data)).flatten();
-        match (gather, lent) {
-            (Some(g), _) if self.limits.send_sges < 2 || (len > 0 && lent.is_none()) => {
-                // One SGE only, or header bytes outside lent memory: both
-                // parts into a bounce slot.
+        match gather {
+            Some(g) if self.limits.send_sges < 2 => {
+                // One SGE only: both parts into a bounce slot.
                 let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
                 let off = b as usize * self.limits.mtu;
                 self.bounce[off..off + len].copy_from_slice(d.data);
@@ -1151,19 +1149,14 @@ impl EfaDevice {
             }
             _ => {
                 if len > 0 {
-                    if let Some(lkey) = lent {
-                        self.stats.zero_copy_sends += 1;
-                        sges[n] = ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey };
-                    } else {
-                        let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
-                        let off = b as usize * self.limits.mtu;
-                        self.bounce[off..off + len].copy_from_slice(d.data);
-                        // SAFETY: a live MR.
-                        let lkey = unsafe { (*self.bounce_mr).lkey };
-                        sges[n] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey };
-                        bounce = Some(b);
-                        self.stats.bounce_copies += 1;
-                    }
+                    let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
+                    let off = b as usize * self.limits.mtu;
+                    self.bounce[off..off + len].copy_from_slice(d.data);
+                    // SAFETY: a live MR.
+                    let lkey = unsafe { (*self.bounce_mr).lkey };
+                    sges[n] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey };
+                    bounce = Some(b);
+                    self.stats.bounce_copies += 1;
                     n += 1;
                 }
                 if let Some(g) = gather {
@@ -1307,10 +1300,6 @@ impl Device for EfaDevice {
         Ok(delivered)
     }
 
-    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        self.lent.lend(self.ctx.pd, count, len)
-    }
-
     fn wait_fd(&self) -> Option<RawFd> {
         // SAFETY: the channel lives as long as the device.
         (!self.channel.is_null()).then(|| unsafe { (*self.channel).fd })
@@ -1448,7 +1437,6 @@ impl Drop for EfaDevice {
         }
         super::verbs::dereg_mr(self.rx_mr);
         super::verbs::dereg_mr(self.bounce_mr);
-        self.lent.clear();
     }
 }
 

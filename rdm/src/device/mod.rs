@@ -504,9 +504,12 @@ pub trait Device: Send {
     }
 
     /// Buffers for the endpoint to build outgoing datagrams in, each `len`
-    /// bytes: the device lends memory it can send from without another copy
-    /// (registered memory on verbs). Datagrams passed to `send_batch` may also
-    /// point elsewhere; the device then copies (or sends inline).
+    /// bytes. The endpoint writes its next datagram into them as soon as
+    /// `send_batch` returns, so whatever the device sends from them it must
+    /// have taken by then (a socket's `sendmmsg` and shm's ring copy at the
+    /// call; the RDMA devices copy into a slot of their own, since a NIC
+    /// reads a posted request's bytes later). Datagrams passed to
+    /// `send_batch` may also point elsewhere.
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
         (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect()
     }

@@ -43,14 +43,16 @@
 //!   read target carries this key (the device takes the low half); a peer's
 //!   remote read names the high half. `deregister(key)` takes the same key.
 //!   Registrations are of the context's PD, valid on every queue it opens.
-//! * Transmit buffers: `transmit_buffers(count, len)` allocates and registers
-//!   them (one MR per buffer); a datagram whose bytes lie inside one is sent
-//!   from it without a copy. Keep them alive as long as the device (the
-//!   endpoint does): the registration stays until the device drops. Other
-//!   datagrams go inline (up to `max_inline`) or through a registered bounce
-//!   slot (`stats.bounce_copies`).
+//! * Transmit: a datagram goes inline (up to `max_inline`) or is copied into
+//!   a registered bounce slot (`stats.bounce_copies`) that stays the send's
+//!   until its completion; never straight from the caller's buffer, which
+//!   the endpoint rewrites as soon as `send_batch` returns while the NIC
+//!   reads a request's bytes later (lent transmit buffers were sent from in
+//!   place until that race was found: the device lends none now). Only a
+//!   gathered part, application memory valid until its message completes,
+//!   is sent in place.
 //! * [`VerbsDevice`] extras: `pub stats: VerbsStats` (sent, received,
-//!   inline / zero-copy / bounced sends, `sq_full`, send and receive errors,
+//!   inline / bounced / gathered sends, `sq_full`, send and receive errors,
 //!   AH created / evicted / overflow / failed, `qp_recoveries`), `qpn()`,
 //!   `qkey()`, `outstanding()` (sends not yet covered by a completion),
 //!   `ah_cache_len()`, `ah_cache_cap()`. Helpers: [`ibv_access`] (libfabric
@@ -877,8 +879,6 @@ pub struct VerbsStats {
     pub received: u64,
     /// Sends whose payload went inline (`IBV_SEND_INLINE`).
     pub inline_sends: u64,
-    /// Sends straight from a lent transmit buffer.
-    pub zero_copy_sends: u64,
     /// Sends copied into a registered bounce slot first.
     pub bounce_copies: u64,
     /// Sends whose payload the NIC gathered from registered application
@@ -952,64 +952,6 @@ struct Inflight {
     gathered: bool,
 }
 
-/// A lent transmit buffer and its registration.
-struct TxRegion {
-    start: usize,
-    end: usize,
-    mr: *mut ib::ibv_mr,
-}
-
-/// Transmit buffers a device lent the endpoint ([`Device::transmit_buffers`]),
-/// each registered with the device's protection domain, sorted by address;
-/// deregistered on drop (the buffers themselves belong to the endpoint,
-/// which keeps them as long as the device).
-#[derive(Default)]
-pub(crate) struct LentBuffers {
-    regions: Vec<TxRegion>,
-}
-
-impl LentBuffers {
-    /// `count` buffers of `len` bytes, registered for local use (a buffer
-    /// whose registration fails is still lent: its datagrams are copied).
-    pub(crate) fn lend(&mut self, pd: *mut ib::ibv_pd, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        let mut out = Vec::with_capacity(count);
-        for _ in 0..count {
-            let mut b = vec![0u8; len.max(1)].into_boxed_slice();
-            if let Ok(mr) = reg_mr(pd, b.as_mut_ptr(), b.len(), 0) {
-                let start = b.as_ptr() as usize;
-                let at = self.regions.partition_point(|r| r.start < start);
-                self.regions.insert(at, TxRegion { start, end: start + b.len(), mr });
-            }
-            out.push(b);
-        }
-        out
-    }
-
-    /// The lkey of the lent buffer holding all of `data`.
-    pub(crate) fn lkey(&self, data: &[u8]) -> Option<u32> {
-        let s = data.as_ptr() as usize;
-        let e = s + data.len();
-        let i = self.regions.partition_point(|r| r.start <= s);
-        let r = self.regions.get(i.checked_sub(1)?)?;
-        // SAFETY: a live MR (deregistered only on drop).
-        (e <= r.end).then(|| unsafe { (*r.mr).lkey })
-    }
-
-    /// Deregisters every lent buffer: call before the protection domain
-    /// can go (a device's context is its first field, so it drops first).
-    pub(crate) fn clear(&mut self) {
-        for r in self.regions.drain(..) {
-            dereg_mr(r.mr);
-        }
-    }
-}
-
-impl Drop for LentBuffers {
-    fn drop(&mut self) {
-        self.clear();
-    }
-}
-
 /// A completion channel whose fd does not block (`ibv_get_cq_event` then
 /// returns at once when no event is waiting).
 pub(crate) fn nonblocking_channel(ctx: *mut ib::ibv_context) -> Result<*mut ib::ibv_comp_channel, DeviceError> {
@@ -1063,7 +1005,6 @@ pub struct VerbsDevice {
     bounce: Box<[u8]>,
     bounce_mr: *mut ib::ibv_mr,
     bounce_free: Vec<u32>,
-    tx_regions: LentBuffers,
     swrs: Vec<ib::ibv_send_wr>,
     ssges: Vec<ib::ibv_sge>,
     wcs: Vec<ib::ibv_wc>,
@@ -1289,7 +1230,6 @@ impl VerbsDevice {
             bounce: vec![0u8; mtu * sq_depth as usize].into_boxed_slice(),
             bounce_mr: ptr::null_mut(),
             bounce_free: (0..sq_depth).rev().collect(),
-            tx_regions: LentBuffers::default(),
             swrs: Vec::with_capacity(sq_depth as usize),
             ssges: Vec::with_capacity(sq_depth as usize),
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
@@ -1647,11 +1587,6 @@ impl VerbsDevice {
         self.inflight.len()
     }
 
-    /// The lkey of a lent transmit buffer holding `data`.
-    fn tx_lkey(&self, data: &[u8]) -> Option<u32> {
-        self.tx_regions.lkey(data)
-    }
-
     /// Consumes the completion channel's events (acknowledging them), so
     /// its fd is not readable until the next armed completion.
     fn ack_events(&mut self) {
@@ -1845,11 +1780,12 @@ impl Device for VerbsDevice {
                 flags |= ib::ibv_send_flags::IBV_SEND_INLINE.0;
                 self.stats.inline_sends += 1;
                 ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey: 0 }
-            } else if let Some(lkey) = self.tx_lkey(d.data) {
-                self.stats.zero_copy_sends += 1;
-                ib::ibv_sge { addr: d.data.as_ptr() as u64, length: len as u32, lkey }
             } else {
-                // One slot per outstanding send: never empty while room > 0.
+                // Never straight from the caller's buffer, not even one this
+                // device lent: the endpoint writes its next datagram there
+                // as soon as this call returns, and the NIC reads a request's
+                // bytes later. One slot per outstanding send, freed by its
+                // completion: never empty while room > 0.
                 let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
                 let off = b as usize * self.mtu;
                 self.bounce[off..off + len].copy_from_slice(d.data);
@@ -1923,8 +1859,8 @@ impl Device for VerbsDevice {
         let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
         // SAFETY: a chain of valid UD send requests: each AH is live (its
         // inflight count keeps it from eviction), each SGE names either
-        // inline data (copied by the post), a lent registered transmit
-        // buffer, a bounce slot, or a gathered part: registered application
+        // inline data (copied by the post), a bounce slot (this send's
+        // until its completion), or a gathered part: registered application
         // memory that stays valid until its message completes (the
         // `TxDatagram::gather` contract), which is after this send.
         let rc = unsafe { ib::ibv_post_send(self.qp, self.swrs.as_mut_ptr(), &mut bad) };
@@ -2002,10 +1938,6 @@ impl Device for VerbsDevice {
             self.recover();
         }
         Ok(delivered)
-    }
-
-    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        self.tx_regions.lend(self.ctx.pd, count, len)
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
@@ -2190,7 +2122,6 @@ impl Drop for VerbsDevice {
         }
         dereg_mr(self.rx_mr);
         dereg_mr(self.bounce_mr);
-        self.tx_regions.clear();
     }
 }
 
