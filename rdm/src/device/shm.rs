@@ -404,7 +404,7 @@ impl Mapping {
         // SAFETY: a fresh shared mapping of an open file; no existing memory is
         // affected. The result is checked against MAP_FAILED.
         let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, file.as_raw_fd(), 0)
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, file.as_raw_fd(), 0)
         };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
