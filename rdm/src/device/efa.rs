@@ -13,15 +13,20 @@
 //! between endpoints and lends receive buffers; unlike UD, SRD is
 //! **reliable but unordered**: the device retransmits and may deliver out
 //! of order, so its caps say `reliable: true, ordered: false` and the engine
-//! runs with retransmission off and its reorder buffer on. A datagram the
-//! device could not deliver (RNR retries exhausted, remote error, no route)
-//! completes in error: its destination goes to [`Device::poll_unreachable`]
-//! and the engine fails that peer, as on UD.
+//! runs with retransmission off and its reorder buffer on. With no
+//! retransmission timer in the engine, a datagram this device loses would
+//! leave a gap forever, so none is lost silently: every send that fails
+//! (completed in error for any reason, flushed ones and gathered sends
+//! whose registration was gone included, or dropped when the queue pair is
+//! reset) puts its destination on [`Device::poll_unreachable`] (once) and
+//! the engine fails that peer.
 //!
 //! # API (for the provider's integration)
 //!
 //! * [`EfaConfig`] `{ device, sq_depth, rq_depth, ah_cache }`: `device`
-//!   names an RDMA device (`"rdmap0s6"`); `None`: the first EFA device.
+//!   names an RDMA device (`"rdmap0s6"`); `None`: the first EFA device;
+//!   `ah_cache`: address handles the domain keeps (0: [`DEFAULT_AH_CACHE`],
+//!   at most the device's `max_ah`).
 //! * [`EfaContext::open`]`(&EfaConfig)`: one per libfabric domain: the
 //!   device and one protection domain, shared by every queue it opens and
 //!   by its registrar. An RDMA device is EFA when `efadv_query_device`
@@ -41,7 +46,12 @@
 //!   another job's datagrams, as on UD (and the 64-byte endpoint address has
 //!   no room for four more bytes).
 //! * Registration as on verbs (shared code): keys are `rkey << 32 | lkey`
-//!   ([`super::verbs::mr_key`]), access bits are libfabric's.
+//!   ([`super::verbs::mr_key`]), access bits are libfabric's, mapped as on
+//!   verbs and cut to what EFA's kernel driver takes
+//!   ([`efa_mr_access_mask`]: local write, and remote read only where the
+//!   device reads; no remote write with these headers).
+//! * [`is_efa_device`]: the verbs UD device skips EFA devices with it (UD
+//!   does not work on EFA).
 //!
 //! # How it works
 //!
@@ -64,28 +74,53 @@
 //! part (application memory, valid until its message completes) names it as
 //! a second SGE (copied into the bounce slot when the device has one SGE).
 //!
+//! Address handles belong to the domain (`AhTable`): one per peer GID,
+//! shared by every endpoint of the domain, counted per request in flight
+//! and destroyed only when none uses it and room is needed (least recently
+//! used first). Each batch's AHs are resolved before its `ibv_wr_start`
+//! session (which holds the send queue's lock, so no kernel call inside).
+//! No room for an AH (the table full of AHs in use, or `ibv_create_ah`
+//! failing with `ENOMEM` and the like even after an unused one was given
+//! back) holds the send back (a short count), it never fails the peer;
+//! another `ibv_create_ah` error does.
+//!
 //! Receives land in registered slots of `mtu` bytes: SRD puts no GRH before
 //! the payload. The source of a datagram: its completion carries the
-//! sender's QPN and, in `slid`, the number of this domain's address handle
+//! sender's QPN and, in `slid`, the number of the domain's address handle
 //! for the sender's GID when there is one (`efadv_query_ah` gives it when an
-//! AH is made; the domain keeps the numbers of every live AH); for a sender
-//! with none the GID comes from the completion itself
+//! AH is made); the domain keeps each number's GID after its AH is
+//! destroyed, until a new AH gets the number, since completions written
+//! before still carry it (and `efadv_wc_read_sgid` answers nothing for
+//! them). For a sender with no AH the GID comes from the completion itself
 //! (`efadv_wc_read_sgid` on a CQ made by `efadv_create_cq` with
-//! `EFADV_WC_EX_WITH_SGID`). A device without that cap cannot name such a
-//! sender, so the context refuses to open (`auto` then uses UD, which EFA
-//! offers as well).
+//! `EFADV_WC_EX_WITH_SGID`); a datagram whose sender is still unknown is
+//! dropped and counted (`unknown_sources`). A device without that cap
+//! cannot name such senders, so the context refuses to open (`auto` then
+//! uses UDP to remote peers: verbs UD does not work on EFA).
+//!
+//! A queue pair in an error state is brought back (SQE -> RTS, or ERR ->
+//! RESET -> RTS): receives that completed before are kept and delivered,
+//! sends no completion answered are reported unreachable, reads complete
+//! `NotConnected`.
 //!
 //! Remote reads: RDMA read straight on the SRD queue pair (no connection),
 //! one request per piece of at most `max_rdma_size`, all posted at once;
 //! no room in the send queue answers `NotConnected` (the message is pushed,
 //! later ones may be read); a request completed in error completes its read
 //! `NotConnected` too, so the sender pushes that message (a read error
-//! proper would fail the receive). Without the RDMA-read cap `post_read` is
-//! `Unsupported` and long messages take the windowed push.
+//! proper would fail the receive). A peer's remote range that wraps past
+//! the end of the address space fails the read (nothing posted). Without
+//! the RDMA-read cap `post_read` is `Unsupported` and long messages take
+//! the windowed push. `read_conn_stats` gives the device's read timeouts
+//! (a request whose remote did not answer) and the last failed read
+//! request's status.
 //!
-//! Sleeping: the CQs are made on a completion channel when the device
-//! allows (newer EFA kernels); otherwise `wait_fd` is `None` and the
-//! endpoint polls.
+//! Sleeping: both CQs are made on a completion channel when the device
+//! allows (newer EFA kernels), else neither is and the channel is
+//! destroyed: `wait_fd` is `None` and the endpoint polls. `prepare_wait`
+//! arms the receive CQ, and the send CQ whenever sends or reads are
+//! outstanding (a sender held back by a full send queue wakes when room
+//! comes).
 #![allow(unsafe_code)]
 
 use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain};
@@ -104,7 +139,8 @@ pub const EFA_ADDR_LEN: usize = 20;
 pub const DEFAULT_SQ_DEPTH: u32 = 256;
 /// Receive slots posted by default (each `mtu` bytes).
 pub const DEFAULT_RQ_DEPTH: u32 = 512;
-/// Address handles cached per endpoint at most.
+/// Address handles a domain keeps at most (fewer where the device allows
+/// fewer): one per peer GID, shared by the domain's endpoints.
 pub const DEFAULT_AH_CACHE: usize = 1024;
 /// RNR retry count meaning "retry forever" (the verbs encoding, which EFA
 /// takes as its infinite retry).
@@ -207,7 +243,9 @@ pub struct ReadPiece {
 }
 
 /// The requests of a read of `runs`, each at most `max` bytes (a run of 0
-/// bytes asks for nothing). `Config` when a run lacks a key.
+/// bytes asks for nothing). `Config` when a run lacks a key; an I/O error
+/// (`InvalidInput`: the read fails, nothing is posted) when a run's remote
+/// range, which the peer announced, runs past the end of the address space.
 pub fn split_read(runs: &[ReadRun], max: u32) -> Result<Vec<ReadPiece>, DeviceError> {
     let max = max.max(1) as u64;
     let mut out = Vec::new();
@@ -217,9 +255,16 @@ pub fn split_read(runs: &[ReadRun], max: u32) -> Result<Vec<ReadPiece>, DeviceEr
         };
         let (_, rkey) = mr_keys(remote);
         let (lkey, _) = mr_keys(local);
+        if r.remote_addr.checked_add(r.local.len()).is_none() {
+            return Err(DeviceError::io(
+                "efa read",
+                io::Error::new(io::ErrorKind::InvalidInput, format!("the peer's range {:#x}+{} wraps past the end of the address space", r.remote_addr, r.local.len())),
+            ));
+        }
         let mut off = 0;
         while off < r.local.len() {
             let len = (r.local.len() - off).min(max);
+            // Cannot wrap: remote_addr + len(run) did not, and off < len(run).
             out.push(ReadPiece { remote_addr: r.remote_addr + off, rkey, addr: r.local.addr() + off, lkey, len: len as u32 });
             off += len;
         }
@@ -236,7 +281,8 @@ pub struct EfaConfig {
     pub sq_depth: u32,
     /// Receive slots (0: [`DEFAULT_RQ_DEPTH`]).
     pub rq_depth: u32,
-    /// Address handles cached per endpoint (0: [`DEFAULT_AH_CACHE`]).
+    /// Address handles the domain keeps (0: [`DEFAULT_AH_CACHE`]; never
+    /// more than the device's `max_ah`).
     pub ah_cache: usize,
 }
 
@@ -247,13 +293,12 @@ struct EfaCtx {
     name: String,
     gid: [u8; 16],
     limits: EfaLimits,
-    max_ah: usize,
-    /// Address handles of this protection domain that live now, by number:
-    /// the sender's GID of a receive completion whose `slid` names one
-    /// (any endpoint of the domain may have made it), with how many of the
-    /// domain's caches hold it.
-    ahns: Mutex<FxHashMap<u16, ([u8; 16], u32)>>,
-    cfg: EfaConfig,
+    /// The verbs access bits the device takes for a memory region
+    /// ([`efa_mr_access_mask`]).
+    mr_access_mask: u32,
+    /// The domain's address handles (one per peer GID, shared by its
+    /// endpoints) and the GID of every AH number it has been given.
+    ahs: Mutex<AhTable>,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (every verb is
@@ -265,8 +310,16 @@ unsafe impl Sync for EfaCtx {}
 
 impl Drop for EfaCtx {
     fn drop(&mut self) {
+        let table = self.ahs.get_mut().unwrap_or_else(|p| p.into_inner());
+        for ah in table.drain() {
+            // SAFETY: an AH of this PD; every queue pair that could use it
+            // belonged to a device holding an Arc of this context, all
+            // dropped (QPs destroyed) before it; destroyed once.
+            unsafe { ib::ibv_destroy_ah(ah) };
+        }
         // SAFETY: every queue, MR and AH of the PD belonged to devices and
-        // registrars holding an Arc of this context: all dropped before it.
+        // registrars holding an Arc of this context (dropped before it) or
+        // to the table emptied above.
         unsafe {
             ib::ibv_dealloc_pd(self.pd);
             ib::ibv_close_device(self.ctx);
@@ -278,27 +331,183 @@ impl ProtectionDomain for EfaCtx {
     fn pd(&self) -> *mut ib::ibv_pd {
         self.pd
     }
+    fn access_mask(&self) -> u32 {
+        self.mr_access_mask
+    }
+}
+
+/// The verbs access bits an EFA device with `device_caps` (from
+/// `efadv_query_device`) takes for a memory region: the kernel's
+/// `efa_alloc_mr` refuses any other bit with `EOPNOTSUPP`. Local write
+/// always; remote read with `EFADV_DEVICE_ATTR_CAPS_RDMA_READ`. Remote
+/// write would need `EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE`, which the
+/// rdma-core headers this builds against (44) do not have: no remote write.
+pub fn efa_mr_access_mask(device_caps: u32) -> u32 {
+    let mut mask = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+    if device_caps & ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ != 0 {
+        mask |= ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+    }
+    mask
+}
+
+/// `ibv_create_ah` errnos that mean "no room now" (the device's AH table,
+/// kernel memory): back-pressure, not an unreachable peer.
+fn ah_errno_is_no_room(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS))
 }
 
 impl EfaCtx {
-    fn ahn_added(&self, ahn: u16, gid: [u8; 16]) {
-        let mut m = self.ahns.lock().unwrap_or_else(|p| p.into_inner());
-        let e = m.entry(ahn).or_insert((gid, 0));
-        *e = (gid, e.1 + 1);
+    fn lock_ahs(&self) -> std::sync::MutexGuard<'_, AhTable> {
+        self.ahs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn ahn_removed(&self, ahn: u16) {
-        let mut m = self.ahns.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = m.get_mut(&ahn) {
-            e.1 -= 1;
-            if e.1 == 0 {
-                m.remove(&ahn);
+    /// The domain's address handle for `gid`, with one more user (one
+    /// request in flight; [`AhTable::release`] when it completes): the one
+    /// the domain has, or a new one. A full table first gives back the
+    /// least recently used AH no request uses; no room (the table full of
+    /// AHs in use, or the device out of AHs even after one was given back)
+    /// is `Busy`, never a failed peer.
+    fn acquire_ah(&self, table: &mut AhTable, gid: [u8; 16], stats: &mut EfaStats) -> Result<*mut ib::ibv_ah, AhError> {
+        if let Some(ah) = table.take(&gid) {
+            return Ok(ah);
+        }
+        if table.is_full() {
+            match table.evict_lru() {
+                Some(old) => {
+                    // SAFETY: an AH of this PD no request in flight uses, out of the table: destroyed once.
+                    unsafe { ib::ibv_destroy_ah(old) };
+                    stats.ah_evicted += 1;
+                }
+                None => {
+                    stats.ah_busy += 1;
+                    return Err(AhError::Busy);
+                }
             }
+        }
+        let mut evicted_for_room = false;
+        let ah = loop {
+            let mut attr = ib::ibv_ah_attr { is_global: 1, port_num: PORT, ..Default::default() };
+            attr.grh.dgid.raw = gid;
+            // SAFETY: a live PD and a valid attribute struct.
+            let ah = unsafe { ib::ibv_create_ah(self.pd, &mut attr) };
+            if !ah.is_null() {
+                break ah;
+            }
+            let errno = io::Error::last_os_error().raw_os_error();
+            if !ah_errno_is_no_room(errno) {
+                stats.ah_failed += 1;
+                return Err(AhError::Unreachable);
+            }
+            if !evicted_for_room {
+                if let Some(old) = table.evict_lru() {
+                    // SAFETY: as above.
+                    unsafe { ib::ibv_destroy_ah(old) };
+                    stats.ah_evicted += 1;
+                    evicted_for_room = true;
+                    continue;
+                }
+            }
+            stats.ah_busy += 1;
+            return Err(AhError::Busy);
+        };
+        let mut q = ib::efadv_ah_attr::default();
+        // SAFETY: a live AH and an out-struct of the size passed.
+        let rc = unsafe { ib::efadv_query_ah(ah, &mut q, std::mem::size_of::<ib::efadv_ah_attr>() as u32) };
+        if rc != 0 {
+            // SAFETY: the AH just made, used by nothing.
+            unsafe { ib::ibv_destroy_ah(ah) };
+            stats.ah_failed += 1;
+            return Err(AhError::Unreachable);
+        }
+        table.insert(gid, ah, q.ahn);
+        stats.ah_created += 1;
+        Ok(ah)
+    }
+}
+
+/// An address handle of the domain.
+struct SharedAh {
+    ah: *mut ib::ibv_ah,
+    /// Requests in flight (of any endpoint of the domain) that use it.
+    users: u32,
+    last_use: u64,
+}
+
+/// The domain's address handles: one per peer GID, shared by its endpoints,
+/// destroyed only when no request uses it and room is needed (least
+/// recently used first). The bookkeeping only (pure, unit-tested): the
+/// caller creates and destroys the AHs.
+///
+/// Receive completions name a sender that has an AH by its number (`slid`),
+/// and for such a sender `efadv_wc_read_sgid` answers nothing (`-ENOENT`).
+/// A completion written before its AH was destroyed still carries the old
+/// number, so a number's GID is kept after the AH goes (a tombstone) until
+/// a new AH gets that number. Left: a datagram that arrived before an AH
+/// was destroyed and is polled after a new AH (for another GID) took its
+/// number is named after the new GID; the device gives no way to tell them
+/// apart (eviction is rare: the table holds `ah_cache` peers).
+struct AhTable {
+    by_gid: FxHashMap<[u8; 16], SharedAh>,
+    gid_by_ahn: FxHashMap<u16, [u8; 16]>,
+    cap: usize,
+    clock: u64,
+}
+
+impl AhTable {
+    fn new(cap: usize) -> AhTable {
+        AhTable { by_gid: FxHashMap::default(), gid_by_ahn: FxHashMap::default(), cap: cap.max(1), clock: 0 }
+    }
+
+    /// The AH for `gid` if the domain has one, with one more user.
+    fn take(&mut self, gid: &[u8; 16]) -> Option<*mut ib::ibv_ah> {
+        self.clock += 1;
+        let e = self.by_gid.get_mut(gid)?;
+        e.users += 1;
+        e.last_use = self.clock;
+        Some(e.ah)
+    }
+
+    /// Whether a new AH needs one given back first.
+    fn is_full(&self) -> bool {
+        self.by_gid.len() >= self.cap
+    }
+
+    /// A new AH for `gid`, numbered `ahn`, with one user.
+    fn insert(&mut self, gid: [u8; 16], ah: *mut ib::ibv_ah, ahn: u16) {
+        self.clock += 1;
+        self.gid_by_ahn.insert(ahn, gid);
+        self.by_gid.insert(gid, SharedAh { ah, users: 1, last_use: self.clock });
+    }
+
+    /// `n` users of `gid`'s AH are done with it.
+    fn release(&mut self, gid: &[u8; 16], n: u32) {
+        if let Some(e) = self.by_gid.get_mut(gid) {
+            debug_assert!(e.users >= n, "more AH releases than uses");
+            e.users = e.users.saturating_sub(n);
         }
     }
 
+    /// Takes out the least recently used AH no request uses, for the
+    /// caller to destroy (its number stays mapped: a tombstone).
+    fn evict_lru(&mut self) -> Option<*mut ib::ibv_ah> {
+        let (&gid, _) = self.by_gid.iter().filter(|(_, e)| e.users == 0).min_by_key(|(_, e)| e.last_use)?;
+        self.by_gid.remove(&gid).map(|e| e.ah)
+    }
+
+    /// The GID of AH number `ahn`: of a live AH, or of the last one that
+    /// had the number.
     fn gid_of_ahn(&self, ahn: u16) -> Option<[u8; 16]> {
-        self.ahns.lock().unwrap_or_else(|p| p.into_inner()).get(&ahn).map(|e| e.0)
+        self.gid_by_ahn.get(&ahn).copied()
+    }
+
+    /// Every AH, for the caller to destroy (the domain closes).
+    fn drain(&mut self) -> Vec<*mut ib::ibv_ah> {
+        self.by_gid.drain().map(|(_, e)| e.ah).collect()
+    }
+
+    #[cfg(test)]
+    fn users(&self, gid: &[u8; 16]) -> Option<u32> {
+        self.by_gid.get(gid).map(|e| e.users)
     }
 }
 
@@ -312,6 +521,14 @@ impl std::fmt::Debug for EfaContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EfaContext").field("device", &self.inner.name).field("limits", &self.inner.limits).finish()
     }
+}
+
+/// Whether an open RDMA device is an EFA device (`efadv_query_device`
+/// answers for it): verbs UD does not work on one (its CQs need a
+/// completion channel EFA refuses without CQ notifications, and it rejects
+/// unsignaled sends), so the verbs device skips them.
+pub(crate) fn is_efa_device(ctx: *mut ib::ibv_context) -> bool {
+    query_efa(ctx).is_some()
 }
 
 /// The EFA attributes of an open device; `None` when it is no EFA device
@@ -389,6 +606,7 @@ impl EfaContext {
             }
             let ctx = dev.0;
             std::mem::forget(dev);
+            let ah_cap = if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(dattr.max_ah.max(1) as usize);
             return Ok(EfaContext {
                 inner: Arc::new(EfaCtx {
                     ctx,
@@ -396,9 +614,8 @@ impl EfaContext {
                     name,
                     gid,
                     limits,
-                    max_ah: dattr.max_ah.max(1) as usize,
-                    ahns: Mutex::new(FxHashMap::default()),
-                    cfg: cfg.clone(),
+                    mr_access_mask: efa_mr_access_mask(attr.device_caps),
+                    ahs: Mutex::new(AhTable::new(ah_cap)),
                 }),
             });
         }
@@ -453,46 +670,59 @@ pub struct EfaStats {
     pub inline_sends: u64,
     pub bounce_copies: u64,
     pub gathered_sends: u64,
-    /// Gathered sends that failed locally (their registration was gone):
-    /// not blamed on the peer.
+    /// Gathered sends that failed locally (their registration was gone);
+    /// their destinations go to `poll_unreachable` all the same (the
+    /// datagram is lost and nothing resends it).
     pub gathered_send_errors: u64,
     /// `send_batch` calls cut short by a full send queue.
     pub sq_full: u64,
-    /// Send completions in error (destinations to `poll_unreachable`).
+    /// Sends that failed: completed in error (flushed ones included) or
+    /// dropped by a queue pair reset; each destination to `poll_unreachable`.
     pub send_errors: u64,
     /// Receive completions in error or of impossible length.
     pub recv_errors: u64,
-    /// Datagrams dropped because their sender could not be named.
+    /// Datagrams dropped because their sender could not be named (an AH
+    /// number the domain never had, or no source GID in the completion).
     pub unknown_sources: u64,
+    /// Address handles this endpoint made, gave back for room, could not
+    /// make (the peer failed), and could not make for want of room now
+    /// (back-pressure: the send waits).
     pub ah_created: u64,
     pub ah_evicted: u64,
     pub ah_failed: u64,
+    pub ah_busy: u64,
     pub qp_recoveries: u64,
     /// RDMA reads posted, their requests, bytes read, reads failed.
     pub reads: u64,
     pub read_requests: u64,
     pub read_bytes: u64,
     pub read_errors: u64,
+    /// Failed reads whose request timed out in the device (the remote did
+    /// not answer: `IBV_WC_RESP_TIMEOUT_ERR`, `IBV_WC_RETRY_EXC_ERR`).
+    pub read_timeouts: u64,
     /// Reads refused for want of room in the send queue (pushed).
     pub reads_deferred: u64,
-    /// The `ibv_wc_status` of the last failed request (not flushed).
+    /// The `ibv_wc_status` of the last failed request (not flushed), or
+    /// the errno of a read session the provider refused.
     pub last_error_status: u32,
+    /// The `ibv_wc_status` of the last failed read request (not flushed).
+    pub last_read_status: u32,
 }
 
 /// Why no address handle could be had.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AhError {
     Unreachable,
-    /// Every cached one is in use by requests in flight: try later.
+    /// No room now (every AH of the domain in use, or the device out of
+    /// them): try later.
     Busy,
 }
 
-struct AhEntry {
+/// Where one datagram of a batch goes: its AH (one use taken), QPN, GID.
+struct ResolvedDst {
     ah: *mut ib::ibv_ah,
-    ahn: u16,
-    last_use: u64,
-    /// Posted requests using it that have not completed.
-    inflight: u32,
+    qpn: u32,
+    gid: [u8; 16],
 }
 
 /// A posted send that has not completed.
@@ -541,22 +771,18 @@ pub struct EfaDevice {
     rx_pending: VecDeque<RxDone>,
     rwrs: Vec<ib::ibv_recv_wr>,
     rsges: Vec<ib::ibv_sge>,
-    /// This endpoint's address handles by number (the domain's map covers
-    /// the others').
-    local_ahns: FxHashMap<u16, [u8; 16]>,
     // Send.
     tx_seq: u64,
     inflight: FxHashMap<u64, Inflight>,
+    /// Scratch of `send_batch`: the batch's resolved destinations.
+    tx_resolved: Vec<ResolvedDst>,
     /// Read requests posted and not completed (they take send queue room).
     read_wrs: u32,
     bounce: Box<[u8]>,
     bounce_mr: *mut ib::ibv_mr,
     bounce_free: Vec<u32>,
     wcs: Vec<ib::ibv_wc>,
-    // Address handles.
-    ahs: FxHashMap<[u8; 16], AhEntry>,
-    ah_cap: usize,
-    ah_clock: u64,
+    /// Destinations of failed sends, for `poll_unreachable` (each once).
     unreachable: VecDeque<DevAddr>,
     check_qp: bool,
     // Reads.
@@ -572,7 +798,6 @@ unsafe impl Send for EfaDevice {}
 impl EfaDevice {
     fn open(ctx: Arc<EfaCtx>, spec: &OpenSpec) -> Result<EfaDevice, DeviceError> {
         let limits = ctx.limits;
-        let ah_cap = if ctx.cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { ctx.cfg.ah_cache }.min(ctx.max_ah).max(1);
         let rx_slot = limits.mtu;
         let mut dev = EfaDevice {
             channel: ptr::null_mut(),
@@ -592,17 +817,14 @@ impl EfaDevice {
             rx_pending: VecDeque::new(),
             rwrs: Vec::with_capacity(limits.rq_depth as usize),
             rsges: Vec::with_capacity(limits.rq_depth as usize),
-            local_ahns: FxHashMap::default(),
             tx_seq: 0,
             inflight: FxHashMap::default(),
+            tx_resolved: Vec::new(),
             read_wrs: 0,
             bounce: vec![0u8; limits.mtu * limits.sq_depth as usize].into_boxed_slice(),
             bounce_mr: ptr::null_mut(),
             bounce_free: (0..limits.sq_depth).rev().collect(),
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
-            ahs: FxHashMap::default(),
-            ah_cap,
-            ah_clock: 0,
             unreachable: VecDeque::new(),
             check_qp: false,
             reads: slab::Slab::new(),
@@ -626,38 +848,48 @@ impl EfaDevice {
     }
 
     /// The send CQ (sends and reads) and the extended receive CQ that
-    /// names senders' GIDs, on the channel when the device takes one.
+    /// names senders' GIDs: both on the channel when the device takes one
+    /// for both; else both without, and the channel destroyed once no CQ
+    /// is on it (a channel with a CQ on it cannot be destroyed: it would
+    /// leak, and a send CQ on it with a receive CQ off it would wake a
+    /// sleeper for sends only).
     fn create_cqs(&mut self) -> Result<(), DeviceError> {
         let ctx = self.ctx.ctx;
         let sq = self.limits.sq_depth as i32;
-        for channel in [self.channel, ptr::null_mut()] {
+        let wc_flags = ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_BYTE_LEN | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SRC_QP | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SLID;
+        let mut failure = None;
+        for on_channel in [true, false] {
+            if on_channel && self.channel.is_null() {
+                continue;
+            }
+            if !on_channel && !self.channel.is_null() {
+                // No CQ is on the channel now (those made on it were
+                // destroyed below): nothing can wake a sleeper, so go.
+                // SAFETY: a live channel with no CQ on it, destroyed once.
+                unsafe { ib::ibv_destroy_comp_channel(self.channel) };
+                self.channel = ptr::null_mut();
+            }
+            let channel = self.channel;
             // SAFETY: an open context; a channel, if any, outlives the CQ (Drop order).
             self.scq = unsafe { ib::ibv_create_cq(ctx, sq, ptr::null_mut(), channel, 0) };
-            if !self.scq.is_null() {
-                break;
+            if self.scq.is_null() {
+                failure = Some(last_err("ibv_create_cq(send)"));
+                continue;
             }
-        }
-        if self.scq.is_null() {
-            return Err(last_err("ibv_create_cq(send)"));
-        }
-        let wc_flags = ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_BYTE_LEN | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SRC_QP | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SLID;
-        for channel in [self.channel, ptr::null_mut()] {
             let mut attr = ib::ibv_cq_init_attr_ex { cqe: self.limits.rq_depth, channel, comp_vector: 0, wc_flags: wc_flags as u64, ..Default::default() };
             let mut efa = ib::efadv_cq_init_attr { comp_mask: 0, wc_flags: ib::EFADV_WC_EX_WITH_SGID as u64 };
             // SAFETY: an open context and valid attribute structs of the sizes passed.
             self.rcq_ex = unsafe { ib::efadv_create_cq(ctx, &mut attr, &mut efa, std::mem::size_of::<ib::efadv_cq_init_attr>() as u32) };
             if !self.rcq_ex.is_null() {
-                if channel.is_null() && !self.channel.is_null() {
-                    // The receive CQ cannot notify: nothing can wake a sleeper.
-                    // SAFETY: a live CQ with no events on the channel.
-                    unsafe { ib::ibv_destroy_comp_channel(self.channel) };
-                    self.channel = ptr::null_mut();
-                }
                 break;
             }
+            failure = Some(last_err("efadv_create_cq(recv, with sgid)"));
+            // SAFETY: the send CQ just made, used by nothing, destroyed once.
+            unsafe { ib::ibv_destroy_cq(self.scq) };
+            self.scq = ptr::null_mut();
         }
-        if self.rcq_ex.is_null() {
-            return Err(last_err("efadv_create_cq(recv, with sgid)"));
+        if self.scq.is_null() || self.rcq_ex.is_null() {
+            return Err(failure.unwrap_or_else(|| DeviceError::Config("efa: no completion queues".into())));
         }
         // SAFETY: a live extended CQ.
         self.rcq = unsafe { ib::ibv_cq_ex_to_cq(self.rcq_ex) };
@@ -775,33 +1007,60 @@ impl EfaDevice {
 
     /// Takes in send and read completions; brings the QP back if one failed.
     fn reap_sends(&mut self) {
-        loop {
-            // SAFETY: a live CQ and room for POLL_BATCH completions.
-            let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
-            if n <= 0 {
-                break;
-            }
-            for i in 0..n as usize {
-                let wc = self.wcs[i];
-                if wc.wr_id & READ_WR != 0 {
-                    self.read_completed(wc);
-                } else {
-                    self.send_completed(wc);
-                }
-            }
-            if (n as usize) < POLL_BATCH {
-                break;
-            }
-        }
+        self.poll_send_cq();
         if self.check_qp {
             self.check_qp = false;
             self.recover();
         }
     }
 
-    fn send_completed(&mut self, wc: ib::ibv_wc) {
+    /// Takes in every send and read completion the send CQ holds; returns
+    /// how many.
+    fn poll_send_cq(&mut self) -> usize {
+        let ctx = self.ctx.clone();
+        let mut total = 0;
+        loop {
+            // SAFETY: a live CQ and room for POLL_BATCH completions.
+            let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
+            if n <= 0 {
+                break;
+            }
+            total += n as usize;
+            let mut ahs = ctx.lock_ahs();
+            for i in 0..n as usize {
+                let wc = self.wcs[i];
+                if wc.wr_id & READ_WR != 0 {
+                    self.read_completed(wc, &mut ahs);
+                } else {
+                    self.send_completed(wc, &mut ahs);
+                }
+            }
+            if (n as usize) < POLL_BATCH {
+                break;
+            }
+        }
+        total
+    }
+
+    /// `dst` goes to `poll_unreachable` (once while it waits there).
+    fn mark_unreachable(&mut self, dst: DevAddr) {
+        if !self.unreachable.contains(&dst) {
+            self.unreachable.push_back(dst);
+        }
+    }
+
+    /// A send's completion. Any status but success means the datagram is
+    /// lost, and nothing resends it (the engine runs no retransmission on
+    /// this reliable path): its destination goes to `poll_unreachable`, so
+    /// that the engine fails that peer rather than wait on a gap forever.
+    /// That holds for a flushed send too (the queue pair went to an error
+    /// state under it: this device never moves it there on purpose; at
+    /// teardown nothing is polled) and for a gathered send whose
+    /// registration was gone (rdmx's fault, not the peer's, but the
+    /// datagram is lost all the same).
+    fn send_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhTable) {
         let Some(f) = self.inflight.remove(&wc.wr_id) else { return };
-        self.release_ah(&f.gid);
+        ahs.release(&f.gid, 1);
         if let Some(b) = f.bounce {
             self.bounce_free.push(b);
         }
@@ -810,38 +1069,34 @@ impl EfaDevice {
         }
         self.stats.send_errors += 1;
         if wc.status == ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
-            // The queue pair went to error under it: not the peer's doing.
-            return;
+            // The queue pair is in an error state: bring it back.
+            self.check_qp = true;
+        } else {
+            self.stats.last_error_status = wc.status;
         }
-        self.stats.last_error_status = wc.status;
         let local = matches!(wc.status, ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR | ib::ibv_wc_status_IBV_WC_LOC_QP_OP_ERR);
         if local {
             self.check_qp = true;
+            if f.gathered {
+                self.stats.gathered_send_errors += 1;
+            }
         }
-        if f.gathered && local {
-            // Application memory whose registration went away: rdmx's
-            // matter, not the peer's.
-            self.stats.gathered_send_errors += 1;
-        } else if !self.unreachable.contains(&f.dst) {
-            // RNR retries exhausted, a remote error, no path: SRD gave up
-            // on this datagram, and the engine (which does not resend on a
-            // reliable path) learns that the peer is gone.
-            self.unreachable.push_back(f.dst);
-        }
+        self.mark_unreachable(f.dst);
     }
 
-    fn read_completed(&mut self, wc: ib::ibv_wc) {
+    fn read_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhTable) {
         self.read_wrs = self.read_wrs.saturating_sub(1);
         let slot = (wc.wr_id & !READ_WR) as usize;
         let Some(r) = self.reads.get_mut(slot) else { return };
-        let gid = r.gid;
+        ahs.release(&r.gid, 1);
         if wc.status != ib::ibv_wc_status_IBV_WC_SUCCESS && r.status.is_none() {
             r.status = Some(wc.status);
         }
+        if wc.status == ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
+            self.check_qp = true;
+        }
         r.wrs_left -= 1;
-        let done = r.wrs_left == 0;
-        self.release_ah(&gid);
-        if !done {
+        if r.wrs_left != 0 {
             return;
         }
         let r = self.reads.remove(slot);
@@ -852,28 +1107,32 @@ impl EfaDevice {
             }
             Some(status) => {
                 self.stats.read_errors += 1;
+                if matches!(status, ib::ibv_wc_status_IBV_WC_RESP_TIMEOUT_ERR | ib::ibv_wc_status_IBV_WC_RETRY_EXC_ERR) {
+                    self.stats.read_timeouts += 1;
+                }
                 if status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
                     self.stats.last_error_status = status;
+                    self.stats.last_read_status = status;
                 }
                 // Pieces complete in any order: no prefix is known to have
                 // arrived, so none is claimed. `NotConnected`: the sender
                 // pushes the whole message (an I/O error would fail the
                 // receive), unless the peer itself has failed; the status
-                // is kept in `stats.last_error_status`.
+                // is kept in `stats.last_read_status`.
                 self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::NotConnected) });
             }
         }
     }
 
-    fn release_ah(&mut self, gid: &[u8; 16]) {
-        if let Some(e) = self.ahs.get_mut(gid) {
-            e.inflight = e.inflight.saturating_sub(1);
-        }
-    }
-
     /// Brings the QP back after a local error moved it to an error state:
-    /// SQE -> RTS, or from RESET (every receive reposted, every request in
-    /// flight dropped) after ERR.
+    /// SQE -> RTS (the sends flushed meanwhile completed in error: their
+    /// destinations are unreachable), or after ERR through RESET. Before
+    /// the reset every completion the CQs hold is taken in: receives that
+    /// arrived are kept and delivered, sends and reads are answered as
+    /// usual. Every send no completion answered is lost: its destination
+    /// goes to `poll_unreachable`; every such read completes
+    /// `NotConnected` (pushed). Then every receive slot that holds no
+    /// undelivered datagram is posted again.
     fn recover(&mut self) {
         let mut attr = ib::ibv_qp_attr::default();
         let mut init = ib::ibv_qp_init_attr::default();
@@ -891,115 +1150,70 @@ impl EfaDevice {
                 }
             }
             ib::ibv_qp_state_IBV_QPS_ERR => {
+                // What completed before the error (some providers drop a
+                // QP's completions from its CQs at the reset).
+                self.poll_send_cq();
+                while self.poll_recv(POLL_BATCH) > 0 {}
                 let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RESET, ..Default::default() };
                 if self.modify(&mut a, m::IBV_QP_STATE, "ibv_modify_qp(RESET)").is_err() {
                     return;
                 }
-                self.rx_pending.clear();
-                self.drain_recv_cq();
-                // SAFETY: a live CQ and room for POLL_BATCH completions.
-                while unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) } > 0 {}
-                for (_, f) in std::mem::take(&mut self.inflight) {
-                    if let Some(b) = f.bounce {
-                        self.bounce_free.push(b);
-                    }
+                self.poll_send_cq();
+                while self.poll_recv(POLL_BATCH) > 0 {}
+                self.drop_unanswered_requests();
+                // Failed receives' slots are posted below with the free ones.
+                self.rx_pending.retain(|rx| rx.ok.is_some());
+                let mut held = vec![false; self.limits.rq_depth as usize];
+                for rx in &self.rx_pending {
+                    held[rx.slot as usize] = true;
                 }
-                for e in self.ahs.values_mut() {
-                    e.inflight = 0;
-                }
-                self.read_wrs = 0;
-                for (_, r) in std::mem::take(&mut self.reads) {
-                    self.stats.read_errors += 1;
-                    self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::NotConnected) });
-                }
-                if self.bring_up().is_ok() && self.post_receives(0..self.limits.rq_depth).is_ok() {
+                let free = (0..self.limits.rq_depth).filter(|&s| !held[s as usize]);
+                if self.bring_up().is_ok() && self.post_receives(free).is_ok() {
                     self.stats.qp_recoveries += 1;
                 }
             }
             _ => {}
         }
+        // Flushes taken in above asked for this very recovery.
+        self.check_qp = false;
     }
 
-    /// Throws away whatever the receive CQ holds (after a reset).
-    fn drain_recv_cq(&mut self) {
-        let mut attr = ib::ibv_poll_cq_attr::default();
-        // SAFETY: a live extended CQ; a started poll is ended below.
-        if unsafe { ib::ibv_start_poll(self.rcq_ex, &mut attr) } != 0 {
-            return;
-        }
-        // SAFETY: inside a started poll.
-        while unsafe { ib::ibv_next_poll(self.rcq_ex) } == 0 {}
-        // SAFETY: ends the poll started above.
-        unsafe { ib::ibv_end_poll(self.rcq_ex) };
-    }
-
-    /// The address handle for `gid`, from the cache or new (evicting the
-    /// least recently used one no request in flight uses).
-    fn ah_for(&mut self, gid: [u8; 16]) -> Result<*mut ib::ibv_ah, AhError> {
-        self.ah_clock += 1;
-        let clock = self.ah_clock;
-        if let Some(e) = self.ahs.get_mut(&gid) {
-            e.last_use = clock;
-            return Ok(e.ah);
-        }
-        if self.ahs.len() >= self.ah_cap && !self.evict_one() {
-            return Err(AhError::Busy);
-        }
-        let mut attr = ib::ibv_ah_attr { is_global: 1, port_num: PORT, ..Default::default() };
-        attr.grh.dgid.raw = gid;
-        // SAFETY: a live PD and a valid attribute struct.
-        let ah = unsafe { ib::ibv_create_ah(self.ctx.pd, &mut attr) };
-        if ah.is_null() {
-            let e = io::Error::last_os_error().raw_os_error();
-            if matches!(e, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS)) && self.evict_one() {
-                return Err(AhError::Busy);
+    /// Sends and reads of a reset queue pair that no completion answered:
+    /// sends are lost (their destinations unreachable), reads complete
+    /// `NotConnected`; their bounce slots and AH uses are given back.
+    fn drop_unanswered_requests(&mut self) {
+        let ctx = self.ctx.clone();
+        let mut ahs = ctx.lock_ahs();
+        for (_, f) in std::mem::take(&mut self.inflight) {
+            ahs.release(&f.gid, 1);
+            if let Some(b) = f.bounce {
+                self.bounce_free.push(b);
             }
-            self.stats.ah_failed += 1;
-            return Err(AhError::Unreachable);
+            self.stats.send_errors += 1;
+            if !self.unreachable.contains(&f.dst) {
+                self.unreachable.push_back(f.dst);
+            }
         }
-        let mut q = ib::efadv_ah_attr::default();
-        // SAFETY: a live AH and an out-struct of the size passed.
-        let rc = unsafe { ib::efadv_query_ah(ah, &mut q, std::mem::size_of::<ib::efadv_ah_attr>() as u32) };
-        if rc != 0 {
-            // SAFETY: the AH just made, used by nothing.
-            unsafe { ib::ibv_destroy_ah(ah) };
-            self.stats.ah_failed += 1;
-            return Err(AhError::Unreachable);
+        self.read_wrs = 0;
+        for (_, r) in std::mem::take(&mut self.reads) {
+            ahs.release(&r.gid, r.wrs_left);
+            self.stats.read_errors += 1;
+            self.read_done.push_back(ReadDone { id: r.id, bytes: 0, error: Some(DeviceError::NotConnected) });
         }
-        self.ctx.ahn_added(q.ahn, gid);
-        self.local_ahns.insert(q.ahn, gid);
-        self.stats.ah_created += 1;
-        self.ahs.insert(gid, AhEntry { ah, ahn: q.ahn, last_use: clock, inflight: 0 });
-        Ok(ah)
-    }
-
-    fn evict_one(&mut self) -> bool {
-        let Some((&k, _)) = self.ahs.iter().filter(|(_, e)| e.inflight == 0).min_by_key(|(_, e)| e.last_use) else {
-            return false;
-        };
-        let e = self.ahs.remove(&k).expect("present");
-        self.destroy_ah(e);
-        self.stats.ah_evicted += 1;
-        true
-    }
-
-    fn destroy_ah(&mut self, e: AhEntry) {
-        self.local_ahns.remove(&e.ahn);
-        self.ctx.ahn_removed(e.ahn);
-        // SAFETY: an AH no request in flight uses, destroyed once.
-        unsafe { ib::ibv_destroy_ah(e.ah) };
     }
 
     /// The sender of the completion the receive CQ is at: its GID from the
-    /// address handle `slid` names, else from the completion itself.
-    fn source_of_current(&self) -> Option<DevAddr> {
+    /// AH number in `slid` (a live AH of the domain, or a tombstone: see
+    /// [`AhTable`]), else from the completion itself.
+    fn source_of_current(&self, ahs: &AhTable) -> Option<DevAddr> {
         // SAFETY: called inside a started poll on a CQ made with SRC_QP and SLID.
         let (src_qp, slid) = unsafe { (ib::ibv_wc_read_src_qp(self.rcq_ex), ib::ibv_wc_read_slid(self.rcq_ex)) };
         if slid != AHN_UNKNOWN {
-            let ahn = slid as u16;
-            if let Some(gid) = self.local_ahns.get(&ahn).copied().or_else(|| self.ctx.gid_of_ahn(ahn)) {
+            if let Some(gid) = ahs.gid_of_ahn(slid as u16) {
                 return Some(efa_addr(gid, src_qp));
             }
+            // A number this domain was never given: the completion may
+            // still carry the GID (else the sender is unknown).
         }
         let mut gid = ib::ibv_gid::default();
         // SAFETY: inside a started poll of the CQ this efadv_cq belongs to
@@ -1011,16 +1225,19 @@ impl EfaDevice {
         Some(efa_addr(unsafe { gid.raw }, src_qp))
     }
 
-    /// Takes up to `max` receive completions into `rx_pending`.
-    fn poll_recv(&mut self, max: usize) {
+    /// Takes up to `max` receive completions into `rx_pending`; returns
+    /// how many.
+    fn poll_recv(&mut self, max: usize) -> usize {
         if max == 0 {
-            return;
+            return 0;
         }
         let mut attr = ib::ibv_poll_cq_attr::default();
         // SAFETY: a live extended CQ; a started poll is ended below.
         if unsafe { ib::ibv_start_poll(self.rcq_ex, &mut attr) } != 0 {
-            return;
+            return 0;
         }
+        let ctx = self.ctx.clone();
+        let ahs = ctx.lock_ahs();
         let mut n = 0;
         loop {
             // SAFETY: inside a started poll: the CQ's current completion.
@@ -1039,7 +1256,7 @@ impl EfaDevice {
                     self.stats.recv_errors += 1;
                     None
                 } else {
-                    let src = self.source_of_current();
+                    let src = self.source_of_current(&ahs);
                     if src.is_none() {
                         self.stats.unknown_sources += 1;
                     }
@@ -1055,8 +1272,10 @@ impl EfaDevice {
                 break;
             }
         }
+        drop(ahs);
         // SAFETY: ends the poll started above.
         unsafe { ib::ibv_end_poll(self.rcq_ex) };
+        n
     }
 
     /// Consumes the channel's events (acknowledging them per CQ).
@@ -1189,78 +1408,86 @@ impl Device for EfaDevice {
         parse_efa_addr(addr).is_some()
     }
 
+    /// Resolves the address handles of the datagrams that fit (one lock of
+    /// the domain's table, AHs made where missing: kernel calls), then
+    /// posts them in one `ibv_wr_*` session, which holds the send queue's
+    /// lock and so makes no kernel call.
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         self.reap_sends();
         let room = (self.limits.sq_depth as usize).saturating_sub(self.sq_used());
         if room < batch.len() {
             self.stats.sq_full += 1;
         }
-        let first_seq = self.tx_seq;
-        let mut posted: Vec<u64> = Vec::new();
+        let mut resolved = std::mem::take(&mut self.tx_resolved);
+        resolved.clear();
         let mut failure = None;
-        let mut started = false;
-        for d in batch.iter().take(room) {
-            let Some((gid, qpn)) = parse_efa_addr(&d.dst) else {
-                failure = Some(DeviceError::Unreachable(d.dst));
-                break;
-            };
-            if d.wire_len() > self.limits.mtu {
-                failure = Some(DeviceError::TooLarge { len: d.wire_len(), mtu: self.limits.mtu });
-                break;
-            }
-            let ah = match self.ah_for(gid) {
-                Ok(ah) => ah,
-                Err(AhError::Busy) => break,
-                Err(AhError::Unreachable) => {
-                    if !self.unreachable.contains(&d.dst) {
-                        self.unreachable.push_back(d.dst);
-                    }
+        {
+            let ctx = self.ctx.clone();
+            let mut ahs = ctx.lock_ahs();
+            for d in batch.iter().take(room) {
+                let Some((gid, qpn)) = parse_efa_addr(&d.dst) else {
                     failure = Some(DeviceError::Unreachable(d.dst));
                     break;
+                };
+                if d.wire_len() > self.limits.mtu {
+                    failure = Some(DeviceError::TooLarge { len: d.wire_len(), mtu: self.limits.mtu });
+                    break;
                 }
-            };
-            if !started {
-                // SAFETY: a live QP with the extended API; completed or
-                // aborted below.
-                unsafe { ib::ibv_wr_start(self.qpx) };
-                started = true;
+                match ctx.acquire_ah(&mut ahs, gid, &mut self.stats) {
+                    Ok(ah) => resolved.push(ResolvedDst { ah, qpn, gid }),
+                    // No room for an AH now: the rest waits (back-pressure).
+                    Err(AhError::Busy) => break,
+                    Err(AhError::Unreachable) => {
+                        self.mark_unreachable(d.dst);
+                        failure = Some(DeviceError::Unreachable(d.dst));
+                        break;
+                    }
+                }
             }
-            let seq = self.tx_seq;
-            self.tx_seq += 1;
-            let bounce = self.post_one(d, ah, qpn, seq);
-            if let Some(e) = self.ahs.get_mut(&gid) {
-                e.inflight += 1;
-            }
-            self.inflight.insert(seq, Inflight { dst: d.dst, gid, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
-            posted.push(seq);
         }
-        if !started {
+        if resolved.is_empty() {
+            self.tx_resolved = resolved;
             return match failure {
                 Some(e) => Err(e),
                 None => Ok(0),
             };
         }
+        let first_seq = self.tx_seq;
+        // SAFETY: a live QP with the extended API; completed below.
+        unsafe { ib::ibv_wr_start(self.qpx) };
+        for (d, r) in batch.iter().zip(&resolved) {
+            let seq = self.tx_seq;
+            self.tx_seq += 1;
+            let bounce = self.post_one(d, r.ah, r.qpn, seq);
+            self.inflight.insert(seq, Inflight { dst: d.dst, gid: r.gid, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
+        }
+        let count = resolved.len();
         // SAFETY: ends the session started above: posts every request of it
         // or none.
         let rc = unsafe { ib::ibv_wr_complete(self.qpx) };
         if rc != 0 {
-            for seq in posted {
+            let ctx = self.ctx.clone();
+            let mut ahs = ctx.lock_ahs();
+            for seq in first_seq..self.tx_seq {
                 if let Some(f) = self.inflight.remove(&seq) {
-                    self.release_ah(&f.gid);
+                    ahs.release(&f.gid, 1);
                     if let Some(b) = f.bounce {
                         self.bounce_free.push(b);
                     }
                 }
             }
+            drop(ahs);
             self.tx_seq = first_seq;
+            self.tx_resolved = resolved;
             // A full queue (the provider counts its own entries): try later.
             if rc == libc::ENOMEM {
                 return Ok(0);
             }
             return Err(ret_err("ibv_wr_complete(send)", rc));
         }
-        self.stats.sent += posted.len() as u64;
-        Ok(posted.len())
+        self.tx_resolved = resolved;
+        self.stats.sent += count as u64;
+        Ok(count)
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
@@ -1305,24 +1532,33 @@ impl Device for EfaDevice {
         (!self.channel.is_null()).then(|| unsafe { (*self.channel).fd })
     }
 
+    /// Arms the receive CQ, and the send CQ whenever sends or reads are
+    /// outstanding: a sender held back by a full send queue (or by AHs all
+    /// in use) is woken by the completion that makes room, and a read's
+    /// completion wakes its reader. Ready now (do not sleep): a datagram
+    /// or a read's end waiting, a failed destination to report, or a send
+    /// completion taken in after the arm (room the caller may use).
     fn prepare_wait(&mut self) -> bool {
         self.ack_events();
-        if !self.rx_pending.is_empty() || !self.read_done.is_empty() {
+        if !self.rx_pending.is_empty() || !self.read_done.is_empty() || !self.unreachable.is_empty() {
             return true;
         }
         if !self.channel.is_null() {
             // SAFETY: a live CQ on the channel.
             unsafe { ib::ibv_req_notify_cq(self.rcq, 0) };
-            if !self.reads.is_empty() {
-                // Read completions arrive on the send CQ: wake for them too.
+            if self.sq_used() > 0 {
                 // SAFETY: as above.
                 unsafe { ib::ibv_req_notify_cq(self.scq, 0) };
             }
         }
         // A completion that arrived before the arm raises no event: look.
-        self.reap_sends();
+        let sends_done = self.poll_send_cq() > 0;
+        if self.check_qp {
+            self.check_qp = false;
+            self.recover();
+        }
         self.poll_recv(POLL_BATCH);
-        !self.rx_pending.is_empty() || !self.read_done.is_empty()
+        sends_done || !self.rx_pending.is_empty() || !self.read_done.is_empty() || !self.unreachable.is_empty()
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
@@ -1348,13 +1584,22 @@ impl Device for EfaDevice {
             self.stats.reads_deferred += 1;
             return Err(DeviceError::NotConnected);
         }
-        let ah = match self.ah_for(gid) {
-            Ok(ah) => ah,
-            Err(AhError::Busy) => {
-                self.stats.reads_deferred += 1;
-                return Err(DeviceError::NotConnected);
+        // One AH use per request (each completion gives one back).
+        let ah = {
+            let ctx = self.ctx.clone();
+            let mut ahs = ctx.lock_ahs();
+            let ah = match ctx.acquire_ah(&mut ahs, gid, &mut self.stats) {
+                Ok(ah) => ah,
+                Err(AhError::Busy) => {
+                    self.stats.reads_deferred += 1;
+                    return Err(DeviceError::NotConnected);
+                }
+                Err(AhError::Unreachable) => return Err(DeviceError::Unreachable(peer)),
+            };
+            for _ in 1..pieces.len() {
+                ahs.take(&gid);
             }
-            Err(AhError::Unreachable) => return Err(DeviceError::Unreachable(peer)),
+            ah
         };
         let slot = self.reads.vacant_key() as u64;
         let wr_id = READ_WR | slot;
@@ -1375,6 +1620,7 @@ impl Device for EfaDevice {
             ib::ibv_wr_complete(qpx)
         };
         if rc != 0 {
+            self.ctx.lock_ahs().release(&gid, pieces.len() as u32);
             self.stats.reads_deferred += 1;
             // Nothing was posted: pushed this time, read later (the errno
             // is the provider's: a full queue, or a request it refused).
@@ -1384,9 +1630,6 @@ impl Device for EfaDevice {
         let bytes = pieces.iter().map(|p| p.len as u64).sum();
         let key = self.reads.insert(EfaRead { id, gid, wrs_left: pieces.len() as u32, bytes, status: None });
         debug_assert_eq!(key as u64, slot);
-        if let Some(e) = self.ahs.get_mut(&gid) {
-            e.inflight += pieces.len() as u32;
-        }
         self.read_wrs += pieces.len() as u32;
         self.stats.reads += 1;
         self.stats.read_requests += pieces.len() as u64;
@@ -1401,24 +1644,41 @@ impl Device for EfaDevice {
     }
 
     fn read_conn_stats(&self) -> super::ReadConnStats {
-        // No connections: SRD reads on the datagram queue pair.
-        super::ReadConnStats { reads: self.stats.reads, read_bytes: self.stats.read_bytes, read_failures: self.stats.read_errors, ..Default::default() }
+        // No connections: SRD reads on the datagram queue pair. No timer
+        // of rdmx's either: a timeout is the device's (the remote did not
+        // answer), and the status the last failed read request's.
+        super::ReadConnStats {
+            reads: self.stats.reads,
+            read_bytes: self.stats.read_bytes,
+            read_failures: self.stats.read_errors,
+            read_timeouts: self.stats.read_timeouts,
+            last_read_error: self.stats.last_read_status,
+            ..Default::default()
+        }
     }
 }
 
 impl Drop for EfaDevice {
     fn drop(&mut self) {
         // SAFETY: every object is destroyed once, users before what they
-        // use: the QP (nothing more is posted or written), the AHs, the CQs
-        // (their events acknowledged), the channel, the MRs; the PD and
+        // use: the QP (nothing more is posted or written), the CQs (their
+        // events acknowledged), the channel, the MRs; the AHs, PD and
         // context go with the last Arc of the context.
         unsafe {
             if !self.qp.is_null() {
                 ib::ibv_destroy_qp(self.qp);
             }
         }
-        for (_, e) in std::mem::take(&mut self.ahs) {
-            self.destroy_ah(e);
+        // The requests in flight never complete now: their AH uses go back
+        // to the domain (whose other endpoints go on).
+        {
+            let mut ahs = self.ctx.lock_ahs();
+            for f in self.inflight.values() {
+                ahs.release(&f.gid, 1);
+            }
+            for (_, r) in &self.reads {
+                ahs.release(&r.gid, r.wrs_left);
+            }
         }
         self.ack_events();
         // SAFETY: as above.
@@ -1545,5 +1805,99 @@ mod tests {
             Err(DeviceError::Config(why)) => assert!(why.contains("no RDMA device"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn mr_access_mask_follows_the_device_caps() {
+        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
+        let rw = ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let read = efa_mr_access_mask(ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ | ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID);
+        assert_eq!(read, lw | rr);
+        assert_eq!(efa_mr_access_mask(ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY), lw);
+        assert_eq!(efa_mr_access_mask(u32::MAX) & rw, 0, "no remote write on EFA here");
+        // What the registrar asks for, cut to the mask: never a bit
+        // efa_alloc_mr refuses.
+        use crate::device::verbs::{ibv_access, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND};
+        for access in [0, FI_SEND, FI_RECV, FI_READ, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE] {
+            for mask in [read, lw] {
+                let got = ibv_access(access) & mask;
+                assert_eq!(got & !mask, 0);
+                if mask == read && access & (FI_SEND | FI_REMOTE_READ) != 0 {
+                    assert_ne!(got & rr, 0, "readable where the device reads");
+                }
+            }
+        }
+        assert_eq!(ibv_access(FI_REMOTE_WRITE) & read, lw);
+        assert_eq!(ibv_access(FI_SEND) & lw, 0);
+    }
+
+    fn fake_ah(n: usize) -> *mut ib::ibv_ah {
+        // Never dereferenced: the table only keeps and hands back pointers.
+        n as *mut ib::ibv_ah
+    }
+
+    #[test]
+    fn ah_table_shares_counts_uses_and_evicts_only_unused_lru() {
+        let (a, b, c) = ([1u8; 16], [2u8; 16], [3u8; 16]);
+        let mut t = AhTable::new(2);
+        assert_eq!(t.take(&a), None);
+        t.insert(a, fake_ah(0x10), 7);
+        assert_eq!(t.take(&a), Some(fake_ah(0x10)), "one AH per GID, shared");
+        assert_eq!(t.users(&a), Some(2));
+        t.insert(b, fake_ah(0x20), 8);
+        assert!(t.is_full());
+        // Both in use: nothing can go (the caller answers Busy).
+        assert_eq!(t.evict_lru(), None);
+        t.release(&b, 1);
+        assert_eq!(t.evict_lru(), Some(fake_ah(0x20)));
+        assert!(!t.is_full());
+        // b's number still names b (a tombstone) for completions written
+        // before its AH went.
+        assert_eq!(t.gid_of_ahn(8), Some(b));
+        assert_eq!(t.take(&b), None);
+        // Least recently used among the unused goes first.
+        t.release(&a, 2);
+        t.insert(c, fake_ah(0x30), 9);
+        t.release(&c, 1);
+        assert_eq!(t.take(&a), Some(fake_ah(0x10)));
+        t.release(&a, 1);
+        assert_eq!(t.evict_lru(), Some(fake_ah(0x30)));
+        assert_eq!(t.gid_of_ahn(9), Some(c));
+        // A new AH that gets a tombstone's number takes it over.
+        t.insert(b, fake_ah(0x40), 9);
+        assert_eq!(t.gid_of_ahn(9), Some(b));
+        assert_eq!(t.gid_of_ahn(7), Some(a));
+        assert_eq!(t.gid_of_ahn(99), None, "never given: unknown");
+        let mut left = t.drain();
+        left.sort();
+        assert_eq!(left, vec![fake_ah(0x10), fake_ah(0x40)]);
+    }
+
+    #[test]
+    fn ah_errnos_that_mean_no_room_are_back_pressure() {
+        for e in [libc::ENOMEM, libc::EAGAIN, libc::ENOSPC, libc::ENOBUFS] {
+            assert!(ah_errno_is_no_room(Some(e)));
+        }
+        for e in [Some(libc::EINVAL), Some(libc::EOPNOTSUPP), Some(libc::ENODEV), None] {
+            assert!(!ah_errno_is_no_room(e));
+        }
+    }
+
+    #[test]
+    fn a_read_whose_remote_range_wraps_fails_without_a_panic() {
+        let buf = vec![0u8; 4096];
+        // SAFETY: `buf` outlives the runs; nothing reads through them.
+        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 4096) }.with_key(super::super::verbs::mr_key(0x11, 0x22));
+        let remote_key = Some(super::super::verbs::mr_key(0x33, 0x44));
+        let wraps = [ReadRun { remote_addr: u64::MAX - 100, remote_key, local }];
+        match split_read(&wraps, 1024) {
+            Err(DeviceError::Io { source, .. }) => assert_eq!(source.kind(), io::ErrorKind::InvalidInput),
+            other => panic!("{other:?}"),
+        }
+        // The last byte at the top of the address space is fine.
+        let top = [ReadRun { remote_addr: u64::MAX - 4096, remote_key, local }];
+        let p = split_read(&top, 1024).unwrap();
+        assert_eq!(p.last().map(|p| p.remote_addr + p.len as u64), Some(u64::MAX));
     }
 }

@@ -8,7 +8,8 @@
 //!   IP address of a netdev (picks the RoCE v2 GID of that address); `None`:
 //!   the RDMA device whose netdev the UDP device would choose
 //!   ([`super::iface::default_choice`]), else the first active port of any
-//!   device. `ah_cache` 0 = the device's `max_ah` capped at
+//!   device. EFA devices are skipped (a named one is a `Config` error):
+//!   verbs UD does not work on them, [`super::efa`] does. `ah_cache` 0 = the device's `max_ah` capped at
 //!   [`DEFAULT_AH_CACHE`]; the depths 0 = the defaults.
 //! * [`VerbsContext::open`]`(&VerbsConfig) -> Result<VerbsContext, DeviceError>`:
 //!   one per libfabric domain. Opens the device and one protection domain
@@ -654,6 +655,15 @@ impl VerbsContext {
             if dev.0.is_null() {
                 continue;
             }
+            // Verbs UD does not work on an EFA device (its CQs need a
+            // completion channel EFA refuses without CQ notifications, and
+            // it rejects unsignaled sends): EFA is the efa device's.
+            if super::efa::is_efa_device(dev.0) {
+                if let Want::Device(d) = want {
+                    return Err(DeviceError::Config(format!("verbs: {d:?} is an EFA device, on which verbs UD does not work (FI_RDMX_DEVICE=efa uses it)")));
+                }
+                continue;
+            }
             let mut dattr = ib::ibv_device_attr::default();
             // SAFETY: an open context and a valid out-pointer.
             if unsafe { ib::ibv_query_device(dev.0, &mut dattr) } != 0 {
@@ -808,6 +818,14 @@ pub(crate) trait ProtectionDomain: Send + Sync + 'static {
     fn on_demand(&self) -> bool {
         false
     }
+    /// The verbs access bits this protection domain's device accepts for a
+    /// memory region: [`PdRegistrar::register`] drops every other bit that
+    /// [`ibv_access`] asks for. All bits by default (verbs UD takes them);
+    /// EFA takes local write, and remote read only with its RDMA-read cap
+    /// (`efa_alloc_mr` refuses any other bit with `EOPNOTSUPP`).
+    fn access_mask(&self) -> u32 {
+        u32::MAX
+    }
 }
 
 impl ProtectionDomain for Ctx {
@@ -820,7 +838,8 @@ impl ProtectionDomain for Ctx {
 }
 
 /// Registers memory with a context's protection domain (verbs UD, EFA):
-/// keys as [`mr_key`] builds them, access as [`ibv_access`] maps it.
+/// keys as [`mr_key`] builds them, access as [`ibv_access`] maps it, cut to
+/// what the device accepts ([`ProtectionDomain::access_mask`]).
 pub(crate) struct PdRegistrar<C: ProtectionDomain> {
     ctx: Arc<C>,
     mrs: FxHashMap<u64, MrPtr>,
@@ -843,7 +862,7 @@ impl<C: ProtectionDomain> Registrar for PdRegistrar<C> {
         // writes them, and follows the mapping across an unmap and a new
         // mapping at the same address.
         let odp = if self.ctx.on_demand() { ib::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 } else { 0 };
-        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, ibv_access(access) | odp)?;
+        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, (ibv_access(access) & self.ctx.access_mask()) | odp)?;
         // SAFETY: a registered MR, readable until deregistered.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         let key = mr_key(lkey, rkey);
