@@ -30,12 +30,15 @@ impl DomainDevices {
         let efa = match choice {
             DeviceChoice::Efa => Some(Arc::new(open_efa()?)),
             // auto prefers an EFA device (SRD: reliable, reads without
-            // connections) to verbs UD; hosts without one (every host
-            // this has run on) answer at once from the device list.
+            // connections); hosts without one (every host this has run
+            // on) answer at once from the device list. Verbs UD does not
+            // work on EFA, so an EFA context that fails here leaves remote
+            // peers to UDP (and the auto MTU follows: info::auto_rdma_mtu).
             DeviceChoice::Auto if crate::info::efa_mtu().is_some() => match open_efa() {
                 Ok(ctx) => Some(Arc::new(ctx)),
                 Err(e) => {
-                    crate::log::warn(crate::log::Subsys::Domain, "efa", &format!("auto: EFA device not usable ({e}); trying verbs UD"));
+                    crate::info::note_auto_efa_failed();
+                    crate::log::warn(crate::log::Subsys::Domain, "efa", &format!("auto: EFA device not usable ({e}); remote peers over UDP (verbs UD does not work on EFA)"));
                     None
                 }
             },
@@ -46,9 +49,11 @@ impl DomainDevices {
                 let cfg = crate::info::verbs_config().ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
                 Some(Arc::new(open_verbs(&cfg)?))
             }
-            DeviceChoice::Auto if efa.is_some() => None,
-            // auto takes the RDMA device when there is a usable one, for
-            // remote peers that have one too; without it, shm and UDP.
+            // An EFA host (its context open or failed): SRD or UDP, no UD.
+            DeviceChoice::Auto if efa.is_some() || crate::info::efa_mtu().is_some() => None,
+            // auto takes the RDMA device when there is a usable one (never
+            // an EFA device: VerbsContext skips them), for remote peers
+            // that have one too; without it, shm and UDP.
             DeviceChoice::Auto => crate::info::verbs_config().and_then(|cfg| match open_verbs(&cfg) {
                 Ok(ctx) => Some(Arc::new(ctx)),
                 Err(e) => {
@@ -140,8 +145,18 @@ fn open_efa() -> Result<EfaContext, DeviceError> {
 /// Shared memory to local peers, an SRD queue pair (when the domain has an
 /// EFA device) or else a UD queue pair (when it has an RDMA device) to remote
 /// peers that have one, and UDP to the rest; without the shared-memory half
-/// the endpoint is network-only and its address says so, and a queue pair
-/// that cannot be created leaves UDP alone.
+/// the endpoint is network-only and its address says so.
+///
+/// A queue pair that cannot be created (EFA limits queue pairs per NIC, so
+/// the endpoints past the limit get none) leaves this endpoint on UDP
+/// alone, loudly (a warning that says why and what it means). Addresses
+/// stay consistent across the job: this endpoint's address carries no
+/// queue pair (it is built from the device's `local_addrs`), and a peer
+/// routes over SRD/UD only when both addresses carry one
+/// ([`crate::addr::RdmxAddr::route`]), so both sides of every pair agree on
+/// UDP, on which the engine retransmits (UDP's caps are unreliable). Such
+/// an endpoint is slower, not broken; failing its open instead would fail
+/// a job for a resource limit that UDP gets around.
 fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&VerbsContext>, efa: Option<&EfaContext>) -> Result<Box<dyn Device>, DeviceError> {
     let mut udp_cfg = UdpConfig::new(bind);
     udp_cfg.mtu = mtu;
@@ -149,8 +164,15 @@ fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&Verbs
     let rdma: Option<Box<dyn Device>> = match (efa, verbs) {
         (Some(e), _) => match e.open_device(spec) {
             Ok(d) => Some(Box::new(d)),
-            Err(e) => {
-                crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no SRD queue pair ({e}); remote peers over UDP"));
+            Err(err) => {
+                crate::log::warn(
+                    crate::log::Subsys::EpCtrl,
+                    "open_auto",
+                    &format!(
+                        "this endpoint has no EFA SRD queue pair on {} ({err}; EFA limits queue pairs per NIC, so too many endpoints on this host can hit it): its address carries none, so every remote peer reaches it, and it them, over UDP (unreliable, resent by rdmx, slower); FI_RDMX_DEVICE=efa fails such an endpoint instead",
+                        e.device_name()
+                    ),
+                );
                 None
             }
         },

@@ -174,8 +174,8 @@ pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
     let mtu = match device {
         DeviceChoice::Udp => udp,
         DeviceChoice::Shm => shm,
-        // With an RDMA device, auto sends to remote peers over UD too.
-        DeviceChoice::Auto => udp.min(shm).min(efa_mtu().or_else(verbs_mtu).unwrap_or(usize::MAX)),
+        // With an RDMA device, auto sends to remote peers over SRD or UD too.
+        DeviceChoice::Auto => udp.min(shm).min(auto_rdma_mtu().unwrap_or(usize::MAX)),
         // 1024, the smallest a RoCE port over a 1500-byte netdev has, when
         // the device cannot be opened.
         DeviceChoice::Verbs => verbs_mtu().unwrap_or(1024),
@@ -267,6 +267,28 @@ pub fn efa_mtu() -> Option<usize> {
         }
         rdm::device::efa::EfaContext::open(&efa_config()).ok().map(|c| c.mtu())
     })
+}
+
+/// An auto domain's EFA context failed to open in this process: auto sends
+/// to remote peers over UDP from then on (`devices::DomainDevices::new`).
+static AUTO_EFA_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records that an auto domain could not open the EFA device.
+pub fn note_auto_efa_failed() {
+    AUTO_EFA_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The largest datagram of the RDMA device an auto domain uses for remote
+/// peers: on a host with an EFA device, EFA's while its context opens and
+/// none once an auto domain's failed (UDP then; verbs UD does not work on
+/// EFA); elsewhere the verbs device's (never an EFA one). `None`: UDP only.
+/// A value given before a fallback is never too large for it: the auto
+/// datagram is the minimum over UDP and this.
+pub fn auto_rdma_mtu() -> Option<usize> {
+    match efa_mtu() {
+        Some(mtu) => (!AUTO_EFA_FAILED.load(std::sync::atomic::Ordering::Relaxed)).then_some(mtu),
+        None => verbs_mtu(),
+    }
 }
 
 pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
