@@ -160,6 +160,11 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
         if stopped() {
             break;
         }
+        // The application called in while this thread slept (it was woken
+        // by the same input): it progresses; stay out of its way.
+        if ep.app_active.load(Ordering::Relaxed) {
+            continue;
+        }
         ep.progress_background();
     }
 }
@@ -294,9 +299,14 @@ impl EpShared {
     }
 
     /// Progress on behalf of an application that is not calling in.
+    /// Progress from the progress thread, unless an application call holds
+    /// the endpoint (it progresses then): never wait for the lock, which
+    /// would let a preempted thread stall the application behind it on a
+    /// machine with fewer cores than busy threads.
     fn progress_background(&self) {
-        let mut st = self.state.lock();
-        st.progress();
+        if let Some(mut st) = self.state.try_lock() {
+            st.progress();
+        }
     }
 
 }

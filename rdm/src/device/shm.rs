@@ -469,14 +469,48 @@ struct Peer {
     can_read: Option<bool>,
     /// When the peer's process was last seen alive.
     alive_at: std::time::Instant,
+    /// The peer's process, as a pidfd (readable once it has exited): one
+    /// `poll` per liveness check instead of reading `/proc/<pid>/stat`, and
+    /// never fooled by a reused pid. `None` where `pidfd_open` is refused
+    /// (kernels before 5.3, seccomp): then `/proc` is read.
+    pidfd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Peer {
+    /// Whether the peer's process runs (see [`pid_alive`]).
+    fn alive(&self, pid: u32) -> bool {
+        match &self.pidfd {
+            Some(fd) => pidfd_alive(fd),
+            None => pid_alive(pid),
+        }
+    }
+}
+
+/// A pidfd of process `pid`, if the kernel gives one.
+fn pidfd_open(pid: u32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a fresh fd this call owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process of `fd` runs: a pidfd turns readable when its
+/// process exits (a zombie not yet reaped included).
+fn pidfd_alive(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    !(n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
 }
 
 /// How long a peer's process is taken to be alive after a check. A process
 /// killed without closing its ring leaves it writable; a datagram written
 /// there is reported sent, and a message that needs no acknowledgement
-/// (DIRECT) would complete. Checking on send at most this often (one
-/// `kill(pid, 0)` per peer per millisecond, nothing per message in a busy
-/// exchange) reports such a peer unreachable within a millisecond.
+/// (DIRECT) would complete. Checking on send at most this often (one `poll`
+/// of the peer's pidfd per peer per millisecond, nothing per message in a
+/// busy exchange) reports such a peer unreachable within a millisecond.
 const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A shared-memory endpoint.
@@ -903,7 +937,7 @@ impl ShmDevice {
     /// is gone: a SIGKILLed peer never closes its ring, and datagrams pushed
     /// into it would wait for an acknowledgement until the peer timeout.
     fn check_liveness(&mut self) {
-        let gone: Vec<ShmAddr> = self.peers.keys().filter(|a| !pid_alive(a.pid)).copied().collect();
+        let gone: Vec<ShmAddr> = self.peers.iter().filter(|(a, p)| !p.alive(a.pid)).map(|(a, _)| *a).collect();
         for a in gone {
             self.peers.remove(&a);
             self.dead.push_back(DevAddr::Shm(a));
@@ -954,7 +988,10 @@ impl ShmDevice {
                 .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
                 .open(fifo_path(&path))
                 .ok();
-            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: std::time::Instant::now() });
+            // Opened after the pid was checked alive and its ring found with
+            // its pid and id: a pid reused since would not own that ring.
+            let pidfd = pidfd_open(a.pid);
+            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: std::time::Instant::now(), pidfd });
         }
         self.peers.get_mut(a).ok_or_else(unreachable)
     }
@@ -1018,7 +1055,7 @@ impl Device for ShmDevice {
                 }
             };
             if now.saturating_duration_since(peer.alive_at) > ALIVE_FOR {
-                if !pid_alive(a.pid) {
+                if !peer.alive(a.pid) {
                     self.peers.remove(&a);
                     self.dead.push_back(DevAddr::Shm(a));
                     result = fail(DeviceError::Unreachable(d.dst));
@@ -1033,7 +1070,7 @@ impl Device for ShmDevice {
             }
             if !ring.try_push(me.pid, me.ring_id, d.data) {
                 // Full. A ring nobody drains any more belongs to a dead process.
-                if !pid_alive(a.pid) {
+                if !peer.alive(a.pid) {
                     self.peers.remove(&a);
                     result = fail(DeviceError::Unreachable(d.dst));
                 } else {
