@@ -1278,6 +1278,18 @@ impl EfaDevice {
         n
     }
 
+    /// Posts the slots of delivered datagrams again. A queue pair in an
+    /// error state may refuse them: then the recovery that follows posts
+    /// every slot that holds no undelivered datagram (these included)
+    /// after its reset, and the datagrams already taken in are not lost
+    /// for an error returned here.
+    fn repost_delivered(&mut self, slots: &[u32]) {
+        if self.post_receives(slots.iter().copied()).is_err() {
+            self.stats.recv_errors += 1;
+            self.check_qp = true;
+        }
+    }
+
     /// Consumes the channel's events (acknowledging them per CQ).
     fn ack_events(&mut self) {
         if self.channel.is_null() {
@@ -1512,14 +1524,14 @@ impl Device for EfaDevice {
             repost[nrepost] = rx.slot;
             nrepost += 1;
             if nrepost == POLL_BATCH {
-                self.post_receives(repost.iter().copied())?;
+                self.repost_delivered(&repost);
                 nrepost = 0;
             }
             if self.rx_pending.is_empty() && delivered < max {
                 self.poll_recv(max - delivered);
             }
         }
-        self.post_receives(repost[..nrepost].iter().copied())?;
+        self.repost_delivered(&repost[..nrepost]);
         if self.check_qp {
             self.check_qp = false;
             self.recover();
