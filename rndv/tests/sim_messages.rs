@@ -1324,11 +1324,11 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
         let rx = sim.nodes[1].ep.stats();
         assert_eq!((rx.msg.pulled, rx.msg.pushed), (6, 0), "seed {seed}: the three above the 16 KiB threshold of each sender are read");
         assert!(rx.rdm.out_of_order > 0, "seed {seed}: the model reordered nothing");
-        for i in 0..3 {
-            let st = sim.nodes[i].ep.stats();
+        for (i, (node, reg)) in sim.nodes.iter().zip(&regs).enumerate() {
+            let st = node.ep.stats();
             assert_eq!((st.rdm.retransmits, st.rdm.timeouts, st.rdm.probes), (0, 0, 0), "seed {seed} node {i}: retransmission on a reliable path");
             assert_eq!(st.read_conns.conns.requested, 0, "seed {seed}: SRD reads need no connection");
-            assert!(regs[i].lock().unwrap().bad_reads.is_empty(), "seed {seed} node {i}");
+            assert!(reg.lock().unwrap().bad_reads.is_empty(), "seed {seed} node {i}");
         }
         // Node 2 dies in the middle of a long message to node 1, while node
         // 0 sends node 1 more of everything.

@@ -574,8 +574,8 @@ struct Ctx {
 /// application memory for: RDMA reads of it and into it over RC, and UD
 /// sends gathered from it. Implicit ODP is not needed.
 pub fn odp_offered(general: u64, rc: u32, ud: u32) -> bool {
-    let read = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ as u32;
-    let send = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND as u32;
+    let read = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ;
+    let send = ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND;
     general & ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64 != 0 && rc & read != 0 && ud & send != 0
 }
 
@@ -2178,7 +2178,7 @@ mod tests {
 
     #[test]
     fn on_demand_needs_rc_read_and_ud_send() {
-        let (gen, read, send) = (ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ as u32, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND as u32);
+        let (gen, read, send) = (ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND);
         // Soft-RoCE in Debian's 7.3 kernel: RC send/recv/write/read/atomic/srq, UD send/recv/srq.
         assert!(odp_offered(gen, 0x3f | 0xc0, 0x23));
         assert!(!odp_offered(0, read | send, send), "no general ODP");
