@@ -123,7 +123,7 @@
 //! comes).
 #![allow(unsafe_code)]
 
-use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain};
+use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots, BounceSlots};
 use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
@@ -765,12 +765,8 @@ pub struct EfaDevice {
     local: DevAddr,
     limits: EfaLimits,
     // Receive.
-    rx_buf: Box<[u8]>,
-    rx_mr: *mut ib::ibv_mr,
-    rx_slot: usize,
+    rx: ReceiveSlots,
     rx_pending: VecDeque<RxDone>,
-    rwrs: Vec<ib::ibv_recv_wr>,
-    rsges: Vec<ib::ibv_sge>,
     // Send.
     tx_seq: u64,
     inflight: FxHashMap<u64, Inflight>,
@@ -778,9 +774,7 @@ pub struct EfaDevice {
     tx_resolved: Vec<ResolvedDst>,
     /// Read requests posted and not completed (they take send queue room).
     read_wrs: u32,
-    bounce: Box<[u8]>,
-    bounce_mr: *mut ib::ibv_mr,
-    bounce_free: Vec<u32>,
+    bounce: BounceSlots,
     wcs: Vec<ib::ibv_wc>,
     /// Destinations of failed sends, for `poll_unreachable` (each once).
     unreachable: VecDeque<DevAddr>,
@@ -798,7 +792,6 @@ unsafe impl Send for EfaDevice {}
 impl EfaDevice {
     fn open(ctx: Arc<EfaCtx>, spec: &OpenSpec) -> Result<EfaDevice, DeviceError> {
         let limits = ctx.limits;
-        let rx_slot = limits.mtu;
         let mut dev = EfaDevice {
             channel: ptr::null_mut(),
             scq: ptr::null_mut(),
@@ -811,19 +804,13 @@ impl EfaDevice {
             qkey: qkey_for(spec.job_key),
             local: DevAddr::NONE,
             limits,
-            rx_buf: vec![0u8; rx_slot * limits.rq_depth as usize].into_boxed_slice(),
-            rx_mr: ptr::null_mut(),
-            rx_slot,
+            rx: ReceiveSlots::new(ctx.pd, limits.mtu, limits.rq_depth)?,
             rx_pending: VecDeque::new(),
-            rwrs: Vec::with_capacity(limits.rq_depth as usize),
-            rsges: Vec::with_capacity(limits.rq_depth as usize),
             tx_seq: 0,
             inflight: FxHashMap::default(),
             tx_resolved: Vec::new(),
             read_wrs: 0,
-            bounce: vec![0u8; limits.mtu * limits.sq_depth as usize].into_boxed_slice(),
-            bounce_mr: ptr::null_mut(),
-            bounce_free: (0..limits.sq_depth).rev().collect(),
+            bounce: BounceSlots::new(ctx.pd, limits.mtu, limits.sq_depth)?,
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
             unreachable: VecDeque::new(),
             check_qp: false,
@@ -833,9 +820,6 @@ impl EfaDevice {
             ctx,
         };
         // From here on, Drop releases whatever was created.
-        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        dev.rx_mr = super::verbs::reg_mr(dev.ctx.pd, dev.rx_buf.as_mut_ptr(), dev.rx_buf.len(), lw)?;
-        dev.bounce_mr = super::verbs::reg_mr(dev.ctx.pd, dev.bounce.as_mut_ptr(), dev.bounce.len().max(1), 0)?;
         // A completion channel where the device can notify (newer EFA
         // kernels); without one the endpoint polls.
         dev.channel = super::verbs::nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
@@ -970,34 +954,7 @@ impl EfaDevice {
 
     /// Posts receive slots `slots` as one chain.
     fn post_receives(&mut self, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
-        self.rwrs.clear();
-        self.rsges.clear();
-        // SAFETY: the MR is live.
-        let lkey = unsafe { (*self.rx_mr).lkey };
-        let base = self.rx_buf.as_mut_ptr() as u64;
-        for s in slots {
-            self.rsges.push(ib::ibv_sge { addr: base + s as u64 * self.rx_slot as u64, length: self.rx_slot as u32, lkey });
-            self.rwrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
-        }
-        if self.rwrs.is_empty() {
-            return Ok(());
-        }
-        let n = self.rwrs.len();
-        for i in 0..n {
-            self.rwrs[i].sg_list = &mut self.rsges[i];
-            if i + 1 < n {
-                let next: *mut ib::ibv_recv_wr = &mut self.rwrs[i + 1];
-                self.rwrs[i].next = next;
-            }
-        }
-        let mut bad = ptr::null_mut();
-        // SAFETY: a chain of valid WRs whose SGEs name slots of the
-        // registered receive buffer, which lives as long as the QP.
-        let rc = unsafe { ib::ibv_post_recv(self.qp, self.rwrs.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(ret_err("ibv_post_recv", rc));
-        }
-        Ok(())
+        self.rx.post(self.qp, slots)
     }
 
     /// Send queue entries in use (sends and read requests in flight).
@@ -1062,7 +1019,7 @@ impl EfaDevice {
         let Some(f) = self.inflight.remove(&wc.wr_id) else { return };
         ahs.release(&f.gid, 1);
         if let Some(b) = f.bounce {
-            self.bounce_free.push(b);
+            self.bounce.give_back(b);
         }
         if wc.status == ib::ibv_wc_status_IBV_WC_SUCCESS {
             return;
@@ -1187,7 +1144,7 @@ impl EfaDevice {
         for (_, f) in std::mem::take(&mut self.inflight) {
             ahs.release(&f.gid, 1);
             if let Some(b) = f.bounce {
-                self.bounce_free.push(b);
+                self.bounce.give_back(b);
             }
             self.stats.send_errors += 1;
             if !self.unreachable.contains(&f.dst) {
@@ -1252,7 +1209,7 @@ impl EfaDevice {
             } else {
                 // SAFETY: inside a started poll on a CQ made with BYTE_LEN.
                 let len = unsafe { ib::ibv_wc_read_byte_len(self.rcq_ex) };
-                if len as usize > self.rx_slot {
+                if len as usize > self.rx.slot_len() {
                     self.stats.recv_errors += 1;
                     None
                 } else {
@@ -1364,28 +1321,19 @@ impl EfaDevice {
         match gather {
             Some(g) if self.limits.send_sges < 2 => {
                 // One SGE only: both parts into a bounce slot.
-                let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
-                let off = b as usize * self.limits.mtu;
-                self.bounce[off..off + len].copy_from_slice(d.data);
                 // SAFETY: a gathered part is memory its sender vouched for
                 // until the message completes, after this send.
                 let part = unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) };
-                self.bounce[off + len..off + len + part.len()].copy_from_slice(part);
-                // SAFETY: a live MR.
-                let lkey = unsafe { (*self.bounce_mr).lkey };
-                sges[0] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: (len + part.len()) as u32, lkey };
+                let (b, sge) = self.bounce.copy_in(&[d.data, part]).expect("a bounce slot per send queue entry");
+                sges[0] = sge;
                 n = 1;
                 bounce = Some(b);
                 self.stats.bounce_copies += 1;
             }
             _ => {
                 if len > 0 {
-                    let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
-                    let off = b as usize * self.limits.mtu;
-                    self.bounce[off..off + len].copy_from_slice(d.data);
-                    // SAFETY: a live MR.
-                    let lkey = unsafe { (*self.bounce_mr).lkey };
-                    sges[n] = ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey };
+                    let (b, sge) = self.bounce.copy_in(&[d.data]).expect("a bounce slot per send queue entry");
+                    sges[n] = sge;
                     bounce = Some(b);
                     self.stats.bounce_copies += 1;
                     n += 1;
@@ -1484,7 +1432,7 @@ impl Device for EfaDevice {
                 if let Some(f) = self.inflight.remove(&seq) {
                     ahs.release(&f.gid, 1);
                     if let Some(b) = f.bounce {
-                        self.bounce_free.push(b);
+                        self.bounce.give_back(b);
                     }
                 }
             }
@@ -1516,8 +1464,7 @@ impl Device for EfaDevice {
         while delivered < max {
             let Some(rx) = self.rx_pending.pop_front() else { break };
             if let Some((src, len)) = rx.ok {
-                let off = rx.slot as usize * self.rx_slot;
-                deliver(src, &self.rx_buf[off..off + len as usize]);
+                deliver(src, self.rx.bytes(rx.slot as usize, len as usize));
                 delivered += 1;
                 self.stats.received += 1;
             }
@@ -1707,8 +1654,8 @@ impl Drop for EfaDevice {
                 ib::ibv_destroy_comp_channel(self.channel);
             }
         }
-        super::verbs::dereg_mr(self.rx_mr);
-        super::verbs::dereg_mr(self.bounce_mr);
+        self.rx.deregister();
+        self.bounce.deregister();
     }
 }
 

@@ -971,6 +971,123 @@ struct Inflight {
     gathered: bool,
 }
 
+/// A queue pair's receive slots: one registered buffer cut into `count`
+/// slots of `slot_len` bytes, posted by slot number (the work request id),
+/// shared by the UD and EFA devices. Its registration is released by
+/// [`ReceiveSlots::deregister`], which the owning device calls in its Drop
+/// after destroying the queue pair and before its context can go.
+pub(crate) struct ReceiveSlots {
+    buf: Box<[u8]>,
+    mr: *mut ib::ibv_mr,
+    slot_len: usize,
+    wrs: Vec<ib::ibv_recv_wr>,
+    sges: Vec<ib::ibv_sge>,
+}
+
+impl ReceiveSlots {
+    /// `count` slots of `slot_len` bytes, registered for the NIC to write.
+    pub(crate) fn new(pd: *mut ib::ibv_pd, slot_len: usize, count: u32) -> Result<ReceiveSlots, DeviceError> {
+        let mut buf = vec![0u8; slot_len * count as usize].into_boxed_slice();
+        let mr = reg_mr(pd, buf.as_mut_ptr(), buf.len().max(1), ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0)?;
+        Ok(ReceiveSlots { buf, mr, slot_len, wrs: Vec::with_capacity(count as usize), sges: Vec::with_capacity(count as usize) })
+    }
+
+    pub(crate) fn slot_len(&self) -> usize {
+        self.slot_len
+    }
+
+    /// The first `len` bytes of slot `slot` (`len` at most `slot_len`).
+    pub(crate) fn bytes(&self, slot: usize, len: usize) -> &[u8] {
+        let off = slot * self.slot_len;
+        &self.buf[off..off + len.min(self.slot_len)]
+    }
+
+    /// Posts slots `slots` on `qp` as one chain.
+    pub(crate) fn post(&mut self, qp: *mut ib::ibv_qp, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
+        self.wrs.clear();
+        self.sges.clear();
+        // SAFETY: the MR is live (deregistered only by `deregister`).
+        let lkey = unsafe { (*self.mr).lkey };
+        let base = self.buf.as_mut_ptr() as u64;
+        for s in slots {
+            self.sges.push(ib::ibv_sge { addr: base + s as u64 * self.slot_len as u64, length: self.slot_len as u32, lkey });
+            self.wrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
+        }
+        if self.wrs.is_empty() {
+            return Ok(());
+        }
+        // Link after every push: the vectors no longer move.
+        let n = self.wrs.len();
+        for i in 0..n {
+            self.wrs[i].sg_list = &mut self.sges[i];
+            if i + 1 < n {
+                let next: *mut ib::ibv_recv_wr = &mut self.wrs[i + 1];
+                self.wrs[i].next = next;
+            }
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: a chain of valid WRs whose SGEs name slots of the
+        // registered buffer, which lives as long as the QP (its owner
+        // destroys the QP before `deregister`).
+        let rc = unsafe { ib::ibv_post_recv(qp, self.wrs.as_mut_ptr(), &mut bad) };
+        if rc != 0 {
+            return Err(ret_err("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    /// Releases the registration (once; later calls do nothing).
+    pub(crate) fn deregister(&mut self) {
+        dereg_mr(std::mem::replace(&mut self.mr, ptr::null_mut()));
+    }
+}
+
+/// Registered slots a send copies its bytes into (UD and EFA devices): the
+/// slot is the send's until its completion gives it back, so the caller's
+/// buffer is free as soon as the post returns. One slot per send queue
+/// entry, so a send with room in the queue always finds one. Released by
+/// [`BounceSlots::deregister`] in the owning device's Drop.
+pub(crate) struct BounceSlots {
+    buf: Box<[u8]>,
+    mr: *mut ib::ibv_mr,
+    slot_len: usize,
+    free: Vec<u32>,
+}
+
+impl BounceSlots {
+    pub(crate) fn new(pd: *mut ib::ibv_pd, slot_len: usize, count: u32) -> Result<BounceSlots, DeviceError> {
+        let mut buf = vec![0u8; slot_len * count as usize].into_boxed_slice();
+        let mr = reg_mr(pd, buf.as_mut_ptr(), buf.len().max(1), 0)?;
+        Ok(BounceSlots { buf, mr, slot_len, free: (0..count).rev().collect() })
+    }
+
+    /// Copies `parts`, one after another (at most `slot_len` bytes in all),
+    /// into a free slot: the slot and the SGE naming its bytes; `None` when
+    /// every slot is taken.
+    pub(crate) fn copy_in(&mut self, parts: &[&[u8]]) -> Option<(u32, ib::ibv_sge)> {
+        let slot = self.free.pop()?;
+        let off = slot as usize * self.slot_len;
+        let mut len = 0;
+        for p in parts {
+            self.buf[off + len..off + len + p.len()].copy_from_slice(p);
+            len += p.len();
+        }
+        // SAFETY: the MR is live (deregistered only by `deregister`).
+        let lkey = unsafe { (*self.mr).lkey };
+        Some((slot, ib::ibv_sge { addr: self.buf[off..].as_ptr() as u64, length: len as u32, lkey }))
+    }
+
+    /// A slot's send completed (or was never posted).
+    pub(crate) fn give_back(&mut self, slot: u32) {
+        self.free.push(slot);
+    }
+
+    /// Releases the registration (once; later calls do nothing).
+    pub(crate) fn deregister(&mut self) {
+        dereg_mr(std::mem::replace(&mut self.mr, ptr::null_mut()));
+    }
+}
+
 /// A completion channel whose fd does not block (`ibv_get_cq_event` then
 /// returns at once when no event is waiting).
 pub(crate) fn nonblocking_channel(ctx: *mut ib::ibv_context) -> Result<*mut ib::ibv_comp_channel, DeviceError> {
@@ -1008,22 +1125,16 @@ pub struct VerbsDevice {
     mtu: usize,
     max_inline: u16,
     // Receive.
-    rx_buf: Box<[u8]>,
-    rx_mr: *mut ib::ibv_mr,
-    rx_slot: usize,
+    rx: ReceiveSlots,
     rq_depth: u32,
     /// Receive completions polled by `prepare_wait`, not yet delivered.
     rx_pending: VecDeque<ib::ibv_wc>,
-    rwrs: Vec<ib::ibv_recv_wr>,
-    rsges: Vec<ib::ibv_sge>,
     // Send.
     sq_depth: u32,
     tx_seq: u64,
     since_signal: u32,
     inflight: VecDeque<Inflight>,
-    bounce: Box<[u8]>,
-    bounce_mr: *mut ib::ibv_mr,
-    bounce_free: Vec<u32>,
+    bounce: BounceSlots,
     swrs: Vec<ib::ibv_send_wr>,
     ssges: Vec<ib::ibv_sge>,
     wcs: Vec<ib::ibv_wc>,
@@ -1224,7 +1335,6 @@ impl VerbsDevice {
         let rq_depth = if cfg.rq_depth == 0 { DEFAULT_RQ_DEPTH } else { cfg.rq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(1);
         let ah_cap = if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(ctx.max_ah).max(1);
         let mtu = ctx.mtu;
-        let rx_slot = GRH_LEN + mtu;
         let mut dev = VerbsDevice {
             channel: ptr::null_mut(),
             scq: ptr::null_mut(),
@@ -1235,20 +1345,14 @@ impl VerbsDevice {
             local: DevAddr::NONE,
             mtu,
             max_inline: 0,
-            rx_buf: vec![0u8; rx_slot * rq_depth as usize].into_boxed_slice(),
-            rx_mr: ptr::null_mut(),
-            rx_slot,
+            rx: ReceiveSlots::new(ctx.pd, GRH_LEN + mtu, rq_depth)?,
             rq_depth,
             rx_pending: VecDeque::new(),
-            rwrs: Vec::with_capacity(rq_depth as usize),
-            rsges: Vec::with_capacity(rq_depth as usize),
             sq_depth,
             tx_seq: 0,
             since_signal: 0,
             inflight: VecDeque::with_capacity(sq_depth as usize),
-            bounce: vec![0u8; mtu * sq_depth as usize].into_boxed_slice(),
-            bounce_mr: ptr::null_mut(),
-            bounce_free: (0..sq_depth).rev().collect(),
+            bounce: BounceSlots::new(ctx.pd, mtu, sq_depth)?,
             swrs: Vec::with_capacity(sq_depth as usize),
             ssges: Vec::with_capacity(sq_depth as usize),
             wcs: vec![ib::ibv_wc::default(); POLL_BATCH],
@@ -1269,9 +1373,6 @@ impl VerbsDevice {
             ctx,
         };
         // From here on, Drop releases whatever was created.
-        let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-        dev.rx_mr = reg_mr(dev.ctx.pd, dev.rx_buf.as_mut_ptr(), dev.rx_buf.len(), lw)?;
-        dev.bounce_mr = reg_mr(dev.ctx.pd, dev.bounce.as_mut_ptr(), dev.bounce.len().max(1), 0)?;
         dev.channel = nonblocking_channel(dev.ctx.ctx)?;
         // SAFETY: an open context; the channel outlives the CQ (Drop order).
         dev.scq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, sq_depth as i32, ptr::null_mut(), ptr::null_mut(), 0) };
@@ -1341,35 +1442,7 @@ impl VerbsDevice {
 
     /// Posts receive slots `slots` as one chain.
     fn post_receives(&mut self, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
-        self.rwrs.clear();
-        self.rsges.clear();
-        // SAFETY: the MR is live.
-        let lkey = unsafe { (*self.rx_mr).lkey };
-        let base = self.rx_buf.as_mut_ptr() as u64;
-        for s in slots {
-            self.rsges.push(ib::ibv_sge { addr: base + s as u64 * self.rx_slot as u64, length: self.rx_slot as u32, lkey });
-            self.rwrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
-        }
-        if self.rwrs.is_empty() {
-            return Ok(());
-        }
-        // Link after every push: the vectors no longer move.
-        let n = self.rwrs.len();
-        for i in 0..n {
-            self.rwrs[i].sg_list = &mut self.rsges[i];
-            if i + 1 < n {
-                let next: *mut ib::ibv_recv_wr = &mut self.rwrs[i + 1];
-                self.rwrs[i].next = next;
-            }
-        }
-        let mut bad = ptr::null_mut();
-        // SAFETY: a chain of valid WRs whose SGEs name slots of the
-        // registered receive buffer, which lives as long as the QP.
-        let rc = unsafe { ib::ibv_post_recv(self.qp, self.rwrs.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(ret_err("ibv_post_recv", rc));
-        }
-        Ok(())
+        self.rx.post(self.qp, slots)
     }
 
     fn post_all_receives(&mut self) -> Result<(), DeviceError> {
@@ -1441,7 +1514,7 @@ impl VerbsDevice {
             e.inflight -= 1;
         }
         if let Some(b) = f.bounce {
-            self.bounce_free.push(b);
+            self.bounce.give_back(b);
         }
     }
 
@@ -1805,14 +1878,10 @@ impl Device for VerbsDevice {
                 // as soon as this call returns, and the NIC reads a request's
                 // bytes later. One slot per outstanding send, freed by its
                 // completion: never empty while room > 0.
-                let b = self.bounce_free.pop().expect("a bounce slot per send queue entry");
-                let off = b as usize * self.mtu;
-                self.bounce[off..off + len].copy_from_slice(d.data);
+                let (b, sge) = self.bounce.copy_in(&[d.data]).expect("a bounce slot per send queue entry");
                 bounce = Some(b);
                 self.stats.bounce_copies += 1;
-                // SAFETY: a live MR.
-                let lkey = unsafe { (*self.bounce_mr).lkey };
-                ib::ibv_sge { addr: self.bounce[off..].as_ptr() as u64, length: len as u32, lkey }
+                sge
             };
             let mut sge = sge;
             if self.corrupt_next_key && flags & ib::ibv_send_flags::IBV_SEND_INLINE.0 == 0 {
@@ -1927,11 +1996,10 @@ impl Device for VerbsDevice {
                     continue;
                 }
                 self.stats.recv_errors += 1;
-            } else if (wc.byte_len as usize) < GRH_LEN || wc.byte_len as usize > self.rx_slot {
+            } else if (wc.byte_len as usize) < GRH_LEN || wc.byte_len as usize > self.rx.slot_len() {
                 self.stats.recv_errors += 1;
             } else {
-                let off = slot * self.rx_slot;
-                let buf = &self.rx_buf[off..off + wc.byte_len as usize];
+                let buf = self.rx.bytes(slot, wc.byte_len as usize);
                 let src = if self.ctx.infiniband || wc.wc_flags & ib::ibv_wc_flags_IBV_WC_GRH == 0 {
                     ud_addr([0; 16], wc.src_qp, wc.slid)
                 } else {
@@ -2139,8 +2207,8 @@ impl Drop for VerbsDevice {
                 ib::ibv_destroy_comp_channel(self.channel);
             }
         }
-        dereg_mr(self.rx_mr);
-        dereg_mr(self.bounce_mr);
+        self.rx.deregister();
+        self.bounce.deregister();
     }
 }
 
