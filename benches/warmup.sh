@@ -7,22 +7,22 @@
 #   benches/warmup.sh [RUNS=3] [SIZE=4096]
 #
 # Needs the provider built (scripts/build.sh: build-out/lib), libfabric's headers
-# and a C compiler (benches/fi/fi_warmup.c is compiled here).
+# and a C compiler (benches/fi/fi_msgrate.c, run with -W, is compiled here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
 size=${2:-4096}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-cc -O2 -o "$tmp/fi_warmup" benches/fi/fi_warmup.c -lfabric
+cc -O2 -o "$tmp/fi_msgrate" benches/fi/fi_msgrate.c -lfabric
 export FI_PROVIDER_PATH=${RDMX_PROVIDER_DIR:-$PWD/build-out/lib}
 for ((i = 0; i < runs; i++)); do
   for prov in rdmx shm; do
-    "$tmp/fi_warmup" -p "$prov" -s "$size" -n 20000 | awk -v p="$prov" '/^warmup/ {print p, $4, $6, $8}' >>"$tmp/out"
+    "$tmp/fi_msgrate" -W -p "$prov" -s "$size" -n 20000 | awk -v p="$prov" '/^warmup/ {print p, $4, $6, $8}' >>"$tmp/out"
   done
 done
 med() { sort -n | awk '{a[NR]=$1} END {printf "%.2f (%.2f-%.2f)", a[int((NR+1)/2)], a[1], a[NR]}'; }
-echo "fi_warmup, $size B ping-pong, $runs alternating runs: median (min-max)"
+echo "fi_msgrate -W, $size B ping-pong, $runs alternating runs: median (min-max)"
 printf '%-6s %-28s %-28s %s\n' provider "first 1000 round trips, us" "steady (10000-19999), us" "ratio"
 for prov in rdmx shm; do
   f=$(awk -v p="$prov" '$1 == p {print $2}' "$tmp/out" | med)

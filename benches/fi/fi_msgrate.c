@@ -5,7 +5,16 @@
  * fi_pingpong has no window, and OpenMPI 4.1's mtl ofi cannot run over
  * libfabric's shm (it asks for FI_REMOTE_COMM, which shm lacks).
  *   fi_msgrate -p <provider> [-d <domain>] [-w window] [-s size] [-n rounds]
- * Prints: msgrate_Mps <size> <million messages/s> */
+ * Prints: msgrate_Mps <size> <million messages/s>
+ *
+ * With -W instead (benches/warmup.sh): the start-up of a fresh process pair.
+ * The two ping-pong tagged messages of SIZE bytes, ROUNDS times, and the
+ * parent times every round trip from the first (no warm-up), so that a
+ * start-up cost (first contact, fresh rings, pools, sleeping progress
+ * threads) shows. Needs ROUNDS >= 11000. Prints the mean round trip by ranges
+ * of iterations, then
+ *   warmup <size> first1000_us <mean of rounds 0-999> steady_us <mean of
+ *   rounds 10000-end> ratio <first1000 / steady> */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -70,16 +79,17 @@ static void trecv(void *buf, size_t len, uint64_t tag, struct fi_context2 *ctx) 
 
 int main(int argc, char **argv) {
     const char *prov = NULL, *dom = NULL;
-    int window = 64, rounds = 20000, opt;
+    int window = 64, rounds = 20000, opt, startup = 0;
     size_t size = 8;
-    while ((opt = getopt(argc, argv, "p:d:w:s:n:")) != -1) {
+    while ((opt = getopt(argc, argv, "p:d:w:s:n:W")) != -1) {
         switch (opt) {
         case 'p': prov = optarg; break;
         case 'd': dom = optarg; break;
         case 'w': window = atoi(optarg); break;
+        case 'W': startup = 1; break;
         case 's': size = (size_t)atol(optarg); break;
         case 'n': rounds = atoi(optarg); break;
-        default: fprintf(stderr, "usage: fi_msgrate -p prov [-d domain] [-w window] [-s size] [-n rounds]\n"); return 2;
+        default: fprintf(stderr, "usage: fi_msgrate -p prov [-d domain] [-w window | -W] [-s size] [-n rounds]\n"); return 2;
         }
     }
     int sv[2];
@@ -110,6 +120,7 @@ int main(int argc, char **argv) {
     CHECK(fi_ep_bind(ep, &av->fid, 0));
     CHECK(fi_enable(ep));
 
+    if (startup && window < 2) window = 2;
     size_t buflen = size * (size_t)window + 64;
     char *buf = calloc(1, buflen);
     struct fid_mr *mr = NULL;
@@ -129,24 +140,60 @@ int main(int argc, char **argv) {
     }
     struct fi_context2 *ctx = calloc((size_t)window + 1, sizeof *ctx);
     char *ack = buf + size * (size_t)window;
-    int warmup = rounds / 10 + 10;
-    double t0 = 0;
-    for (int r = -warmup; r < rounds; r++) {
-        if (r == 0) t0 = now();
-        if (sender) {
-            trecv(ack, 1, 2, &ctx[window]);
-            for (int w = 0; w < window; w++) tsend(buf, size, 1, &ctx[w]);
-            reap(window + 1);
-        } else {
-            for (int w = 0; w < window; w++) trecv(buf + size * w, size, 1, &ctx[w]);
-            reap(window);
-            tsend(ack, 1, 2, &ctx[window]);
-            reap(1);
+    if (startup) {
+        double *rtt = calloc((size_t)rounds, sizeof *rtt);
+        /* ping-pong of `size` bytes, each round trip timed on the sender */
+        for (int r = 0; r < rounds; r++) {
+            double t = now();
+            if (sender) {
+                trecv(buf + size, size, 2, &ctx[1]);
+                tsend(buf, size, 1, &ctx[0]);
+                reap(2);
+                rtt[r] = (now() - t) * 1e6;
+            } else {
+                trecv(buf, size, 1, &ctx[0]);
+                reap(1);
+                tsend(buf, size, 2, &ctx[1]);
+                reap(1);
+            }
         }
+        if (sender) {
+            int edges[] = {0, 1, 10, 100, 300, 1000, 3000, 10000, rounds};
+            for (int k = 0; k + 1 < 9; k++) {
+                int lo = edges[k], hi = edges[k + 1] < rounds ? edges[k + 1] : rounds;
+                if (lo >= hi) continue;
+                double sum = 0, mx = 0; for (int i = lo; i < hi; i++) { sum += rtt[i]; if (rtt[i] > mx) mx = rtt[i]; }
+                printf("iters %5d-%5d: mean %8.2f us  max %8.2f us  total %8.1f us\n", lo, hi, sum / (hi - lo), mx, sum);
+            }
+            double first = 0, steady = 0;
+            for (int i = 0; i < 1000 && i < rounds; i++) first += rtt[i];
+            for (int i = 10000; i < rounds; i++) steady += rtt[i];
+            if (rounds > 10000) {
+                first /= 1000; steady /= rounds - 10000;
+                printf("warmup %zu first1000_us %.3f steady_us %.3f ratio %.3f\n", size, first, steady, first / steady);
+            }
+        }
+        fflush(stdout);
+    } else {
+        int warmup = rounds / 10 + 10;
+        double t0 = 0;
+        for (int r = -warmup; r < rounds; r++) {
+            if (r == 0) t0 = now();
+            if (sender) {
+                trecv(ack, 1, 2, &ctx[window]);
+                for (int w = 0; w < window; w++) tsend(buf, size, 1, &ctx[w]);
+                reap(window + 1);
+            } else {
+                for (int w = 0; w < window; w++) trecv(buf + size * w, size, 1, &ctx[w]);
+                reap(window);
+                tsend(ack, 1, 2, &ctx[window]);
+                reap(1);
+            }
+        }
+        double secs = now() - t0;
+        if (sender) printf("msgrate_Mps %zu %.3f\n", size, (double)window * rounds / secs / 1e6);
+        fflush(stdout);
     }
-    double secs = now() - t0;
-    if (sender) printf("msgrate_Mps %zu %.3f\n", size, (double)window * rounds / secs / 1e6);
-    fflush(stdout);
     /* Let the last ack's sender finish before tearing down. */
     char c = 0;
     if (write(sock, &c, 1) != 1 || read(sock, &c, 1) != 1) return 1;
