@@ -291,6 +291,34 @@ impl RxScratch {
     fn pending(&self) -> bool {
         self.next < self.got
     }
+
+    /// Points every entry at its slot of `rx` (`RX_BATCH` slots of `RX_SLOT`
+    /// bytes, heap memory that never moves), its address and its control
+    /// buffer, once: each `recvmmsg` then only needs the entries the last one
+    /// filled set back ([`RxScratch::rearm`]), not the whole vector rebuilt on
+    /// every poll of an idle socket.
+    fn arm(&mut self, rx: &mut [u8], gro: bool) {
+        for (i, chunk) in rx.chunks_mut(RX_SLOT).take(RX_BATCH).enumerate() {
+            self.iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr() as *mut libc::c_void, iov_len: RX_SLOT };
+            let hdr = &mut self.msgs[i].msg_hdr;
+            hdr.msg_name = &mut self.addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
+            hdr.msg_iov = &mut self.iovs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_control = if gro { &mut self.cmsgs[i] as *mut CmsgBuf as *mut libc::c_void } else { std::ptr::null_mut() };
+        }
+        self.rearm(RX_BATCH, gro);
+    }
+
+    /// Sets back what `recvmmsg` rewrites in the first `n` entries.
+    fn rearm(&mut self, n: usize, gro: bool) {
+        let control = if gro { size_of::<CmsgBuf>() } else { 0 };
+        for m in &mut self.msgs[..n] {
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            m.msg_hdr.msg_controllen = control as _;
+            m.msg_hdr.msg_flags = 0;
+            m.msg_len = 0;
+        }
+    }
 }
 
 /// The segment size of a coalesced receive, from its `UDP_GRO` control message.
@@ -508,14 +536,17 @@ impl UdpDevice {
         enable_recverr(&sock, bind.is_ipv4());
         let gso = cfg.gso && setsockopt(&sock, sockopt::UdpGsoSegment, &0).is_ok();
         let gro = cfg.gro && setsockopt(&sock, sockopt::UdpGroSegment, &true).is_ok();
+        let mut rx = vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice();
+        let mut rxs = RxScratch::new();
+        rxs.arm(&mut rx, gro);
         Ok(UdpDevice {
             sock,
             local,
             mtu,
             gso,
             gro,
-            rx: vec![0u8; RX_SLOT * RX_BATCH].into_boxed_slice(),
-            rxs: RxScratch::new(),
+            rx,
+            rxs,
             txs: TxScratch::new(),
             errq_pending: false,
             unreachable: std::collections::VecDeque::new(),
@@ -758,26 +789,12 @@ impl UdpDevice {
     /// them into `rxs.info` for [`UdpDevice::lend`]. Only called with nothing pending.
     fn recvmmsg(&mut self, want: usize) -> Result<usize, DeviceError> {
         let rxs = &mut *self.rxs;
-        let control = if self.gro { size_of::<CmsgBuf>() } else { 0 };
-        for (i, chunk) in self.rx.chunks_mut(RX_SLOT).take(want).enumerate() {
-            rxs.iovs[i] = libc::iovec { iov_base: chunk.as_mut_ptr() as *mut libc::c_void, iov_len: RX_SLOT };
-            let hdr = &mut rxs.msgs[i].msg_hdr;
-            hdr.msg_name = &mut rxs.addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
-            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdr.msg_iov = &mut rxs.iovs[i];
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = match control {
-                0 => std::ptr::null_mut(),
-                _ => &mut rxs.cmsgs[i] as *mut CmsgBuf as *mut libc::c_void,
-            };
-            hdr.msg_controllen = control as _;
-            hdr.msg_flags = 0;
-        }
         let got = loop {
             // SAFETY: each of the first `want <= RX_BATCH` mmsghdrs points at its own
             // iovec (into `self.rx`, a slot of RX_SLOT bytes), sockaddr_storage and
-            // control buffer (of the size given) in `self.rxs`; all boxed, not moved
-            // or otherwise borrowed during the call.
+            // control buffer (of the size given) in `self.rxs`, as `arm` set them
+            // when the device was opened; all boxed (the heap memory never moves),
+            // not otherwise borrowed during the call.
             let r = unsafe {
                 libc::recvmmsg(self.sock.as_raw_fd(), rxs.msgs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
             };
@@ -818,6 +835,9 @@ impl UdpDevice {
             }
             rxs.info[i] = info;
         }
+        // The kernel rewrote the lengths and flags of the entries it filled
+        // (and of no other): set them back for the next call.
+        rxs.rearm(got, self.gro);
         rxs.got = got;
         rxs.next = 0;
         rxs.off = 0;
