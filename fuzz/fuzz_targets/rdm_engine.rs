@@ -61,6 +61,9 @@ struct Forged {
     /// A header-only checksum (DATA): the simulated paths do not register,
     /// so the engine must drop it.
     header_sum: bool,
+    /// Claims to need no checksum (only a shared-memory ring may: these
+    /// come from simulator addresses, so they must be dropped).
+    unsummed: bool,
     payload: Vec<u8>,
 }
 
@@ -384,6 +387,7 @@ impl Net {
                     ack: Psn(f.ack),
                     sack: f.sack,
                     header_sum: f.header_sum && ptype == PacketType::Data,
+                    unsummed: f.unsummed,
                 };
                 let payload = &f.payload[..f.payload.len().min(MTU - rdm::engine::HEADER_LEN)];
                 let mut b = vec![0u8; rdm::engine::HEADER_LEN + payload.len()];

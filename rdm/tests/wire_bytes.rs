@@ -21,6 +21,7 @@ fn encoded(h: Header, payload: &[u8]) -> String {
 fn header(ptype: PacketType, first: bool, last: bool) -> Header {
     Header {
         header_sum: false,
+        unsummed: false,
         ptype,
         first,
         last,
@@ -41,6 +42,7 @@ fn every_packet_type_encodes_to_the_pinned_bytes() {
         encoded(header(PacketType::Ack, false, false), b""),
         encoded(Header { sack: 0, ..header(PacketType::Datagram, false, false) }, b"dgram"),
         encoded(header(PacketType::Direct, true, true), b"direct"),
+        encoded(Header { unsummed: true, ..header(PacketType::Direct, true, true) }, b"direct"),
     ];
     let want = [
         "d702010192cda72808070605040302011817161514131211282726252423222134333231444342415857565554535251616263",
@@ -48,6 +50,8 @@ fn every_packet_type_encodes_to_the_pinned_bytes() {
         "d7020200aaa320ac08070605040302011817161514131211282726252423222134333231444342415857565554535251",
         "d70203003aafaad208070605040302011817161514131211282726252423222134333231444342410000000000000000646772616d",
         "d702040321d5aef508070605040302011817161514131211282726252423222134333231444342415857565554535251646972656374",
+        // UNSUMMED (flag bit3, shared memory only): the checksum field is zero.
+        "d702040b0000000008070605040302011817161514131211282726252423222134333231444342415857565554535251646972656374",
     ];
     assert_eq!(got, want);
 }

@@ -42,6 +42,17 @@ pub enum DevAddr {
     Raw(RawAddr),
 }
 
+impl DevAddr {
+    /// Whether a datagram from or to this address crosses no wire: a
+    /// shared-memory ring between two processes of this host, where nothing
+    /// corrupts bytes on the way. Such datagrams go without a checksum
+    /// (`PROTOCOL.md` §2.4); one that claims to come from anywhere else
+    /// without it is dropped.
+    pub fn crosses_no_wire(&self) -> bool {
+        matches!(self, DevAddr::Shm(_))
+    }
+}
+
 /// Longest address a [`RawAddr`] carries: verbs UD needs GID + QPN + Q_Key
 /// (24 bytes), EFA its GID, QPN and QKey (24). Kept so that a `DevAddr` is no
 /// larger than a `SocketAddr` (the engine keeps two per peer).

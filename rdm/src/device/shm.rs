@@ -70,7 +70,9 @@ pub const DEFAULT_SLOTS: usize = 256;
 pub const DEFAULT_DIR: &str = "/dev/shm";
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RDMXSHM1");
-const VERSION: u32 = 1;
+/// 2: the rdm datagrams in the slots go without a checksum (rdm `PROTOCOL.md`
+/// §2.4), which a version-1 peer would drop as malformed: the two never attach.
+const VERSION: u32 = 2;
 #[cfg(not(all(test, loom)))]
 const HEADER_SIZE: usize = 256;
 #[cfg(not(all(test, loom)))]

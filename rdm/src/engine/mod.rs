@@ -338,6 +338,14 @@ const SPARE_MAX_ENTRIES: usize = 256;
 /// A whole-message packet waiting for `poll_transmit`: an unreliable
 /// datagram (DGRAM) or a message on a reliable, ordered path (DIRECT, with the
 /// peer's incarnation as the sender knows it).
+/// Whether datagrams to `dst` over `path` go without a checksum
+/// ([`Header::unsummed`], `PROTOCOL.md` §2.4): to a shared-memory ring, on a
+/// path the device promises intact (a fault-injecting decorator, which may
+/// corrupt, never does).
+fn unsummed_to(dst: &DevAddr, path: PeerPath) -> bool {
+    path.reliable && dst.crosses_no_wire()
+}
+
 struct DgramTx {
     dst: DevAddr,
     payload: Vec<u8>,
@@ -920,6 +928,7 @@ impl Engine {
             ack: Psn(0),
             sack: 0,
             header_sum: false,
+            unsummed: unsummed_to(&d.dst, self.path_of(d.peer)),
         };
         let len = header.encode(&d.payload, buf);
         self.dgram_bytes -= d.payload.len();
@@ -998,6 +1007,7 @@ impl Engine {
             let cold = &self.cold[hot.peer.0 as usize];
             let (dst, path) = (cold.addr, cold.path.unwrap_or(self.default_path));
             let reliable = path.reliable;
+            let unsummed = unsummed_to(&dst, path);
             // Data: one datagram, or a run of them back to back in `buf` where the
             // path's device takes runs (each `seg` bytes, the last maybe shorter).
             let run_room = if path.gso && self.runs { buf.len().min(RUN_MAX_BYTES) } else { 0 };
@@ -1045,6 +1055,7 @@ impl Engine {
                     ack: rx_next,
                     sack,
                     header_sum: gather.is_some(),
+                    unsummed,
                 };
                 let len = header.encode(seg.split().0, &mut buf[total..]);
                 if seg.sent_at.is_some() {
@@ -1098,6 +1109,7 @@ impl Engine {
                     ack: hot.rx.rx_next,
                     sack: hot.rx.sack_bits(),
                     header_sum: false,
+                    unsummed,
                 };
                 if buf.len() < HEADER_LEN {
                     return None;
@@ -1236,6 +1248,11 @@ impl Engine {
                 return;
             }
         };
+        if hdr.unsummed && !from.crosses_no_wire() {
+            // Only a shared-memory ring may carry a datagram without its sum.
+            self.stats.dropped_checksum += 1;
+            return;
+        }
         if hdr.job_key != self.cfg.job_key {
             self.stats.dropped_job_key += 1;
             return;
@@ -1426,6 +1443,7 @@ mod tests {
             ack: Psn(11),
             sack: 0b101,
             header_sum: false,
+            unsummed: false,
         };
         let mut buf = [0u8; 100];
         let n = h.encode(b"hello", &mut buf);
@@ -1535,6 +1553,41 @@ mod tests {
     }
 
     const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
+
+    /// On a shared-memory ring the sender leaves the checksum out (the bytes
+    /// cross no wire); a receiver takes such a datagram only from a ring. A
+    /// path that may corrupt (a fault decorator drops `reliable`) or any other
+    /// address keeps the sum.
+    #[test]
+    fn datagrams_to_a_shared_memory_ring_go_unsummed_and_only_a_ring_may_send_them() {
+        let ring = |pid: u32| DevAddr::Shm(crate::device::ShmAddr { host_id: 7, pid, ring_id: u64::from(pid) });
+        let (sa, sb) = (ring(1), ring(2));
+        let t = Instant::ZERO;
+        let mut buf = vec![0u8; 9000];
+        let mut first_packet = |path: DeviceCaps, to: DevAddr, parts: &[&[u8]]| {
+            let mut e = Engine::new(EngineConfig { incarnation: 1, mtu: path.mtu, ..EngineConfig::default() });
+            let p = e.peer_with_path(to, &path);
+            e.send(t, p, parts, 1).unwrap();
+            let x = e.poll_transmit(t, &mut buf).unwrap();
+            buf[..x.len].to_vec()
+        };
+        let unsummed = |d: &[u8]| Header::decode(d).unwrap().0.unsummed;
+        let on_ring = first_packet(SHM, sb, &[b"hello"]);
+        assert!(unsummed(&on_ring));
+        assert!(!unsummed(&first_packet(DeviceCaps { reliable: false, ordered: false, ..SHM }, sb, &[b"hello"])), "a path that may corrupt keeps its sum");
+        assert!(!unsummed(&first_packet(SHM, DevAddr::Sim(2), &[b"hello"])), "a reliable path that is not a ring keeps its sum");
+        let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: SHM.mtu, ..EngineConfig::default() });
+        b.peer_with_path(sa, &SHM);
+        // The same bytes from anywhere but a ring: dropped as unchecked.
+        b.handle_datagram(t, DevAddr::Udp("127.0.0.1:9".parse().unwrap()), &on_ring);
+        b.handle_datagram(t, DevAddr::Sim(1), &on_ring);
+        assert_eq!(b.stats().dropped_checksum, 2);
+        assert!(events(&mut b).is_empty());
+        // From the ring: delivered.
+        b.handle_datagram(t, sa, &on_ring);
+        assert!(matches!(&events(&mut b)[..], [Event::Delivered { msg, .. }] if msg == b"hello"));
+        assert_eq!(b.stats().dropped_checksum, 2);
+    }
 
     #[test]
     fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
@@ -1686,7 +1739,7 @@ mod tests {
         let (mut a, mut b, pb, pa) = pair(SHM);
         introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
-        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0, header_sum: false };
+        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0, header_sum: false, unsummed: false };
         let mut buf = vec![0u8; 200];
         // A LAST with no message open; then a FIRST, and a FIRST again.
         let n = hdr.encode(b"orphan", &mut buf);

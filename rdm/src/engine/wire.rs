@@ -29,10 +29,12 @@ pub mod field {
 /// PSNs beyond the cumulative ack that the SACK field covers: one per bit.
 pub const SACK_SPAN: u32 = u64::BITS;
 
-/// Bits of the flags byte (DATA and DIRECT only; HEADER_SUM on DATA only).
+/// Bits of the flags byte (FIRST and LAST on DATA and DIRECT only;
+/// HEADER_SUM on DATA only; UNSUMMED on any type, never with HEADER_SUM).
 const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
 const F_HEADER_SUM: u8 = 4;
+const F_UNSUMMED: u8 = 8;
 
 /// A parsed packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +57,13 @@ pub struct Header {
     /// transport guards them end to end (RoCE and InfiniBand ICRC, EFA). A
     /// receiver takes it only from a peer on such a path.
     pub header_sum: bool,
+    /// No checksum at all (the field is zero and unchecked): the datagram
+    /// crosses no wire, only a shared-memory ring between two processes of
+    /// this host (`PROTOCOL.md` §2.4), where nothing corrupts bytes on the
+    /// way and a CRC of every packet, twice per message, was the largest
+    /// single cost of a small message. A receiver takes it only from such a
+    /// ring ([`crate::device::DevAddr::crosses_no_wire`]).
+    pub unsummed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,16 +181,25 @@ impl Header {
             return Err(DecodeError::Version(b[field::VERSION]));
         }
         let flags = b[field::FLAGS];
-        let sealed = if flags & F_HEADER_SUM != 0 { &b[..HEADER_LEN] } else { b };
-        if get_u32(b, field::CHECKSUM) != checksum(sealed) {
-            return Err(DecodeError::Checksum);
+        if flags & F_UNSUMMED != 0 {
+            // Nothing to verify, but a sender that leaves the sum out
+            // writes zero there, and says nothing else about its coverage.
+            if get_u32(b, field::CHECKSUM) != 0 || flags & F_HEADER_SUM != 0 {
+                return Err(DecodeError::Flags(flags));
+            }
+        } else {
+            let sealed = if flags & F_HEADER_SUM != 0 { &b[..HEADER_LEN] } else { b };
+            if get_u32(b, field::CHECKSUM) != checksum(sealed) {
+                return Err(DecodeError::Checksum);
+            }
         }
         let ptype = PacketType::from_wire(b[field::TYPE]).ok_or(DecodeError::Type(b[field::TYPE]))?;
-        let allowed = match ptype {
-            PacketType::Data => F_FIRST | F_LAST | F_HEADER_SUM,
-            PacketType::Direct => F_FIRST | F_LAST,
-            PacketType::Ack | PacketType::Datagram => 0,
-        };
+        let allowed = F_UNSUMMED
+            | match ptype {
+                PacketType::Data => F_FIRST | F_LAST | F_HEADER_SUM,
+                PacketType::Direct => F_FIRST | F_LAST,
+                PacketType::Ack | PacketType::Datagram => 0,
+            };
         if flags & !allowed != 0 {
             return Err(DecodeError::Flags(flags));
         }
@@ -196,6 +214,7 @@ impl Header {
             ack: Psn(get_u32(b, field::ACK)),
             sack: get_u64(b, field::SACK),
             header_sum: flags & F_HEADER_SUM != 0,
+            unsummed: flags & F_UNSUMMED != 0,
         };
         Ok((h, &b[HEADER_LEN..]))
     }
@@ -203,7 +222,7 @@ impl Header {
     /// Writes every field of the header, then `payload`, into `buf`, then
     /// the checksum over both (over the header alone with
     /// [`Header::header_sum`]: the rest of such a datagram follows from
-    /// elsewhere); returns the length written.
+    /// elsewhere; none with [`Header::unsummed`]); returns the length written.
     #[inline]
     pub fn encode(&self, payload: &[u8], buf: &mut [u8]) -> usize {
         let n = HEADER_LEN + payload.len();
@@ -211,7 +230,14 @@ impl Header {
         b[field::MAGIC] = MAGIC;
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.ptype.to_wire();
-        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 }) | (if self.last { F_LAST } else { 0 }) | (if self.header_sum { F_HEADER_SUM } else { 0 });
+        // UNSUMMED wins over HEADER_SUM: a path that crosses no wire does
+        // not gather from registered memory, and the two never go together.
+        let unsummed = self.unsummed;
+        let header_sum = self.header_sum && !unsummed;
+        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 })
+            | (if self.last { F_LAST } else { 0 })
+            | (if header_sum { F_HEADER_SUM } else { 0 })
+            | (if unsummed { F_UNSUMMED } else { 0 });
         b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
         b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
         b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
@@ -219,7 +245,9 @@ impl Header {
         b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
         b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
         b[HEADER_LEN..].copy_from_slice(payload);
-        if self.header_sum {
+        if unsummed {
+            b[field::CHECKSUM].fill(0);
+        } else if header_sum {
             seal(&mut b[..HEADER_LEN]);
         } else {
             seal(b);
@@ -235,16 +263,16 @@ mod tests {
 
     prop_compose! {
         fn header()(ptype in proptest::sample::select(&PacketType::ALL[..]), first: bool, last: bool, job_key: u64,
-                    src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64, header_sum: bool) -> Header {
+                    src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64, header_sum: bool, unsummed: bool) -> Header {
             let fragments = ptype.has_fragments();
             Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack,
-                     header_sum: header_sum && ptype == PacketType::Data }
+                     header_sum: header_sum && ptype == PacketType::Data && !unsummed, unsummed }
         }
     }
 
     #[test]
     fn a_header_sum_covers_the_header_only_and_only_data_carries_it() {
-        let h = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true };
+        let h = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true, unsummed: false };
         let mut buf = [0u8; HEADER_LEN + 8];
         let n = h.encode(b"abcdefgh", &mut buf);
         // The payload may change (it is not covered), the header may not.
@@ -267,6 +295,33 @@ mod tests {
             seal(&mut b[..HEADER_LEN]);
             assert_eq!(Header::decode(&b), Err(DecodeError::Flags(F_HEADER_SUM)), "{ptype:?}");
         }
+    }
+
+    #[test]
+    fn an_unsummed_datagram_carries_a_zero_checksum_on_any_type_and_never_with_header_sum() {
+        for ptype in PacketType::ALL {
+            let fragments = ptype.has_fragments();
+            let h = Header { ptype, first: fragments, last: fragments, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 6, header_sum: false, unsummed: true };
+            let mut buf = [0xaau8; HEADER_LEN + 8];
+            let n = h.encode(b"abcdefgh", &mut buf);
+            assert_eq!(&buf[field::CHECKSUM], &[0; 4], "{ptype:?}");
+            // Nothing is verified: a changed byte goes through (the receiver
+            // takes such datagrams only from a shared-memory ring).
+            buf[HEADER_LEN] ^= 0xff;
+            assert_eq!(Header::decode(&buf[..n]).map(|(h, _)| h), Ok(h), "{ptype:?}");
+            // A non-zero checksum, or HEADER_SUM beside it, is malformed.
+            let mut b = buf;
+            b[field::CHECKSUM.start] = 1;
+            assert_eq!(Header::decode(&b[..n]), Err(DecodeError::Flags(b[field::FLAGS])), "{ptype:?}");
+            let mut b = buf;
+            b[field::FLAGS] |= F_HEADER_SUM;
+            assert_eq!(Header::decode(&b[..n]), Err(DecodeError::Flags(b[field::FLAGS])), "{ptype:?}");
+        }
+        // Asked for both, the encoder leaves the sum out entirely.
+        let both = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true, unsummed: true };
+        let mut buf = [0u8; HEADER_LEN];
+        let n = both.encode(b"", &mut buf);
+        assert_eq!(Header::decode(&buf[..n]).map(|(h, _)| h), Ok(Header { header_sum: false, ..both }));
     }
 
     #[test]
@@ -305,7 +360,7 @@ mod tests {
         /// (arbitrary bytes with a valid magic, version and checksum).
         #[test]
         fn decode_then_encode_is_identity(mut b in proptest::collection::vec(any::<u8>(), HEADER_LEN..HEADER_LEN + 64),
-                                          ptype in proptest::sample::select(&PacketType::ALL[..]), flags in 0u8..8) {
+                                          ptype in proptest::sample::select(&PacketType::ALL[..]), flags in 0u8..8, unsummed: bool) {
             b[field::MAGIC] = MAGIC;
             b[field::VERSION] = VERSION;
             b[field::TYPE] = ptype.to_wire();
@@ -314,7 +369,10 @@ mod tests {
                 PacketType::Direct => flags & (F_FIRST | F_LAST),
                 _ => 0,
             };
-            if b[field::FLAGS] & F_HEADER_SUM != 0 {
+            if unsummed {
+                b[field::FLAGS] = (b[field::FLAGS] & !F_HEADER_SUM) | F_UNSUMMED;
+                b[field::CHECKSUM].fill(0);
+            } else if b[field::FLAGS] & F_HEADER_SUM != 0 {
                 seal(&mut b[..HEADER_LEN]);
             } else {
                 seal(&mut b);
