@@ -90,6 +90,10 @@ const LOSSY_ITERS: usize = 10;
 /// The lossy bandwidth target's sizes (fi_pingpong `-S all` sizes from 1 to 6 MiB).
 const LOSSY_BIG: [usize; 6] = [1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20];
 const WINDOW: usize = 64;
+/// Sizes of the start-up runs (`fi_msgrate -W`): a small and a 4 KiB ping-pong.
+const WARMUP_SIZES: [usize; 2] = [8, 4096];
+/// Extra sizes of the OpenMPI runs: issue 23's 1 KiB and 8 KiB streaming targets.
+const MPI_EXTRA_SIZES: [usize; 2] = [1 << 10, 8 << 10];
 
 /// fi_pingpong `-I` for one size (full run; quick divides by 5).
 fn iters(size: usize) -> usize {
@@ -716,6 +720,9 @@ fn main() {
     std::fs::create_dir_all(&tmp).unwrap();
     let env = Env { provider_dir, tmp: tmp.clone(), quick };
     let sizes: Vec<usize> = if quick { QUICK_SIZES.to_vec() } else { FULL_SIZES.to_vec() };
+    let mut mpi_sizes: Vec<usize> = sizes.iter().copied().chain(if quick { vec![] } else { MPI_EXTRA_SIZES.to_vec() }).collect();
+    mpi_sizes.sort_unstable();
+    mpi_sizes.dedup();
     let mut st = Store::default();
     let mut failures: Vec<String> = Vec::new();
     let t_all = Instant::now();
@@ -775,6 +782,30 @@ fn main() {
                         None => failures.push(format!("fi_msgrate {}", c.label)),
                     }
                 }
+                // The start-up of a fresh pair (fi_msgrate -W: every round
+                // trip timed from the first): rdmx as users run it, and shm.
+                for c in [&RDMX, &SHM] {
+                    for size in WARMUP_SIZES {
+                        let mut cmd = env.cmd(&[], exe.to_str().unwrap());
+                        cmd.args(["-W", "-p", c.prov, "-s", &size.to_string(), "-n", if env.quick { "2000" } else { "20000" }]);
+                        if let Some(d) = c.domain {
+                            cmd.args(["-d", d]);
+                        }
+                        let o = cmd.stdout(std::fs::File::create(tmp.join("warmup.out")).unwrap()).stderr(Stdio::null()).spawn();
+                        let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(60)).0).unwrap_or(false);
+                        let text = std::fs::read_to_string(tmp.join("warmup.out")).unwrap_or_default();
+                        // warmup <size> first1000_us <us> steady_us <us> ratio <r>
+                        let f: Vec<&str> = text.lines().find(|l| l.starts_with("warmup ")).unwrap_or("").split_whitespace().collect();
+                        match (f.get(3).and_then(|x| x.parse::<f64>().ok()), f.get(5).and_then(|x| x.parse::<f64>().ok()), f.get(7).and_then(|x| x.parse::<f64>().ok())) {
+                            (Some(first), Some(steady), Some(r)) if ok => {
+                                st.push(format!("warmup/{}/{size}/first", c.label), first);
+                                st.push(format!("warmup/{}/{size}/steady", c.label), steady);
+                                st.push(format!("warmup/{}/{size}/ratio", c.label), r);
+                            }
+                            _ => failures.push(format!("fi_msgrate -W {} {size} B", c.label)),
+                        }
+                    }
+                }
             }
             eprintln!("[{:>5.0}s] floor / msgrate", t_all.elapsed().as_secs_f64());
         }
@@ -785,7 +816,7 @@ fn main() {
     if run("mpi") {
         let t = Instant::now();
         if let Some(exe) = compile(&env, "mpi_bench", &root.join("benches/mpi/mpi_bench.c"), "mpicc", &[]) {
-            let list = sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+            let list = mpi_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
             for _ in 0..reps {
                 for m in &MPI {
                     let mut cmd = env.cmd(&[], "mpirun");
@@ -888,7 +919,15 @@ fn main() {
             what: format!("{r} vs shm: message rate, 8 B, window {WINDOW} (fi_msgrate)"),
             ratio: ratio(st.med(&format!("msgrate/{r}")), st.med("msgrate/shm")),
             le: false,
-            goal: 1.0,
+            goal: 1.2,
+        });
+    }
+    for size in WARMUP_SIZES {
+        targets.push(Target {
+            what: format!("rdmx: first 1000 round trips of a fresh pair vs its steady state, {} (fi_msgrate -W)", human(size)),
+            ratio: st.med(&format!("warmup/rdmx/{size}/ratio")),
+            le: true,
+            goal: 1.5,
         });
     }
     for mode in MODES {
@@ -915,18 +954,29 @@ fn main() {
             goal: 0.5,
         });
     }
-    targets.push(Target {
-        what: "OpenMPI rdmx (cm + mtl ofi) vs btl vader: 8 B latency".into(),
-        ratio: ratio(st.med(&k_mpi("rdmx", "latency_us", 8)), st.med(&k_mpi("vader", "latency_us", 8))),
-        le: true,
-        goal: 1.2,
-    });
-    targets.push(Target {
-        what: "OpenMPI rdmx (cm + mtl ofi) vs btl vader: 1 MiB streaming bandwidth".into(),
-        ratio: ratio(st.med(&k_mpi("rdmx", "bandwidth_GBps", mib)), st.med(&k_mpi("vader", "bandwidth_GBps", mib))),
-        le: false,
-        goal: 0.9,
-    });
+    {
+        // UDP bulk across the two namespaces (veth, MTU 1500), lossless.
+        let b = 1usize << 20;
+        targets.push(Target {
+            what: "rdmx vs net across two namespaces (veth), lossless: 1 MiB bandwidth".into(),
+            ratio: ratio(st.med(&k_lossy("rdmx", 0, &format!("bw/{b}"))), st.med(&k_lossy("net", 0, &format!("bw/{b}")))),
+            le: false,
+            goal: 1.0,
+        });
+    }
+    // Issue 23's OpenMPI targets (moonshots: 8 B latency 1.2x, message rate 1.0x).
+    let mpi_target = |what: &str, key: &str, size: usize, le: bool, goal: f64| Target {
+        what: format!("OpenMPI rdmx (cm + mtl ofi) vs btl vader: {what}"),
+        ratio: ratio(st.med(&k_mpi("rdmx", key, size)), st.med(&k_mpi("vader", key, size))),
+        le,
+        goal,
+    };
+    targets.push(mpi_target("8 B latency", "latency_us", 8, true, 1.5));
+    targets.push(mpi_target("1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 0.9));
+    targets.push(mpi_target(&format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 0.5));
+    for size in MPI_EXTRA_SIZES {
+        targets.push(mpi_target(&format!("{} streaming bandwidth", human(size)), "bandwidth_GBps", size, false, 0.8));
+    }
 
     let mut plots_md = String::new();
     // ---- Plots
@@ -946,7 +996,7 @@ fn main() {
         }
         let series_mpi = |what: &str| -> Vec<Series> {
             MPI.iter()
-                .map(|m| (m.label.to_string(), sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
+                .map(|m| (m.label.to_string(), mpi_sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
                 .collect()
         };
         plots.push(("mpi_latency.png".into(), "OpenMPI ping-pong latency".into(), "µs", series_mpi("latency_us")));
@@ -1074,13 +1124,30 @@ fn main() {
     rows.push(vec!["raw UDP busy-poll ping-pong, 8 B one-way (µs)".into(), cell(st.stat("floor/udp/8/lat"))]);
     table(&mut md, &["what".into(), "median (min–max)".into()], &rows);
 
+    let _ = writeln!(md, "## Start-up
+
+`fi_msgrate -W`: a fresh process pair's ping-pong, every round trip timed from the first; the mean round trip of the first 1000 against the steady state (round trips 10000-19999), µs.
+");
+    let mut rows = Vec::new();
+    for c in [&RDMX, &SHM] {
+        for size in WARMUP_SIZES {
+            rows.push(vec![
+                format!("{} {}", c.label, human(size)),
+                cell(st.stat(&format!("warmup/{}/{size}/first", c.label))),
+                cell(st.stat(&format!("warmup/{}/{size}/steady", c.label))),
+                cell(st.stat(&format!("warmup/{}/{size}/ratio", c.label))),
+            ]);
+        }
+    }
+    table(&mut md, &["".into(), "first 1000 (µs)".into(), "steady (µs)".into(), "ratio".into()], &rows);
+
     let _ = writeln!(md, "## OpenMPI\n\n`benches/mpi/mpi_bench.c` on 2 ranks of one host: ping-pong latency (half the round trip, median over iterations), streaming bandwidth (windows of {WINDOW} `MPI_Isend`, one ack each), message rate (8 B, windows of {WINDOW}). `rdmx` and `tcp;ofi_rxm`: `--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include <prov>`; `vader`: `--mca pml ob1 --mca btl vader,self`.\n");
     for (what, title) in [("latency_us", "latency (µs)"), ("bandwidth_GBps", "streaming bandwidth (GB/s)")] {
         let _ = writeln!(md, "### {title}\n");
         let mut head = vec!["size".to_string()];
         head.extend(MPI.iter().map(|m| m.label.to_string()));
         head.push("rdmx / best peer".into());
-        let rows: Vec<Vec<String>> = sizes
+        let rows: Vec<Vec<String>> = mpi_sizes
             .iter()
             .map(|&s| {
                 let mut r = vec![human(s)];
