@@ -2,8 +2,8 @@
 # The measurements behind two defaults in the README's parameter table, on the
 # current build (build-out/lib), in one sitting with the settings alternating,
 # REPS runs each, medians with min-max:
-#  - FI_RDMX_RNDV_THRESHOLD (shm): fi_pingpong -d shm -m tagged at 16 KiB,
-#    64 KiB and 256 KiB, every message eager (threshold 1 GiB) vs every one
+#  - FI_RDMX_RNDV_THRESHOLD (shm): fi_pingpong -d shm -m tagged at 8, 16, 32,
+#    64 and 256 KiB, every message eager (threshold 1 GiB) vs every one
 #    pulled with process_vm_readv (threshold 1 byte): latency per transfer.
 #  - FI_RDMX_WINDOW_THRESHOLD (udp): fi_pingpong -d udp -m tagged at 1 MiB,
 #    segmented eagerly (threshold 1 GiB) vs windowed rendezvous (threshold 1 byte):
@@ -30,7 +30,7 @@ run() { # setting device size iterations env...
 for rep in $(seq 1 "$REPS"); do
   for setting in eager pull; do
     t=1073741824; [ "$setting" = pull ] && t=1
-    for size in 16384 65536 262144; do
+    for size in 8192 16384 32768 65536 262144; do
       run "$setting" shm "$size" 5000 FI_RDMX_RNDV_THRESHOLD=$t
     done
     w=1073741824; [ "$setting" = pull ] && w=1

@@ -275,6 +275,7 @@ impl EpShared {
             peer_timeout: p.peer_timeout,
             background_progress: auto,
             rndv_threshold: p.rndv_threshold,
+            rdma_rndv_threshold: Some(p.rdma_rndv_threshold),
             window_threshold: p.window_threshold,
             min_multi_recv: st.min_multi_recv,
             unexpected_limit: p.unexpected_limit,

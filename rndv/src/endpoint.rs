@@ -71,6 +71,8 @@ pub struct EndpointConfig {
     /// A thread progresses the endpoint when the application does not.
     pub background_progress: bool,
     pub rndv_threshold: usize,
+    /// See [`crate::engine::Config::rdma_rndv_threshold`].
+    pub rdma_rndv_threshold: Option<usize>,
     pub window_threshold: usize,
     pub min_multi_recv: usize,
     pub unexpected_limit: usize,
@@ -94,6 +96,7 @@ impl Default for EndpointConfig {
             peer_timeout: Duration::from_secs(30),
             background_progress: false,
             rndv_threshold: msg.rndv_threshold,
+            rdma_rndv_threshold: msg.rdma_rndv_threshold,
             window_threshold: msg.window_threshold,
             min_multi_recv: 0,
             unexpected_limit: msg.unexpected_limit,
@@ -251,6 +254,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         };
         let msg = Config {
             rndv_threshold: cfg.rndv_threshold,
+            rdma_rndv_threshold: cfg.rdma_rndv_threshold,
             window_threshold: cfg.window_threshold,
             window: Config::default().window,
             min_multi_recv: cfg.min_multi_recv,

@@ -262,7 +262,8 @@ impl MsgEngine {
     fn use_rendezvous(&self, peer: PeerId, len: usize) -> bool {
         let Some(path) = self.path(peer) else { return false };
         if path.remote_read && !self.refused.contains(&peer) {
-            len >= self.cfg.rndv_threshold
+            let threshold = if path.registration { self.cfg.rdma_rndv_threshold.unwrap_or(self.cfg.rndv_threshold) } else { self.cfg.rndv_threshold };
+            len >= threshold
         } else {
             len >= self.cfg.window_threshold
         }

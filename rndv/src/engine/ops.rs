@@ -370,6 +370,10 @@ pub struct Config {
     /// Messages of at least this many bytes to a peer whose path can read
     /// remotely go by rendezvous (the receiver pulls).
     pub rndv_threshold: usize,
+    /// The same for a path whose reads need a registration (RDMA: verbs RC,
+    /// EFA SRD), where a read costs a cache lookup and a NIC round trip
+    /// rather than one `process_vm_readv`; `None`: `rndv_threshold`.
+    pub rdma_rndv_threshold: Option<usize>,
     /// Messages of at least this many bytes to a peer whose path cannot read
     /// remotely (UDP) go by windowed rendezvous: the receiver grants windows and
     /// the bytes land straight in the posted buffer.
@@ -395,6 +399,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             rndv_threshold: 65536,
+            rdma_rndv_threshold: None,
             window_threshold: 256 << 10,
             window: 2 << 20,
             min_multi_recv: 0,
