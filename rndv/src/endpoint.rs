@@ -364,8 +364,24 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             return Err(PostError::Again);
         }
         let t = self.clock.now();
-        match self.engine.send(t, peer, header, payload, user, meta) {
-            Ok(id) => {
+        // With nothing staged, a message that goes as one DIRECT datagram is
+        // written straight into the first transmit buffer: no queue, no pooled
+        // copy; `settle` hands it to the device ahead of anything else.
+        let stage = if self.staged == 0 { Some(&mut self.stage[0][..]) } else { None };
+        match self.engine.send_staged(t, peer, header, payload, user, meta, stage) {
+            Ok((id, staged)) => {
+                if let Some(tx) = staged {
+                    self.stage_dst[0] = tx.dst;
+                    self.stage_len[0] = tx.len;
+                    self.stage_seg[0] = tx.seg;
+                    self.stage_gather[0] = None;
+                    self.staged = 1;
+                    // To the device before its `SendComplete` is taken: a
+                    // device that finds the peer gone then turns it into a
+                    // failure (a DIRECT message to a dead process must never
+                    // complete successfully).
+                    self.flush(t);
+                }
                 self.settle(t);
                 Ok(id)
             }

@@ -877,6 +877,52 @@ impl Engine {
         self.send(now, peer, parts, token)
     }
 
+    /// The fast path of [`Engine::send_transmit_complete`]: a message that
+    /// would go as one DIRECT datagram, written at once into `buf` (the
+    /// caller's transmit buffer) instead of being queued, copied into a pooled
+    /// buffer and written out by the next [`Engine::poll_transmit`]. Taken only
+    /// when no datagram waits in the queue (which would otherwise be
+    /// overtaken) and the message fits one datagram of the path and `buf`.
+    /// `SendComplete` follows as for a queued one; the caller must hand the
+    /// datagram to the device before anything `poll_transmit` writes later.
+    /// `None`: nothing was done (send it with `send_transmit_complete`).
+    pub fn transmit_direct_now(&mut self, peer: PeerId, parts: &[&[u8]], token: u64, buf: &mut [u8]) -> Option<Transmit> {
+        if !self.dgram_tx.is_empty() {
+            return None;
+        }
+        let h = self.cold.get(peer.0 as usize)?.hot?;
+        let path = self.path_of(peer);
+        let hot = &self.hot[h as usize];
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        // The conditions of `send_transmit_complete`'s DIRECT branch (see
+        // there), for a single datagram.
+        if !(path.reliable && path.ordered && hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy())
+            || len > (path.payload_max as usize).min(DIRECT_MAX)
+            || HEADER_LEN + len > buf.len()
+        {
+            return None;
+        }
+        let dst = self.cold[peer.0 as usize].addr;
+        let header = Header {
+            ptype: PacketType::Direct,
+            first: true,
+            last: true,
+            job_key: self.cfg.job_key,
+            src_inc: self.cfg.incarnation,
+            dst_inc: hot.peer_inc,
+            psn_or_window: 0,
+            ack: Psn(0),
+            sack: 0,
+            header_sum: false,
+            unsummed: unsummed_to(&dst, path),
+        };
+        let n = header.encode_parts(parts, buf);
+        self.stats.sent_direct += 1;
+        self.events.push_back(Event::SendComplete { token });
+        self.direct_unpolled.push((token, peer));
+        Some(Transmit { dst, len: n, seg: n, gather: None })
+    }
+
     /// The largest payload one datagram to `peer` carries: its path's (see
     /// [`Engine::peer_with_path`]), else the engine's.
     pub fn datagram_max(&self, peer: PeerId) -> usize {
@@ -1587,6 +1633,32 @@ mod tests {
         b.handle_datagram(t, sa, &on_ring);
         assert!(matches!(&events(&mut b)[..], [Event::Delivered { msg, .. }] if msg == b"hello"));
         assert_eq!(b.stats().dropped_checksum, 2);
+    }
+
+    /// The DIRECT fast path writes the message at once, as the queued path
+    /// would have, and only where the queued path would have sent it DIRECT
+    /// with nothing waiting ahead of it.
+    #[test]
+    fn a_direct_message_written_at_once_is_the_queued_one_and_never_overtakes() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        let t = Instant::ZERO;
+        let mut buf = vec![0u8; 9000];
+        assert!(a.transmit_direct_now(pb, &[b"hi"], 1, &mut buf).is_none(), "not before the peer was heard from");
+        introduce(&mut a, pb, &mut b, pa);
+        let x = a.transmit_direct_now(pb, &[b"ab", b"", b"cde"], 2, &mut buf).expect("heard from, nothing waiting");
+        let (h, payload) = Header::decode(&buf[..x.len]).unwrap();
+        assert_eq!((h.ptype, h.first, h.last, payload), (PacketType::Direct, true, true, &b"abcde"[..]));
+        assert_eq!(events(&mut a), vec![Event::SendComplete { token: 2 }]);
+        b.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"abcde".to_vec() }]);
+        // A datagram queued ahead (written out by the next poll_transmit)
+        // is never overtaken; one larger than a datagram takes the queue.
+        a.send_transmit_complete(t, pb, &[b"queued"], 3).unwrap();
+        assert!(a.transmit_direct_now(pb, &[b"later"], 4, &mut buf).is_none());
+        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        assert!(a.transmit_direct_now(pb, &[&vec![0u8; 8192]], 5, &mut buf).is_none(), "more than one datagram");
+        assert!(a.transmit_direct_now(pb, &[b"x"], 6, &mut buf[..HEADER_LEN]).is_none(), "more than the buffer");
+        assert_eq!(a.stats().sent_direct, 2);
     }
 
     #[test]

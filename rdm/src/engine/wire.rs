@@ -225,7 +225,15 @@ impl Header {
     /// elsewhere; none with [`Header::unsummed`]); returns the length written.
     #[inline]
     pub fn encode(&self, payload: &[u8], buf: &mut [u8]) -> usize {
-        let n = HEADER_LEN + payload.len();
+        self.encode_parts(&[payload], buf)
+    }
+
+    /// [`Header::encode`] with the payload given as a gather list, written
+    /// back to back (a message's header and its application bytes, copied
+    /// once, straight into a transmit buffer).
+    #[inline]
+    pub fn encode_parts(&self, parts: &[&[u8]], buf: &mut [u8]) -> usize {
+        let n = HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
         let b = &mut buf[..n];
         b[field::MAGIC] = MAGIC;
         b[field::VERSION] = VERSION;
@@ -244,7 +252,11 @@ impl Header {
         b[field::PSN_OR_WINDOW].copy_from_slice(&self.psn_or_window.to_le_bytes());
         b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
         b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
-        b[HEADER_LEN..].copy_from_slice(payload);
+        let mut at = HEADER_LEN;
+        for p in parts {
+            b[at..at + p.len()].copy_from_slice(p);
+            at += p.len();
+        }
         if unsummed {
             b[field::CHECKSUM].fill(0);
         } else if header_sum {

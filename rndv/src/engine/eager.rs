@@ -15,6 +15,25 @@ impl MsgEngine {
     /// memory (used only if the message goes by rendezvous); `payload` the same
     /// bytes as slices.
     pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+        self.send_staged(now, peer, header, payload, user, meta, None).map(|(id, _)| id)
+    }
+
+    /// [`MsgEngine::send`], given the caller's empty transmit buffer: a
+    /// message that goes as one DIRECT datagram is written straight into it
+    /// ([`rdm::engine::Engine::transmit_direct_now`]) and returned, for the
+    /// caller to hand to the device at once, instead of taking the queue.
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_staged(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[&[u8]],
+        user: IoList,
+        meta: OpMeta,
+        stage: Option<&mut [u8]>,
+    ) -> Result<(TxId, Option<rdm::engine::Transmit>), PostError> {
+        let mut staged = None;
         let len: usize = payload.iter().map(|p| p.len()).sum();
         let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(peer, len);
         // A registration the device refused even after the cache gave back
@@ -67,13 +86,17 @@ impl MsgEngine {
             } else if meta.delivery_complete {
                 self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
             } else {
-                self.rdm.send_transmit_complete(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+                let token = Token::Msg(id).encode();
+                staged = stage.and_then(|buf| self.rdm.transmit_direct_now(peer, &parts[..=n], token, buf));
+                if staged.is_none() {
+                    self.rdm.send_transmit_complete(now, peer, &parts[..=n], token)?;
+                }
             }
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV], gathered: 0, fin: None });
             self.stats.eager_sent += 1;
             self.count_peer(peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
         }
-        Ok(id)
+        Ok((id, staged))
     }
 
     /// The keys a rendezvous of `user` to `peer` announces, per buffer of
