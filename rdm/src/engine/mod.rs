@@ -896,10 +896,9 @@ impl Engine {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         // The conditions of `send_transmit_complete`'s DIRECT branch (see
         // there), for a single datagram.
-        if !(path.reliable && path.ordered && hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy())
-            || len > (path.payload_max as usize).min(DIRECT_MAX)
-            || HEADER_LEN + len > buf.len()
-        {
+        let direct = path.reliable && path.ordered && hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy();
+        let fits = len <= (path.payload_max as usize).min(DIRECT_MAX) && HEADER_LEN + len <= buf.len();
+        if !(direct && fits) {
             return None;
         }
         let dst = self.cold[peer.0 as usize].addr;
