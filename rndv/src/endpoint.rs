@@ -586,10 +586,9 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         let mut clock: Option<Instant> = None;
         let mut active = false;
         {
-            let Endpoint { device, engine, clock: source, events, .. } = self;
-            let rdm = engine.rdm_mut();
+            let Endpoint { device, engine, clock: source, events, mem, .. } = self;
             for _ in 0..RX_ROUNDS {
-                match device.recv_batch(RX_BATCH, &mut |from, bytes| rdm.handle_datagram(*clock.get_or_insert_with(|| source.now()), from, bytes)) {
+                match device.recv_batch(RX_BATCH, &mut |from, bytes| engine.receive_datagram(*clock.get_or_insert_with(|| source.now()), from, bytes, mem)) {
                     Ok(0) => break,
                     Ok(_) => active = true,
                     Err(error) => {
@@ -600,6 +599,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             }
             // Senders heard for the first time get their path now, before
             // the message engine answers any of them.
+            let rdm = engine.rdm_mut();
             while let Some(p) = rdm.poll_pathless_peer() {
                 let addr = rdm.peer_addr(p);
                 rdm.peer_with_path(addr, &device.caps_for(&addr));

@@ -1282,25 +1282,40 @@ impl Engine {
     /// Processes one datagram from the device. Never panics on bad input:
     /// malformed, corrupted, foreign-job and stale packets are counted and dropped.
     pub fn handle_datagram(&mut self, now: Instant, from: DevAddr, bytes: &[u8]) {
+        self.receive(now, from, bytes, false);
+    }
+
+    /// [`Engine::handle_datagram`], except that a whole message in one DIRECT
+    /// datagram is lent back instead of being copied into a pooled buffer and
+    /// queued as `Delivered`: `Some(peer)` means `bytes[HEADER_LEN..]` is that
+    /// message from `peer`, delivered (and counted) now, for the caller to
+    /// take from the device's buffer. Only while no event waits to be polled
+    /// (a message queued before it would otherwise be overtaken) and no
+    /// message of that peer is being put together.
+    pub fn handle_datagram_lending(&mut self, now: Instant, from: DevAddr, bytes: &[u8]) -> Option<PeerId> {
+        self.receive(now, from, bytes, true)
+    }
+
+    fn receive(&mut self, now: Instant, from: DevAddr, bytes: &[u8], lend: bool) -> Option<PeerId> {
         let (hdr, payload) = match Header::decode(bytes) {
             Ok(x) => x,
             Err(DecodeError::Checksum) => {
                 self.stats.dropped_checksum += 1;
-                return;
+                return None;
             }
             Err(_) => {
                 self.stats.dropped_malformed += 1;
-                return;
+                return None;
             }
         };
         if hdr.unsummed && !from.crosses_no_wire() {
             // Only a shared-memory ring may carry a datagram without its sum.
             self.stats.dropped_checksum += 1;
-            return;
+            return None;
         }
         if hdr.job_key != self.cfg.job_key {
             self.stats.dropped_job_key += 1;
-            return;
+            return None;
         }
         if hdr.ptype == PacketType::Datagram {
             // Stateless: no incarnation, order or acknowledgement to track;
@@ -1311,14 +1326,14 @@ impl Engine {
             msg.clear();
             msg.extend_from_slice(payload);
             self.events.push_back(Event::Datagram { peer, msg });
-            return;
+            return None;
         }
         if hdr.header_sum {
             // Only an RDMA path guards a payload the checksum leaves out.
             let registers = self.by_addr.get(&from).map_or(self.default_path, |&p| self.path_of(p)).registration;
             if !registers {
                 self.stats.dropped_checksum += 1;
-                return;
+                return None;
             }
         }
         self.stats.received += 1;
@@ -1330,7 +1345,7 @@ impl Engine {
             if hot.retired.contains(&hdr.src_inc) && hdr.src_inc != 0 {
                 self.stats.dropped_stale += 1;
                 hot.counters.dropped_stale += 1;
-                return;
+                return None;
             }
         }
         if self.hot[h as usize].peer_inc == 0 {
@@ -1346,13 +1361,14 @@ impl Engine {
             self.hot[h as usize].counters.dropped_stale += 1;
             self.hot[h as usize].rx.ack_now = true;
             self.schedule(h);
-            return;
+            return None;
         }
         self.hot[h as usize].last_heard = now;
         if hdr.ptype != PacketType::Direct {
             // DIRECT packets carry no acknowledgement state (§2.2).
             self.process_ack(h, now, &hdr);
         }
+        let mut lent = None;
         match hdr.ptype {
             PacketType::Ack => {
                 let reliable = self.path_of(self.hot[h as usize].peer).reliable;
@@ -1385,7 +1401,12 @@ impl Engine {
                 // paused: the sender stops at our zero-window ACK, so what
                 // still arrives is bounded by what the path holds.
                 self.stats.received_direct += 1;
-                self.assemble(h, hdr.first, hdr.last, payload);
+                if lend && hdr.first && hdr.last && self.events.is_empty() && self.hot[h as usize].rx.assembling.is_none() {
+                    self.stats.delivered_msgs += 1;
+                    lent = Some(self.hot[h as usize].peer);
+                } else {
+                    self.assemble(h, hdr.first, hdr.last, payload);
+                }
             }
             _ => self.process_data(h, now, &hdr, payload),
         }
@@ -1393,6 +1414,7 @@ impl Engine {
         if hot.rx.ack_now || !hot.tx.to_send.is_empty() || !hot.tx.pending.is_empty() {
             self.schedule(h);
         }
+        lent
     }
 
     /// Back-pressure from the layer above. While paused, in-order data that would
@@ -1459,6 +1481,23 @@ impl Engine {
             }
         }
         ev
+    }
+
+    /// An empty buffer from the pool (for a message lent by
+    /// [`Engine::handle_datagram_lending`] that the layer above keeps after
+    /// all); give it back with [`Engine::recycle`].
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Queues a message lent by [`Engine::handle_datagram_lending`] as the
+    /// `Delivered` event it would have been: the layer above did not take it
+    /// from the device's buffer after all. In order: lending happens only
+    /// while no event waits.
+    pub fn deliver_later(&mut self, peer: PeerId, msg: Vec<u8>) {
+        self.events.push_back(Event::Delivered { peer, msg });
     }
 
     /// Gives a delivered message's buffer back for reuse.
@@ -1632,6 +1671,43 @@ mod tests {
         b.handle_datagram(t, sa, &on_ring);
         assert!(matches!(&events(&mut b)[..], [Event::Delivered { msg, .. }] if msg == b"hello"));
         assert_eq!(b.stats().dropped_checksum, 2);
+    }
+
+    /// A whole message in one DIRECT datagram is lent to the caller instead of
+    /// queued, only while nothing is queued ahead of it; a fragment, or one
+    /// arriving behind a queued event, takes the usual way.
+    #[test]
+    fn a_direct_message_is_lent_only_whole_and_with_nothing_queued_ahead() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        let t = Instant::ZERO;
+        introduce(&mut a, pb, &mut b, pa);
+        let mut buf = vec![0u8; 20000];
+        let mut next = |a: &mut Engine, parts: &[&[u8]]| {
+            a.send_transmit_complete(t, pb, parts, 1).unwrap();
+            let mut out = Vec::new();
+            while let Some(x) = a.poll_transmit(t, &mut buf) {
+                out.push(buf[..x.len].to_vec());
+            }
+            events(a);
+            out
+        };
+        let d = next(&mut a, &[b"whole"]);
+        assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), &d[0]), Some(pa));
+        assert_eq!(&d[0][HEADER_LEN..], b"whole");
+        assert!(events(&mut b).is_empty(), "lent, not queued");
+        // Behind a queued event: queued too, in order.
+        let (d1, d2) = (next(&mut a, &[b"one"]), next(&mut a, &[b"two"]));
+        b.handle_datagram(t, DevAddr::Sim(1), &d1[0]);
+        assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), &d2[0]), None);
+        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"one".to_vec() }, Event::Delivered { peer: pa, msg: b"two".to_vec() }]);
+        // Fragments of a longer message are put together as always.
+        let frags = next(&mut a, &[&[7u8; 12000]]);
+        assert!(frags.len() > 1);
+        for f in &frags {
+            assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), f), None);
+        }
+        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![7u8; 12000] }]);
+        assert_eq!(b.stats().delivered_msgs, 5, "the introduction, whole, one, two and the long one");
     }
 
     /// The DIRECT fast path writes the message at once, as the queued path

@@ -245,9 +245,33 @@ impl MsgEngine {
 
     /// A message matched receive `id`: place it (eager) or start pulling it.
     pub(super) fn land(&mut self, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
-        let Some(e) = self.rx.get(id.0 as usize) else { return };
+        let Some(landing) = self.landing(id, arrived.peer, arrived.kind, arrived.tag, arrived.data, arrived.len()) else { return };
+        match arrived.rndv {
+            None => {
+                let written = landing.target.scatter(mem, arrived.payload());
+                self.rdm.recycle(arrived.msg);
+                self.finish_recv(&landing, written, None);
+            }
+            Some(rts) => {
+                self.rdm.recycle(arrived.msg);
+                self.start_pull(now, arrived.peer, rts, landing);
+            }
+        }
+    }
+
+    /// An eager message that arrived in one DIRECT datagram lands in the
+    /// posted receive `id` matched to it, straight from the device's buffer.
+    pub(super) fn land_lent(&mut self, id: RxId, peer: PeerId, header: MsgHeader, payload: &[u8], mem: &mut dyn Memory) {
+        let Some(landing) = self.landing(id, peer, header.kind, header.tag, header.data, payload.len()) else { return };
+        let written = landing.target.scatter(mem, payload);
+        self.finish_recv(&landing, written, None);
+    }
+
+    /// Where a message of `msg_len` bytes matched to the posted receive `id`
+    /// lands (a multi-receive buffer keeps the rest of its room posted).
+    fn landing(&mut self, id: RxId, peer: PeerId, kind: crate::wire::msg::MsgKind, tag: u64, data: Option<u64>, msg_len: usize) -> Option<Landing> {
+        let e = self.rx.get(id.0 as usize)?;
         let (meta, iov, multi_offset) = (e.meta, e.iov, e.multi_offset);
-        let msg_len = arrived.len();
         let (target, buf, multi_done) = match multi_offset {
             None => {
                 self.rx.remove(id.0 as usize);
@@ -269,18 +293,7 @@ impl MsgEngine {
                 (room, base.addr + off, release)
             }
         };
-        let landing = Landing { target, meta, msg: arrived.kind, buf, msg_len, data: arrived.data, tag: arrived.tag, src: arrived.peer, multi_done };
-        match arrived.rndv {
-            None => {
-                let written = target.scatter(mem, arrived.payload());
-                self.rdm.recycle(arrived.msg);
-                self.finish_recv(&landing, written, None);
-            }
-            Some(rts) => {
-                self.rdm.recycle(arrived.msg);
-                self.start_pull(now, arrived.peer, rts, landing);
-            }
-        }
+        Some(Landing { target, meta, msg: kind, buf, msg_len, data, tag, src: peer, multi_done })
     }
 
     /// Reports a receive whose bytes have landed (`written` of `msg_len`).

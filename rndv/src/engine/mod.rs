@@ -372,6 +372,38 @@ impl MsgEngine {
         self.update_backpressure();
     }
 
+    /// One datagram from the device. A whole eager message in one DIRECT
+    /// datagram (shared memory) that a posted receive awaits lands straight
+    /// from the device's buffer ([`rdm::engine::Engine::handle_datagram_lending`]):
+    /// no copy into a pooled buffer, no trip through the event queue. The
+    /// rest goes the usual way, through the events [`MsgEngine::handle_events`] takes.
+    pub fn receive_datagram(&mut self, now: Instant, from: DevAddr, bytes: &[u8], mem: &mut dyn Memory) {
+        if self.cfg.datagram {
+            self.rdm.handle_datagram(now, from, bytes);
+            return;
+        }
+        let Some(peer) = self.rdm.handle_datagram_lending(now, from, bytes) else { return };
+        let msg = &bytes[rdm::engine::HEADER_LEN..];
+        // As for a Delivered event (see handle_events).
+        if !self.fail_reasons.is_empty() {
+            self.fail_reasons.remove(&peer);
+        }
+        if let Ok(Packet::Msg(h, payload)) = Packet::decode(msg) {
+            if let Some(post) = self.matcher.match_posted(peer, h.kind, h.tag) {
+                self.count_peer(peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
+                self.land_lent(RxId(post.token as u32), peer, h, payload, mem);
+                return;
+            }
+        }
+        // Unexpected, or not a plain message: queued as the rdm engine would
+        // have, and handled in order by handle_events (after the senders
+        // heard for the first time got their paths).
+        let _ = now;
+        let mut owned = self.rdm.take_buffer();
+        owned.extend_from_slice(msg);
+        self.rdm.deliver_later(peer, owned);
+    }
+
     fn handle_message(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
         // Parsed once; the typed fields are all that is used below.
         let pkt = match Packet::decode(&msg) {
