@@ -146,26 +146,16 @@ fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dy
 /// the device and the engines' next timer, then progress.
 fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
     // The application counts as active if it called in during the last
-    // period; the thread then leaves progress to it. The period doubles while
-    // the application stays active, up to APP_ACTIVE_MAX: each wake-up of this
-    // thread can preempt a busy-polling application on a machine with no
-    // spare core (an 8-byte ping-pong between two processes on 2 cores ran
-    // at 0.87 us median with 2 ms wake-ups and outliers of 2 us, against 0.82
-    // without the thread), and an application that keeps calling in needs
-    // none of them. Once it goes quiet, the thread steps in within that.
+    // period; the thread then leaves progress to it.
     const APP_ACTIVE: Duration = Duration::from_millis(2);
-    const APP_ACTIVE_MAX: Duration = Duration::from_millis(16);
     let stopped = || stop.load(Ordering::Acquire) || CLEANUPS.load(Ordering::Acquire) != cleanups;
-    let mut period = APP_ACTIVE;
     while !stopped() {
         let Some(ep) = weak.upgrade() else { break };
         if ep.app_active.swap(false, Ordering::Relaxed) {
             drop(ep);
-            std::thread::sleep(period);
-            period = (period * 2).min(APP_ACTIVE_MAX);
+            std::thread::sleep(APP_ACTIVE);
             continue;
         }
-        period = APP_ACTIVE;
         wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
         if stopped() {
             break;
