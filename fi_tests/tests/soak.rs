@@ -50,8 +50,13 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
     let t = text(&out);
     assert!(out.status.success(), "the soak failed after {:?}:\n{t}", t0.elapsed());
     println!("{t}");
-    let samples = t.lines().filter(|l| l.starts_with("soak: t=")).count();
-    assert!(samples >= (SECONDS / 10) as usize - 1, "only {samples} samples:\n{t}");
+    // Samples are taken between rounds, at least 10 s apart; under loss a
+    // round can take seconds (a CI run had 280 rounds in 180 s, samples 11-14 s
+    // apart, 16 of them; another 829 rounds), so what is asserted is that the
+    // sampling went on through the whole run, not an exact count.
+    let times: Vec<f64> = t.lines().filter_map(|l| l.strip_prefix("soak: t=")?.split_whitespace().next()?.parse().ok()).collect();
+    assert!(times.len() >= (SECONDS / 10) as usize - 4, "only {} samples:\n{t}", times.len());
+    assert!(times.last().is_some_and(|&last| last >= (SECONDS - 30) as f64), "sampling stopped early:\n{t}");
     let line = t.lines().find(|l| l.contains("rss growth after warm-up")).unwrap_or_else(|| panic!("no summary:\n{t}"));
     let rounds: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(rounds > 100, "only {rounds} rounds in {SECONDS} s");
