@@ -80,6 +80,7 @@ entry! {
             strerror_text: Mutex::new(std::ffi::CString::default()),
             eps: BoundEndpoints::default(),
             signaled: AtomicBool::new(false),
+            empty_reads: Default::default(),
         });
         if let Some(s) = &wait_set {
             s.join_cq(&shared);
@@ -143,7 +144,12 @@ fn read_with_progress(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u
         return Err(Error::Again);
     }
     non_null!(buf);
-    cq.shared.read(buf, count, src)
+    let read = cq.shared.read(buf, count, src);
+    match read {
+        Err(Error::Again) => cq.shared.empty_reads.empty(),
+        _ => cq.shared.empty_reads.found(),
+    }
+    read
 }
 
 entry! {

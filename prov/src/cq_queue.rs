@@ -2,7 +2,7 @@
 //! the endpoints bound to it (which push [`Completion`]s) and wait and poll
 //! sets. Reading it first drives the progress of the bound endpoints.
 use crate::error::{Error, Result};
-use crate::progress::{BoundEndpoints, Progress};
+use crate::progress::{BoundEndpoints, EmptyReads, Progress};
 use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
@@ -56,6 +56,8 @@ pub struct CqShared {
     pub(crate) strerror_text: Mutex<std::ffi::CString>,
     pub(crate) eps: BoundEndpoints,
     pub(crate) signaled: AtomicBool,
+    /// The application's empty reads in a row (it yields the CPU in long ones).
+    pub(crate) empty_reads: EmptyReads,
 }
 
 impl CqShared {

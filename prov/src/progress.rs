@@ -5,6 +5,7 @@
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -79,6 +80,66 @@ impl BoundEndpoints {
     #[allow(clippy::unnecessary_fold)] // not `all`: it would stop at the first endpoint with input, leaving the rest unarmed
     pub fn try_wait(&self) -> bool {
         self.endpoints().iter().fold(true, |ok, ep| ep.try_wait() && ok)
+    }
+}
+
+/// How long an application's reads may keep finding nothing before rdmx
+/// offers the CPU to whatever else is runnable on it (see [`EmptyReads`]).
+const YIELD_AFTER: Duration = Duration::from_micros(20);
+
+/// A `sched_yield` that took this long ran another thread on this core.
+const SHARED_CORE: Duration = Duration::from_micros(10);
+
+/// The streak of empty reads of one CQ or counter, as an application's
+/// busy-poll loop makes them (`fi_cq_read` until it returns an entry).
+///
+/// Why: two busy-polling processes of a job can end up on one core while the
+/// other core idles. A sleeper woken by a socket or pipe write (a job's address
+/// exchange at start-up, an rdmx wake-up byte) is placed on its waker's core
+/// when the other core is busy at that instant, for example with a progress
+/// thread's wake-up; the waker then does not sleep but polls. The two then
+/// take turns by the scheduler's time slice, 4 ms here, until the load
+/// balancer separates them: a fresh pair's first round trip took 6-12 ms in a
+/// quarter of the runs (`perf sched timehist`: the woken process migrated onto
+/// its peer's core, then waited 4.4 ms there while the other core was idle).
+/// A reader that found nothing for [`YIELD_AFTER`] calls `sched_yield`, so a
+/// process sharing the core runs now instead of at the end of the slice. Alone
+/// on its core the call returns at once: at most one system call per 20 µs of
+/// waiting, and never while completions keep coming.
+#[derive(Default)]
+pub struct EmptyReads {
+    /// Clock of the first empty read of the current streak, 0 outside one.
+    since_ns: AtomicU64,
+}
+
+impl EmptyReads {
+    /// A read returned something: the streak ends.
+    #[inline]
+    pub fn found(&self) {
+        if self.since_ns.load(Ordering::Relaxed) != 0 {
+            self.since_ns.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A read found nothing: starts or extends the streak, and yields the CPU
+    /// once per [`YIELD_AFTER`] of it.
+    pub fn empty(&self) {
+        let now = crate::clock::now().as_nanos().max(1);
+        let since = self.since_ns.load(Ordering::Relaxed);
+        if since == 0 {
+            self.since_ns.store(now, Ordering::Relaxed);
+        } else if now.saturating_sub(since) >= YIELD_AFTER.as_nanos() as u64 {
+            std::thread::yield_now();
+            let after = crate::clock::now().as_nanos();
+            if after.saturating_sub(now) >= SHARED_CORE.as_nanos() as u64 {
+                // Something else ran on this core meanwhile: a short sleep,
+                // whose wake-up places this thread on an idle core if there
+                // is one (yielding alone keeps both on this core: each then
+                // looks cache-hot to the load balancer, which then waits).
+                std::thread::sleep(Duration::from_micros(1));
+            }
+            self.since_ns.store(crate::clock::now().as_nanos().max(1), Ordering::Relaxed);
+        }
     }
 }
 
