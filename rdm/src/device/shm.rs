@@ -405,12 +405,13 @@ struct Mapping {
 unsafe impl Send for Mapping {}
 
 impl Mapping {
-    fn map(file: &File, len: usize) -> io::Result<Mapping> {
+    /// Maps `len` bytes of `file`, shared; `populate` creates every page table
+    /// entry now rather than on first touch.
+    fn map(file: &File, len: usize, populate: bool) -> io::Result<Mapping> {
+        let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
         // SAFETY: a fresh shared mapping of an open file; no existing memory is
         // affected. The result is checked against MAP_FAILED.
-        let ptr = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, file.as_raw_fd(), 0)
-        };
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -820,7 +821,7 @@ impl ShmDevice {
                     return Err(DeviceError::io("posix_fallocate shm ring", io::Error::from_raw_os_error(r)));
                 }
             }
-            let map = Mapping::map(&file, size).map_err(|e| DeviceError::io("mmap shm ring", e))?;
+            let map = Mapping::map(&file, size, true).map_err(|e| DeviceError::io("mmap shm ring", e))?;
             let fifo = if cfg.wait_fd {
                 let fp = fifo_path(&path);
                 let (rx, tx) = create_fifo(&fp).map_err(|e| DeviceError::io("mkfifo shm wake-up", e))?;
@@ -977,7 +978,14 @@ impl ShmDevice {
             if len < HEADER_SIZE {
                 return Err(unreachable());
             }
-            let map = Mapping::map(&file, len).map_err(|e| DeviceError::io("mmap peer shm ring", e))?;
+            // Not populated: that cost 0.2 ms per peer (512 page table entries
+            // for a 2 MiB ring) in the first round trip, twice (each side maps
+            // the other's ring on its first send). The owner's pages exist
+            // already; a sender touches a slot first by reading its sequence
+            // word, and such a read fault maps the 16 pages around it too
+            // (the kernel's fault-around), so the first lap costs some 30
+            // minor faults, not 512.
+            let map = Mapping::map(&file, len, false).map_err(|e| DeviceError::io("mmap peer shm ring", e))?;
             // SAFETY: `map` covers `len` bytes, page-aligned, and is kept beside the
             // Ring in the Segment for as long as the Ring lives.
             let ring = unsafe { Ring::attach(map.ptr, len) }.map_err(|_| unreachable())?;
