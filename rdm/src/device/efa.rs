@@ -1324,7 +1324,7 @@ impl EfaDevice {
                 // SAFETY: a gathered part is memory its sender vouched for
                 // until the message completes, after this send.
                 let part = unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) };
-                let (b, sge) = self.bounce.copy_in(&[d.data, part]).expect("a bounce slot per send queue entry");
+                let (b, sge) = self.bounce.copy_in(&[d.data, part]).expect("send_batch took no more datagrams than free bounce slots");
                 sges[0] = sge;
                 n = 1;
                 bounce = Some(b);
@@ -1332,7 +1332,7 @@ impl EfaDevice {
             }
             _ => {
                 if len > 0 {
-                    let (b, sge) = self.bounce.copy_in(&[d.data]).expect("a bounce slot per send queue entry");
+                    let (b, sge) = self.bounce.copy_in(&[d.data]).expect("send_batch took no more datagrams than free bounce slots");
                     sges[n] = sge;
                     bounce = Some(b);
                     self.stats.bounce_copies += 1;
@@ -1374,7 +1374,10 @@ impl Device for EfaDevice {
     /// lock and so makes no kernel call.
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         self.reap_sends();
-        let room = (self.limits.sq_depth as usize).saturating_sub(self.sq_used());
+        // Each request takes at most one bounce slot, claimed in the middle
+        // of a work-request session that cannot be abandoned: a batch never
+        // holds more datagrams than there are free slots.
+        let room = (self.limits.sq_depth as usize).saturating_sub(self.sq_used()).min(self.bounce.available());
         if room < batch.len() {
             self.stats.sq_full += 1;
         }

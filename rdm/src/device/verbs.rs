@@ -1061,6 +1061,11 @@ impl BounceSlots {
         Ok(BounceSlots { buf, mr, slot_len, free: (0..count).rev().collect() })
     }
 
+    /// Slots free now.
+    pub(crate) fn available(&self) -> usize {
+        self.free.len()
+    }
+
     /// Copies `parts`, one after another (at most `slot_len` bytes in all),
     /// into a free slot: the slot and the SGE naming its bytes; `None` when
     /// every slot is taken.
@@ -1877,8 +1882,10 @@ impl Device for VerbsDevice {
                 // device lent: the endpoint writes its next datagram there
                 // as soon as this call returns, and the NIC reads a request's
                 // bytes later. One slot per outstanding send, freed by its
-                // completion: never empty while room > 0.
-                let (b, sge) = self.bounce.copy_in(&[d.data]).expect("a bounce slot per send queue entry");
+                // completion: never empty while room > 0; if it ever were,
+                // that is back-pressure (the rest of the batch goes later), not
+                // a panic on the application's send path.
+                let Some((b, sge)) = self.bounce.copy_in(&[d.data]) else { break };
                 bounce = Some(b);
                 self.stats.bounce_copies += 1;
                 sge

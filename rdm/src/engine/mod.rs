@@ -335,9 +335,17 @@ struct SpareQueues {
 /// Spare queues larger than this (entries) are freed rather than kept.
 const SPARE_MAX_ENTRIES: usize = 256;
 
-/// A whole-message packet waiting for `poll_transmit`: an unreliable
-/// datagram (DGRAM) or a message on a reliable, ordered path (DIRECT, with the
-/// peer's incarnation as the sender knows it).
+/// Whether a message to the peer of `hot` over `path` may go as DIRECT
+/// packets (rdm/PROTOCOL.md §2.2), size and queue aside: the path keeps
+/// datagrams intact and in order, nothing sequenced to the peer is in
+/// flight ahead of it, and the peer was heard from: a valid packet of ours
+/// from it proved it is in this job and this incarnation, so a DIRECT
+/// packet (which nothing acknowledges) cannot be silently dropped there as
+/// foreign or stale while its send reports success.
+fn direct_allowed(path: PeerPath, hot: &Hot) -> bool {
+    path.reliable && path.ordered && hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy()
+}
+
 /// Whether datagrams to `dst` over `path` go without a checksum
 /// ([`Header::unsummed`], `PROTOCOL.md` §2.4): to a shared-memory ring, on a
 /// path the device promises intact (a fault-injecting decorator, which may
@@ -346,6 +354,9 @@ fn unsummed_to(dst: &DevAddr, path: PeerPath) -> bool {
     path.reliable && dst.crosses_no_wire()
 }
 
+/// A whole-message packet waiting for `poll_transmit`: an unreliable
+/// datagram (DGRAM) or a message on a reliable, ordered path (DIRECT, with the
+/// peer's incarnation as the sender knows it).
 struct DgramTx {
     dst: DevAddr,
     payload: Vec<u8>,
@@ -822,16 +833,7 @@ impl Engine {
             let path = self.path_of(peer);
             let hot = &self.hot[h as usize];
             let len: usize = parts.iter().map(|p| p.len()).sum();
-            // Only to a peer heard from: a valid packet of ours from it proved
-            // it is in this job and this incarnation, so a DIRECT packet
-            // (which nothing acknowledges) cannot be silently dropped there
-            // as foreign or stale while its send reports success.
-            if path.reliable
-                && path.ordered
-                && hot.inc_heard
-                && !hot.failed
-                && !hot.tx.peer_paused
-                && !hot.tx.busy()
+            if direct_allowed(path, hot)
                 && len <= DIRECT_MAX
                 && (self.dgram_tx.is_empty() || self.dgram_bytes + len <= self.cfg.max_queued_bytes)
             {
@@ -894,11 +896,8 @@ impl Engine {
         let path = self.path_of(peer);
         let hot = &self.hot[h as usize];
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        // The conditions of `send_transmit_complete`'s DIRECT branch (see
-        // there), for a single datagram.
-        let direct = path.reliable && path.ordered && hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy();
         let fits = len <= (path.payload_max as usize).min(DIRECT_MAX) && HEADER_LEN + len <= buf.len();
-        if !(direct && fits) {
+        if !(direct_allowed(path, hot) && fits) {
             return None;
         }
         let dst = self.cold[peer.0 as usize].addr;
