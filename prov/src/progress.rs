@@ -124,21 +124,30 @@ impl EmptyReads {
     /// A read found nothing: starts or extends the streak, and yields the CPU
     /// once per [`YIELD_AFTER`] of it.
     pub fn empty(&self) {
-        let now = crate::clock::now().as_nanos().max(1);
+        self.empty_at(crate::clock::now().as_nanos(), &mut || {
+            std::thread::yield_now();
+            crate::clock::now().as_nanos()
+        }, &mut || std::thread::sleep(Duration::from_micros(1)));
+    }
+
+    /// [`EmptyReads::empty`] at clock `now` (ns), with the yield (which
+    /// returns the clock after it) and the short sleep passed in.
+    fn empty_at(&self, now: u64, yield_now: &mut dyn FnMut() -> u64, nap: &mut dyn FnMut()) {
+        let now = now.max(1);
         let since = self.since_ns.load(Ordering::Relaxed);
         if since == 0 {
             self.since_ns.store(now, Ordering::Relaxed);
         } else if now.saturating_sub(since) >= YIELD_AFTER.as_nanos() as u64 {
-            std::thread::yield_now();
-            let after = crate::clock::now().as_nanos();
+            let mut after = yield_now();
             if after.saturating_sub(now) >= SHARED_CORE.as_nanos() as u64 {
                 // Something else ran on this core meanwhile: a short sleep,
                 // whose wake-up places this thread on an idle core if there
                 // is one (yielding alone keeps both on this core: each then
                 // looks cache-hot to the load balancer, which then waits).
-                std::thread::sleep(Duration::from_micros(1));
+                nap();
+                after = crate::clock::now().as_nanos();
             }
-            self.since_ns.store(crate::clock::now().as_nanos().max(1), Ordering::Relaxed);
+            self.since_ns.store(after.max(1), Ordering::Relaxed);
         }
     }
 }
@@ -186,6 +195,31 @@ pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The yield comes once per 20 µs of empty reads, never while reads find
+    /// something; the nap only when the yield ran something else (10 µs or
+    /// more passed in it).
+    #[test]
+    fn empty_reads_yield_once_per_20_us_and_nap_only_when_the_core_is_shared() {
+        let r = EmptyReads::default();
+        let (mut yields, mut naps) = (0, 0);
+        let us = |n: u64| 1_000_000 + n * 1000;
+        // Reads every µs for 100 µs, all empty; each yield takes 1 µs.
+        for t in 0..100 {
+            r.empty_at(us(t), &mut || { yields += 1; us(t + 1) }, &mut || naps += 1);
+        }
+        assert_eq!((yields, naps), (4, 0), "a yield at 20, 41, 62 and 83 µs, no nap: the yields were quick");
+        // A read that finds something ends the streak: 19 µs more of empty
+        // reads do not yield.
+        r.found();
+        for t in 200..219 {
+            r.empty_at(us(t), &mut || { yields += 1; us(t) }, &mut || naps += 1);
+        }
+        assert_eq!(yields, 4);
+        // A yield that took 10 µs: another thread had this core; then a nap.
+        r.empty_at(us(221), &mut || { yields += 1; us(231) }, &mut || naps += 1);
+        assert_eq!((yields, naps), (5, 1));
+    }
 
     /// An endpoint with nothing to read (a pipe no one writes) and a timer
     /// 700 µs away.
