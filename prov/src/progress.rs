@@ -90,8 +90,8 @@ const YIELD_AFTER: Duration = Duration::from_micros(20);
 /// A `sched_yield` that took this long ran another thread on this core.
 const SHARED_CORE: Duration = Duration::from_micros(10);
 
-/// The streak of empty reads of one CQ or counter, as an application's
-/// busy-poll loop makes them (`fi_cq_read` until it returns an entry).
+/// The streak of empty reads of one CQ, as an application's busy-poll loop
+/// makes them (`fi_cq_read` until it returns an entry).
 ///
 /// Why: two busy-polling processes of a job can end up on one core while the
 /// other core idles. A sleeper woken by a socket or pipe write (a job's address
@@ -103,9 +103,11 @@ const SHARED_CORE: Duration = Duration::from_micros(10);
 /// quarter of the runs (`perf sched timehist`: the woken process migrated onto
 /// its peer's core, then waited 4.4 ms there while the other core was idle).
 /// A reader that found nothing for [`YIELD_AFTER`] calls `sched_yield`, so a
-/// process sharing the core runs now instead of at the end of the slice. Alone
-/// on its core the call returns at once: at most one system call per 20 µs of
-/// waiting, and never while completions keep coming.
+/// process sharing the core runs now instead of at the end of the slice; when
+/// that yield did run another thread (it took [`SHARED_CORE`] or more), a 1 µs
+/// sleep follows, whose wake-up puts the reader on an idle core if there is
+/// one. Alone on its core the yield returns at once: at most one system call
+/// per 20 µs of waiting, and never while completions keep coming.
 #[derive(Default)]
 pub struct EmptyReads {
     /// Clock of the first empty read of the current streak, 0 outside one.
