@@ -106,14 +106,14 @@ fn threading_progress_av_type_and_mr_mode_are_echoed() {
     let mut h = Hints::rdm();
     h.dom().threading = fi::FI_THREAD_DOMAIN;
     h.dom().control_progress = fi::FI_PROGRESS_MANUAL;
-    h.dom().data_progress = fi::FI_PROGRESS_MANUAL;
+    h.dom().set_data_progress(fi::FI_PROGRESS_MANUAL);
     h.dom().av_type = fi::FI_AV_TABLE;
     h.dom().mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let d = unsafe { &*info.first().domain_attr };
     assert_eq!(d.threading, fi::FI_THREAD_DOMAIN);
-    assert_eq!(d.data_progress, fi::FI_PROGRESS_MANUAL);
+    assert_eq!(d.get_data_progress(), fi::FI_PROGRESS_MANUAL);
     assert_eq!(d.av_type, fi::FI_AV_TABLE);
     assert_eq!(d.mr_mode & !(h.dom().mr_mode), 0, "output mr_mode is a subset of the request");
     for legacy in [fi::FI_MR_BASIC as i32, fi::FI_MR_SCALABLE as i32] {
@@ -128,11 +128,11 @@ fn threading_progress_av_type_and_mr_mode_are_echoed() {
 #[test]
 fn auto_progress_is_offered_and_echoed() {
     let mut h = Hints::rdm();
-    h.dom().data_progress = fi::FI_PROGRESS_AUTO;
+    h.dom().set_data_progress(fi::FI_PROGRESS_AUTO);
     h.dom().control_progress = fi::FI_PROGRESS_AUTO;
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
-    assert_eq!(unsafe { (*info.first().domain_attr).data_progress }, fi::FI_PROGRESS_AUTO);
+    assert_eq!(unsafe { (*info.first().domain_attr).get_data_progress() }, fi::FI_PROGRESS_AUTO);
 }
 
 #[test]

@@ -27,6 +27,14 @@ unsafe impl FidObject for Av {
 }
 
 static AV_FI_OPS: fi::fi_ops = fid::fi_ops(av_close, None, None);
+/// Entries newer headers add (2.x: `insert_auth_key`, `lookup_auth_key`,
+/// `set_user_id`) stay null: libfabric's inline wrappers answer `-FI_ENOSYS` for a
+/// null entry, which is what rdmx means (no `FI_AV_AUTH_KEY`, no `FI_AV_USER_ID`).
+// SAFETY: every field of fi_ops_av is a usize or an Option of a function
+// pointer, for which all-zero bytes are 0 and None.
+const NO_AV_OPS: fi::fi_ops_av = unsafe { std::mem::zeroed() };
+// Against 1.17's headers the struct has no field beyond those named here.
+#[allow(clippy::needless_update)]
 static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     size: std::mem::size_of::<fi::fi_ops_av>(),
     insert: Some(av_insert),
@@ -36,6 +44,7 @@ static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     lookup: Some(av_lookup),
     straddr: Some(av_straddr),
     av_set: Some(no_av_set),
+    ..NO_AV_OPS
 };
 
 entry_unsupported! {

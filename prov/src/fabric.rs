@@ -86,7 +86,7 @@ entry! {
             fid: fi::fid_fabric {
                 fid: fid::new_fid(fi::FI_CLASS_FABRIC, context, &FABRIC_FI_OPS),
                 ops: &FABRIC_OPS as *const _ as *mut _,
-                api_version: crate::info::API_VERSION,
+                api_version: crate::version::declared(),
             },
             children: Refs::default(),
         });

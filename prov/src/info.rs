@@ -29,7 +29,6 @@ pub fn fabric_name(device: DeviceChoice) -> &'static str {
         _ => FABRIC_NAME,
     }
 }
-pub const API_VERSION: u32 = fi::fi_version_num(1, 17);
 
 // Capability bits (all u64).
 const MSG: u64 = fi::FI_MSG as u64;
@@ -511,7 +510,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
                 return Err(Error::NoData);
             }
         }
-        if fab.api_version != 0 && fab.api_version > API_VERSION {
+        if fab.api_version != 0 && fab.api_version > crate::version::declared() {
             return Err(Error::NoData);
         }
     }
@@ -525,7 +524,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if threading_rank(dom.threading) < threading_rank(fi::FI_THREAD_SAFE) {
             return Err(Error::NoData);
         }
-        if !progress_ok(dom.control_progress) || !progress_ok(dom.data_progress) {
+        if !progress_ok(dom.control_progress) || !progress_ok(dom.get_data_progress()) {
             return Err(Error::NoData);
         }
         if dom.caps & !DOMAIN_CAPS != 0 {
@@ -564,8 +563,8 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         } else {
             mr & MR_MODE_ACCEPTED
         };
-        if dom.data_progress != fi::FI_PROGRESS_UNSPEC {
-            p.progress = dom.data_progress;
+        if dom.get_data_progress() != fi::FI_PROGRESS_UNSPEC {
+            p.progress = dom.get_data_progress();
         }
         if dom.control_progress == fi::FI_PROGRESS_AUTO {
             p.progress = fi::FI_PROGRESS_AUTO;
@@ -736,7 +735,7 @@ pub unsafe fn getinfo(
     flags: u64,
     hints: *const fi::fi_info,
 ) -> Result<Vec<Profile>> {
-    if version > API_VERSION {
+    if version > crate::version::declared() {
         return Err(Error::NoData);
     }
     // SAFETY: per contract.
@@ -897,7 +896,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         d.name = strdup(domain_name(p.device));
         d.threading = p.threading;
         d.control_progress = p.progress;
-        d.data_progress = p.progress;
+        d.set_data_progress(p.progress);
         d.resource_mgmt = fi::FI_RM_ENABLED;
         d.av_type = p.av_type;
         d.mr_mode = p.mr_mode;
@@ -921,7 +920,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         f.name = strdup(fabric_name(p.device));
         f.prov_name = std::ptr::null_mut();
         f.prov_version = crate::PROVIDER_VERSION;
-        f.api_version = API_VERSION;
+        f.api_version = crate::version::declared();
     }
     Ok(info)
 }
@@ -950,7 +949,7 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
         Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => fi::FI_EP_RDM,
         Some(_) => return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM")),
     };
-    let mut p = match_hints(base_profile(dev, ep_type), &h, API_VERSION).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
+    let mut p = match_hints(base_profile(dev, ep_type), &h, crate::version::declared()).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
     // SAFETY: as above.
     unsafe {
         if let Some(src) = addr_from_raw(i.src_addr, i.src_addrlen) {
@@ -981,7 +980,7 @@ mod efa_tests {
         let hints = fi::fi_info { domain_attr: &mut dom, ..Default::default() };
         // SAFETY: null node and service; hints a valid fi_info whose one
         // pointer names a live domain attr with a C string name.
-        let got = unsafe { getinfo(API_VERSION, std::ptr::null(), std::ptr::null(), 0, &hints) };
+        let got = unsafe { getinfo(crate::version::declared(), std::ptr::null(), std::ptr::null(), 0, &hints) };
         if here {
             assert!(got.is_ok_and(|v| v.iter().all(|p| p.device == DeviceChoice::Efa)));
         } else {

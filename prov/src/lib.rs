@@ -79,7 +79,8 @@ unsafe impl Sync for ProviderCell {}
 
 static PROVIDER: ProviderCell = ProviderCell(UnsafeCell::new(fi::fi_provider {
     version: PROVIDER_VERSION,
-    fi_version: info::API_VERSION,
+    // Replaced by version::declared() in fi_prov_ini, before libfabric sees it.
+    fi_version: version::MIN_API,
     context: fi::fi_context { internal: [std::ptr::null_mut(); 4] },
     name: c"rdmx".as_ptr(),
     getinfo: Some(rdmx_getinfo),
@@ -93,9 +94,9 @@ pub fn provider_ptr() -> *mut fi::fi_provider {
 }
 
 /// The provider's entry point, called by libfabric after `dlopen`. Returns
-/// NULL (libfabric then skips rdmx) for a libfabric whose version rdmx was not
+/// NULL (libfabric then skips rdmx) for a libfabric older than rdmx was
 /// built for ([`version::check`]), with a warning saying which it found and
-/// which it needs.
+/// which it needs; otherwise declares [`version::declared`] and registers.
 #[no_mangle]
 pub extern "C" fn fi_prov_ini() -> *mut fi::fi_provider {
     let r = std::panic::catch_unwind(|| {
@@ -103,6 +104,12 @@ pub extern "C" fn fi_prov_ini() -> *mut fi::fi_provider {
             log::warn(log::Subsys::Core, "fi_prov_ini", &why);
             return std::ptr::null_mut();
         }
+        let declared = version::declare(version::running());
+        version::set_declared(declared);
+        // SAFETY: fi_prov_ini runs inside libfabric's single-threaded
+        // registration, before libfabric holds the pointer, and nothing else
+        // writes the struct.
+        unsafe { (*provider_ptr()).fi_version = declared };
         params::define_all();
         provider_ptr()
     });

@@ -117,16 +117,22 @@ entry! {
     }
 }
 
+/// `FI_MR_DMABUF` (fi_mr(3), libfabric 1.20; by value, so a build against older
+/// headers knows it too).
+const FI_MR_DMABUF: u64 = 1 << 40;
+
 entry! {
     fn rdmx_mr_regattr(f: *mut fi::fid, attr: *const fi::fi_mr_attr, flags: u64, out: *mut *mut fi::fid_mr) -> i32 {
         non_null!(attr);
         // SAFETY: checked non-null.
         let a = unsafe { &*attr };
-        if a.iface != fi::FI_HMEM_SYSTEM {
+        // Device memory and dma-buf descriptors (1.20's FI_MR_DMABUF: then the
+        // union holds `dmabuf`, not `mr_iov`) need FI_HMEM, which rdmx does not offer.
+        if a.iface != fi::FI_HMEM_SYSTEM || flags & FI_MR_DMABUF != 0 {
             return Err(Error::NoSys);
         }
         // SAFETY: the application's iov array.
-        let list = unsafe { iov_list(a.mr_iov as *const libc::iovec, a.iov_count) }?;
+        let list = unsafe { iov_list(a.get_mr_iov() as *const libc::iovec, a.iov_count) }?;
         register(f, &list, a.access, a.offset, a.requested_key, flags, out, a.context)
     }
 }

@@ -1,31 +1,42 @@
-//! Which libfabric rdmx agrees to load into.
+//! Which libfabric rdmx agrees to load into, and which API version it declares.
 //!
 //! rdmx is compiled against one libfabric's headers (`FI_MAJOR_VERSION` /
 //! `FI_MINOR_VERSION` in `rdma/fabric.h`, through `libfabric-sys`): the layouts
 //! of `fi_info`, the attribute structs and every `fid_*` it reads and writes come
-//! from them. libfabric only ever appends to those structs within one major
-//! version, so a libfabric of the same major and at least that minor hands rdmx
-//! structs at least as large as it expects; an older one may hand it smaller
-//! ones, and another major may have changed them. `fi_prov_ini` therefore asks
-//! the running library (`fi_version()`) and refuses the rest with a warning.
+//! from them. libfabric only ever appends to those structs and ops tables, across
+//! 2.0 too (fabric(7): 2.x keeps `libfabric.so.1` and ABI 1.x, with 1.8 and 1.9
+//! only appending fields), so a libfabric at least as new as the headers hands
+//! rdmx structs at least as large as it expects, whatever its major version; an
+//! older one may hand it smaller ones. `fi_prov_ini` therefore asks the running
+//! library (`fi_version()`) and refuses only an older one, with a warning.
 //!
-//! The provider struct's `fi_version` field is the API version rdmx implements,
-//! `info::API_VERSION` = FI_VERSION(1,17); it must not be newer than the
-//! headers (asserted below), and libfabric skips the provider for applications
-//! that request a newer API than it.
+//! The provider struct's `fi_version` is the API version rdmx declares
+//! ([`declared`]): the newest version whose rules rdmx follows
+//! ([`IMPLEMENTED_API`]), capped at the running library's. libfabric's
+//! `fi_getinfo` skips a provider whose `fi_version` is below the version the
+//! application asks for (OpenMPI 5 asks 1.18, MPICH the running library's own
+//! version), so declaring by the running version, not by the headers, is what
+//! lets a build against 1.17's headers serve a 2.x application.
 use libfabric_sys as fi;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The oldest libfabric rdmx supports at all: 1.17 (the DL-provider ABI and
 /// struct layouts it was written and tested against).
 pub const MIN_API: u32 = fi::fi_version_num(1, 17);
 
+/// The newest libfabric API whose rules rdmx follows, whatever headers it was
+/// built against: the 2.x capability bits are known by value (`info.rs`), the
+/// fields 2.x appended are read only when the running library has them, and
+/// every hint rdmx cannot honour is refused (`info::match_hints`). Raise it
+/// only after reading what the newer version changed for providers.
+pub const IMPLEMENTED_API: u32 = fi::fi_version_num(2, 6);
+
 /// The libfabric API version of the headers rdmx was built against.
 pub const BUILT_API: u32 = fi::fi_version_num(fi::FI_MAJOR_VERSION, fi::FI_MINOR_VERSION);
 
 // Building against headers older than 1.17 would make every struct layout
-// suspect; and the API rdmx declares must exist in those headers.
+// suspect.
 const _: () = assert!(BUILT_API >= MIN_API, "rdmx needs libfabric 1.17 or newer headers");
-const _: () = assert!(crate::info::API_VERSION <= BUILT_API, "info::API_VERSION newer than the headers");
 
 pub const fn major(v: u32) -> u32 {
     v >> 16
@@ -43,19 +54,10 @@ pub fn dotted(v: u32) -> String {
 /// Whether rdmx, built against `built`, may load into a libfabric reporting
 /// `found` (both `FI_VERSION` numbers). `Err` carries the warning to log.
 ///
-/// Accepted: the same major as `built`, a minor at least `built`'s, and at
-/// least [`MIN_API`].
+/// Accepted: any version at least `built` and at least [`MIN_API`], of any
+/// major (2.x kept the 1.x ABI).
 pub fn check(found: u32, built: u32) -> Result<(), String> {
-    let needed = if built > MIN_API { built } else { MIN_API };
-    if major(found) != major(built) {
-        return Err(format!(
-            "libfabric {} found, but rdmx was built for libfabric {} and needs major version {} (>= {}); not loading",
-            dotted(found),
-            dotted(built),
-            major(built),
-            dotted(needed),
-        ));
-    }
+    let needed = built.max(MIN_API);
     if found < needed {
         return Err(format!(
             "libfabric {} found, but rdmx (built against libfabric {}) needs libfabric >= {}; not loading",
@@ -65,6 +67,41 @@ pub fn check(found: u32, built: u32) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The API version to declare when running under a libfabric of API `running`:
+/// [`IMPLEMENTED_API`], capped at `running` (declaring more than the library
+/// knows would claim rules it has never heard of).
+pub const fn declare(running: u32) -> u32 {
+    if running < IMPLEMENTED_API {
+        running
+    } else {
+        IMPLEMENTED_API
+    }
+}
+
+/// Set once by `fi_prov_ini` before the provider struct is handed over; 0 until then.
+static DECLARED: AtomicU32 = AtomicU32::new(0);
+
+/// Records the declared version (called by `fi_prov_ini`).
+pub fn set_declared(v: u32) {
+    DECLARED.store(v, Ordering::Relaxed);
+}
+
+/// The API version rdmx declared to the running libfabric: what `fi_getinfo`
+/// compares applications' requests with, and what `fabric_attr.api_version` says.
+/// Before `fi_prov_ini` ran (unit tests), the version it would declare.
+pub fn declared() -> u32 {
+    match DECLARED.load(Ordering::Relaxed) {
+        0 => declare(running()),
+        v => v,
+    }
+}
+
+/// Whether the running library is at least `v` (fields added in `v` exist in
+/// the structs it allocates).
+pub fn running_at_least(v: u32) -> bool {
+    running() >= v
 }
 
 /// The running libfabric's API version, `fi_version()`.
@@ -85,9 +122,13 @@ mod tests {
     }
 
     #[test]
-    fn newer_minor_of_the_same_major_loads() {
+    fn newer_minor_or_major_loads() {
         assert_eq!(check(v(1, 18), v(1, 17)), Ok(()));
         assert_eq!(check(v(1, 22), v(1, 17)), Ok(()));
+        // 2.x keeps libfabric.so.1 and appends only: a 1.17 build loads there.
+        assert_eq!(check(v(2, 0), v(1, 17)), Ok(()));
+        assert_eq!(check(v(2, 5), v(1, 17)), Ok(()));
+        assert_eq!(check(v(2, 5), v(2, 1)), Ok(()));
     }
 
     #[test]
@@ -97,34 +138,26 @@ mod tests {
         assert!(e.contains(">= 1.17"), "{e}");
         assert!(check(v(1, 3), v(1, 17)).is_err());
         assert!(check(v(1, 0), v(1, 17)).is_err());
+        assert!(check(v(0, 99), v(1, 17)).is_err());
     }
 
     #[test]
     fn older_than_the_headers_is_refused() {
-        // Built against 1.20 headers: their structs may be larger than 1.18's.
-        let e = check(v(1, 18), v(1, 20)).unwrap_err();
-        assert!(e.contains("1.18 found") && e.contains(">= 1.20"), "{e}");
-        assert_eq!(check(v(1, 20), v(1, 20)), Ok(()));
-    }
-
-    #[test]
-    fn another_major_is_refused_either_way() {
-        let e = check(v(2, 0), v(1, 17)).unwrap_err();
-        assert!(e.contains("libfabric 2.0 found") && e.contains("major version 1"), "{e}");
-        assert!(check(v(2, 17), v(1, 17)).is_err());
-        assert!(check(v(0, 99), v(1, 17)).is_err());
+        // Built against 2.1 headers: their structs are larger than 1.x's.
+        let e = check(v(1, 22), v(2, 1)).unwrap_err();
+        assert!(e.contains("1.22 found") && e.contains(">= 2.1"), "{e}");
         assert!(check(v(1, 17), v(2, 0)).is_err());
+        assert_eq!(check(v(2, 1), v(2, 1)), Ok(()));
     }
 
     #[test]
-    fn provider_declares_the_api_it_implements() {
-        // The provider struct's fi_version is info::API_VERSION, which is
-        // asserted at compile time to be no newer than the headers, so no
-        // newer than any libfabric check() accepts.
-        // SAFETY: the provider struct is a static, alive for the process;
-        // nothing writes its fi_version field.
-        let declared = unsafe { (*crate::provider_ptr()).fi_version };
-        assert_eq!(declared, crate::info::API_VERSION);
+    fn declares_the_implemented_api_capped_at_the_running_one() {
+        assert_eq!(declare(v(1, 17)), v(1, 17));
+        assert_eq!(declare(v(1, 18)), v(1, 18));
+        assert_eq!(declare(v(2, 1)), v(2, 1));
+        assert_eq!(declare(IMPLEMENTED_API), IMPLEMENTED_API);
+        assert_eq!(declare(v(2, 99)), IMPLEMENTED_API);
+        assert_eq!(declare(v(3, 0)), IMPLEMENTED_API);
     }
 
     #[test]
@@ -132,5 +165,6 @@ mod tests {
         let found = running();
         assert!(found >= MIN_API, "fi_version() = {}", dotted(found));
         assert_eq!(check(found, BUILT_API), Ok(()));
+        assert_eq!(declared(), declare(found));
     }
 }
