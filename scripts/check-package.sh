@@ -175,6 +175,8 @@ dpkg-deb -c "$DEB" | awk '{print $1, $2}' | grep -v '^[-d]rw[-x]r-[-x]r-[-x] roo
 [[ "$(dpkg-deb -f "$DEB" Architecture)" == "$ARCH" ]] || fail "Architecture is not $ARCH"
 depends=$(dpkg-deb -f "$DEB" Depends)
 grep -q 'libfabric1 (>= 1\.1[7-9]' <<<"$depends" || grep -q 'libfabric1 (>= 1\.[2-9][0-9]' <<<"$depends" || fail "Depends lacks libfabric1 (>= 1.17): $depends"
+# No upper bound: rdmx loads into libfabric 2.x (same libfabric.so.1, appended ABI).
+if grep -q 'libfabric1 (<<' <<<"$depends"; then fail "Depends bounds libfabric1 from above, so the package cannot meet libfabric 2.x: $depends"; fi
 for lib in $(readelf -d build-out/lib/librdmx-fi.so | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p'); do
   [[ "$lib" == ld-linux* ]] && continue
   # (awk reads to the end: an early exit would kill ldconfig with SIGPIPE,

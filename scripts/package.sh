@@ -10,7 +10,8 @@
 # libraries the provider really links (readelf -d: libfabric.so.1, libc,
 # libgcc_s), with libfabric1 raised to the libfabric API of the headers the
 # provider was built against (rdmx refuses an older one at load, see
-# prov/src/version.rs) and kept below 2 (it refuses another major).
+# prov/src/version.rs), with no upper bound: libfabric 2.x keeps libfabric.so.1
+# and its ABI, and rdmx loads into it.
 # Prints the path of the .deb on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,7 +101,7 @@ fi
 # Replace dpkg-shlibdeps' libfabric1 (>= <first version with the symbols>)
 # with the API versions rdmx accepts at load.
 DEPENDS=$(echo "$SHLIBS" | tr ',' '\n' | sed 's/^ *//' | grep -v '^libfabric1' | paste -sd, | sed 's/,/, /g')
-DEPENDS="${DEPENDS:+$DEPENDS, }libfabric1 (>= $API_MAJOR.$API_MINOR), libfabric1 (<< $((API_MAJOR + 1))~)"
+DEPENDS="${DEPENDS:+$DEPENDS, }libfabric1 (>= $API_MAJOR.$API_MINOR)"
 
 INSTALLED_SIZE=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
 cat > "$STAGE/DEBIAN/control" <<EOF
