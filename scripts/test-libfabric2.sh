@@ -150,7 +150,7 @@ rm -f "$log"
 
 # ------------------------------------------------------------------ 6. fi_tests on 2.1
 if PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 RDMX_PROVIDER_DIR="$lf2dir" \
-  cargo test --release -p fi_tests --test getinfo --test two_process -- --test-threads=1; then
+  cargo test --release -p fi_tests --test getinfo --test api2 --test two_process -- --test-threads=1; then
   pass "fi_tests getinfo, api2, two_process built against and run on libfabric 2.1"
 else
   fail fi_tests "fi_tests getinfo, api2, two_process on libfabric 2.1"

@@ -63,9 +63,7 @@ entry! {
             // Named (shared) AVs are not supported; MPICH falls back to a local AV.
             return Err(Error::NoSys);
         }
-        if attr.flags & (fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC) != 0 {
-            return Err(Error::NoSys);
-        }
+        check_open_flags(attr.flags)?;
         if attr.rx_ctx_bits != 0 {
             return Err(Error::NoSys);
         }
@@ -143,6 +141,26 @@ entry! {
     }
 }
 
+/// `fi_av_attr.flags` rdmx knows from fi_av(3) but does not implement:
+/// asynchronous inserts (`FI_EVENT`), read-only shared AVs (`FI_READ`),
+/// symmetric AVs (`FI_SYMMETRIC`), user IDs set by `fi_av_set_user_id`
+/// (`FI_AV_USER_ID`; the 2.x `fi_ops_av` entries stay null, which
+/// libfabric's wrappers answer `-FI_ENOSYS`) and the peer API (`FI_PEER`).
+const UNIMPLEMENTED_OPEN_FLAGS: u64 = fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC | fi::FI_AV_USER_ID | fi::FI_PEER;
+
+/// Open flags: rdmx implements none. A defined flag it does not implement
+/// is `-FI_ENOSYS` (the operation exists, rdmx lacks it, as for named AVs);
+/// any other bit is `-FI_EINVAL`, as libfabric's util AV answers.
+fn check_open_flags(flags: u64) -> Result<()> {
+    if flags & !UNIMPLEMENTED_OPEN_FLAGS != 0 {
+        return Err(Error::Inval("unknown fi_av_attr flags"));
+    }
+    if flags != 0 {
+        return Err(Error::NoSys);
+    }
+    Ok(())
+}
+
 /// Insert flags (fi_av(3)): `FI_MORE` (a hint, ignored) and `FI_SYNC_ERR`,
 /// whose status array is the context and must be there.
 fn check_insert_flags(flags: u64, context: *mut libc::c_void) -> Result<()> {
@@ -197,9 +215,13 @@ entry! {
 
 entry! {
     fn av_remove(av: *mut fi::fid_av, fi_addr: *mut fi::fi_addr_t, count: usize, flags: u64) -> i32 {
-        let _ = flags;
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
+        // fi_av(3) defines only FI_AUTH_KEY here (authorization-key
+        // addresses, which rdmx does not hand out).
+        if flags != 0 {
+            return Err(Error::BadFlags);
+        }
         if count == 0 {
             return Ok(0);
         }
@@ -261,5 +283,30 @@ entry! {
             }
         }
         Ok(buf as *const libc::c_char)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_are_refused_known_ones_as_not_implemented() {
+        assert_eq!(check_open_flags(0), Ok(()));
+        for f in [fi::FI_EVENT as u64, fi::FI_READ as u64, fi::FI_SYMMETRIC, fi::FI_AV_USER_ID, fi::FI_PEER] {
+            assert_eq!(check_open_flags(f), Err(Error::NoSys), "{f:#x}");
+        }
+        for f in [1u64, 1 << 30, fi::FI_AV_USER_ID | 1 << 2] {
+            assert!(matches!(check_open_flags(f), Err(Error::Inval(_))), "{f:#x}");
+        }
+    }
+
+    #[test]
+    fn insert_flags_beyond_more_and_sync_err_are_bad_flags() {
+        let mut status = [0i32; 1];
+        let ctx = status.as_mut_ptr() as *mut libc::c_void;
+        assert_eq!(check_insert_flags(fi::FI_MORE as u64, std::ptr::null_mut()), Ok(()));
+        assert_eq!(check_insert_flags(fi::FI_SYNC_ERR, ctx), Ok(()));
+        assert_eq!(check_insert_flags(fi::FI_AV_USER_ID, std::ptr::null_mut()), Err(Error::BadFlags));
     }
 }

@@ -334,6 +334,29 @@ impl Progress for EpShared {
     }
 }
 
+/// The sender a receive matches, from the endpoint's capabilities
+/// (fi_getinfo(3)): `Some(fi_addr)` when the receive is directed and names
+/// one, `None` for any sender. A receive is directed under
+/// `FI_DIRECTED_RECV`, under `FI_TAGGED_DIRECTED_RECV` when tagged, and
+/// under `FI_EXACT_DIRECTED_RECV`, which also refuses `FI_ADDR_UNSPEC`
+/// (`-FI_EINVAL`) except on an `FI_CLAIM`, which takes the message a
+/// directed peek already matched. Without a directed capability the address
+/// is ignored, as fi_msg(3) says.
+pub(crate) fn recv_source(caps: u64, tagged: bool, src: u64, claim: bool) -> Result<Option<u64>> {
+    let exact = caps & crate::info::EXACT_DIRECTED_RECV != 0;
+    let directed = exact || caps & fi::FI_DIRECTED_RECV != 0 || (tagged && caps & crate::info::TAGGED_DIRECTED_RECV != 0);
+    if !directed {
+        return Ok(None);
+    }
+    if src != FI_ADDR_UNSPEC {
+        return Ok(Some(src));
+    }
+    if exact && !claim {
+        return Err(Error::Inval("FI_EXACT_DIRECTED_RECV: a receive must name its source, not FI_ADDR_UNSPEC"));
+    }
+    Ok(None)
+}
+
 fn post_error(e: PostError) -> Error {
     match e {
         PostError::Again => Error::Again,
@@ -428,14 +451,16 @@ impl EpState {
     }
 
     pub fn post_recv(&mut self, args: RecvArgs) -> Result<()> {
-        let directed = self.profile.caps & fi::FI_DIRECTED_RECV != 0;
-        let src = if directed && args.src != FI_ADDR_UNSPEC { Src::Peer(self.peer_for(args.src)?) } else { Src::Any };
+        let claim = args.flags & fi::FI_CLAIM != 0;
+        let src = match recv_source(self.profile.caps, args.kind == MsgKind::Tagged, args.src, claim)? {
+            Some(a) => Src::Peer(self.peer_for(a)?),
+            None => Src::Any,
+        };
         let wanted = match &self.rx_cq {
             Some(b) => !b.selective || args.flags & fi::FI_COMPLETION as u64 != 0,
             None => false,
         };
         let peek = args.flags & fi::FI_PEEK as u64 != 0;
-        let claim = args.flags & fi::FI_CLAIM != 0;
         let discard = args.flags & fi::FI_DISCARD != 0;
         let multi = args.flags & fi::FI_MULTI_RECV as u64 != 0;
         if multi && self.profile.caps & fi::FI_MULTI_RECV as u64 == 0 {
@@ -561,4 +586,47 @@ impl EpState {
 pub fn shutdown_all() {
     CLEANUPS.fetch_add(1, Ordering::AcqRel);
     rdm::device::shm::unlink_own_at_exit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::info::{EXACT_DIRECTED_RECV, TAGGED_DIRECTED_RECV};
+
+    const PEER: u64 = 3;
+
+    #[test]
+    fn without_a_directed_cap_the_source_is_ignored() {
+        for tagged in [false, true] {
+            assert_eq!(recv_source(0, tagged, PEER, false).unwrap(), None);
+            assert_eq!(recv_source(0, tagged, FI_ADDR_UNSPEC, false).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn directed_recv_directs_every_receive_and_takes_unspec_as_any() {
+        for tagged in [false, true] {
+            assert_eq!(recv_source(fi::FI_DIRECTED_RECV, tagged, PEER, false).unwrap(), Some(PEER));
+            assert_eq!(recv_source(fi::FI_DIRECTED_RECV, tagged, FI_ADDR_UNSPEC, false).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn tagged_directed_recv_directs_tagged_receives_only() {
+        assert_eq!(recv_source(TAGGED_DIRECTED_RECV, true, PEER, false).unwrap(), Some(PEER));
+        assert_eq!(recv_source(TAGGED_DIRECTED_RECV, false, PEER, false).unwrap(), None);
+        assert_eq!(recv_source(TAGGED_DIRECTED_RECV, true, FI_ADDR_UNSPEC, false).unwrap(), None);
+    }
+
+    #[test]
+    fn exact_directed_recv_refuses_unspec_but_not_on_a_claim() {
+        for caps in [EXACT_DIRECTED_RECV, EXACT_DIRECTED_RECV | fi::FI_DIRECTED_RECV, EXACT_DIRECTED_RECV | TAGGED_DIRECTED_RECV] {
+            for tagged in [false, true] {
+                assert_eq!(recv_source(caps, tagged, PEER, false).unwrap(), Some(PEER));
+                let e = recv_source(caps, tagged, FI_ADDR_UNSPEC, false).unwrap_err();
+                assert_eq!(e.errno(), fi::FI_EINVAL as i32, "{caps:#x} tagged {tagged}");
+                assert_eq!(recv_source(caps, tagged, FI_ADDR_UNSPEC, true).unwrap(), None);
+            }
+        }
+    }
 }

@@ -208,38 +208,51 @@ entry! {
         non_null!(buf);
         // SAFETY: our fid.
         let cq = unsafe { cq_ref(cq) }?;
+        // SAFETY: the domain outlives its CQs (its close refuses while they are open).
+        let version = unsafe { (*cq.domain).api_version() };
         let mut q = cq.shared.queue.lock();
         let i = q.iter().position(|c| c.err.is_some()).ok_or(Error::Again)?;
         let c = q.remove(i).ok_or(Error::Again)?;
         let e = c.err.ok_or(Error::Again)?;
-        // SAFETY: checked non-null; the application's entry.
+        // The application's entry is as long as its API version says: 80
+        // bytes before 1.20, 88 with `src_addr` from then on. 2.x bindings
+        // describe the longer one, so no reference to the whole struct is
+        // made; each field goes through its own raw pointer.
+        // SAFETY: checked non-null; the application's entry, every field
+        // written here a 1.17 one, src_addr only under 1.20+.
         unsafe {
-            let out = &mut *buf;
-            match e.src_addr {
-                Some(a) if out.err_data_size == 0 || out.err_data.is_null() => {
+            use std::ptr::{addr_of, addr_of_mut};
+            // The application's own err_data buffer, if it gives one.
+            let (given, given_size) = (addr_of!((*buf).err_data).read(), addr_of!((*buf).err_data_size).read());
+            let (err_data, err_data_size) = match e.src_addr {
+                Some(a) if given_size == 0 || given.is_null() => {
                     // Provider-owned buffer, valid until the next readerr.
                     let mut keep = cq.shared.err_data.lock();
                     *keep = a;
-                    out.err_data = keep.as_mut_ptr() as *mut _;
-                    out.err_data_size = a.len();
+                    (keep.as_mut_ptr() as *mut libc::c_void, a.len())
                 }
                 Some(a) => {
-                    let n = out.err_data_size.min(a.len());
-                    std::ptr::copy_nonoverlapping(a.as_ptr(), out.err_data as *mut u8, n);
-                    out.err_data_size = n;
+                    let n = given_size.min(a.len());
+                    std::ptr::copy_nonoverlapping(a.as_ptr(), given as *mut u8, n);
+                    (given, n)
                 }
-                None => out.err_data_size = 0,
-            }
-            *cq.shared.last_err_data.lock() = if e.src_addr.is_some() { (out.err_data as usize, out.err_data_size) } else { (0, 0) };
-            out.op_context = c.op_context as *mut _;
-            out.flags = c.flags;
-            out.len = c.len;
-            out.buf = c.buf as *mut _;
-            out.data = c.data;
-            out.tag = c.tag;
-            out.olen = e.olen;
-            out.err = e.err;
-            out.prov_errno = e.prov_errno;
+                None => (given, 0),
+            };
+            addr_of_mut!((*buf).err_data).write(err_data);
+            addr_of_mut!((*buf).err_data_size).write(err_data_size);
+            *cq.shared.last_err_data.lock() = if e.src_addr.is_some() { (err_data as usize, err_data_size) } else { (0, 0) };
+            addr_of_mut!((*buf).op_context).write(c.op_context as *mut _);
+            addr_of_mut!((*buf).flags).write(c.flags);
+            addr_of_mut!((*buf).len).write(c.len);
+            addr_of_mut!((*buf).buf).write(c.buf as *mut _);
+            addr_of_mut!((*buf).data).write(c.data);
+            addr_of_mut!((*buf).tag).write(c.tag);
+            addr_of_mut!((*buf).olen).write(e.olen);
+            addr_of_mut!((*buf).err).write(e.err);
+            addr_of_mut!((*buf).prov_errno).write(e.prov_errno);
+            // fi_cq(3): without FI_AV_AUTH_KEY (never offered), src_addr is
+            // FI_ADDR_NOTAVAIL.
+            crate::info::appended::set_cq_err_src_addr(buf, version, crate::av_table::FI_ADDR_NOTAVAIL);
         }
         Ok(1)
     }

@@ -30,6 +30,17 @@ unsafe impl FidObject for Domain {
     const CLASS: u32 = fi::FI_CLASS_DOMAIN;
 }
 
+impl Domain {
+    /// The API version the application asked for ([`Fabric::api_version`]):
+    /// what decides which rules and appended struct fields apply to calls
+    /// on this domain and its children.
+    pub fn api_version(&self) -> u32 {
+        // SAFETY: the fabric outlives its domains (its close refuses while
+        // they are open: `children`).
+        unsafe { (*self.fabric).api_version() }
+    }
+}
+
 static DOMAIN_FI_OPS: fi::fi_ops = fid::fi_ops(domain_close, None, None);
 
 static DOMAIN_OPS: fi::fi_ops_domain = fi::fi_ops_domain {
@@ -69,7 +80,7 @@ entry! {
         // SAFETY: libfabric passes our fabric.
         let fab = unsafe { fabric::fabric_ref(fabric) }?;
         // SAFETY: the application passes an fi_info (normally one we returned).
-        let profile = unsafe { info::profile_from_info(info) }?;
+        let profile = unsafe { info::profile_from_info(info, fab.api_version()) }?;
         let devices = Arc::new(crate::devices::DomainDevices::new(profile.device)?);
         let mr_cache = crate::regcache::open(rdm::device::DeviceContext::registrar(&*devices), crate::params::params().mr_cache);
         fab.children.get();

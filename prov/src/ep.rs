@@ -175,7 +175,7 @@ entry! {
         // SAFETY: our domain.
         let d = unsafe { domain::domain_ref(domain) }?;
         // SAFETY: the application's info (normally from fi_getinfo).
-        let mut profile = unsafe { info::profile_from_info(info) }?;
+        let mut profile = unsafe { info::profile_from_info(info, d.api_version()) }?;
         // SAFETY: checked non-null.
         let ep_type = unsafe { (*info).ep_attr.as_ref().map(|a| a.type_) }.unwrap_or(fi::FI_EP_RDM);
         if ep_type != fi::FI_EP_RDM && ep_type != fi::FI_EP_DGRAM {
@@ -456,6 +456,17 @@ entry! {
     }
 }
 
+/// fi_endpoint(3) options newer than 1.17's headers, by value.
+/// `FI_OPT_CUDA_API_PERMITTED` (1.18): rdmx never calls CUDA (no `FI_HMEM`),
+/// so there is nothing to permit or forbid, and like tcp, udp and rxd it
+/// answers `-FI_ENOPROTOOPT` (the page's `-FI_EOPNOTSUPP` is for providers
+/// whose CUDA support needs the API). `FI_OPT_SHARED_MEMORY_PERMITTED`
+/// (1.21): an auto domain's shared-memory path is chosen per peer when the
+/// endpoint opens, and turning it off per endpoint is not offered
+/// (`FI_RDMX_DEVICE=udp` is the process-wide way); `-FI_ENOPROTOOPT` too.
+const OPT_CUDA_API_PERMITTED: u32 = 10;
+const OPT_SHARED_MEMORY_PERMITTED: u32 = 11;
+
 entry! {
     fn ep_setopt(f: fi::fid_t, level: i32, optname: i32, optval: *const libc::c_void, optlen: usize) -> i32 {
         // SAFETY: our fid.
@@ -478,6 +489,7 @@ entry! {
                 }
                 Ok(0)
             }
+            OPT_CUDA_API_PERMITTED | OPT_SHARED_MEMORY_PERMITTED => Err(Error::NoProtoOpt),
             _ => Err(Error::NoProtoOpt),
         }
     }

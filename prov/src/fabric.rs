@@ -19,6 +19,31 @@ unsafe impl FidObject for Fabric {
     const CLASS: u32 = fi::FI_CLASS_FABRIC;
 }
 
+impl Fabric {
+    /// The API version the application asked for, whose rules every object
+    /// under this fabric follows. `fi_fabric` overwrites `fid.api_version`
+    /// with the attr's `api_version` right after the provider's `fabric()`
+    /// returns (libfabric's src/fabric.c, for providers declaring 1.5 or
+    /// newer), and `fi_getinfo` stamps that attr with the version the
+    /// application requested; see [`requested_api`] for the bounds.
+    pub fn api_version(&self) -> u32 {
+        requested_api(self.fid.api_version)
+    }
+}
+
+/// The API version to follow for a fabric whose `api_version` libfabric set
+/// to `v`: `v`, but never newer than what rdmx declared (which is never newer
+/// than the running library: struct fields a newer version appended may not
+/// exist), and 1.17, the oldest rules rdmx knows, for an attr that named none
+/// (0: not one `fi_getinfo` returned).
+pub fn requested_api(v: u32) -> u32 {
+    if v == 0 {
+        crate::version::MIN_API
+    } else {
+        v.min(crate::version::declared())
+    }
+}
+
 static FABRIC_FI_OPS: fi::fi_ops = fid::fi_ops(fabric_close, None, None);
 
 static FABRIC_OPS: fi::fi_ops_fabric = fi::fi_ops_fabric {
@@ -111,4 +136,20 @@ entry! {
 pub unsafe fn fabric_ref<'a>(f: *mut fi::fid_fabric) -> Result<&'a Fabric> {
     // SAFETY: per contract.
     unsafe { Fabric::from_fid(f as *const fi::fid) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fi::fi_version_num as v;
+
+    #[test]
+    fn the_requested_api_is_kept_capped_at_the_declared_one() {
+        let declared = crate::version::declared();
+        assert_eq!(requested_api(v(1, 17)), v(1, 17));
+        assert_eq!(requested_api(v(1, 5)), v(1, 5));
+        assert_eq!(requested_api(declared), declared);
+        assert_eq!(requested_api(v(9, 0)), declared);
+        assert_eq!(requested_api(0), crate::version::MIN_API);
+    }
 }

@@ -40,6 +40,20 @@ const SOURCE: u64 = fi::FI_SOURCE;
 /// Reported only when requested: it turns receives from unknown senders into
 /// error entries, which applications that did not ask for it do not expect.
 const SOURCE_ERR: u64 = fi::FI_SOURCE_ERR;
+/// libfabric 2.0's directed-receive capabilities (fabric.h), by value: 1.17's
+/// bindings lack them, and in 1.x the same bits meant something else (bit 45
+/// and 46 were MR flags, bit 48 `FI_VARIABLE_MSG`), so only a request of API
+/// 2.0 or newer may name them ([`asked_only_caps`]). `FI_TAGGED_DIRECTED_RECV`
+/// makes tagged receives honour their source address; `FI_EXACT_DIRECTED_RECV`
+/// makes every receive honour it and forbids `FI_ADDR_UNSPEC` there
+/// (fi_getinfo(3)). rdmx's receives take a source per request either way
+/// (`core::recv_source`), so both cost nothing; like `FI_SOURCE_ERR` they
+/// change what a receive does, so they are reported only when asked for.
+pub const TAGGED_DIRECTED_RECV: u64 = 1 << 45;
+pub const EXACT_DIRECTED_RECV: u64 = 1 << 48;
+/// `FI_TAGGED_MULTI_RECV` (2.0): `FI_MULTI_RECV` on tagged receives, which
+/// rdmx's multi-receive buffers (untagged only) do not do. Never offered.
+pub const TAGGED_MULTI_RECV: u64 = 1 << 46;
 const LOCAL_COMM: u64 = fi::FI_LOCAL_COMM;
 const REMOTE_COMM: u64 = fi::FI_REMOTE_COMM;
 
@@ -69,7 +83,20 @@ const SECONDARY_CAPS: u64 = SOURCE | LOCAL_COMM | REMOTE_COMM | MULTI_RECV | RMA
 const DIRECTION_CAPS: u64 = SEND | RECV | READ | WRITE | REMOTE_READ | REMOTE_WRITE;
 pub const ALL_CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS | DIRECTION_CAPS;
 const TX_CAPS: u64 = MSG | TAGGED | SEND | RMA | ATOMIC | READ | WRITE | FENCE;
-const RX_CAPS: u64 = MSG | TAGGED | RECV | DIRECTED_RECV | SOURCE | SOURCE_ERR | MULTI_RECV | RMA_EVENT | RMA | ATOMIC | REMOTE_READ | REMOTE_WRITE;
+const RX_CAPS: u64 = MSG
+    | TAGGED
+    | RECV
+    | DIRECTED_RECV
+    | TAGGED_DIRECTED_RECV
+    | EXACT_DIRECTED_RECV
+    | SOURCE
+    | SOURCE_ERR
+    | MULTI_RECV
+    | RMA_EVENT
+    | RMA
+    | ATOMIC
+    | REMOTE_READ
+    | REMOTE_WRITE;
 const DOMAIN_CAPS: u64 = LOCAL_COMM | REMOTE_COMM;
 
 const TX_OP_FLAGS: u64 = (fi::FI_COMPLETION
@@ -220,6 +247,10 @@ pub struct Profile {
     /// Job key from the endpoint's or domain's `auth_key` (up to 8 bytes), with
     /// its length so it is echoed back exactly.
     pub auth_key: Option<(u64, usize)>,
+    /// The API version the application asked for (`fi_getinfo`'s `version`,
+    /// or the fabric's `api_version` from `fi_domain` on): which rules and
+    /// which appended struct fields apply ([`appended`]).
+    pub api_version: u32,
 }
 
 pub fn domain_name(d: DeviceChoice) -> &'static str {
@@ -344,6 +375,7 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
         dest: None,
         handle: 0,
         auth_key: None,
+        api_version: crate::version::declared(),
     }
 }
 
@@ -381,25 +413,86 @@ fn usable_devices(hinted_domain: Option<&str>) -> Vec<DeviceChoice> {
 }
 
 /// Threading rank used by libfabric's util code: a provider at rank p satisfies a
-/// hint of rank h when h >= p.
-fn threading_rank(t: fi::fi_threading) -> u32 {
+/// hint of rank h when h >= p. `None` for a value that is no `FI_THREAD_*`
+/// (fi_domain(3) defines only these): a hint naming one asks for a model
+/// rdmx knows nothing of, and is refused.
+fn threading_rank(t: fi::fi_threading) -> Option<u32> {
     match t {
-        fi::FI_THREAD_SAFE => 1,
-        fi::FI_THREAD_FID => 2,
-        fi::FI_THREAD_ENDPOINT => 3,
-        fi::FI_THREAD_COMPLETION => 4,
-        fi::FI_THREAD_DOMAIN => 5,
-        _ => 6,
+        fi::FI_THREAD_UNSPEC => Some(0),
+        fi::FI_THREAD_SAFE => Some(1),
+        fi::FI_THREAD_FID => Some(2),
+        fi::FI_THREAD_ENDPOINT => Some(3),
+        fi::FI_THREAD_COMPLETION => Some(4),
+        fi::FI_THREAD_DOMAIN => Some(5),
+        _ => None,
     }
 }
 
-/// rdmx offers both: manual progress by default, and automatic progress (a
-/// progress thread per endpoint) when the application asks for it.
-fn progress_ok(hint: fi::fi_progress) -> bool {
+/// `FI_PROGRESS_CONTROL_UNIFIED` (fi_domain(3), libfabric 1.21), by value:
+/// 1.17's bindings lack it.
+pub const PROGRESS_CONTROL_UNIFIED: fi::fi_progress = 3;
+
+/// Whether one progress hint (control or data) can be met under API `version`.
+/// rdmx offers manual progress by default and automatic progress (a progress
+/// thread per endpoint) when the application asks for it; from 1.21 on also
+/// `FI_PROGRESS_CONTROL_UNIFIED`, which is manual progress with the
+/// application serialising control and data calls (rdmx locks anyway, so it
+/// asks nothing rdmx does not already do).
+fn progress_ok(hint: fi::fi_progress, version: u32) -> bool {
     match hint {
         fi::FI_PROGRESS_UNSPEC | fi::FI_PROGRESS_MANUAL => true,
         fi::FI_PROGRESS_AUTO => params().progress_thread,
+        PROGRESS_CONTROL_UNIFIED => version >= appended::V1_21,
         _ => false,
+    }
+}
+
+/// The progress model a domain hint's `control_progress` and
+/// `data_progress` ask for, `None` if rdmx cannot meet it: `Some(UNSPEC)`
+/// when both are unspecified. `FI_PROGRESS_CONTROL_UNIFIED` in either field
+/// (1.21+) is the answer for both (fi_domain(3): it implies manual progress),
+/// so it cannot stand beside `FI_PROGRESS_AUTO` in the other. Otherwise the
+/// data model, turned automatic by an automatic control model (rdmx has one
+/// progress model for both).
+fn progress_of(control: fi::fi_progress, data: fi::fi_progress, version: u32) -> Option<fi::fi_progress> {
+    if !progress_ok(control, version) || !progress_ok(data, version) {
+        return None;
+    }
+    let has = |p| control == p || data == p;
+    if has(PROGRESS_CONTROL_UNIFIED) {
+        return (!has(fi::FI_PROGRESS_AUTO)).then_some(PROGRESS_CONTROL_UNIFIED);
+    }
+    Some(if control == fi::FI_PROGRESS_AUTO { fi::FI_PROGRESS_AUTO } else { data })
+}
+
+/// Capabilities a request of API `version` may name beyond the type's caps,
+/// each reported only when asked for: `FI_SOURCE_ERR`, and from 2.0 on the
+/// directed-receive modifiers (below 2.0 their bits meant other things).
+fn asked_only_caps(version: u32) -> u64 {
+    if version >= appended::V2_0 {
+        SOURCE_ERR | TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV
+    } else {
+        SOURCE_ERR
+    }
+}
+
+/// `ep_attr.mem_tag_format` as asked under API `version`, `Err` when rdmx
+/// cannot honour it, `Ok(None)` to keep its own (all 64 bits). From 2.0 on
+/// (fi_endpoint(3)) values below `FI_TAG_MAX_FORMAT` (1 << 16) name formats:
+/// 0 is `FI_TAG_BITS` (the default), 1 `FI_TAG_MPI` and 2 `FI_TAG_CCL`, both
+/// restrictions of 64-bit tags with ignore masks that rdmx's matching
+/// already honours, so they are echoed; any other small value names a format
+/// rdmx does not know. Larger values are 1.x bit-field formats, echoed (all
+/// rdmx's tags are 64 bits). Before 2.0 every non-zero value is a bit-field format.
+fn mem_tag_format(hint: u64, version: u32) -> Result<Option<u64>> {
+    const TAG_MPI: u64 = 1;
+    const TAG_CCL: u64 = 2;
+    const TAG_MAX_FORMAT: u64 = 1 << 16;
+    match hint {
+        0 => Ok(None),
+        TAG_MPI | TAG_CCL if version >= appended::V2_0 => Ok(Some(hint)),
+        h if h < TAG_MAX_FORMAT && version >= appended::V2_0 => Err(Error::NoData),
+        h => Ok(Some(h)),
     }
 }
 
@@ -461,8 +554,11 @@ unsafe fn auth_key(key: *const u8, len: usize) -> Option<(u64, usize)> {
 fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     let hi = h.info;
     let tc = TypeCaps::of(p.ep_type);
-    // Capabilities.
-    if hi.caps & !(tc.all() | SOURCE_ERR) != 0 || (hi.caps & SOURCE_ERR != 0 && hi.caps & SOURCE == 0) {
+    p.api_version = version;
+    // Capabilities. FI_TAGGED_MULTI_RECV and, below 2.0, bits 45 and 48 are
+    // refused here: nothing allows them.
+    let asked_only = asked_only_caps(version);
+    if hi.caps & !(tc.all() | asked_only) != 0 || (hi.caps & SOURCE_ERR != 0 && hi.caps & SOURCE == 0) {
         return Err(Error::NoData);
     }
     // Modes: rdmx requires none, so any hinted mode set is fine.
@@ -495,8 +591,8 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if ep.auth_key_size > 8 {
             return Err(Error::NoData);
         }
-        if ep.mem_tag_format != 0 {
-            p.mem_tag_format = ep.mem_tag_format;
+        if let Some(f) = mem_tag_format(ep.mem_tag_format, version)? {
+            p.mem_tag_format = f;
         }
         // SAFETY: auth_key points at auth_key_size bytes when non-null.
         if let Some(k) = unsafe { auth_key(ep.auth_key, ep.auth_key_size) } {
@@ -521,12 +617,11 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
                 return Err(Error::NoData);
             }
         }
-        if threading_rank(dom.threading) < threading_rank(fi::FI_THREAD_SAFE) {
+        // rdmx is FI_THREAD_SAFE, the lowest rank: every known model is met.
+        if threading_rank(dom.threading).is_none() {
             return Err(Error::NoData);
         }
-        if !progress_ok(dom.control_progress) || !progress_ok(dom.get_data_progress()) {
-            return Err(Error::NoData);
-        }
+        let progress = progress_of(dom.control_progress, dom.get_data_progress(), version).ok_or(Error::NoData)?;
         if dom.caps & !DOMAIN_CAPS != 0 {
             return Err(Error::NoData);
         }
@@ -544,6 +639,14 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if p.auth_key.is_none() {
             // SAFETY: as above.
             p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) };
+        }
+        // SAFETY: `domain_attr` is non-null (`h.dom` is Some) and, as the
+        // hints of a request of API `version` (<= the running library's), was
+        // allocated with every field that version has (`appended`).
+        let (max_ep_auth_key, max_group_id) = unsafe { (appended::max_ep_auth_key(hi.domain_attr, version), appended::max_group_id(hi.domain_attr, version)) };
+        // One authorization key per endpoint (the job key); no peer groups.
+        if max_ep_auth_key > 1 || max_group_id != 0 {
+            return Err(Error::NoData);
         }
         if dom.av_type != fi::FI_AV_UNSPEC {
             if dom.av_type != fi::FI_AV_MAP && dom.av_type != fi::FI_AV_TABLE {
@@ -563,17 +666,14 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         } else {
             mr & MR_MODE_ACCEPTED
         };
-        if dom.get_data_progress() != fi::FI_PROGRESS_UNSPEC {
-            p.progress = dom.get_data_progress();
-        }
-        if dom.control_progress == fi::FI_PROGRESS_AUTO {
-            p.progress = fi::FI_PROGRESS_AUTO;
+        if progress != fi::FI_PROGRESS_UNSPEC {
+            p.progress = progress;
         }
         p.domain_caps = if dom.caps != 0 { dom.caps & DOMAIN_CAPS } else { DOMAIN_CAPS };
     }
     // Direction-specific attributes.
     if let Some(tx) = h.tx {
-        if tx.caps & !(tc.all() | SOURCE_ERR) != 0
+        if tx.caps & !(tc.all() | asked_only) != 0
             || tx.op_flags & !tc.tx_op_flags != 0
             || tx.msg_order & !tc.msg_order != 0
             || tx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
@@ -596,7 +696,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
     }
     if let Some(rx) = h.rx {
-        if rx.caps & !(tc.all() | SOURCE_ERR) != 0
+        if rx.caps & !(tc.all() | asked_only) != 0
             || rx.op_flags & !tc.rx_op_flags != 0
             || rx.msg_order & !tc.msg_order != 0
             || rx.comp_order & !(fi::FI_ORDER_NONE as u64) != 0
@@ -614,8 +714,11 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
     }
     // Output capabilities: what was asked (or everything), plus secondary caps.
-    let primary_req = hi.caps & (tc.primary | tc.direction);
-    let mut caps = if hi.caps & tc.primary != 0 { primary_req } else { tc.primary | (hi.caps & tc.direction) };
+    // The 2.0 directed-receive caps are primary ones (fi_getinfo(3)) that are
+    // never in the default set: asking for one alone asks for it alone.
+    let directed = asked_only & !SOURCE_ERR;
+    let primary_req = hi.caps & (tc.primary | directed | tc.direction);
+    let mut caps = if hi.caps & (tc.primary | directed) != 0 { primary_req } else { tc.primary | (hi.caps & tc.direction) };
     if caps & tc.direction == 0 {
         caps |= tc.direction;
     }
@@ -779,6 +882,7 @@ pub unsafe fn getinfo(
     let hinted_domain = hints.as_ref().and_then(|h| h.dom).and_then(|d| unsafe { opt_cstr(d.name) });
     for (dev, ep_type) in usable_devices(hinted_domain).into_iter().flat_map(|d| ep_types(hints.as_ref(), flags).into_iter().map(move |t| (d, t))) {
         let mut p = base_profile(dev, ep_type);
+        p.api_version = version;
         if let Some(h) = &hints {
             match match_hints(p, h, version) {
                 Ok(m) => p = m,
@@ -916,6 +1020,9 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         d.mode = 0;
         d.max_err_data = 0;
         d.mr_cnt = 1 << 16;
+        // fi_dupinfo(NULL) of the running library allocated every field of
+        // p.api_version (never newer than it: getinfo refuses that).
+        appended::set_max_ep_auth_key(i.domain_attr, p.api_version, 1);
         let f = &mut *i.fabric_attr;
         f.name = strdup(fabric_name(p.device));
         f.prov_name = std::ptr::null_mut();
@@ -926,14 +1033,16 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
 }
 
 /// Reads back what the application passed to `fi_domain` / `fi_endpoint` (an info
-/// we returned, possibly edited).
+/// we returned, possibly edited), under API `version`: the fabric's
+/// `api_version`, which libfabric sets to the version the application asked
+/// for after `fi_fabric` (see `Fabric::api_version`).
 ///
 /// # Safety
 /// `info` is null or a valid fi_info.
-pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
+pub unsafe fn profile_from_info(info: *const fi::fi_info, version: u32) -> Result<Profile> {
     // SAFETY: per contract.
     let Some(i) = (unsafe { info.as_ref() }) else {
-        return Ok(base_profile(params().device, fi::FI_EP_RDM));
+        return Ok(Profile { api_version: version, ..base_profile(params().device, fi::FI_EP_RDM) });
     };
     // SAFETY: per contract, attrs are null or valid.
     let h = unsafe { Hints::new(i) };
@@ -949,7 +1058,7 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
         Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => fi::FI_EP_RDM,
         Some(_) => return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM")),
     };
-    let mut p = match_hints(base_profile(dev, ep_type), &h, crate::version::declared()).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
+    let mut p = match_hints(base_profile(dev, ep_type), &h, version).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
     // SAFETY: as above.
     unsafe {
         if let Some(src) = addr_from_raw(i.src_addr, i.src_addrlen) {
@@ -957,6 +1066,135 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info) -> Result<Profile> {
         }
     }
     Ok(p)
+}
+
+/// Fields libfabric appended to its structs after 1.17, read and written by
+/// byte offset so that one rdmx reaches them whichever headers it was built
+/// against (1.17's bindings have no name for them), and only when the API
+/// version in play has them: a struct the application compiled against an
+/// older libfabric, or allocated itself, ends where that version's ends.
+/// Every struct here grows at its end only (fabric(7)), so an offset never
+/// moves once defined. The offsets are tied to the bindings by the
+/// assertions below: each new field starts where the last 1.17 field ends
+/// (checked against whichever headers are in use), and headers that have
+/// the fields are at least that long.
+pub mod appended {
+    use libfabric_sys as fi;
+    use std::mem::{offset_of, size_of};
+
+    pub const V1_20: u32 = fi::fi_version_num(1, 20);
+    pub const V1_21: u32 = fi::fi_version_num(1, 21);
+    pub const V2_0: u32 = fi::fi_version_num(2, 0);
+
+    /// `fi_domain_attr.max_ep_auth_key` (size_t, 1.20): after `tclass`, the
+    /// last 1.17 field (a u32, padded to 8).
+    pub const DOMAIN_MAX_EP_AUTH_KEY: usize = 192;
+    /// `fi_domain_attr.max_group_id` (uint32_t, 2.0).
+    pub const DOMAIN_MAX_GROUP_ID: usize = DOMAIN_MAX_EP_AUTH_KEY + 8;
+    /// `fi_mr_attr.base_mr` (const struct fid_mr *, 2.0): after `device` (the
+    /// last 1.17 field, 8 bytes), `hmem_data` (1.19) and `page_size` (2.0).
+    pub const MR_ATTR_BASE_MR: usize = 96;
+    /// `fi_cq_err_entry.src_addr` (fi_addr_t, 1.20): after `err_data_size`,
+    /// the last 1.17 field.
+    pub const CQ_ERR_SRC_ADDR: usize = 80;
+
+    const BUILT: u32 = crate::version::BUILT_API;
+    const _: () = assert!(offset_of!(fi::fi_domain_attr, tclass) + 8 == DOMAIN_MAX_EP_AUTH_KEY);
+    const _: () = assert!(offset_of!(fi::fi_mr_attr, device) + 8 + 8 + 8 == MR_ATTR_BASE_MR);
+    const _: () = assert!(offset_of!(fi::fi_cq_err_entry, err_data_size) + 8 == CQ_ERR_SRC_ADDR);
+    // The first field of fi_mr_attr (`mr_iov`, in 2.x a union with `dmabuf`)
+    // is one pointer at offset 0 (read by `mr.rs` without naming it).
+    const _: () = assert!(offset_of!(fi::fi_mr_attr, iov_count) == size_of::<*const fi::iovec>());
+    // Headers older than a field end where it starts; headers that have it
+    // reach past it.
+    const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_EP_AUTH_KEY + 8 } else { size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_EP_AUTH_KEY });
+    const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_GROUP_ID + 4);
+    const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_mr_attr>() >= MR_ATTR_BASE_MR + 8);
+    const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_cq_err_entry>() >= CQ_ERR_SRC_ADDR + 8 } else { size_of::<fi::fi_cq_err_entry>() == CQ_ERR_SRC_ADDR });
+
+    /// Reads a `T` at byte `offset` of the struct at `base`.
+    ///
+    /// # Safety
+    /// `base` points at a live struct at least `offset + size_of::<T>()` bytes long.
+    unsafe fn read_at<T: Copy>(base: *const u8, offset: usize) -> T {
+        // SAFETY: per contract; unaligned, since nothing here promises more
+        // than the C layout's alignment.
+        unsafe { std::ptr::read_unaligned(base.add(offset) as *const T) }
+    }
+
+    /// Writes a `T` at byte `offset` of the struct at `base`.
+    ///
+    /// # Safety
+    /// `base` points at a live, writable struct at least `offset + size_of::<T>()` bytes long.
+    unsafe fn write_at<T: Copy>(base: *mut u8, offset: usize, v: T) {
+        // SAFETY: per contract.
+        unsafe { std::ptr::write_unaligned(base.add(offset) as *mut T, v) }
+    }
+
+    /// `max_ep_auth_key` of a domain attr under API `version`; 0 (unset)
+    /// before 1.20.
+    ///
+    /// # Safety
+    /// `attr` points at an `fi_domain_attr` with every field of `version`.
+    pub unsafe fn max_ep_auth_key(attr: *const fi::fi_domain_attr, version: u32) -> usize {
+        if version < V1_20 {
+            return 0;
+        }
+        // SAFETY: per contract, the struct reaches past the 1.20 field.
+        unsafe { read_at(attr as *const u8, DOMAIN_MAX_EP_AUTH_KEY) }
+    }
+
+    /// `max_group_id` of a domain attr under API `version`; 0 (no peer
+    /// groups) before 2.0.
+    ///
+    /// # Safety
+    /// As [`max_ep_auth_key`].
+    pub unsafe fn max_group_id(attr: *const fi::fi_domain_attr, version: u32) -> u32 {
+        if version < V2_0 {
+            return 0;
+        }
+        // SAFETY: per contract, the struct reaches past the 2.0 field.
+        unsafe { read_at(attr as *const u8, DOMAIN_MAX_GROUP_ID) }
+    }
+
+    /// Sets `max_ep_auth_key` of a domain attr when API `version` has it
+    /// (and the running library allocated it): nothing before 1.20.
+    ///
+    /// # Safety
+    /// `attr` points at a writable `fi_domain_attr` with every field of
+    /// `version` (one the running library allocated, if `version` is not
+    /// newer than it).
+    pub unsafe fn set_max_ep_auth_key(attr: *mut fi::fi_domain_attr, version: u32, v: usize) {
+        if version < V1_20 || !crate::version::running_at_least(V1_20) {
+            return;
+        }
+        // SAFETY: per contract, the struct reaches past the 1.20 field.
+        unsafe { write_at(attr as *mut u8, DOMAIN_MAX_EP_AUTH_KEY, v) }
+    }
+
+    /// `base_mr` of an MR attr under API `version`; null before 2.0.
+    ///
+    /// # Safety
+    /// `attr` points at an `fi_mr_attr` with every field of `version`.
+    pub unsafe fn base_mr(attr: *const fi::fi_mr_attr, version: u32) -> *const libc::c_void {
+        if version < V2_0 {
+            return std::ptr::null();
+        }
+        // SAFETY: per contract, the struct reaches past the 2.0 field.
+        unsafe { read_at(attr as *const u8, MR_ATTR_BASE_MR) }
+    }
+
+    /// Sets `src_addr` of a CQ error entry when API `version` has it: nothing before 1.20.
+    ///
+    /// # Safety
+    /// `entry` points at a writable `fi_cq_err_entry` with every field of `version`.
+    pub unsafe fn set_cq_err_src_addr(entry: *mut fi::fi_cq_err_entry, version: u32, addr: u64) {
+        if version < V1_20 {
+            return;
+        }
+        // SAFETY: per contract, the struct reaches past the 1.20 field.
+        unsafe { write_at(entry as *mut u8, CQ_ERR_SRC_ADDR, addr) }
+    }
 }
 
 #[cfg(test)]
@@ -986,5 +1224,256 @@ mod efa_tests {
         } else {
             assert!(matches!(got, Err(Error::NoData)), "{got:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod api_version_tests {
+    use super::appended::*;
+    use super::*;
+    use fi::fi_version_num as v;
+
+    /// A domain attr with room for every appended field whichever headers
+    /// the bindings came from (1.17's end at max_ep_auth_key).
+    #[repr(C)]
+    #[derive(Default)]
+    struct Dom {
+        attr: fi::fi_domain_attr,
+        _tail: [u64; 4],
+    }
+
+    /// Hints as an application of any version lays them out.
+    struct TestHints {
+        info: fi::fi_info,
+        dom: Box<Dom>,
+        ep: Box<fi::fi_ep_attr>,
+        tx: Box<fi::fi_tx_attr>,
+        rx: Box<fi::fi_rx_attr>,
+    }
+
+    impl TestHints {
+        fn new(caps: u64) -> TestHints {
+            let mut h = TestHints { info: fi::fi_info { caps, ..Default::default() }, dom: Box::default(), ep: Box::default(), tx: Box::default(), rx: Box::default() };
+            h.info.domain_attr = &mut h.dom.attr;
+            h.info.ep_attr = &mut *h.ep;
+            h.info.tx_attr = &mut *h.tx;
+            h.info.rx_attr = &mut *h.rx;
+            h
+        }
+
+        /// Writes an appended domain attr field by offset.
+        fn set_dom<T: Copy>(&mut self, offset: usize, v: T) {
+            assert!(offset + std::mem::size_of::<T>() <= std::mem::size_of::<Dom>());
+            // SAFETY: inside `Dom` (asserted), which the attr pointer covers.
+            unsafe { std::ptr::write_unaligned((self.info.domain_attr as *mut u8).add(offset) as *mut T, v) };
+        }
+
+        fn match_as(&self, ep_type: fi::fi_ep_type, version: u32) -> Result<Profile> {
+            // SAFETY: every attr pointer names a live box of this struct.
+            let h = unsafe { Hints::new(&self.info) };
+            let mut base = base_profile(DeviceChoice::Udp, fi::FI_EP_RDM);
+            if ep_type == fi::FI_EP_DGRAM {
+                // The DGRAM profile without asking the devices for an MTU.
+                let caps = DGRAM_PRIMARY_CAPS | DGRAM_SECONDARY_CAPS | DGRAM_DIRECTION_CAPS;
+                base = Profile { ep_type, caps, tx_caps: caps & TX_CAPS, rx_caps: caps & RX_CAPS, msg_order: 0, max_msg_size: 1024, ..base };
+            }
+            match_hints(base, &h, version)
+        }
+
+        fn rdm(&self, version: u32) -> Result<Profile> {
+            self.match_as(fi::FI_EP_RDM, version)
+        }
+    }
+
+    const V1_17: u32 = v(1, 17);
+    const V1_22: u32 = v(1, 22);
+
+    #[test]
+    fn directed_recv_caps_of_2_0_are_refused_before_it() {
+        for bit in [TAGGED_DIRECTED_RECV, EXACT_DIRECTED_RECV, TAGGED_MULTI_RECV] {
+            for version in [V1_17, V1_20, V1_22] {
+                let h = TestHints::new(TAGGED | bit);
+                assert!(matches!(h.rdm(version), Err(Error::NoData)), "{bit:#x} at {}", crate::version::dotted(version));
+                let mut h = TestHints::new(TAGGED);
+                h.rx.caps = TAGGED | bit;
+                assert!(matches!(h.rdm(version), Err(Error::NoData)), "rx {bit:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn directed_recv_caps_of_2_0_are_accepted_and_reported_only_when_asked() {
+        for ep_type in [fi::FI_EP_RDM, fi::FI_EP_DGRAM] {
+            let p = TestHints::new(TAGGED | TAGGED_DIRECTED_RECV).match_as(ep_type, V2_0).unwrap();
+            assert_eq!(p.caps & (TAGGED | TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV | MSG), TAGGED | TAGGED_DIRECTED_RECV);
+            assert_ne!(p.rx_caps & TAGGED_DIRECTED_RECV, 0);
+            assert_eq!(p.tx_caps & TAGGED_DIRECTED_RECV, 0);
+            let p = TestHints::new(MSG | TAGGED | EXACT_DIRECTED_RECV | DIRECTED_RECV).match_as(ep_type, V2_0).unwrap();
+            assert_eq!(p.caps & (EXACT_DIRECTED_RECV | DIRECTED_RECV), EXACT_DIRECTED_RECV | DIRECTED_RECV);
+            assert_ne!(p.rx_caps & EXACT_DIRECTED_RECV, 0);
+            // Not asked: not reported (they change what a receive does).
+            for caps in [0, MSG | TAGGED] {
+                let p = TestHints::new(caps).match_as(ep_type, v(2, 6)).unwrap();
+                assert_eq!(p.caps & (TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV), 0, "{caps:#x}");
+                assert_eq!(p.rx_caps & (TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV), 0);
+            }
+            let mut h = TestHints::new(TAGGED);
+            h.rx.caps = TAGGED | TAGGED_DIRECTED_RECV;
+            assert!(h.match_as(ep_type, V2_0).is_ok());
+            // Tagged multi-receive is refused at every version.
+            assert!(matches!(TestHints::new(TAGGED | TAGGED_MULTI_RECV).match_as(ep_type, v(2, 6)), Err(Error::NoData)));
+        }
+    }
+
+    #[test]
+    fn control_unified_progress_from_1_21_answers_both_fields_and_never_beside_auto() {
+        let u = PROGRESS_CONTROL_UNIFIED;
+        let (a, m, n) = (fi::FI_PROGRESS_AUTO, fi::FI_PROGRESS_MANUAL, fi::FI_PROGRESS_UNSPEC);
+        for (c, d) in [(u, n), (n, u), (u, u), (u, m), (m, u)] {
+            assert_eq!(progress_of(c, d, V1_21), Some(u), "{c} {d}");
+            assert_eq!(progress_of(c, d, v(1, 20)), None, "{c} {d} before 1.21");
+        }
+        assert_eq!(progress_of(u, a, V1_21), None);
+        assert_eq!(progress_of(a, u, V1_21), None);
+        assert_eq!(progress_of(4, n, V1_21), None);
+        assert_eq!(progress_of(n, n, V1_21), Some(n));
+        assert_eq!(progress_of(m, n, V1_17), Some(n));
+        assert_eq!(progress_of(n, m, V1_17), Some(m));
+
+        let mut h = TestHints::new(0);
+        h.dom.attr.control_progress = u;
+        assert!(matches!(h.rdm(v(1, 20)), Err(Error::NoData)));
+        assert_eq!(h.rdm(V1_21).unwrap().progress, u);
+        h.dom.attr.control_progress = n;
+        h.dom.attr.set_data_progress(u);
+        assert_eq!(h.rdm(V2_0).unwrap().progress, u);
+        h.dom.attr.control_progress = a;
+        assert!(matches!(h.rdm(V2_0), Err(Error::NoData)));
+    }
+
+    #[test]
+    fn max_ep_auth_key_above_one_is_refused_from_1_20_and_unread_before() {
+        let mut h = TestHints::new(0);
+        h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, 2usize);
+        assert!(matches!(h.rdm(V1_20), Err(Error::NoData)));
+        assert!(matches!(h.rdm(V2_0), Err(Error::NoData)));
+        // An older application's struct ends before the field: never read.
+        assert!(h.rdm(V1_17).is_ok());
+        for ok in [0usize, 1] {
+            h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, ok);
+            assert!(h.rdm(V1_20).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn a_max_group_id_is_refused_from_2_0_and_unread_before() {
+        let mut h = TestHints::new(0);
+        h.set_dom(DOMAIN_MAX_GROUP_ID, 1u32);
+        assert!(matches!(h.rdm(V2_0), Err(Error::NoData)));
+        assert!(h.rdm(V1_22).is_ok());
+        h.set_dom(DOMAIN_MAX_GROUP_ID, 0u32);
+        assert!(h.rdm(V2_0).is_ok());
+    }
+
+    #[test]
+    fn mem_tag_formats_of_2_0() {
+        // 0 is FI_TAG_BITS / unset: rdmx's own (all 64 bits).
+        assert_eq!(mem_tag_format(0, V2_0).unwrap(), None);
+        assert_eq!(mem_tag_format(1, V2_0).unwrap(), Some(1));
+        assert_eq!(mem_tag_format(2, V2_0).unwrap(), Some(2));
+        for f in [3, 4, 0x30ff, 0xffff] {
+            assert!(matches!(mem_tag_format(f, V2_0), Err(Error::NoData)), "{f:#x}");
+            assert!(matches!(mem_tag_format(f, v(2, 6)), Err(Error::NoData)), "{f:#x}");
+            // Before 2.0 a bit-field format, echoed.
+            assert_eq!(mem_tag_format(f, V1_22).unwrap(), Some(f));
+        }
+        for f in [1 << 16, 0x0000_ffff_ffff_ffff, u64::MAX] {
+            assert_eq!(mem_tag_format(f, V2_0).unwrap(), Some(f));
+        }
+        assert_eq!(mem_tag_format(1, V1_17).unwrap(), Some(1));
+        let mut h = TestHints::new(TAGGED);
+        h.ep.mem_tag_format = 1;
+        assert_eq!(h.rdm(V2_0).unwrap().mem_tag_format, 1);
+        h.ep.mem_tag_format = 7;
+        assert!(matches!(h.rdm(V2_0), Err(Error::NoData)));
+        assert_eq!(h.rdm(V1_17).unwrap().mem_tag_format, 7);
+    }
+
+    #[test]
+    fn unknown_threading_models_are_refused() {
+        let mut h = TestHints::new(0);
+        for t in [fi::FI_THREAD_UNSPEC, fi::FI_THREAD_SAFE, fi::FI_THREAD_FID, fi::FI_THREAD_DOMAIN, fi::FI_THREAD_COMPLETION, fi::FI_THREAD_ENDPOINT] {
+            h.dom.attr.threading = t;
+            assert!(h.rdm(V1_17).is_ok(), "{t}");
+        }
+        for t in [6, 99, u32::MAX] {
+            h.dom.attr.threading = t;
+            assert!(matches!(h.rdm(V1_17), Err(Error::NoData)), "{t}");
+        }
+    }
+
+    #[test]
+    fn the_profile_keeps_the_version_it_was_matched_under() {
+        assert_eq!(TestHints::new(0).rdm(V1_22).unwrap().api_version, V1_22);
+    }
+
+    #[test]
+    fn cq_err_src_addr_is_written_from_1_20_at_its_offset() {
+        // Room for a 1.20 entry whichever bindings describe it.
+        let mut raw = [0x5a5a_5a5a_5a5a_5a5au64; 12];
+        let e = raw.as_mut_ptr() as *mut fi::fi_cq_err_entry;
+        // SAFETY: `raw` (96 bytes) holds a 1.20 entry (88).
+        unsafe { set_cq_err_src_addr(e, V1_17, 7) };
+        assert_eq!(raw[CQ_ERR_SRC_ADDR / 8], 0x5a5a_5a5a_5a5a_5a5a, "untouched before 1.20");
+        // SAFETY: as above.
+        unsafe { set_cq_err_src_addr(e, V1_20, u64::MAX) };
+        assert_eq!(raw[CQ_ERR_SRC_ADDR / 8], u64::MAX);
+        assert_eq!(raw[CQ_ERR_SRC_ADDR / 8 + 1], 0x5a5a_5a5a_5a5a_5a5a, "nothing past it");
+        // Headers that have the field name it at that offset (fi_cq_err_entry
+        // derives Debug in every version's bindings).
+        let mut entry = fi::fi_cq_err_entry::default();
+        if std::mem::size_of::<fi::fi_cq_err_entry>() > CQ_ERR_SRC_ADDR {
+            // SAFETY: the bindings' entry reaches past the field.
+            unsafe { set_cq_err_src_addr(&mut entry, V1_20, 0x1234) };
+            assert!(format!("{entry:?}").contains("src_addr: 4660"), "{entry:?}");
+        } else {
+            assert!(!format!("{entry:?}").contains("src_addr"));
+        }
+    }
+
+    #[test]
+    fn max_ep_auth_key_is_written_when_asked_under_1_20_and_the_library_has_it() {
+        let mut dom = Dom::default();
+        let attr = &mut dom.attr as *mut fi::fi_domain_attr;
+        // SAFETY: `dom` reaches past the 1.20 field whichever bindings.
+        unsafe { set_max_ep_auth_key(attr, V1_17, 1) };
+        // SAFETY: as above.
+        assert_eq!(unsafe { max_ep_auth_key(attr, V1_20) }, 0);
+        // SAFETY: as above.
+        unsafe { set_max_ep_auth_key(attr, V1_20, 1) };
+        let want = if crate::version::running_at_least(V1_20) { 1 } else { 0 };
+        // SAFETY: as above.
+        assert_eq!(unsafe { max_ep_auth_key(attr, V1_20) }, want);
+        // SAFETY: as above.
+        assert_eq!(unsafe { max_ep_auth_key(attr, V1_17) }, 0);
+    }
+
+    /// The whole fi_getinfo answer under the running library: from 1.20 on
+    /// it reports one authorization key per endpoint.
+    #[test]
+    fn getinfo_reports_max_ep_auth_key_when_the_request_has_it() {
+        if std::env::var_os("FI_RDMX_DEVICE").is_some() {
+            return;
+        }
+        let version = crate::version::declared();
+        // SAFETY: no node, service or hints.
+        let got = unsafe { getinfo(version, std::ptr::null(), std::ptr::null(), 0, std::ptr::null()) }.unwrap();
+        let info = to_fi_info(&got[0]).unwrap();
+        // SAFETY: `info` was just allocated by the running library, at its
+        // full size, which `version` (declared) never exceeds.
+        let n = unsafe { max_ep_auth_key((*info).domain_attr, version) };
+        // SAFETY: ours, freed once.
+        unsafe { fi::fi_freeinfo(info) };
+        assert_eq!(n, if version >= V1_20 { 1 } else { 0 });
     }
 }

@@ -124,16 +124,66 @@ const FI_MR_DMABUF: u64 = 1 << 40;
 entry! {
     fn rdmx_mr_regattr(f: *mut fi::fid, attr: *const fi::fi_mr_attr, flags: u64, out: *mut *mut fi::fid_mr) -> i32 {
         non_null!(attr);
-        // SAFETY: checked non-null.
-        let a = unsafe { &*attr };
+        // SAFETY: libfabric passes our domain's fid.
+        let version = unsafe { Domain::from_fid(f) }?.api_version();
+        // SAFETY: checked non-null; the application's attr has every field of
+        // the API version it asked for (`version`), at least 1.17's.
+        let a = unsafe { MrAttr::read(attr, version) };
         // Device memory and dma-buf descriptors (1.20's FI_MR_DMABUF: then the
         // union holds `dmabuf`, not `mr_iov`) need FI_HMEM, which rdmx does not offer.
         if a.iface != fi::FI_HMEM_SYSTEM || flags & FI_MR_DMABUF != 0 {
             return Err(Error::NoSys);
         }
+        // fi_mr(3), 2.0: a non-NULL base_mr asks for a sub-MR of it, which
+        // rdmx does not offer (every registration stands alone).
+        if !a.base_mr.is_null() {
+            return Err(Error::OpNotSupp);
+        }
         // SAFETY: the application's iov array.
-        let list = unsafe { iov_list(a.get_mr_iov() as *const libc::iovec, a.iov_count) }?;
+        let list = unsafe { iov_list(a.mr_iov, a.iov_count) }?;
         register(f, &list, a.access, a.offset, a.requested_key, flags, out, a.context)
+    }
+}
+
+/// What rdmx reads of an application's `fi_mr_attr`. The struct grew in 1.19
+/// and 2.0 (`hmem_data`, `page_size`, `base_mr`, `sub_mr_cnt`), and an
+/// application built against 1.17's headers hands a shorter one than 2.x's
+/// bindings describe: a Rust reference to the whole struct could reach past
+/// its end. Every field is read through its own raw pointer instead, the
+/// appended ones only when the application's API version has them.
+struct MrAttr {
+    mr_iov: *const libc::iovec,
+    iov_count: usize,
+    access: u64,
+    offset: u64,
+    requested_key: u64,
+    context: *mut libc::c_void,
+    iface: fi::fi_hmem_iface,
+    base_mr: *const libc::c_void,
+}
+
+impl MrAttr {
+    /// # Safety
+    /// `attr` points at an `fi_mr_attr` with every field of API `version`
+    /// (1.17's at least).
+    unsafe fn read(attr: *const fi::fi_mr_attr, version: u32) -> MrAttr {
+        use std::ptr::addr_of;
+        // SAFETY: every field named here is a 1.17 one, inside the
+        // application's struct (this function's contract); `mr_iov` (a union
+        // member in 2.x headers) is the pointer at offset 0, as
+        // `info::appended` asserts; base_mr is read only under 2.0+.
+        unsafe {
+            MrAttr {
+                mr_iov: std::ptr::read(attr as *const *const libc::iovec),
+                iov_count: addr_of!((*attr).iov_count).read(),
+                access: addr_of!((*attr).access).read(),
+                offset: addr_of!((*attr).offset).read(),
+                requested_key: addr_of!((*attr).requested_key).read(),
+                context: addr_of!((*attr).context).read(),
+                iface: addr_of!((*attr).iface).read(),
+                base_mr: crate::info::appended::base_mr(attr, version),
+            }
+        }
     }
 }
 
@@ -151,5 +201,52 @@ entry! {
         // SAFETY: created by fid::leak in register().
         unsafe { fid::retire(mr as *const Mr) };
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::info::appended::{MR_ATTR_BASE_MR, V2_0};
+
+    /// An fi_mr_attr as a 2.x application lays it out (112 bytes), built
+    /// from its 1.17 part and the appended base_mr, whichever headers the
+    /// bindings came from.
+    fn attr_2x(iov: *const libc::iovec, base_mr: usize) -> [u64; 14] {
+        let mut raw = [0u64; 14];
+        let head = fi::fi_mr_attr { iov_count: 1, access: fi::FI_REMOTE_READ as u64, requested_key: 42, ..Default::default() };
+        // SAFETY: the 1.17 part of the struct is its first 80 bytes, all
+        // inside `raw` (112); bindings of any version put it there.
+        unsafe {
+            std::ptr::copy_nonoverlapping(&head as *const _ as *const u8, raw.as_mut_ptr() as *mut u8, 80);
+            std::ptr::write(raw.as_mut_ptr() as *mut *const libc::iovec, iov);
+        }
+        raw[MR_ATTR_BASE_MR / 8] = base_mr as u64;
+        raw
+    }
+
+    #[test]
+    fn base_mr_is_read_from_2_0_on_only() {
+        let iov = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+        let raw = attr_2x(&iov, 0x1000);
+        let attr = raw.as_ptr() as *const fi::fi_mr_attr;
+        // SAFETY: `raw` is a whole 2.x fi_mr_attr.
+        let a = unsafe { MrAttr::read(attr, V2_0) };
+        assert_eq!(a.base_mr as usize, 0x1000);
+        assert_eq!((a.mr_iov, a.iov_count, a.requested_key, a.iface), (&iov as *const _, 1, 42, fi::FI_HMEM_SYSTEM));
+        assert_eq!(a.access, fi::FI_REMOTE_READ as u64);
+        // SAFETY: as above (a 1.22 application's struct is its first 88 bytes).
+        let a = unsafe { MrAttr::read(attr, fi::fi_version_num(1, 22)) };
+        assert!(a.base_mr.is_null());
+    }
+
+    #[test]
+    fn a_1_17_attr_is_read_within_its_80_bytes() {
+        // Exactly 1.17's size: nothing past it is touched (Miri would say).
+        let mut raw = [0u64; 10];
+        raw[1] = 3; // iov_count
+        // SAFETY: `raw` is a whole 1.17 fi_mr_attr.
+        let a = unsafe { MrAttr::read(raw.as_ptr() as *const fi::fi_mr_attr, fi::fi_version_num(1, 17)) };
+        assert_eq!((a.iov_count, a.base_mr), (3, std::ptr::null()));
     }
 }
