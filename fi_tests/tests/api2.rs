@@ -414,3 +414,274 @@ fn sub_mrs_are_not_offered() {
         assert_eq!(fi::fi_close(&mut (*base).fid), 0);
     }
 }
+
+// ---- FI_GETWAITOBJ (fi_cq(3), documented from 2.4; the command exists in 1.17's headers) ----
+
+/// `fi_control(FI_GETWAITOBJ)` on a CQ: `FI_WAIT_FD` where `FI_GETWAIT`
+/// hands out an fd (an `FI_WAIT_FD` CQ and a wait set's member),
+/// `FI_WAIT_YIELD` for `FI_WAIT_YIELD` and `FI_WAIT_UNSPEC` (no fd: waiting
+/// is `fi_cq_sread`'s), `-FI_ENODATA` without a wait object.
+#[test]
+fn getwaitobj_names_the_cq_wait_object() {
+    let s = Stack::open(Some("udp"), fi::FI_AV_TABLE);
+    let mut set = null_mut();
+    let mut wa = fi::fi_wait_attr { wait_obj: fi::FI_WAIT_FD, flags: 0 };
+    // SAFETY: the stack's open fabric; `wa` and `set` outlive the call.
+    assert_eq!(unsafe { fi::fi_wait_open(s.fabric, &mut wa, &mut set) }, 0);
+    const NONE: i32 = -1;
+    for (asked, want) in [
+        (fi::FI_WAIT_NONE, NONE),
+        (fi::FI_WAIT_UNSPEC, fi::FI_WAIT_YIELD as i32),
+        (fi::FI_WAIT_YIELD, fi::FI_WAIT_YIELD as i32),
+        (fi::FI_WAIT_FD, fi::FI_WAIT_FD as i32),
+        (fi::FI_WAIT_SET, fi::FI_WAIT_FD as i32),
+    ] {
+        let wait_set = if asked == fi::FI_WAIT_SET { set } else { null_mut() };
+        let mut attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_CONTEXT, size: 16, wait_obj: asked, wait_set, ..Default::default() };
+        let mut cq = null_mut();
+        // SAFETY: the stack's open domain; `attr` and `cq` outlive the call.
+        assert_eq!(unsafe { fi::fi_cq_open(s.domain, &mut attr, &mut cq, null_mut()) }, 0, "wait_obj {asked}");
+        let mut obj: fi::fi_wait_obj = 0x7777;
+        let mut fd: libc::c_int = -1;
+        // SAFETY: the CQ just opened; FI_GETWAITOBJ takes an enum fi_wait_obj *,
+        // FI_GETWAIT (for an fd) an int *; both outlive the calls.
+        let (r, rfd) = unsafe {
+            (
+                fi::fi_control(&mut (*cq).fid, fi::FI_GETWAITOBJ as i32, &mut obj as *mut _ as *mut _),
+                fi::fi_control(&mut (*cq).fid, fi::FI_GETWAIT as i32, &mut fd as *mut _ as *mut _),
+            )
+        };
+        if want == NONE {
+            assert_eq!((r, obj), (neg(fi::FI_ENODATA), 0x7777), "wait_obj {asked}: no wait object, nothing written");
+        } else {
+            assert_eq!((r, obj as i32), (0, want), "wait_obj {asked}");
+        }
+        // FI_GETWAIT agrees: an fd exactly where FI_GETWAITOBJ says FI_WAIT_FD.
+        if want == fi::FI_WAIT_FD as i32 {
+            assert_eq!(rfd, 0, "wait_obj {asked}: FI_GETWAIT");
+            assert!(fd >= 0, "wait_obj {asked}: fd {fd}");
+        } else {
+            assert_eq!(rfd, neg(fi::FI_ENODATA), "wait_obj {asked}: FI_GETWAIT without an fd");
+        }
+        if want != NONE {
+            // A NULL argument is refused, not written through.
+            // SAFETY: as above; rdmx checks the argument before writing.
+            assert_eq!(unsafe { fi::fi_control(&mut (*cq).fid, fi::FI_GETWAITOBJ as i32, null_mut()) }, neg(fi::FI_EINVAL), "wait_obj {asked}: NULL");
+        }
+        // SAFETY: the CQ opened above, closed once (before its wait set).
+        assert_eq!(unsafe { fi::fi_close(&mut (*cq).fid) }, 0);
+    }
+    // SAFETY: the wait set opened above, its members closed.
+    assert_eq!(unsafe { fi::fi_close(&mut (*set).fid) }, 0);
+}
+
+// ---- on libfabric 2.5 and newer ----
+
+/// Whether the running libfabric is at least `want`, whatever the headers:
+/// for checks whose structs are all the library's (fi_getinfo's answers,
+/// fi_dupinfo's hints) or read by offset into buffers long enough for any
+/// version, so that a build against older headers checks them under a newer
+/// library (the PyPI MPI wheels' libfabric 2.5, through `LD_LIBRARY_PATH`).
+fn library_runs_on(want: u32, what: &str) -> bool {
+    let have = running();
+    if have < want {
+        eprintln!("note: {what}: needs libfabric >= {}.{} (running {}.{}); not checked here", want >> 16, want & 0xffff, have >> 16, have & 0xffff);
+    }
+    have >= want
+}
+
+/// fabric, domain, AV, CQ (tagged format), an EQ and an enabled endpoint
+/// from `info` (as `Stack::open_with_eq`, at the version `info` was asked at).
+fn stack_with_eq(info: Info) -> Stack {
+    // SAFETY: libfabric calls on objects opened here in order, each from the
+    // one before; every attr and out-pointer outlives its call; the Stack
+    // closes them all once.
+    unsafe {
+        let mut fabric = null_mut();
+        assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
+        let mut domain = null_mut();
+        assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
+        let mut av_attr = fi::fi_av_attr { type_: fi::FI_AV_MAP, ..Default::default() };
+        let mut av = null_mut();
+        assert_eq!(fi::fi_av_open(domain, &mut av_attr, &mut av, null_mut()), 0);
+        let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 128, ..Default::default() };
+        let mut cq = null_mut();
+        assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
+        let mut ep = null_mut();
+        assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
+        assert_eq!(fi::fi_ep_bind(ep, &mut (*av).fid, 0), 0);
+        assert_eq!(fi::fi_ep_bind(ep, &mut (*cq).fid, (fi::FI_TRANSMIT | fi::FI_RECV) as u64), 0);
+        let mut eq_attr = fi::fi_eq_attr { size: 16, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+        let mut eq = null_mut();
+        assert_eq!(fi::fi_eq_open(fabric, &mut eq_attr, &mut eq, null_mut()), 0);
+        assert_eq!(fi::fi_ep_bind(ep, &mut (*eq).fid, 0), 0);
+        assert_eq!(fi::fi_enable(ep), 0);
+        Stack { info, fabric, domain, av, cq, ep, eq }
+    }
+}
+
+/// The AV address of an endpoint that was opened and closed again: its UDP
+/// port is closed, the kernel answers with ICMP port unreachable.
+fn dead_peer(s: &Stack) -> u64 {
+    let gone = Stack::open(Some("udp"), fi::FI_AV_MAP);
+    s.insert(&gone.name())
+}
+
+/// One EQ error of the endpoint's if one is queued (its `err`).
+fn eq_error(s: &Stack) -> Option<i32> {
+    let mut ev = 0u32;
+    let mut buf = [0u8; 64];
+    // SAFETY: the stack's EQ; `ev` and `buf` outlive the call.
+    let r = unsafe { fi::fi_eq_read(s.eq, &mut ev, buf.as_mut_ptr() as *mut _, buf.len(), 0) };
+    if r != -(fi::FI_EAVAIL as isize) {
+        assert_eq!(r, -(fi::FI_EAGAIN as isize), "fi_eq_read");
+        return None;
+    }
+    let mut err = fi::fi_eq_err_entry::default();
+    // SAFETY: as above, one error entry into `err`.
+    assert_eq!(unsafe { fi::fi_eq_readerr(s.eq, &mut err, 0) }, 1);
+    // SAFETY: the stack's endpoint, open.
+    assert_eq!(err.fid, unsafe { &mut (*s.ep).fid } as *mut fi::fid, "the error names the endpoint");
+    Some(err.err)
+}
+
+/// Reads the CQ's next error entry through the provider's readerr op into
+/// 96 bytes (long enough for every version's entry, whatever the headers):
+/// its words, or `None` if none came within `limit` (and no entry at all).
+fn cq_error_words(s: &Stack, limit: std::time::Duration) -> Option<[u64; 12]> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut e = fi::fi_cq_tagged_entry::default();
+        // SAFETY: the stack's CQ, tagged format; `e` is one entry.
+        let n = unsafe { fi::fi_cq_read(s.cq, &mut e as *mut _ as *mut _, 1) };
+        if n == -(fi::FI_EAVAIL as isize) {
+            break;
+        }
+        assert_eq!(n, -(fi::FI_EAGAIN as isize), "fi_cq_read: no successful entry for an inject");
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let mut raw = [0x5a5a_5a5a_5a5a_5a5au64; 12];
+    // err_data / err_data_size (offsets 64, 72) zero: no buffer of ours.
+    raw[8] = 0;
+    raw[9] = 0;
+    // SAFETY: the stack's open CQ, whose ops table has readerr; `raw` (96
+    // bytes) is at least as long as any version's entry.
+    let r = unsafe { ((*(*s.cq).ops).readerr.expect("readerr"))(s.cq, raw.as_mut_ptr() as *mut fi::fi_cq_err_entry, 0) };
+    assert_eq!(r, 1);
+    Some(raw)
+}
+
+/// fi_msg(3) and fi_cq(3) from 2.5: "If the transfer fails, an error entry
+/// will be written to the CQ", without a context. Under a 2.5 request a
+/// failed fi_inject, fi_tinject and fi_inject_write each write one, with
+/// their op's flags and the error, and nothing goes to the EQ for them (the
+/// EQ still hears of the peer's failure).
+#[test]
+fn a_failed_inject_writes_a_cq_error_entry_from_2_5() {
+    if !library_runs_on(v(2, 5), "inject failure as a CQ error entry") {
+        return;
+    }
+    let info = getinfo_at(v(2, 5), &rdm_hints(fi::FI_RMA as u64)).expect("2.5 request");
+    let s = stack_with_eq(info);
+    // SAFETY: the stack's open fabric.
+    assert_eq!(unsafe { (*s.fabric).api_version }, v(2, 5));
+    let payload = b"fire and forget";
+    let ops: [(&str, u64); 3] = [
+        ("fi_inject", (fi::FI_SEND | fi::FI_MSG) as u64),
+        ("fi_tinject", (fi::FI_SEND | fi::FI_TAGGED) as u64),
+        ("fi_inject_write", (fi::FI_RMA | fi::FI_WRITE) as u64),
+    ];
+    for (name, flags) in ops {
+        // A peer of its own each: a failed peer refuses later posts at once.
+        let dead = dead_peer(&s);
+        // SAFETY: the stack's endpoint; the payload is copied before return.
+        let r = unsafe {
+            match name {
+                "fi_inject" => fi::fi_inject(s.ep, payload.as_ptr() as *const _, payload.len(), dead),
+                "fi_tinject" => fi::fi_tinject(s.ep, payload.as_ptr() as *const _, payload.len(), dead, 5),
+                _ => fi::fi_inject_write(s.ep, payload.as_ptr() as *const _, payload.len(), dead, 0, 1),
+            }
+        };
+        assert_eq!(r, 0, "{name}");
+        let raw = cq_error_words(&s, std::time::Duration::from_secs(5)).unwrap_or_else(|| panic!("{name}: no CQ error entry"));
+        assert_eq!(raw[0], 0, "{name}: op_context NULL");
+        assert_eq!(raw[1] & flags, flags, "{name}: flags {:#x}", raw[1]);
+        assert_eq!(raw[7] as u32 as i32, fi::FI_EHOSTUNREACH as i32, "{name}: err");
+        assert_eq!(raw[CQ_ERR_SRC_ADDR / 8], FI_ADDR_NOTAVAIL, "{name}: src_addr of a 2.x entry");
+        assert_eq!(raw[CQ_ERR_SRC_ADDR / 8 + 1], 0x5a5a_5a5a_5a5a_5a5a, "{name}: nothing past the entry");
+    }
+    // The EQ: one error per failed peer, none for the injects.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    let mut eq_errs = Vec::new();
+    while std::time::Instant::now() < deadline {
+        eq_errs.extend(eq_error(&s));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert_eq!(eq_errs, [fi::FI_EHOSTUNREACH as i32; 3], "EQ errors: the three peers' failures only");
+}
+
+/// Below 2.5 a failed inject keeps the rules it was written for: no CQ
+/// entry (MPI libraries of those versions dereference every error entry's
+/// context), an EQ error instead.
+#[test]
+fn a_failed_inject_below_2_5_goes_to_the_eq_not_the_cq() {
+    let version = running().min(BUILT).min(v(2, 4));
+    let info = getinfo_at(version, &rdm_hints(0)).expect("request below 2.5");
+    let s = stack_with_eq(info);
+    let dead = dead_peer(&s);
+    // SAFETY: the stack's endpoint; the payload is copied before return.
+    assert_eq!(unsafe { fi::fi_inject(s.ep, b"x".as_ptr() as *const _, 1, dead) }, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut eq_errs = Vec::new();
+    while eq_errs.len() < 2 && std::time::Instant::now() < deadline {
+        assert!(cq_error_words(&s, std::time::Duration::ZERO).is_none(), "a CQ entry for an inject under {}.{}", version >> 16, version & 0xffff);
+        eq_errs.extend(eq_error(&s));
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // One for the failed inject, one naming the peer's failure.
+    assert_eq!(eq_errs, [fi::FI_EHOSTUNREACH as i32; 2], "EQ errors");
+}
+
+/// fi_domain(3) 2.5: `max_cntr_value` and `max_err_cntr_value` (offsets 208
+/// and 216 of a 2.5 domain attr); rdmx's counters are full 64-bit values, so
+/// a 2.5 answer says UINT64_MAX for both, and any hint is met.
+#[test]
+fn max_cntr_values_are_u64_max_from_2_5() {
+    if !library_runs_on(v(2, 5), "fi_domain_attr.max_cntr_value") {
+        return;
+    }
+    const MAX_CNTR_VALUE: usize = 208;
+    const MAX_ERR_CNTR_VALUE: usize = 216;
+    let info = getinfo_at(v(2, 5), &rdm_hints(0)).expect("2.5 request");
+    assert_eq!(dom_raw::<u64>(info.first(), MAX_CNTR_VALUE), u64::MAX);
+    assert_eq!(dom_raw::<u64>(info.first(), MAX_ERR_CNTR_VALUE), u64::MAX);
+    for want in [1u64, 1 << 48, u64::MAX] {
+        let mut h = rdm_hints(0);
+        set_dom_raw(&mut h, MAX_CNTR_VALUE, want);
+        set_dom_raw(&mut h, MAX_ERR_CNTR_VALUE, want);
+        let info = getinfo_at(v(2, 5), &h).unwrap_or_else(|e| panic!("hint {want:#x}: {e}"));
+        assert_eq!(dom_raw::<u64>(info.first(), MAX_CNTR_VALUE), u64::MAX);
+    }
+    // A 2.4 request has no such fields: rdmx leaves them as allocated (0).
+    let info = getinfo_at(v(2, 4), &rdm_hints(0)).expect("2.4 request");
+    assert_eq!(dom_raw::<u64>(info.first(), MAX_CNTR_VALUE), 0);
+    assert_eq!(dom_raw::<u64>(info.first(), MAX_ERR_CNTR_VALUE), 0);
+}
+
+/// What fi_rdmx(7) says rdmx answers for AV user ids and AV authorization
+/// keys: `FI_AV_USER_ID` as a capability and `auth_key_size` =
+/// `FI_AV_AUTH_KEY` (SIZE_MAX, 2.0: keys per AV entry) are `-FI_ENODATA`.
+#[test]
+fn av_user_ids_and_av_auth_keys_are_not_offered() {
+    let version = running().min(BUILT);
+    assert_eq!(getinfo_at(version, &rdm_hints(fi::FI_AV_USER_ID)).err(), Some(neg(fi::FI_ENODATA)), "FI_AV_USER_ID");
+    let mut h = rdm_hints(0);
+    h.ep().auth_key_size = usize::MAX;
+    assert_eq!(getinfo_at(version, &h).err(), Some(neg(fi::FI_ENODATA)), "ep auth_key_size FI_AV_AUTH_KEY");
+    let mut h = rdm_hints(0);
+    h.dom().auth_key_size = usize::MAX;
+    assert_eq!(getinfo_at(version, &h).err(), Some(neg(fi::FI_ENODATA)), "domain auth_key_size FI_AV_AUTH_KEY");
+}

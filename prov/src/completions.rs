@@ -81,8 +81,8 @@ impl EpState {
     }
 
     /// Turns one of the message engine's completions into libfabric's: CQ entry
-    /// (flags, source address, error), counters, and for operations without a
-    /// context (injects) the EQ.
+    /// (flags, source address, error), counters, and for a failed inject a
+    /// CQ error entry without context (API 2.5 on) or an EQ error (before).
     pub(crate) fn report(&mut self, c: rndv::Completion) {
         let err = c.err.map(errno_of);
         let inc = |cntr: &Option<Arc<CntrShared>>, failed: bool| {
@@ -104,8 +104,8 @@ impl EpState {
                     _ => ((fi::FI_ATOMIC | fi::FI_READ) as u64, &self.read_cntr),
                 };
                 inc(cntr, err.is_some());
-                if let (true, Some(e)) = (c.meta.inject, err) {
-                    self.report_contextless_error("inject", e as i32);
+                if let (true, Some(e)) = (c.meta.inject, c.err) {
+                    self.report_failed_inject(&c, e, flags);
                 } else if c.meta.wanted || err.is_some() {
                     let cerr = c.err.map(|e| self.error_entry(&c, e));
                     if let Some(b) = &self.tx_cq {
@@ -206,10 +206,32 @@ impl EpState {
         RdmxAddr::decode(&sender_addr(r.ep.peer_addr(peer)))
     }
 
-    /// A failure of an operation that has no context (an inject): an EQ error
-    /// event if an EQ is bound, and the log. Never a CQ entry: its `op_context`
-    /// would be NULL, and MPI libraries dereference the context of every error
-    /// entry. (The send counter already counted the error.)
+    /// A failed inject (`fi_inject*`, which takes no context; the counter
+    /// already counted the error), `flags` the op's CQ flags.
+    ///
+    /// From API 2.5 on, fi_msg(3) and fi_cq(3) say a failed inject writes an
+    /// error entry to the CQ, with `op_context` NULL: so it does, when the
+    /// application asked for 2.5 or newer and a CQ takes transmit
+    /// completions. Before 2.5 no version promised one, and applications
+    /// written for those rules dereference the context of every error entry
+    /// (OpenMPI 5, which asks 1.18, asserts it is non-NULL): there, and on an
+    /// endpoint without a transmit CQ, the failure goes to the EQ instead.
+    fn report_failed_inject(&mut self, c: &rndv::Completion, e: OpError, flags: u64) {
+        if self.profile.api_version < crate::info::appended::V2_5 || self.tx_cq.is_none() {
+            self.report_contextless_error("inject", errno_of(e) as i32);
+            return;
+        }
+        let cerr = self.error_entry(c, e);
+        fi_warn!(Subsys::EpData, "inject failed: {} (reported on the CQ without a context)", std::io::Error::from_raw_os_error(cerr.err));
+        if let Some(b) = &self.tx_cq {
+            b.cq.push(Completion { op_context: 0, flags, len: c.len, err: Some(cerr), ..Completion::default() });
+        }
+    }
+
+    /// A failure of an operation that has no context (an inject under API
+    /// rules older than 2.5): an EQ error event if an EQ is bound, and the
+    /// log. Never a CQ entry: its `op_context` would be NULL, and MPI
+    /// libraries dereference the context of every error entry.
     pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
         fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
         if let Some((eq, fid)) = &self.eq {

@@ -25,6 +25,23 @@ pub struct Cq {
     pub shared: Arc<CqShared>,
     /// The wait set this CQ belongs to (`FI_WAIT_SET`), released at close.
     wait_set: Option<Arc<crate::wait::WaitSetShared>>,
+    /// What `fi_control(FI_GETWAITOBJ)` answers ([`wait_obj_of`]); `None`: no
+    /// wait object (`FI_WAIT_NONE`).
+    wait_obj: Option<fi::fi_wait_obj>,
+}
+
+/// The wait object a CQ opened with `wait_obj` has, as `FI_GETWAITOBJ`
+/// names it (fi_cq(3), documented from 2.4): `FI_WAIT_FD` where
+/// `FI_GETWAIT` hands out an fd (`FI_WAIT_FD`, and a wait set's member,
+/// whose own fd the set watches); `FI_WAIT_YIELD` for `FI_WAIT_YIELD` and
+/// `FI_WAIT_UNSPEC`, which rdmx serves alike, inside `fi_cq_sread`, with
+/// nothing for the application to wait on itself; none for `FI_WAIT_NONE`.
+fn wait_obj_of(wait_obj: fi::fi_wait_obj) -> Option<fi::fi_wait_obj> {
+    match wait_obj {
+        fi::FI_WAIT_FD | fi::FI_WAIT_SET => Some(fi::FI_WAIT_FD),
+        fi::FI_WAIT_YIELD | fi::FI_WAIT_UNSPEC => Some(fi::FI_WAIT_YIELD),
+        _ => None,
+    }
 }
 
 // SAFETY: #[repr(C)] with fid_cq first.
@@ -92,6 +109,7 @@ entry! {
             bound: Refs::default(),
             shared,
             wait_set,
+            wait_obj: wait_obj_of(attr.wait_obj),
         });
         out.set(cq as *mut fi::fid_cq);
         Ok(0)
@@ -126,6 +144,13 @@ entry! {
                 Ok(0)
             }
             (fi::FI_GETWAIT, None) => Err(Error::NoData),
+            (fi::FI_GETWAITOBJ, _) => {
+                let obj = cq.wait_obj.ok_or(Error::NoData)?;
+                non_null!(arg);
+                // SAFETY: FI_GETWAITOBJ's argument is an enum fi_wait_obj *.
+                unsafe { *(arg as *mut fi::fi_wait_obj) = obj };
+                Ok(0)
+            }
             _ => Err(Error::NoSys),
         }
     }

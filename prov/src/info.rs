@@ -1021,8 +1021,15 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         d.max_err_data = 0;
         d.mr_cnt = 1 << 16;
         // fi_dupinfo(NULL) of the running library allocated every field of
-        // p.api_version (never newer than it: getinfo refuses that).
+        // p.api_version (never newer than it: getinfo refuses that). Every
+        // symbol version of fi_dupinfo, the compat ones a 1.x-header build
+        // binds included, allocates the running library's whole struct for
+        // NULL (ofi_allocinfo_internal).
         appended::set_max_ep_auth_key(i.domain_attr, p.api_version, 1);
+        // Counters are full 64-bit values (fi_domain(3) 2.5: UINT64_MAX is
+        // "the full counter range"); no hint can ask for more, so none is
+        // refused for these fields.
+        appended::set_max_cntr_values(i.domain_attr, p.api_version, u64::MAX, u64::MAX);
         let f = &mut *i.fabric_attr;
         f.name = strdup(fabric_name(p.device));
         f.prov_name = std::ptr::null_mut();
@@ -1085,12 +1092,19 @@ pub mod appended {
     pub const V1_20: u32 = fi::fi_version_num(1, 20);
     pub const V1_21: u32 = fi::fi_version_num(1, 21);
     pub const V2_0: u32 = fi::fi_version_num(2, 0);
+    pub const V2_5: u32 = fi::fi_version_num(2, 5);
 
     /// `fi_domain_attr.max_ep_auth_key` (size_t, 1.20): after `tclass`, the
     /// last 1.17 field (a u32, padded to 8).
     pub const DOMAIN_MAX_EP_AUTH_KEY: usize = 192;
     /// `fi_domain_attr.max_group_id` (uint32_t, 2.0).
     pub const DOMAIN_MAX_GROUP_ID: usize = DOMAIN_MAX_EP_AUTH_KEY + 8;
+    /// `fi_domain_attr.max_cntr_value` (uint64_t, 2.5): after `max_group_id`,
+    /// a u32 padded to 8.
+    pub const DOMAIN_MAX_CNTR_VALUE: usize = DOMAIN_MAX_GROUP_ID + 8;
+    /// `fi_domain_attr.max_err_cntr_value` (uint64_t, 2.5), the last field
+    /// of a 2.5 domain attr (224 bytes).
+    pub const DOMAIN_MAX_ERR_CNTR_VALUE: usize = DOMAIN_MAX_CNTR_VALUE + 8;
     /// `fi_mr_attr.base_mr` (const struct fid_mr *, 2.0): after `device` (the
     /// last 1.17 field, 8 bytes), `hmem_data` (1.19) and `page_size` (2.0).
     pub const MR_ATTR_BASE_MR: usize = 96;
@@ -1110,6 +1124,9 @@ pub mod appended {
     const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_EP_AUTH_KEY + 8 } else { size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_EP_AUTH_KEY });
     const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_GROUP_ID + 4);
     const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_mr_attr>() >= MR_ATTR_BASE_MR + 8);
+    // 2.0 to 2.4 headers end after max_group_id's padding, where the 2.5
+    // fields start; 2.5 headers reach past both.
+    const _: () = assert!(if BUILT >= V2_5 { size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_ERR_CNTR_VALUE + 8 } else { BUILT < V2_0 || size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_CNTR_VALUE });
     const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_cq_err_entry>() >= CQ_ERR_SRC_ADDR + 8 } else { size_of::<fi::fi_cq_err_entry>() == CQ_ERR_SRC_ADDR });
 
     /// Reads a `T` at byte `offset` of the struct at `base`.
@@ -1170,6 +1187,23 @@ pub mod appended {
         }
         // SAFETY: per contract, the struct reaches past the 1.20 field.
         unsafe { write_at(attr as *mut u8, DOMAIN_MAX_EP_AUTH_KEY, v) }
+    }
+
+    /// Sets `max_cntr_value` and `max_err_cntr_value` of a domain attr when
+    /// API `version` has them (and the running library allocated them):
+    /// nothing before 2.5.
+    ///
+    /// # Safety
+    /// As [`set_max_ep_auth_key`].
+    pub unsafe fn set_max_cntr_values(attr: *mut fi::fi_domain_attr, version: u32, v: u64, err: u64) {
+        if version < V2_5 || !crate::version::running_at_least(V2_5) {
+            return;
+        }
+        // SAFETY: per contract, the struct reaches past the 2.5 fields.
+        unsafe {
+            write_at(attr as *mut u8, DOMAIN_MAX_CNTR_VALUE, v);
+            write_at(attr as *mut u8, DOMAIN_MAX_ERR_CNTR_VALUE, err);
+        }
     }
 
     /// `base_mr` of an MR attr under API `version`; null before 2.0.
@@ -1439,6 +1473,25 @@ mod api_version_tests {
         } else {
             assert!(!format!("{entry:?}").contains("src_addr"));
         }
+    }
+
+    #[test]
+    fn max_cntr_values_are_written_when_asked_under_2_5_and_the_library_has_them() {
+        let mut dom = Dom::default();
+        let attr = &mut dom.attr as *mut fi::fi_domain_attr;
+        let read = |d: &Dom, off: usize| -> u64 {
+            // SAFETY: `Dom` reaches past the 2.5 fields whichever bindings.
+            unsafe { std::ptr::read_unaligned((&d.attr as *const fi::fi_domain_attr as *const u8).add(off) as *const u64) }
+        };
+        // SAFETY: `dom` reaches past the 2.5 fields whichever bindings.
+        unsafe { set_max_cntr_values(attr, v(2, 4), u64::MAX, u64::MAX) };
+        assert_eq!((read(&dom, DOMAIN_MAX_CNTR_VALUE), read(&dom, DOMAIN_MAX_ERR_CNTR_VALUE)), (0, 0), "untouched before 2.5");
+        // SAFETY: as above.
+        unsafe { set_max_cntr_values(attr, V2_5, 7, 8) };
+        let want = if crate::version::running_at_least(V2_5) { (7, 8) } else { (0, 0) };
+        assert_eq!((read(&dom, DOMAIN_MAX_CNTR_VALUE), read(&dom, DOMAIN_MAX_ERR_CNTR_VALUE)), want);
+        assert_eq!(read(&dom, DOMAIN_MAX_GROUP_ID) & 0xffff_ffff, 0, "max_group_id untouched");
+        assert_eq!((DOMAIN_MAX_CNTR_VALUE, DOMAIN_MAX_ERR_CNTR_VALUE), (208, 216));
     }
 
     #[test]
