@@ -26,6 +26,10 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm 
 # with no FI_PROVIDER_PATH) and removed inside a private mount namespace that
 # no other test sees.
 ./scripts/check-package.sh
+# The .deb built, installed and used (fi_info, two-process fi_pingpong, man, as an
+# ordinary user with no variable) in a Debian 13 userland (debootstrap, cached), against
+# trixie's libfabric 2.1.
+./scripts/test-debian13.sh
 # The verbs tests, in one boot of a qemu VM with two Soft-RoCE devices (this machine
 # needs neither RDMA hardware nor an RDMA kernel): ibv_* checks, then every test
 # named *verbs* of the executables built above, listed first (nothing can build in
