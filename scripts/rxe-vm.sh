@@ -57,6 +57,8 @@
 #   RDMX_VM_ACCEL    auto | kvm | tcg (auto: kvm when /dev/kvm is usable and not PVM,
 #                    which cannot boot a stock kernel; else tcg, ~8 s a boot)
 #   RDMX_VM_DEBUG=1  the guest's kernel console on stderr
+# In the guest RDMX_VM=1, and RDMX_VM_TCG=1 under software emulation (0 under KVM;
+# tests size themselves down with it), unless set here.
 set -euo pipefail
 
 say() { echo "rxe-vm: $*" >&2; }
@@ -333,6 +335,10 @@ EOF
     [[ -z ${!v+x} ]] || printf 'export %s=%q\n' "$v" "${!v}"
   done
   echo 'export RDMX_VM=1'
+  # RDMX_VM_TCG=1 under software emulation (tests scale down there: fi_tests::vm_tcg),
+  # told by the guest itself: KVM gives it kvm-clock, TCG never does (also when
+  # RDMX_VM_ACCEL=kvm fell back to TCG). Set on the host, it is passed as it is.
+  echo '[[ -n ${RDMX_VM_TCG:-} ]] || { grep -qsw kvm-clock /sys/devices/system/clocksource/clocksource0/available_clocksource && export RDMX_VM_TCG=0 || export RDMX_VM_TCG=1; }'
   printf 'cd %q || exit 126\n' "$PWD"
   printf '%q ' "$@"
   echo

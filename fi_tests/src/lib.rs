@@ -385,6 +385,15 @@ pub fn verbs_device_present() -> bool {
     present
 }
 
+/// Whether this runs in the Soft-RoCE VM under software emulation (qemu TCG,
+/// where no usable KVM is: `scripts/rxe-vm.sh` then sets `RDMX_VM_TCG=1`),
+/// where everything runs about ten times slower than under KVM. Verbs tests
+/// there scale their iterations and sizes down where what they prove
+/// survives; each says why its smaller figure still proves it.
+pub fn vm_tcg() -> bool {
+    std::env::var("RDMX_VM_TCG").is_ok_and(|v| v == "1")
+}
+
 /// netem on a device for the life of the guard.
 pub struct Netem(&'static str);
 
