@@ -887,6 +887,21 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// peer whose last acknowledgement was lost resends, and without an
     /// answer its send would fail with the port closed although the message
     /// arrived. Call [`Endpoint::poll_close`] until it says done.
+    ///
+    /// Rendezvous sends still announced (no Fin yet) are not waited for:
+    /// their receiver may not have posted a receive, and when it will is the
+    /// receiving application's business, not a delay the provider can bound
+    /// (the linger above waits for acknowledgements the peer's provider
+    /// sends on its own, and only on lossy paths). An application closes
+    /// with such a send pending only when it abandoned it (MPI completes
+    /// every send before it finalizes). Once the close returns the buffers
+    /// are the application's again (fi_endpoint(3)): a peer that pulls one
+    /// later must not deliver what it reads. The device keeps that promise
+    /// where the read names a process rather than the endpoint (shm: the
+    /// read counts only if the sender's ring stayed open through the copy,
+    /// else it fails and so does the receive). RDMA reads (verbs, efa) are
+    /// answered by the sender endpoint's queue pairs, which its device
+    /// destroys when it is dropped at close.
     pub fn close(&mut self) {
         self.progress();
         self.engine.rdm_mut().flush_acks();

@@ -29,6 +29,16 @@
 //!   process straight into the destination. It needs ptrace access to the peer
 //!   (same user, and Yama `ptrace_scope` 0, or a parent); [`ShmDevice::probe_remote_read`]
 //!   checks a given peer, and a refused read reports [`DeviceError::Unsupported`].
+//! * **Reads end with the sender's endpoint.** The copy names a process, not an
+//!   endpoint: a process outlives the endpoint it closed, and libfabric gives
+//!   the application its buffers back when `fi_close(ep)` returns (fi_endpoint(3),
+//!   2.2 and later). A rendezvous read ([`Device::post_read`]) therefore counts
+//!   only if the sender's ring was still open *after* the copy: the closing
+//!   device stores `closed` and fences before it returns, the reader fences
+//!   after its copy and then loads `closed` (see [`ShmDevice::sender_closed`]);
+//!   a read that finds the ring closed (or gone) fails with
+//!   [`DeviceError::Unreachable`], and its receive with it
+//!   ([`ShmStats::reads_after_close`]), whatever bytes it copied.
 //! * **Checked with loom.** Built with `RUSTFLAGS="--cfg loom"`, the ring's atomics
 //!   are loom's and `loom_tests` explore every interleaving (up to a preemption
 //!   bound) of two producers, the consumer and the wake-up handshake, with every
@@ -464,6 +474,9 @@ pub struct ShmStats {
     /// Bytes written into peers' FIFOs to wake them.
     pub wakeups_sent: u64,
     pub remote_reads: u64,
+    /// Posted reads failed because the sender's endpoint had closed before
+    /// or while they copied (see the module docs): their receives fail.
+    pub reads_after_close: u64,
 }
 
 /// A peer's ring as this device sees it.
@@ -888,6 +901,9 @@ impl ShmDevice {
     /// allowed): reads the magic of the peer's ring header out of its memory.
     /// Copies `dst.len()` bytes at `remote_addr` of the same-host process
     /// behind `peer` into `dst` (`process_vm_readv`); how many were read.
+    /// The raw copy: it reads the process whether or not the endpoint
+    /// `peer` names is still open. Reads of an application's announced
+    /// buffers go through [`Device::post_read`], which checks that.
     pub fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
         let DevAddr::Shm(a) = peer else { return Err(DeviceError::Unreachable(peer)) };
         if !self.cma_ok {
@@ -953,6 +969,59 @@ impl ShmDevice {
     /// Forgets the mapping of `peer` (it is mapped again on the next send).
     pub fn forget_peer(&mut self, peer: &ShmAddr) {
         self.peers.remove(peer);
+    }
+
+    /// After a copy out of `a`'s process: whether `a`'s endpoint had closed
+    /// by then, in which case the copy may hold bytes its application wrote
+    /// after `fi_close(ep)` returned. `a`'s ring must have been mapped
+    /// before the copy (by [`ShmDevice::peer`]): a mapping made now could
+    /// no longer tell (the file may be gone, or the name reused).
+    ///
+    /// The ordering is the message-passing pattern. The closing side does
+    /// `closed = 1; fence(SeqCst)` before its close returns ([`Drop`]), and
+    /// only then may its application write the buffer. Here the copy's
+    /// loads come first, then `fence(SeqCst)`, then the load of `closed`. If
+    /// the copy saw any byte written after the close, the fences order the
+    /// store of `closed` before that write and our load after that read,
+    /// so the load sees 1 and the read is refused. Seeing 0 means every
+    /// byte copied was written while the buffer was still the provider's.
+    /// (The copy is the kernel's, on this thread: the fence orders it like
+    /// our own loads; on x86 the two fences are a formality of TSO.)
+    fn sender_closed(&self, a: &ShmAddr) -> bool {
+        fence(Ordering::SeqCst);
+        match self.peers.get(a) {
+            // Acquire is more than the fence above needs; it states intent.
+            Some(p) => p.seg.ring.header().closed.load(Ordering::Acquire) != 0,
+            // Mapped before the copy and unmapped only by our own calls:
+            // missing means we cannot vouch for the bytes.
+            None => true,
+        }
+    }
+
+    /// Copies every run of a posted read in order, stopping at the first
+    /// that fails or falls short: the bytes read, and the error if any.
+    fn copy_runs(&mut self, peer: DevAddr, runs: &[ReadRun]) -> Result<(u64, Option<DeviceError>), DeviceError> {
+        let mut bytes = 0u64;
+        for run in runs {
+            let len = run.local.len() as usize;
+            // SAFETY: `LocalBuf`'s contract: its memory is this process's,
+            // valid and used by nothing else until this read completes,
+            // which it does before `post_read` returns.
+            let dst = unsafe { std::slice::from_raw_parts_mut(run.local.addr() as *mut u8, len) };
+            match self.remote_read(peer, run.remote_addr, dst) {
+                Ok(n) => {
+                    bytes += n as u64;
+                    if n < len {
+                        return Ok((bytes, Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")))));
+                    }
+                }
+                // Nothing read yet and the path cannot read: the caller asks
+                // for a push instead.
+                Err(e @ DeviceError::Unsupported) if bytes == 0 => return Err(e),
+                Err(e) => return Ok((bytes, Some(e))),
+            }
+        }
+        Ok((bytes, None))
     }
 
     /// The mapping of `peer`'s ring, created on first use.
@@ -1157,31 +1226,40 @@ impl Device for ShmDevice {
     }
 
     /// Reads at once with `process_vm_readv` (no key: it reads any address of
-    /// a same-host process the ptrace policy lets us read).
+    /// a same-host process the ptrace policy lets us read), and only from an
+    /// endpoint that stayed open through the copy (see the module docs).
+    ///
+    /// Why fail the read rather than something else: the copy cannot be
+    /// made safe before it starts (the sender may close during it), and a
+    /// closed sender cannot resend; an error completion is a loss the
+    /// receiver sees (MPI reports it), where delivering the bytes would be
+    /// silent corruption and dropping the announcement would leave the
+    /// receive waiting for a message that never comes.
     fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        let mut bytes = 0u64;
-        let mut error = None;
-        for run in runs {
-            let len = run.local.len() as usize;
-            // SAFETY: `LocalBuf`'s contract: its memory is this process's,
-            // valid and used by nothing else until this read completes,
-            // which it does before this call returns.
-            let dst = unsafe { std::slice::from_raw_parts_mut(run.local.addr() as *mut u8, len) };
-            match self.remote_read(peer, run.remote_addr, dst) {
-                Ok(n) => {
-                    bytes += n as u64;
-                    if n < len {
-                        error = Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")));
-                        break;
-                    }
+        // The sender's ring, mapped before anything is copied (its `closed`
+        // flag is read after the copy). Not our own endpoint: it is open
+        // while we run. Not when this process cannot read at all: the copy
+        // below says Unsupported, and the bytes are pushed instead.
+        let sender = match peer {
+            DevAddr::Shm(a) if self.cma_ok && a != self.addr => Some(a),
+            _ => None,
+        };
+        if let Some(a) = sender {
+            // Closed, or its ring gone: the endpoint's buffers are no
+            // longer the provider's to read.
+            if let Err(error) = self.peer(&a) {
+                if matches!(error, DeviceError::Unreachable(_)) {
+                    self.stats.reads_after_close += 1;
                 }
-                // Nothing read yet and the path cannot read: the caller asks
-                // for a push instead.
-                Err(e @ DeviceError::Unsupported) if bytes == 0 => return Err(e),
-                Err(e) => {
-                    error = Some(e);
-                    break;
-                }
+                self.reads_done.push_back(ReadDone { id, bytes: 0, error: Some(error) });
+                return Ok(());
+            }
+        }
+        let (bytes, mut error) = self.copy_runs(peer, runs)?;
+        if let Some(a) = sender.filter(|_| error.is_none()) {
+            if self.sender_closed(&a) {
+                self.stats.reads_after_close += 1;
+                error = Some(DeviceError::Unreachable(peer));
             }
         }
         self.reads_done.push_back(ReadDone { id, bytes, error });
@@ -1201,7 +1279,15 @@ impl Drop for ShmDevice {
     fn drop(&mut self) {
         // Tell cached senders first, then remove the names; the mapping goes with
         // the Segment.
-        self.seg.ring.header().closed.store(1, Ordering::Release);
+        //
+        // The store must also be visible to a peer's rendezvous read before
+        // any write the application makes to a buffer it announced: that
+        // may follow as soon as this drop (inside fi_close) returns. A
+        // release store orders only what came before it; the SeqCst fence
+        // orders it before every later store too, and pairs with the
+        // reader's fence after its copy (`ShmDevice::sender_closed`).
+        self.seg.ring.header().closed.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         if let Some(e) = self.exit_slot {
             e.ring_id.store(0, std::sync::atomic::Ordering::Release);
         }
@@ -1215,6 +1301,7 @@ impl Drop for ShmDevice {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::device::LocalBuf;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
@@ -1318,6 +1405,82 @@ mod tests {
                 }
             }
         });
+    }
+
+    /// One posted read of all of `src` (a buffer of this process, read
+    /// through `process_vm_readv` as any other's) into `dst`, from the
+    /// endpoint `from`: what completed.
+    fn read_all(r: &mut ShmDevice, id: u64, from: DevAddr, src: &[u8], dst: &mut [u8]) -> ReadDone {
+        // SAFETY: `dst` outlives the read, which completes before post_read
+        // returns (shm reads synchronously), and nothing else touches it.
+        let run = ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) } };
+        r.post_read(id, from, &[run]).unwrap();
+        r.poll_read().unwrap()
+    }
+
+    /// fi_endpoint(3): after fi_close(ep) returns, the provider touches the
+    /// endpoint's buffers no more. The sender's process lives on (its memory
+    /// stays readable), yet a read of its buffer after its device dropped
+    /// fails, whether or not the reader had its ring mapped (it sent to it
+    /// first, or never).
+    #[test]
+    fn a_read_from_an_endpoint_that_closed_fails_while_its_process_lives() {
+        let mut r = ShmDevice::new().unwrap();
+        if !r.caps().remote_read {
+            eprintln!("SKIP: process_vm_readv unavailable here");
+            return;
+        }
+        let src: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        for mapped in [false, true] {
+            let s = ShmDevice::new().unwrap();
+            let from = s.local_addr();
+            if mapped {
+                assert_eq!(r.send_batch(&[TxDatagram::new(from, b"x")]).unwrap(), 1);
+            }
+            let mut dst = vec![0u8; src.len()];
+            let done = read_all(&mut r, 1, from, &src, &mut dst);
+            assert!(done.error.is_none(), "mapped {mapped}: open sender: {:?}", done.error);
+            assert_eq!((done.id, done.bytes), (1, src.len() as u64));
+            assert!(dst == src);
+            if !mapped {
+                // The read above mapped the ring: unmap it, so that the read
+                // below must find the ring (its file is gone by then).
+                let DevAddr::Shm(a) = from else { unreachable!() };
+                r.forget_peer(&a);
+            }
+            let before = r.stats.reads_after_close;
+            drop(s);
+            let done = read_all(&mut r, 2, from, &src, &mut dst);
+            assert_eq!(done.id, 2);
+            assert!(matches!(done.error, Some(DeviceError::Unreachable(a)) if a == from), "mapped {mapped}: {:?}", done.error);
+            assert_eq!(r.stats.reads_after_close, before + 1);
+        }
+        // Our own endpoint is readable (it is open while we run).
+        let own = r.local_addr();
+        let mut dst = vec![0u8; 100];
+        assert!(read_all(&mut r, 3, own, &src[..100], &mut dst).error.is_none());
+    }
+
+    /// The check after the copy: a sender that closes while the copy runs
+    /// (here: its flag set after the copy, as its drop would) fails the read.
+    #[test]
+    fn a_close_during_the_copy_is_seen_after_it() {
+        let mut r = ShmDevice::new().unwrap();
+        if !r.caps().remote_read {
+            eprintln!("SKIP: process_vm_readv unavailable here");
+            return;
+        }
+        let s = ShmDevice::new().unwrap();
+        let DevAddr::Shm(a) = s.local_addr() else { unreachable!() };
+        r.peer(&a).unwrap();
+        let src = vec![7u8; 4096];
+        let mut dst = vec![0u8; 4096];
+        // SAFETY: `dst` outlives the synchronous copy and nothing else touches it.
+        let run = ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 4096) } };
+        assert!(matches!(r.copy_runs(s.local_addr(), &[run]), Ok((4096, None))));
+        assert!(!r.sender_closed(&a), "an open sender");
+        s.seg.ring.header().closed.store(1, Ordering::SeqCst);
+        assert!(r.sender_closed(&a), "a sender that closed during the copy");
     }
 
     #[test]

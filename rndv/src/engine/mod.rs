@@ -480,6 +480,17 @@ impl MsgEngine {
     /// directed at it alone (they can never match), and is reported by
     /// [`MsgEngine::poll_failed_peer`]; a restarted one keeps them (its new
     /// incarnation may still send).
+    ///
+    /// Messages that arrived from the peer and wait unmatched stay, the
+    /// announcements of long messages included. An eager message is whole
+    /// here. An announcement of a peer that is gone (or merely closed its
+    /// endpoint, which we may never hear of before a receive matches it)
+    /// cannot be pulled any more: the layer below refuses to read an
+    /// endpoint that closed, even one whose process lives, so the receive
+    /// that matches it fails (`OpError::Io`). That is the loss the receiving
+    /// application can see; dropping the announcement here would instead
+    /// leave that receive waiting for a message that never comes, and would
+    /// not cover the announcements of a sender we do not know is closed.
     fn fail_peer(&mut self, peer: PeerId, unreachable: bool) {
         let err = if unreachable { OpError::PeerUnreachable } else { OpError::Io };
         let sends: Vec<usize> = self.tx.iter().filter(|(_, t)| t.peer == peer && t.rndv.is_some()).map(|(k, _)| k).collect();
