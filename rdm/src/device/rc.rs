@@ -319,10 +319,16 @@ impl<Q> ConnTable<Q> {
         }
     }
 
-    /// A read on `peer`'s connection finished.
-    pub fn read_finished(&mut self, peer: &DevAddr) {
+    /// A read on `peer`'s connection finished at `now`. Idleness counts from
+    /// here, not from when the read was posted: a read longer than the idle time
+    /// (a 16 MiB read under loss on a slow host took 26 s) must not leave a
+    /// connection that looks idle the moment it ends, or the next large message
+    /// to that peer, often the reply, finds it closed and goes by the slow
+    /// push path instead.
+    pub fn read_finished(&mut self, now: Instant, peer: &DevAddr) {
         if let Some(a) = self.active.get_mut(peer) {
             a.reads = a.reads.saturating_sub(1);
+            a.last_use = a.last_use.max(now);
         }
     }
 
@@ -620,6 +626,25 @@ mod tests {
         assert!(p.t[0].route(t0, addr(1), &mut p.f[0]).is_some());
         assert!(p.t[1].route(t0, addr(0), &mut p.f[1]).is_some());
         assert_eq!((p.f[0].live.len(), p.f[1].live.len()), (2, 2));
+    }
+
+    #[test]
+    fn idleness_counts_from_the_end_of_the_last_read_not_its_start() {
+        let mut p = Pair::new(4);
+        let t0 = Instant::ZERO;
+        p.t[0].route(t0, addr(1), &mut p.f[0]);
+        p.exchange(t0);
+        assert!(p.t[0].route(t0, addr(1), &mut p.f[0]).is_some());
+        p.t[0].read_started(&addr(1));
+        // The read takes twice the idle time (10 s here): never idle meanwhile.
+        p.t[0].expire(t0 + Duration::from_secs(15), &mut p.f[0]);
+        let done = t0 + Duration::from_secs(20);
+        p.t[0].read_finished(done, &addr(1));
+        p.t[0].expire(done + Duration::from_secs(1), &mut p.f[0]);
+        assert_eq!(p.t[0].stats.closed_idle, 0, "closed as idle the moment its read ended");
+        assert!(p.t[0].route(done + Duration::from_secs(1), addr(1), &mut p.f[0]).is_some(), "the reply's read finds it open");
+        p.t[0].expire(done + Duration::from_secs(12), &mut p.f[0]);
+        assert_eq!(p.t[0].stats.closed_idle, 1, "idle for the idle time after its last use: closed");
     }
 
     #[test]

@@ -1754,7 +1754,7 @@ impl VerbsDevice {
                     if r.reported {
                         continue;
                     }
-                    self.conns.read_finished(&r.peer);
+                    self.conns.read_finished(rc_now(), &r.peer);
                     if r.failed {
                         self.stats.rc_read_errors += 1;
                         let now = rc_now();
@@ -1791,7 +1791,7 @@ impl VerbsDevice {
             let (id, bytes) = (r.id, r.bytes);
             self.stats.rc_read_errors += 1;
             self.stats.rc_reads_timed_out += 1;
-            self.conns.read_finished(&peer);
+            self.conns.read_finished(now, &peer);
             self.conns.broken(now, peer, &mut self.rc);
             self.rc_done.push_back(super::ReadDone { id, bytes, error: Some(DeviceError::NotConnected) });
         }
