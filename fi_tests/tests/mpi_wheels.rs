@@ -406,21 +406,21 @@ fn ompi5_one_sided_over_btl_ofi_np2_np4() {
     }
 }
 
-/// 4 ranks on two simulated hosts (network + UTS namespaces, see
-/// `fi_tests::hosts`), two per host, launched through the hosts' agent as over
+/// `np` ranks on two simulated hosts (network + UTS namespaces, see
+/// `fi_tests::hosts`), half on each, launched through the hosts' agent as over
 /// ssh; `drop_pct` % of the UDP datagrams each host receives dropped by
 /// nftables. multihost.c exchanges every size class (0 B to 4 MiB) between
 /// every pair and runs the collectives, every byte checksummed. No setting but
 /// the MPI's defaults (MPICH keeps its shared memory for the pairs of one
 /// host, rdmx carries the pairs across hosts; OpenMPI's pml cm puts every pair
 /// on rdmx, whose `auto` device uses its shared memory and UDP at once).
-fn two_hosts(mpi: Mpi, prefix: &str, net: u8, drop_pct: u32) {
+fn two_hosts(mpi: Mpi, prefix: &str, net: u8, np: usize, drop_pct: u32) {
     let Some(w) = Wheel::find(mpi) else { return };
     let exe = w.build("multihost");
     let Some(hosts) = Hosts::create(prefix, net, 2, drop_pct) else { return };
-    let mut job = Job::new(&w, &exe, 4);
+    let mut job = Job::new(&w, &exe, np);
     job.place = Place::Hosts(&hosts, net);
-    job.pass(TWO_HOSTS, WHY_TWO_HOSTS, "multihost: all checks passed on 2 hosts, 4 ranks", 1);
+    job.pass(TWO_HOSTS, WHY_TWO_HOSTS, &format!("multihost: all checks passed on 2 hosts, {np} ranks"), 1);
     for i in 0..2 {
         let d = hosts.dropped(i);
         println!("{} {}: nftables dropped {d} UDP datagrams", mpi.dir(), hosts.hosts[i].name);
@@ -428,24 +428,35 @@ fn two_hosts(mpi: Mpi, prefix: &str, net: u8, drop_pct: u32) {
     }
 }
 
+/// One rank per host: every message crosses the hosts (no pair on one host).
+#[test]
+fn mpich_np2_on_two_hosts() {
+    two_hosts(Mpi::Mpich, "rdmxwm2", 194, 2, 0);
+}
+
+#[test]
+fn ompi5_np2_on_two_hosts() {
+    two_hosts(Mpi::Ompi5, "rdmxwo2", 195, 2, 0);
+}
+
 #[test]
 fn mpich_np4_on_two_hosts() {
-    two_hosts(Mpi::Mpich, "rdmxwmp", 190, 0);
+    two_hosts(Mpi::Mpich, "rdmxwmp", 190, 4, 0);
 }
 
 #[test]
 fn mpich_np4_on_two_hosts_losing_5pct_of_udp() {
-    two_hosts(Mpi::Mpich, "rdmxwml", 191, 5);
+    two_hosts(Mpi::Mpich, "rdmxwml", 191, 4, 5);
 }
 
 #[test]
 fn ompi5_np4_on_two_hosts() {
-    two_hosts(Mpi::Ompi5, "rdmxwop", 192, 0);
+    two_hosts(Mpi::Ompi5, "rdmxwop", 192, 4, 0);
 }
 
 #[test]
 fn ompi5_np4_on_two_hosts_losing_5pct_of_udp() {
-    two_hosts(Mpi::Ompi5, "rdmxwol", 193, 5);
+    two_hosts(Mpi::Ompi5, "rdmxwol", 193, 4, 5);
 }
 
 /// A private copy of a venv (`cp -a`), removed when dropped and before it is
