@@ -422,7 +422,8 @@ pub fn rxe_packets_sent() -> u64 {
 }
 
 /// The counter names fi_rdmx(7) lists in the `.TP` tags of its RUNTIME STATS
-/// section (`\f[C]name\f[R], \f[C]other\f[R]`): what `FI_RDMX_STATS=1`
+/// section (`\f[CR]name\f[R], \f[CR]other\f[R]`; `\f[CR]`, not `\f[C]`,
+/// which groff 1.23 cannot select on a terminal): what `FI_RDMX_STATS=1`
 /// prints, `endpoint` included.
 pub fn documented_stats() -> std::collections::BTreeSet<String> {
     let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
@@ -434,7 +435,7 @@ pub fn documented_stats() -> std::collections::BTreeSet<String> {
     while let Some(l) = lines.next() {
         if l == ".TP" {
             for part in lines.next().unwrap_or_default().split(", ") {
-                let n = part.trim().trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
+                let n = part.trim().trim_start_matches("\\f[CR]").trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
                 names.insert(n.replace("\\-", "-"));
             }
         }
