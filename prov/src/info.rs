@@ -1174,15 +1174,29 @@ pub mod appended {
         unsafe { read_at(attr as *const u8, DOMAIN_MAX_GROUP_ID) }
     }
 
+    /// Whether the heap block at `attr` holds `end` bytes. `fi_version()` says
+    /// which struct the running library allocates, but a library can answer a
+    /// version it does not have (an LD_PRELOADed `fi_version`, as the version
+    /// test does; a wrapper library): a write past the block the library
+    /// really allocated would corrupt its heap, so the block itself decides.
+    ///
+    /// # Safety
+    /// `attr` is a block from the C allocator (libfabric's `fi_dupinfo` callocs
+    /// each attr struct).
+    unsafe fn block_holds(attr: *const fi::fi_domain_attr, end: usize) -> bool {
+        // SAFETY: per contract, a live malloc'd block.
+        unsafe { libc::malloc_usable_size(attr as *mut libc::c_void) >= end }
+    }
+
     /// Sets `max_ep_auth_key` of a domain attr when API `version` has it
     /// (and the running library allocated it): nothing before 1.20.
     ///
     /// # Safety
-    /// `attr` points at a writable `fi_domain_attr` with every field of
-    /// `version` (one the running library allocated, if `version` is not
-    /// newer than it).
+    /// `attr` points at a writable `fi_domain_attr` that the running
+    /// library allocated with the C allocator (`fi_dupinfo`).
     pub unsafe fn set_max_ep_auth_key(attr: *mut fi::fi_domain_attr, version: u32, v: usize) {
-        if version < V1_20 || !crate::version::running_at_least(V1_20) {
+        // SAFETY: per contract.
+        if version < V1_20 || !crate::version::running_at_least(V1_20) || !unsafe { block_holds(attr, DOMAIN_MAX_EP_AUTH_KEY + 8) } {
             return;
         }
         // SAFETY: per contract, the struct reaches past the 1.20 field.
@@ -1196,7 +1210,8 @@ pub mod appended {
     /// # Safety
     /// As [`set_max_ep_auth_key`].
     pub unsafe fn set_max_cntr_values(attr: *mut fi::fi_domain_attr, version: u32, v: u64, err: u64) {
-        if version < V2_5 || !crate::version::running_at_least(V2_5) {
+        // SAFETY: per contract.
+        if version < V2_5 || !crate::version::running_at_least(V2_5) || !unsafe { block_holds(attr, DOMAIN_MAX_ERR_CNTR_VALUE + 8) } {
             return;
         }
         // SAFETY: per contract, the struct reaches past the 2.5 fields.
@@ -1477,7 +1492,9 @@ mod api_version_tests {
 
     #[test]
     fn max_cntr_values_are_written_when_asked_under_2_5_and_the_library_has_them() {
-        let mut dom = Dom::default();
+        // On the heap (the C allocator, as libfabric's attrs): the setters ask
+        // the block's size.
+        let mut dom = Box::new(Dom::default());
         let attr = &mut dom.attr as *mut fi::fi_domain_attr;
         let read = |d: &Dom, off: usize| -> u64 {
             // SAFETY: `Dom` reaches past the 2.5 fields whichever bindings.
@@ -1496,7 +1513,7 @@ mod api_version_tests {
 
     #[test]
     fn max_ep_auth_key_is_written_when_asked_under_1_20_and_the_library_has_it() {
-        let mut dom = Dom::default();
+        let mut dom = Box::new(Dom::default());
         let attr = &mut dom.attr as *mut fi::fi_domain_attr;
         // SAFETY: `dom` reaches past the 1.20 field whichever bindings.
         unsafe { set_max_ep_auth_key(attr, V1_17, 1) };
