@@ -90,6 +90,9 @@ const LOSSY_ITERS: usize = 10;
 /// The lossy bandwidth target's sizes (fi_pingpong `-S all` sizes from 1 to 6 MiB).
 const LOSSY_BIG: [usize; 6] = [1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20];
 const WINDOW: usize = 64;
+/// Runs of the stall check (issue 35: 30 in a row, each within 2x of the median).
+const STALL_RUNS: usize = 30;
+const STALL_RUNS_QUICK: usize = 3;
 /// Sizes of the start-up runs (`fi_msgrate -W`): a small and a 4 KiB ping-pong.
 const WARMUP_SIZES: [usize; 2] = [8, 4096];
 /// Extra sizes of the OpenMPI runs: issue 23's 1 KiB and 8 KiB streaming targets.
@@ -696,7 +699,7 @@ fn main() {
             "--out" => out = Some(it.next().expect("--out DIR").into()),
             "--skip" => skip = it.next().expect("--skip a,b").split(',').map(String::from).collect(),
             "-h" | "--help" => {
-                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,lossy]");
+                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,stall,lossy]");
                 return;
             }
             other => panic!("unknown argument {other} (see --help)"),
@@ -846,6 +849,47 @@ fn main() {
         section_secs.push(("OpenMPI", t.elapsed().as_secs_f64()));
     }
 
+    // No stall mode: many runs of 8 B streaming and ping-pong under OpenMPI
+    // (and MPICH 5 when its wheel is set up), each run its own job, so that a
+    // run that collapses (a start-up or scheduling stall) shows as an outlier
+    // against the median rather than vanishing in it (benches/stall_check.sh).
+    let mut stall_configs: Vec<&str> = Vec::new();
+    if run("stall") {
+        let t = Instant::now();
+        let mpich = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/rdmx-stacks/venv-mpich/bin/mpicc").exists()).unwrap_or(false);
+        stall_configs = if mpich { vec!["rdmx", "vader", "mpich5-rdmx", "mpich5-fishm"] } else { vec!["rdmx", "vader"] };
+        let dir = out.join("stall");
+        let runs = if env.quick { STALL_RUNS_QUICK } else { STALL_RUNS };
+        let status = Command::new(root.join("benches/stall_check.sh"))
+            .arg(runs.to_string())
+            .env("CONFIGS", stall_configs.join(" "))
+            .env("SIZES", "8")
+            .env("MODE", "both")
+            .env("SECS", if env.quick { "0.3" } else { "1" })
+            .env("OUT", &dir)
+            .env("PROVIDER_DIR", &env.provider_dir)
+            .stdout(std::fs::File::create(out.join("stall.txt")).unwrap())
+            .stderr(Stdio::inherit())
+            .status();
+        // Its exit status says whether a run collapsed; the figures come
+        // from its results.tsv (run, configuration, figure, value).
+        if status.is_err() {
+            failures.push("benches/stall_check.sh did not start".into());
+        }
+        let tsv = std::fs::read_to_string(dir.join("results.tsv")).unwrap_or_default();
+        for l in tsv.lines() {
+            if let [_, cfg, fig, v] = l.split('\t').collect::<Vec<_>>()[..] {
+                match (fig, v.parse::<f64>()) {
+                    ("failed", _) => failures.push(format!("stall_check: a {cfg} run failed")),
+                    (_, Ok(x)) => st.push(format!("stall/{cfg}/{fig}"), x),
+                    _ => {}
+                }
+            }
+        }
+        eprintln!("[{:>5.0}s] stall check ({runs} runs)", t_all.elapsed().as_secs_f64());
+        section_secs.push(("stall check", t.elapsed().as_secs_f64()));
+    }
+
     // Lossy: two namespaces, rdmx and net, lossless then 5 % loss both ways.
     let mut lossy_note = String::new();
     if run("lossy") {
@@ -976,6 +1020,16 @@ fn main() {
     targets.push(mpi_target(&format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 0.5));
     for size in MPI_EXTRA_SIZES {
         targets.push(mpi_target(&format!("{} streaming bandwidth", human(size)), "bandwidth_GBps", size, false, 0.8));
+    }
+
+    // Issue 35: every run within 2x of its configuration's median.
+    for cfg in stall_configs.iter().filter(|c| c.contains("rdmx")) {
+        for (fig, what, le) in [("bw_MBps:8", "8 B streaming (window 64)", false), ("rate_Mmsgs:8", "8 B message rate (window 64)", false), ("lat_us:8", "8 B latency", true)] {
+            let key = format!("stall/{cfg}/{fig}");
+            let worst = st.stat(&key).map(|x| if le { x.max / x.med } else { x.min / x.med });
+            let runs = st.stat(&key).map_or(0, |x| x.n);
+            targets.push(Target { what: format!("{cfg}: worst of {runs} runs vs their median, {what} (stall check)"), ratio: worst, le, goal: if le { 2.0 } else { 0.5 } });
+        }
     }
 
     let mut plots_md = String::new();
@@ -1165,6 +1219,21 @@ fn main() {
     let mut head = vec!["".to_string()];
     head.extend(MPI.iter().map(|m| m.label.to_string()));
     table(&mut md, &head, &rows);
+
+    if !stall_configs.is_empty() {
+        let _ = writeln!(
+            md,
+            "## Stall check\n\n`benches/stall_check.sh`: `benches/mpi/stream_bw.c` (osu_bw / osu_latency style, np 2 on this host, each figure run for a fixed time), every run its own job, the configurations alternating; median (min–max) over the runs. Raw lines in `stall.txt`, values in `stall/results.tsv`. `rdmx`: OpenMPI 4.1 `pml cm`; `vader`: `pml ob1`; `mpich5-rdmx`, `mpich5-fishm`: the MPICH 5 wheel with `MPIR_CVAR_NOLOCAL=1` over rdmx or libfabric's shm.\n"
+        );
+        let figs = [("bw_MBps:8", "8 B streaming (MB/s)"), ("rate_Mmsgs:8", "8 B message rate (M/s)"), ("lat_us:8", "8 B latency (µs)")];
+        let mut head = vec!["".to_string()];
+        head.extend(figs.iter().map(|f| f.1.to_string()));
+        let rows: Vec<Vec<String>> = stall_configs
+            .iter()
+            .map(|c| std::iter::once(c.to_string()).chain(figs.iter().map(|f| cell(st.stat(&format!("stall/{c}/{}", f.0))))).collect())
+            .collect();
+        table(&mut md, &head, &rows);
+    }
 
     if !lossy_note.is_empty() {
         let _ = writeln!(md, "## Under loss\n\n{lossy_note}. Wall time is the client's whole run; bandwidth per size in MB/s.\n");
