@@ -49,7 +49,7 @@ stage "cargo test (all but fi_tests)"
 cargo test --release --workspace --exclude fi_tests
 stage loom
 # The shm ring's loom model checks (a separate build: loom replaces its atomics).
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p rdm --lib loom
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p devices --lib loom
 stage fuzz
 # A short fuzz run of every decoder and both engines (fuzz/, on stable).
 ./scripts/fuzz.sh

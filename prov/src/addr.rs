@@ -41,17 +41,17 @@ pub struct UdAddr {
     pub gid: [u8; 16],
     pub qpn: u32,
     pub lid: u16,
-    /// An EFA SRD queue pair (`rdm::device::efa`), reached only from one.
+    /// An EFA SRD queue pair (`devices::efa`), reached only from one.
     pub srd: bool,
 }
 
 impl UdAddr {
     /// The device address of this queue pair: GID ++ QPN ++ LID, the verbs
-    /// device's encoding of `DevAddr::Raw` (`rdm::device::verbs`), or the
+    /// device's encoding of `DevAddr::Raw` (`devices::verbs`), or the
     /// EFA device's GID ++ QPN.
     pub fn dev_addr(&self) -> DevAddr {
         if self.srd {
-            return rdm::device::efa::efa_addr(self.gid, self.qpn);
+            return ::devices::efa::efa_addr(self.gid, self.qpn);
         }
         let mut b = [0u8; 22];
         b[..16].copy_from_slice(&self.gid);
@@ -86,7 +86,7 @@ impl UdAddr {
 
     /// The queue pair a verbs device address names.
     pub fn from_dev_addr(a: &DevAddr) -> Option<UdAddr> {
-        if let Some((gid, qpn)) = rdm::device::efa::parse_efa_addr(a) {
+        if let Some((gid, qpn)) = ::devices::efa::parse_efa_addr(a) {
             return Some(UdAddr { gid, qpn, lid: 0, srd: true });
         }
         let DevAddr::Raw(r) = a else { return None };
@@ -303,7 +303,7 @@ mod tests {
         let srd = |qpn| ib(0, qpn).map(|u| UdAddr { lid: 0, srd: true, ..u });
         let srd_local = RdmxAddr { ud: srd(1), ..local };
         let via_srd = RdmxAddr { ud: srd(2), ..remote }.route(&srd_local).unwrap();
-        assert_eq!(rdm::device::efa::parse_efa_addr(&via_srd).map(|(_, q)| q), Some(2));
+        assert_eq!(::devices::efa::parse_efa_addr(&via_srd).map(|(_, q)| q), Some(2));
         assert_eq!(UdAddr::from_dev_addr(&via_srd), srd(2));
         assert_eq!(RdmxAddr { ud: ib(0, 2), ..remote }.route(&srd_local), udp.map(DevAddr::Udp));
         assert_eq!(RdmxAddr { ud: srd(2), ..remote }.route(&ib_local), udp.map(DevAddr::Udp));

@@ -33,7 +33,7 @@ const EMPTY: [u8; ADDR_LEN] = [0; ADDR_LEN];
 /// say so by name instead of letting the job hang until the peer timeout.
 fn warn_if_unreachable_loopback(a: &RdmxAddr) {
     let Some(udp) = a.udp else { return };
-    let other_host = a.host_id != 0 && a.host_id != rdm::device::host::host_id();
+    let other_host = a.host_id != 0 && a.host_id != ::devices::host::host_id();
     if other_host && udp.ip().is_loopback() {
         fi_warn!(
             Subsys::Av,

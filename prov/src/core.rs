@@ -138,7 +138,7 @@ fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dy
     });
     let has_shm = addrs.iter().any(|a| matches!(a, DevAddr::Shm(_)));
     let ud = addrs.iter().find_map(crate::addr::UdAddr::from_dev_addr);
-    let host_id = rdm::device::host::host_id();
+    let host_id = ::devices::host::host_id();
     Ok((dev, RdmxAddr { udp, host_id, incarnation, pid: std::process::id(), has_shm, ud }))
 }
 
@@ -585,7 +585,7 @@ impl EpState {
 /// code a thread of ours may still run.
 pub fn shutdown_all() {
     CLEANUPS.fetch_add(1, Ordering::AcqRel);
-    rdm::device::shm::unlink_own_at_exit();
+    ::devices::shm::unlink_own_at_exit();
 }
 
 #[cfg(test)]

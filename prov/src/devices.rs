@@ -1,12 +1,12 @@
 //! Opening the datagram devices an endpoint uses (`FI_RDMX_DEVICE`), and wrapping
 //! them in the fault injector when `FI_RDMX_FAULT_*` asks for it.
 use crate::params::{DeviceChoice, Params};
-use rdm::device::composite::{AutoDevice, NetPair};
-use rdm::device::fault::{FaultConfig, FaultDevice};
-use rdm::device::shm::{ShmConfig, ShmDevice};
-use rdm::device::udp::{UdpConfig, UdpDevice};
-use rdm::device::efa::EfaContext;
-use rdm::device::verbs::VerbsContext;
+use ::devices::composite::{AutoDevice, NetPair};
+use ::devices::fault::{FaultConfig, FaultDevice};
+use ::devices::shm::{ShmConfig, ShmDevice};
+use ::devices::udp::{UdpConfig, UdpDevice};
+use ::devices::efa::EfaContext;
+use ::devices::verbs::VerbsContext;
 use rdm::device::{DeviceContext, OpenSpec, Registrar};
 use std::sync::Arc;
 use rdm::{Device, DeviceError};
@@ -117,7 +117,7 @@ fn open_shm(incarnation: u64) -> Result<Box<dyn Device>, DeviceError> {
 }
 
 /// Opens the RDMA device and its protection domain.
-fn open_verbs(cfg: &rdm::device::verbs::VerbsConfig) -> Result<VerbsContext, DeviceError> {
+fn open_verbs(cfg: &::devices::verbs::VerbsConfig) -> Result<VerbsContext, DeviceError> {
     let ctx = VerbsContext::open(cfg)?;
     crate::log::info(
         crate::log::Subsys::Domain,

@@ -196,7 +196,7 @@ pub fn op_flags_allowed(ep_type: fi::fi_ep_type, transmit: bool) -> u64 {
 pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
     let headers = rdm::engine::HEADER_LEN + rndv::HEADER_LEN;
     let udp = params().udp_mtu;
-    let shm = rdm::device::shm::DEFAULT_MTU;
+    let shm = ::devices::shm::DEFAULT_MTU;
     let mtu = match device {
         DeviceChoice::Udp => udp,
         DeviceChoice::Shm => shm,
@@ -266,8 +266,8 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
 /// How the verbs device is chosen: `FI_RDMX_IFACE` names a netdev, an RDMA
 /// device or an address; unset, the RDMA device of the netdev the UDP device
 /// would use. `None` when this host has no RDMA device at all.
-pub fn verbs_config() -> Option<rdm::device::verbs::VerbsConfig> {
-    rdm::device::verbs::VerbsContext::available().then(|| rdm::device::verbs::VerbsConfig { iface: params().iface.clone(), rc_max_peers: params().rc_max_peers, odp: params().verbs_odp, ..Default::default() })
+pub fn verbs_config() -> Option<::devices::verbs::VerbsConfig> {
+    ::devices::verbs::VerbsContext::available().then(|| ::devices::verbs::VerbsConfig { iface: params().iface.clone(), rc_max_peers: params().rc_max_peers, odp: params().verbs_odp, ..Default::default() })
 }
 
 /// The verbs device's port MTU, when one can be opened: asked once per
@@ -275,15 +275,15 @@ pub fn verbs_config() -> Option<rdm::device::verbs::VerbsConfig> {
 /// `fi_getinfo` is called often).
 pub fn verbs_mtu() -> Option<usize> {
     static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MTU.get_or_init(|| verbs_config().and_then(|c| rdm::device::verbs::VerbsContext::open(&c).ok()).map(|v| v.mtu()))
+    *MTU.get_or_init(|| verbs_config().and_then(|c| ::devices::verbs::VerbsContext::open(&c).ok()).map(|v| v.mtu()))
 }
 
 /// The EFA device's context config: `FI_RDMX_IFACE` naming an RDMA
 /// device picks it; anything else, the first EFA device.
-pub fn efa_config() -> rdm::device::efa::EfaConfig {
+pub fn efa_config() -> ::devices::efa::EfaConfig {
     let iface = params().iface.clone();
     let named = iface.filter(|n| std::path::Path::new(&format!("/sys/class/infiniband/{n}")).exists());
-    rdm::device::efa::EfaConfig { device: named, ..Default::default() }
+    ::devices::efa::EfaConfig { device: named, ..Default::default() }
 }
 
 /// The EFA device's largest datagram, when one opens: asked once per
@@ -292,15 +292,15 @@ pub fn efa_config() -> rdm::device::efa::EfaConfig {
 pub fn efa_mtu() -> Option<usize> {
     static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *MTU.get_or_init(|| {
-        if !rdm::device::verbs::VerbsContext::available() {
+        if !::devices::verbs::VerbsContext::available() {
             return None;
         }
-        rdm::device::efa::EfaContext::open(&efa_config()).ok().map(|c| c.mtu())
+        ::devices::efa::EfaContext::open(&efa_config()).ok().map(|c| c.mtu())
     })
 }
 
 /// An auto domain's EFA context failed to open in this process: auto sends
-/// to remote peers over UDP from then on (`devices::DomainDevices::new`).
+/// to remote peers over UDP from then on (`crate::devices::DomainDevices::new`).
 static AUTO_EFA_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Records that an auto domain could not open the EFA device.
@@ -791,7 +791,7 @@ fn resolve(node: Option<&str>, service: Option<&str>, passive: bool) -> Result<S
 
 /// The IP the UDP device binds to when the application names none: `FI_RDMX_IFACE`
 /// (an IP, or an interface name), else the interface chosen by
-/// [`rdm::device::iface`]'s documented order (never the host name's address
+/// `devices::iface`'s documented order (never the host name's address
 /// blindly: Debian maps it to 127.0.1.1), else 127.0.0.1. The choice is logged once
 /// at info level.
 pub fn default_ip() -> IpAddr {
@@ -799,13 +799,13 @@ pub fn default_ip() -> IpAddr {
         if let Ok(ip) = iface.parse::<IpAddr>() {
             return ip;
         }
-        if let Some(ip) = rdm::device::iface::addrs_of(iface, true).ok().and_then(|v| v.first().copied()) {
+        if let Some(ip) = ::devices::iface::addrs_of(iface, true).ok().and_then(|v| v.first().copied()) {
             return ip;
         }
         fi_warn!(Subsys::Core, "FI_RDMX_IFACE={iface:?}: no such interface with an address; choosing one as if unset");
     }
     static LOGGED: std::sync::Once = std::sync::Once::new();
-    let choice = rdm::device::iface::default_choice(true);
+    let choice = ::devices::iface::default_choice(true);
     LOGGED.call_once(|| {
         let on = choice.iface.as_deref().unwrap_or("loopback");
         if choice.iface.is_none() {
@@ -876,7 +876,7 @@ pub unsafe fn getinfo(
             }
         }
     }
-    let host_id = rdm::device::host::host_id();
+    let host_id = ::devices::host::host_id();
     let mut out = Vec::new();
     // SAFETY: hints come from the application; the name is a C string or null.
     let hinted_domain = hints.as_ref().and_then(|h| h.dom).and_then(|d| unsafe { opt_cstr(d.name) });

@@ -13,9 +13,9 @@ pub enum DeviceChoice {
     Auto,
     Udp,
     Shm,
-    /// A verbs UD queue pair on an RDMA device (`rdm::device::verbs`).
+    /// A verbs UD queue pair on an RDMA device (`devices::verbs`).
     Verbs,
-    /// An EFA SRD queue pair (`rdm::device::efa`); not run on EFA hardware.
+    /// An EFA SRD queue pair (`devices::efa`); not run on EFA hardware.
     Efa,
 }
 

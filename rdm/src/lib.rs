@@ -1,24 +1,28 @@
 //! # rdm — reliable datagrams for rdmx
 //!
-//! Two halves, kept apart on purpose:
+//! * The **engine** ([`engine`] and its modules `wire`, `seq`, `recovery`,
+//!   `reassembly`): sans-IO. It owns per-peer state (handshake, sequence numbers,
+//!   SACK, retransmission, credits, congestion window, segmentation and
+//!   reassembly) and is a pure function of its inputs: time comes in as an
+//!   argument ([`time::Instant`]), datagrams come in through `handle_datagram`,
+//!   and everything it wants to send or report is pulled with `poll_transmit`,
+//!   `poll_timeout` and `poll_event`. No sockets, no clock, no `unsafe`: this is
+//!   what makes the simulator tests deterministic.
+//! * The **device seam** ([`device`]): the [`Device`] trait and the types a
+//!   device and the engine exchange, plus the sans-IO table of lazily made RC
+//!   connections ([`device::rc`]). The devices themselves (UDP, shared memory,
+//!   verbs UD, EFA SRD, `auto`, the fault decorator) are the `devices` crate,
+//!   the only one with system calls and rdma-core besides the provider.
+//! * The **simulator** (`sim`, `simnet`: the `sim` feature, tests only).
 //!
-//! * the **engine** ([`engine`] and its modules `wire`, `seq`, `recovery`, `reassembly`): sans-IO. It owns per-peer
-//!   state (handshake, sequence numbers, SACK, retransmission, credits, congestion
-//!   window, segmentation and reassembly) and is a pure function of its inputs: time
-//!   comes in as an argument ([`time::Instant`]), datagrams come in through
-//!   `handle_datagram`, and everything it wants to send or report is pulled with
-//!   `poll_transmit`, `poll_timeout` and `poll_event`. No sockets, no clock, no
-//!   `unsafe`: this is what makes the simulator tests deterministic.
-//! * the **devices** ([`device`]): the only place with syscalls and `unsafe`. A
-//!   device moves datagrams (UDP socket, shared-memory ring, later verbs UD / EFA SRD)
-//!   and knows nothing about reliability.
-//!
-//! The provider glues the two: it drains `device.recv_batch` into
-//! `engine.handle_datagram`, and `engine.poll_transmit` into `device.send_batch`.
+//! The message layer (`rndv`) drives an engine over a device: it drains
+//! `device.recv_batch` into `engine.handle_datagram`, and `engine.poll_transmit`
+//! into `device.send_batch`. `prov/tests/crate_graph.rs` holds the layering.
 #![deny(unsafe_code)]
 
 pub mod device;
 pub mod engine;
+pub mod rng;
 /// The deterministic network simulator (tests only: the `sim` feature).
 #[cfg(feature = "sim")]
 pub mod sim;

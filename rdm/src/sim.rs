@@ -3,7 +3,7 @@
 //! corruption and a bandwidth limit. Every run replays exactly from its seed.
 #![forbid(unsafe_code)]
 
-use crate::device::fault::Rng;
+use crate::rng::Rng;
 use crate::device::DevAddr;
 use crate::engine::{Engine, EngineConfig, Event, PeerId};
 use crate::time::Instant;

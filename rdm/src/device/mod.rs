@@ -1,23 +1,19 @@
-//! Datagram devices: the seam between the sans-IO engine and the operating system.
+//! The device seam: what the sans-IO engine asks of a datagram device, and the
+//! types they exchange (addresses, capabilities, datagrams, remote reads).
 //!
 //! A device moves whole datagrams between endpoints and knows nothing about
-//! reliability. Every device (UDP, shared memory, later verbs UD and EFA SRD, the
-//! fault-injecting decorator and the simulator) implements [`Device`] and passes the
-//! same conformance suite.
+//! reliability. The devices themselves (UDP, shared memory, verbs UD, EFA SRD,
+//! the `auto` composite, the fault decorator) live in the `devices` crate, the
+//! simulator's in `simnet`; all implement [`Device`] and pass the same
+//! conformance suite (`devices/tests/device_conformance.rs`). [`rc`] is the
+//! sans-IO table of lazily made reliable connections that a device with remote
+//! reads (verbs) keeps.
 //!
 //! Receive *lends* buffers: `recv_batch` hands each datagram to a callback as a
 //! borrowed slice that is valid only during the call, so a device can receive into
 //! its own ring or registered memory without copying into engine-owned storage.
 
-pub mod composite;
-pub mod efa;
-pub mod fault;
-pub mod host;
-pub mod iface;
 pub mod rc;
-pub mod shm;
-pub mod udp;
-pub mod verbs;
 
 use std::io;
 use std::net::SocketAddr;
@@ -547,7 +543,7 @@ pub trait Device: Send {
 }
 
 /// A boxed device is a device (so decorators such as
-/// [`fault::FaultDevice`] can wrap a `Box<dyn Device>`).
+/// `devices::fault::FaultDevice` can wrap a `Box<dyn Device>`).
 impl<D: Device + ?Sized> Device for Box<D> {
     fn caps(&self) -> DeviceCaps {
         (**self).caps()

@@ -2240,7 +2240,7 @@ mod tests {
                 dgrams.push(buf[..x.len].to_vec());
             }
             // A seeded shuffle plus duplicates.
-            let mut rng = crate::device::fault::Rng::new(perm_seed);
+            let mut rng = crate::rng::Rng::new(perm_seed);
             for i in (1..dgrams.len()).rev() {
                 let j = (rng.next_u64() % (i as u64 + 1)) as usize;
                 dgrams.swap(i, j);

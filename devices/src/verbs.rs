@@ -7,9 +7,9 @@
 //!   netdev (`"eth0"`, `"dummy0"`), an RDMA device (`"rxe0"`, `"mlx5_0"`) or an
 //!   IP address of a netdev (picks the RoCE v2 GID of that address); `None`:
 //!   the RDMA device whose netdev the UDP device would choose
-//!   ([`super::iface::default_choice`]), else the first active port of any
+//!   ([`crate::iface::default_choice`]), else the first active port of any
 //!   device. EFA devices are skipped (a named one is a `Config` error):
-//!   verbs UD does not work on them, [`super::efa`] does. `ah_cache` 0 = the device's `max_ah` capped at
+//!   verbs UD does not work on them, [`crate::efa`] does. `ah_cache` 0 = the device's `max_ah` capped at
 //!   [`DEFAULT_AH_CACHE`]; the depths 0 = the defaults.
 //! * [`VerbsContext::open`]`(&VerbsConfig) -> Result<VerbsContext, DeviceError>`:
 //!   one per libfabric domain. Opens the device and one protection domain
@@ -92,7 +92,7 @@
 //! on a reliable connected (RC) queue pair to that peer. Which peers have
 //! one, the handshake that connects it (carried by the endpoint over the
 //! reliable UD stream: [`Device::poll_control`] / [`Device::handle_control`])
-//! and the LRU bound live in the sans-IO [`super::rc::ConnTable`]; this device
+//! and the LRU bound live in the sans-IO [`rdm::device::rc::ConnTable`]; this device
 //! is its queue factory (create + INIT with remote read access, RTR/RTS to
 //! the peer's QPN, PSN and GID; retire = to ERR, destroyed once its posted
 //! requests have flushed). `post_read` posts one signaled RDMA read per
@@ -104,8 +104,8 @@
 //! connection and completes `NotConnected` (pushed instead).
 #![allow(unsafe_code)]
 
-use super::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
-use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
+use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
+use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -432,7 +432,7 @@ fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
     match cfg.iface.as_deref() {
         Some(s) => {
             if let Ok(ip) = s.parse::<IpAddr>() {
-                let a = super::iface::local_addrs()
+                let a = crate::iface::local_addrs()
                     .into_iter()
                     .find(|a| a.ip == ip)
                     .ok_or_else(|| DeviceError::Config(format!("verbs: no netdev has the address {ip}")))?;
@@ -441,14 +441,14 @@ fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
             if std::path::Path::new(&format!("{SYSFS_IB}/{s}")).exists() {
                 return Ok((Want::Device(s.to_owned()), true));
             }
-            let ips = super::iface::addrs_of(s, true).unwrap_or_default();
+            let ips = crate::iface::addrs_of(s, true).unwrap_or_default();
             if nix::net::if_::if_nametoindex(s).is_err() {
                 return Err(DeviceError::Config(format!("verbs: {s:?} is neither an RDMA device nor a netdev")));
             }
             Ok((Want::Netdev(s.to_owned(), ips), true))
         }
         None => {
-            let c = super::iface::default_choice(true);
+            let c = crate::iface::default_choice(true);
             Ok(match c.iface {
                 Some(n) => (Want::Netdev(n, vec![c.ip]), false),
                 None => (Want::Any, false),
@@ -658,7 +658,7 @@ impl VerbsContext {
             // Verbs UD does not work on an EFA device (its CQs need a
             // completion channel EFA refuses without CQ notifications, and
             // it rejects unsignaled sends): EFA is the efa device's.
-            if super::efa::is_efa_device(dev.0) {
+            if crate::efa::is_efa_device(dev.0) {
                 if let Want::Device(d) = want {
                     return Err(DeviceError::Config(format!("verbs: {d:?} is an EFA device, on which verbs UD does not work (FI_RDMX_DEVICE=efa uses it)")));
                 }
@@ -698,7 +698,7 @@ impl VerbsContext {
                 } else {
                     let entries = gid_entries(dev.0, &name, port, tbl);
                     let ips = if ips.is_empty() {
-                        netdev.as_deref().and_then(|n| super::iface::addrs_of(n, true).ok()).unwrap_or_default()
+                        netdev.as_deref().and_then(|n| crate::iface::addrs_of(n, true).ok()).unwrap_or_default()
                     } else {
                         ips
                     };
@@ -1158,7 +1158,7 @@ pub struct VerbsDevice {
     conns: ConnTable<RcQueue>,
     rc: RcFactory,
     rc_reads: slab::Slab<RcRead>,
-    rc_done: VecDeque<super::ReadDone>,
+    rc_done: VecDeque<rdm::device::ReadDone>,
     rc_wrs: Vec<ib::ibv_send_wr>,
     rc_sges: Vec<ib::ibv_sge>,
     pub stats: VerbsStats,
@@ -1197,17 +1197,17 @@ struct RcRead {
     bytes: u64,
     failed: bool,
     /// When it was posted or a piece of it last completed.
-    last_progress: crate::time::Instant,
+    last_progress: rdm::time::Instant,
     /// Given up on (reported failed) before its requests completed: their
     /// flushes are taken in silently.
     reported: bool,
 }
 
 /// The monotonic time the connection table runs on.
-fn rc_now() -> crate::time::Instant {
+fn rc_now() -> rdm::time::Instant {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let e = *EPOCH.get_or_init(std::time::Instant::now);
-    crate::time::Instant::from_nanos(e.elapsed().as_nanos() as u64)
+    rdm::time::Instant::from_nanos(e.elapsed().as_nanos() as u64)
 }
 
 impl RcFactory {
@@ -1759,10 +1759,10 @@ impl VerbsDevice {
                         self.stats.rc_read_errors += 1;
                         let now = rc_now();
                         self.conns.broken(now, r.peer, &mut self.rc);
-                        self.rc_done.push_back(super::ReadDone { id: r.id, bytes: r.bytes, error: Some(DeviceError::NotConnected) });
+                        self.rc_done.push_back(rdm::device::ReadDone { id: r.id, bytes: r.bytes, error: Some(DeviceError::NotConnected) });
                     } else {
                         self.stats.rc_read_bytes += r.bytes;
-                        self.rc_done.push_back(super::ReadDone { id: r.id, bytes: r.bytes, error: None });
+                        self.rc_done.push_back(rdm::device::ReadDone { id: r.id, bytes: r.bytes, error: None });
                     }
                 }
             }
@@ -1793,7 +1793,7 @@ impl VerbsDevice {
             self.stats.rc_reads_timed_out += 1;
             self.conns.read_finished(now, &peer);
             self.conns.broken(now, peer, &mut self.rc);
-            self.rc_done.push_back(super::ReadDone { id, bytes, error: Some(DeviceError::NotConnected) });
+            self.rc_done.push_back(rdm::device::ReadDone { id, bytes, error: Some(DeviceError::NotConnected) });
         }
     }
 
@@ -2139,7 +2139,7 @@ impl Device for VerbsDevice {
         Ok(())
     }
 
-    fn poll_read(&mut self) -> Option<super::ReadDone> {
+    fn poll_read(&mut self) -> Option<rdm::device::ReadDone> {
         if self.rc_done.is_empty() && !self.rc_reads.is_empty() {
             self.reap_reads();
         }
@@ -2163,8 +2163,8 @@ impl Device for VerbsDevice {
         self.conns.peer_failed(&peer, &mut self.rc);
     }
 
-    fn read_conn_stats(&self) -> super::ReadConnStats {
-        super::ReadConnStats {
+    fn read_conn_stats(&self) -> rdm::device::ReadConnStats {
+        rdm::device::ReadConnStats {
             conns: self.conns.stats,
             open_active: self.conns.active_len(),
             open_passive: self.conns.passive_len(),

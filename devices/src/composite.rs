@@ -16,9 +16,9 @@
 //!   is readable while either is).
 #![allow(unsafe_code)]
 
-use super::shm::ShmDevice;
-use super::udp::UdpDevice;
-use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
+use crate::shm::ShmDevice;
+use crate::udp::UdpDevice;
+use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -106,7 +106,7 @@ impl<N: Device> AutoDevice<N> {
 impl AutoDevice<UdpDevice> {
     /// Opens the shm half (if `shm` is `Some`; a failure to open it leaves the
     /// device network-only, see [`AutoDevice::shm`]) and the UDP half.
-    pub fn open(shm: Option<&super::shm::ShmConfig>, udp: &super::udp::UdpConfig) -> Result<AutoDevice<UdpDevice>, DeviceError> {
+    pub fn open(shm: Option<&crate::shm::ShmConfig>, udp: &crate::udp::UdpConfig) -> Result<AutoDevice<UdpDevice>, DeviceError> {
         let shm = shm.and_then(|c| ShmDevice::open(c).ok());
         AutoDevice::new(shm, Some(UdpDevice::open(udp)?))
     }

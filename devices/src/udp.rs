@@ -18,10 +18,10 @@
 //! something peers can send to, so a *wildcard* bind address (`0.0.0.0` / `::`) is
 //! resolved to a concrete one: `node` if given, else the interface `iface`
 //! (`FI_RDMX_IFACE`: a name like `eth0` or an IP), else the first usable
-//! non-loopback interface by the order documented in [`super::iface`], else loopback.
+//! non-loopback interface by the order documented in [`crate::iface`], else loopback.
 #![allow(unsafe_code)]
 
-use super::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
 use nix::sys::socket::{setsockopt, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
@@ -450,10 +450,10 @@ pub fn resolve_bind_addr(cfg: &UdpConfig) -> Result<SocketAddr, DeviceError> {
         if let Ok(ip) = iface.parse::<IpAddr>() {
             return Ok(with_port(ip, port, None));
         }
-        let ips = super::iface::addrs_of(iface, want_v4)?;
+        let ips = crate::iface::addrs_of(iface, want_v4)?;
         return Ok(with_port(ips[0], port, Some(iface)));
     }
-    let choice = super::iface::default_choice(want_v4);
+    let choice = crate::iface::default_choice(want_v4);
     Ok(with_port(choice.ip, port, choice.iface.as_deref()))
 }
 
@@ -885,7 +885,7 @@ impl Device for UdpDevice {
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
-        let batch = super::until_gathered(batch)?;
+        let batch = rdm::device::until_gathered(batch)?;
         let mut total = 0;
         while total < batch.len() {
             let (entries, bad) = self.prepare_tx(&batch[total..]);

@@ -22,9 +22,10 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use super::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, TxDatagram};
+use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
+pub use rdm::rng::Rng;
 
 /// Most datagrams held back for reordering at once.
 pub const MAX_HELD: usize = 4;
@@ -83,38 +84,6 @@ impl FaultConfig {
     }
 }
 
-/// splitmix64: tiny, seedable, good enough for fault decisions.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `pct` percent. A zero rate draws nothing, so enabling
-    /// one fault does not change the decisions of another.
-    pub fn chance(&mut self, pct: f64) -> bool {
-        if pct <= 0.0 {
-            return false;
-        }
-        // 53 random bits as a uniform float in [0, 100).
-        ((self.next_u64() >> 11) as f64) * (100.0 / (1u64 << 53) as f64) < pct
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
 
 /// What the decorator did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -331,7 +300,7 @@ impl<D: Device> Device for FaultDevice<D> {
             // The transport of a gathering path (an RDMA NIC) guards the
             // payload end to end: a corruption hits only rdm's header, which
             // its checksum covers.
-            let corruptible: Vec<usize> = batch.iter().map(|d| if d.gather.is_some() { d.data.len().min(crate::engine::HEADER_LEN) } else { usize::MAX }).collect();
+            let corruptible: Vec<usize> = batch.iter().map(|d| if d.gather.is_some() { d.data.len().min(rdm::engine::HEADER_LEN) } else { usize::MAX }).collect();
             return self.send_plain(&flat, Some(&corruptible));
         }
         self.send_plain(batch, None)

@@ -52,8 +52,8 @@
 //! more than the receiver's MTU gets [`DeviceError::TooLarge`].
 #![allow(unsafe_code)]
 
-pub use super::host::host_id;
-use super::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
+pub use crate::host::host_id;
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -1116,7 +1116,7 @@ impl Device for ShmDevice {
 
     fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
-        let batch = super::until_gathered(batch)?;
+        let batch = rdm::device::until_gathered(batch)?;
         let me = self.addr;
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
@@ -1301,7 +1301,7 @@ impl Drop for ShmDevice {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::device::LocalBuf;
+    use rdm::device::LocalBuf;
     use proptest::prelude::*;
     use std::collections::VecDeque;
 

@@ -2,7 +2,7 @@
 //! closing its endpoints leaves no file behind. Its own binary: the cleanup
 //! removes every ring this process has open in /dev/shm, which would pull the
 //! files from under the other tests of a shared binary.
-use rdm::device::shm::{unlink_own_at_exit, ShmConfig, ShmDevice};
+use devices::shm::{unlink_own_at_exit, ShmConfig, ShmDevice};
 
 #[test]
 fn rings_left_open_are_unlinked_without_a_lock_and_closed_ones_are_forgotten() {

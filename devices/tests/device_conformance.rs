@@ -1,10 +1,10 @@
 //! The device conformance suite: every device runs the same tests through the
 //! [`Device`] trait. A device is added by one `conformance!` line naming a function
 //! that opens two connected instances of it.
-use rdm::device::composite::{AutoDevice, NetPair};
-use rdm::device::fault::{FaultConfig, FaultDevice};
-use rdm::device::shm::{ShmConfig, ShmDevice};
-use rdm::device::udp::{UdpConfig, UdpDevice, UdpOffloads};
+use devices::composite::{AutoDevice, NetPair};
+use devices::fault::{FaultConfig, FaultDevice};
+use devices::shm::{ShmConfig, ShmDevice};
+use devices::udp::{UdpConfig, UdpDevice, UdpOffloads};
 use rdm::device::{LocalBuf, ReadRun, TxDatagram};
 use rdm::device::ShmAddr;
 use rdm::{DevAddr, Device, DeviceError};
@@ -549,7 +549,7 @@ fn net_pair_routes_each_address_to_the_device_that_owns_it() {
 #[test]
 fn auto_answers_caps_per_address_through_its_network_pair() {
     let udp = |mtu| {
-        let mut c = rdm::device::udp::UdpConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut c = devices::udp::UdpConfig::new("127.0.0.1:0".parse().unwrap());
         c.mtu = mtu;
         UdpDevice::open(&c).unwrap()
     };
@@ -952,10 +952,10 @@ fn shm_caps_and_names() {
     let c = d.caps();
     assert!(c.reliable && c.ordered);
     assert!(!c.registration, "process_vm_readv reads without a registration");
-    assert_eq!(c.mtu, rdm::device::shm::DEFAULT_MTU);
+    assert_eq!(c.mtu, devices::shm::DEFAULT_MTU);
     let DevAddr::Shm(a) = d.local_addr() else { panic!() };
     assert_eq!(a.pid, std::process::id());
-    assert_eq!(a.host_id, rdm::device::shm::host_id());
+    assert_eq!(a.host_id, devices::shm::host_id());
     assert!(d.path().exists());
     let path = d.path().to_owned();
     drop(d);
@@ -1054,7 +1054,7 @@ fn shm_remote_read_own_process() {
 fn shm_stale_segments_are_cleaned() {
     let dir = std::env::temp_dir().join(format!("rdmx-shm-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let host = rdm::device::shm::host_id();
+    let host = devices::shm::host_id();
     let stale = dir.join(format!("rdmx-{host:016x}-{}-{:016x}", 0x3fff_fff1u32, 5));
     let other_host = dir.join(format!("rdmx-{:016x}-{}-{:016x}", host ^ 1, 0x3fff_fff1u32, 5));
     std::fs::write(&stale, b"x").unwrap();
@@ -1219,7 +1219,7 @@ fn shm_cross_process() {
         return shm_child(&mode);
     }
     let (mut child, ring_id, buf_addr) = spawn_child("shm_cross_process", "serve");
-    let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
+    let peer = ShmAddr { host_id: devices::shm::host_id(), pid: child.id(), ring_id };
     let dst = DevAddr::Shm(peer);
     let mut d = ShmDevice::new().unwrap();
     send_all(&mut d, &[TxDatagram::new(dst, b"ping")]);
@@ -1253,13 +1253,13 @@ fn shm_crashed_peer() {
         return shm_child(&mode);
     }
     let (mut child, ring_id, _) = spawn_child("shm_crashed_peer", "hang");
-    let peer = ShmAddr { host_id: rdm::device::shm::host_id(), pid: child.id(), ring_id };
+    let peer = ShmAddr { host_id: devices::shm::host_id(), pid: child.id(), ring_id };
     let dst = DevAddr::Shm(peer);
     let mut d = ShmDevice::open(&ShmConfig { slots: 4, ..ShmConfig::default() }).unwrap();
     send_all(&mut d, &[TxDatagram::new(dst, b"1")]);
     child.kill().unwrap();
     child.wait().unwrap();
-    let path = std::path::Path::new(rdm::device::shm::DEFAULT_DIR).join(rdm::device::shm::segment_name(&peer));
+    let path = std::path::Path::new(devices::shm::DEFAULT_DIR).join(devices::shm::segment_name(&peer));
     assert!(path.exists(), "a killed process leaves its ring behind");
     // Cached mapping: the dead owner's ring fills (nobody drains it), then the
     // dead owner is noticed.
@@ -1276,7 +1276,7 @@ fn shm_crashed_peer() {
 
 mod verbs {
     use super::*;
-    use rdm::device::verbs::{mr_keys, parse_ud_addr, ud_addr, VerbsConfig, VerbsContext, VerbsDevice, FI_REMOTE_READ, FI_SEND};
+    use devices::verbs::{mr_keys, parse_ud_addr, ud_addr, VerbsConfig, VerbsContext, VerbsDevice, FI_REMOTE_READ, FI_SEND};
     use rdm::device::{DeviceContext, OpenSpec};
 
     fn required() -> bool {
@@ -1378,7 +1378,7 @@ mod verbs {
         let src: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4096) as u8).collect();
         let mut dst = vec![0u8; LEN];
         let skey = oreg.register(src.as_ptr() as u64, LEN as u64, FI_REMOTE_READ).unwrap();
-        let dkey = rreg.register(dst.as_mut_ptr() as u64, LEN as u64, rdm::device::verbs::FI_READ).unwrap();
+        let dkey = rreg.register(dst.as_mut_ptr() as u64, LEN as u64, devices::verbs::FI_READ).unwrap();
         // SAFETY: `dst` outlives every read naming it (each is waited for).
         let whole = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, LEN as u64) }.with_key(dkey);
         let runs = |off: u64| {
@@ -1440,7 +1440,7 @@ mod verbs {
         let src = vec![7u8; 1 << 16];
         let mut dst = vec![0u8; 1 << 16];
         let skey = oreg.register(src.as_ptr() as u64, src.len() as u64, FI_REMOTE_READ).unwrap();
-        let dkey = rreg.register(dst.as_mut_ptr() as u64, dst.len() as u64, rdm::device::verbs::FI_READ).unwrap();
+        let dkey = rreg.register(dst.as_mut_ptr() as u64, dst.len() as u64, devices::verbs::FI_READ).unwrap();
         // SAFETY: `dst` outlives the read (waited for, then its QP is in error).
         let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) }.with_key(dkey);
         let run = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local }];

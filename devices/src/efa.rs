@@ -9,7 +9,7 @@
 //!
 //! # Layer
 //!
-//! Like the verbs UD device ([`super::verbs`]) it moves whole datagrams
+//! Like the verbs UD device ([`crate::verbs`]) it moves whole datagrams
 //! between endpoints and lends receive buffers; unlike UD, SRD is
 //! **reliable but unordered**: the device retransmits and may deliver out
 //! of order, so its caps say `reliable: true, ordered: false` and the engine
@@ -42,11 +42,11 @@
 //! * Address: `DevAddr::Raw` of family [`RawAddr::FAMILY_EFA`], 20 bytes =
 //!   GID (16) ++ QPN (u32 LE): [`efa_addr`], [`parse_efa_addr`]. The Q_Key is
 //!   not in it: every endpoint of a job derives the same one from
-//!   `OpenSpec::job_key` ([`super::verbs::qkey_for`]), so the device drops
+//!   `OpenSpec::job_key` ([`crate::verbs::qkey_for`]), so the device drops
 //!   another job's datagrams, as on UD (and the 64-byte endpoint address has
 //!   no room for four more bytes).
 //! * Registration as on verbs (shared code): keys are `rkey << 32 | lkey`
-//!   ([`super::verbs::mr_key`]), access bits are libfabric's, mapped as on
+//!   ([`crate::verbs::mr_key`]), access bits are libfabric's, mapped as on
 //!   verbs and cut to what EFA's kernel driver takes
 //!   ([`efa_mr_access_mask`]: local write, and remote read only where the
 //!   device reads; no remote write with these headers).
@@ -123,8 +123,8 @@
 //! comes).
 #![allow(unsafe_code)]
 
-use super::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots, BounceSlots};
-use super::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use crate::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots, BounceSlots};
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -822,7 +822,7 @@ impl EfaDevice {
         // From here on, Drop releases whatever was created.
         // A completion channel where the device can notify (newer EFA
         // kernels); without one the endpoint polls.
-        dev.channel = super::verbs::nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
+        dev.channel = crate::verbs::nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
         dev.create_cqs()?;
         dev.create_qp()?;
         dev.bring_up()?;
@@ -1605,11 +1605,11 @@ impl Device for EfaDevice {
         self.read_done.pop_front()
     }
 
-    fn read_conn_stats(&self) -> super::ReadConnStats {
+    fn read_conn_stats(&self) -> rdm::device::ReadConnStats {
         // No connections: SRD reads on the datagram queue pair. No timer
         // of rdmx's either: a timeout is the device's (the remote did not
         // answer), and the status the last failed read request's.
-        super::ReadConnStats {
+        rdm::device::ReadConnStats {
             reads: self.stats.reads,
             read_bytes: self.stats.read_bytes,
             read_failures: self.stats.read_errors,
@@ -1665,7 +1665,7 @@ impl Drop for EfaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::LocalBuf;
+    use rdm::device::LocalBuf;
 
     fn attr(caps: u32) -> ib::efadv_device_attr {
         ib::efadv_device_attr { max_sq_wr: 512, max_rq_wr: 8192, max_sq_sge: 2, max_rq_sge: 1, inline_buf_size: 32, device_caps: caps, max_rdma_size: 1 << 30, ..Default::default() }
@@ -1681,10 +1681,10 @@ mod tests {
         assert_eq!(r.bytes().len(), EFA_ADDR_LEN);
         assert_eq!(&r.bytes()[16..], &0xabcdefu32.to_le_bytes());
         // A verbs UD address (another family), a wrong length, a socket.
-        assert_eq!(parse_efa_addr(&super::super::verbs::ud_addr(gid, 7, 0)), None);
+        assert_eq!(parse_efa_addr(&crate::verbs::ud_addr(gid, 7, 0)), None);
         assert_eq!(parse_efa_addr(&DevAddr::Raw(RawAddr::new(RawAddr::FAMILY_EFA, &[0; 22]).unwrap())), None);
         assert_eq!(parse_efa_addr(&DevAddr::NONE), None);
-        assert_eq!(super::super::verbs::parse_ud_addr(&a), None);
+        assert_eq!(crate::verbs::parse_ud_addr(&a), None);
     }
 
     #[test]
@@ -1722,8 +1722,8 @@ mod tests {
     fn reads_split_by_max_rdma_size() {
         let buf = vec![0u8; 10_000];
         // SAFETY: `buf` outlives the runs; nothing reads through them.
-        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 10_000) }.with_key(super::super::verbs::mr_key(0x11, 0x22));
-        let remote_key = Some(super::super::verbs::mr_key(0x33, 0x44));
+        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 10_000) }.with_key(crate::verbs::mr_key(0x11, 0x22));
+        let remote_key = Some(crate::verbs::mr_key(0x33, 0x44));
         let runs = [
             ReadRun { remote_addr: 0x1000_0000, remote_key, local: local.sub(0, 9000).unwrap() },
             ReadRun { remote_addr: 0x2000_0000, remote_key, local: local.sub(9000, 0).unwrap() },
@@ -1754,7 +1754,7 @@ mod tests {
             Ok(c) => eprintln!("an EFA device is here: {c:?}"),
             Err(DeviceError::Config(why)) => {
                 assert!(why.starts_with("efa: no"), "{why}");
-                if crate::device::verbs::VerbsContext::available() {
+                if crate::verbs::VerbsContext::available() {
                     // RDMA devices of another provider (Soft-RoCE in the
                     // VM): asked, each refused by name.
                     assert!(why.contains("efadv_query_device refuses"), "{why}");
@@ -1780,7 +1780,7 @@ mod tests {
         assert_eq!(efa_mr_access_mask(u32::MAX) & rw, 0, "no remote write on EFA here");
         // What the registrar asks for, cut to the mask: never a bit
         // efa_alloc_mr refuses.
-        use crate::device::verbs::{ibv_access, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND};
+        use crate::verbs::{ibv_access, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND};
         for access in [0, FI_SEND, FI_RECV, FI_READ, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE] {
             for mask in [read, lw] {
                 let got = ibv_access(access) & mask;
@@ -1850,8 +1850,8 @@ mod tests {
     fn a_read_whose_remote_range_wraps_fails_without_a_panic() {
         let buf = vec![0u8; 4096];
         // SAFETY: `buf` outlives the runs; nothing reads through them.
-        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 4096) }.with_key(super::super::verbs::mr_key(0x11, 0x22));
-        let remote_key = Some(super::super::verbs::mr_key(0x33, 0x44));
+        let local = unsafe { LocalBuf::new(buf.as_ptr() as u64, 4096) }.with_key(crate::verbs::mr_key(0x11, 0x22));
+        let remote_key = Some(crate::verbs::mr_key(0x33, 0x44));
         let wraps = [ReadRun { remote_addr: u64::MAX - 100, remote_key, local }];
         match split_read(&wraps, 1024) {
             Err(DeviceError::Io { source, .. }) => assert_eq!(source.kind(), io::ErrorKind::InvalidInput),

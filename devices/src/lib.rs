@@ -1,0 +1,32 @@
+//! # devices — the datagram devices under rdmx's engine
+//!
+//! Each device moves whole datagrams between endpoints and knows nothing about
+//! reliability; it implements the seam the engine drives, [`rdm::device::Device`]
+//! (the trait and the types it speaks live beside the engine, in `rdm`, so the
+//! engine, the simulator and the message layer build without any of this).
+//!
+//! * [`udp`]: a UDP socket (GSO/GRO where the kernel has them): any Linux host.
+//! * [`shm`]: per-endpoint shared-memory rings for peers on the same host, with
+//!   `process_vm_readv` remote reads.
+//! * [`verbs`]: verbs UD queue pairs on any RDMA NIC (Soft-RoCE included), with
+//!   RDMA-read rendezvous over lazily made RC connections (the connection table,
+//!   sans-IO, is [`rdm::device::rc`]).
+//! * [`efa`]: EFA SRD through efadv.
+//! * [`composite`]: `auto`: shared memory to peers on this host, UDP to the rest.
+//! * [`fault`]: a decorator that drops, duplicates, reorders and corrupts
+//!   (`FI_RDMX_FAULT_*`).
+//! * [`iface`], [`host`]: which interface and address UDP and verbs bind, and
+//!   this host's identity (which peers shared memory can reach).
+//!
+//! This crate and `prov` are the only ones with system calls, `unsafe` and
+//! rdma-core; every `unsafe` block says why it is sound (`// SAFETY:`).
+#![deny(unsafe_code)]
+
+pub mod composite;
+pub mod efa;
+pub mod fault;
+pub mod host;
+pub mod iface;
+pub mod shm;
+pub mod udp;
+pub mod verbs;

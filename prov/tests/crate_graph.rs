@@ -1,0 +1,104 @@
+//! The crate graph (issue 34), checked from the manifests and sources so that
+//! it cannot rot:
+//!
+//! * `rdm` (the sans-IO engine, the device seam, the simulator) depends on no
+//!   other crate of the workspace and on nothing that makes system calls;
+//! * `devices` sits on `rdm` only, and is the one crate linking rdma-core;
+//! * `rndv` (matching, protocols, `Endpoint`) sits on `rdm` only: no device;
+//! * `prov` sits on all of them;
+//! * `unsafe` in `rdm` is only the seam's memory contract (`LocalBuf::new`,
+//!   `TxDatagram::to_vec`); every other module of it, and `rndv`, forbid it.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// The names in a manifest's `[dependencies]` table (not dev- or build-).
+fn deps(krate: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(root().join(krate).join("Cargo.toml")).unwrap();
+    let mut out = BTreeSet::new();
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == "[dependencies]";
+            continue;
+        }
+        if inside && !line.is_empty() && !line.starts_with('#') {
+            let name = line.split(['=', '.', ' ']).next().unwrap().trim();
+            out.insert(name.to_string());
+        }
+    }
+    out
+}
+
+const WORKSPACE: &[&str] = &["rdm", "devices", "rndv", "mr_cache", "libfabric-sys", "rdma-core-sys"];
+
+fn workspace_deps(krate: &str) -> BTreeSet<String> {
+    deps(krate).into_iter().filter(|d| WORKSPACE.contains(&d.as_str())).collect()
+}
+
+fn set(xs: &[&str]) -> BTreeSet<String> {
+    xs.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn the_layers_depend_downwards_only() {
+    assert_eq!(workspace_deps("rdm"), set(&[]), "rdm (the engine) depends on no crate of the workspace");
+    assert_eq!(workspace_deps("devices"), set(&["rdm", "rdma-core-sys"]));
+    assert_eq!(workspace_deps("rndv"), set(&["rdm"]), "the message layer reaches devices only through the seam");
+    assert_eq!(workspace_deps("prov"), set(&["rdm", "devices", "rndv", "mr_cache", "libfabric-sys"]));
+}
+
+#[test]
+fn only_devices_links_rdma_core_and_the_engine_makes_no_system_calls() {
+    for krate in ["rdm", "rndv", "mr_cache", "prov", "benches", "fi_tests"] {
+        assert!(!deps(krate).contains("rdma-core-sys"), "{krate} depends on rdma-core-sys");
+    }
+    let engine = deps("rdm");
+    for io in ["libc", "nix", "socket2", "libfabric-sys"] {
+        assert!(!engine.contains(io), "rdm depends on {io}");
+    }
+}
+
+/// Every `.rs` file under `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(sources(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Lines that use `unsafe` (not comments).
+fn unsafe_lines(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//") && l.contains("unsafe") && !l.contains("unsafe_code"))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+#[test]
+fn unsafe_in_the_engine_crate_is_only_the_seams_memory_contract() {
+    let lib = std::fs::read_to_string(root().join("rdm/src/lib.rs")).unwrap();
+    assert!(lib.contains("#![deny(unsafe_code)]"));
+    let rndv = std::fs::read_to_string(root().join("rndv/src/lib.rs")).unwrap();
+    assert!(rndv.contains("#![forbid(unsafe_code)]"));
+    let seam = root().join("rdm/src/device/mod.rs");
+    for f in sources(&root().join("rdm/src")) {
+        let lines = unsafe_lines(&f);
+        if f == seam {
+            assert_eq!(lines.len(), 2, "the seam's unsafe: LocalBuf::new and TxDatagram::to_vec only: {lines:?}");
+        } else {
+            assert!(lines.is_empty(), "{} uses unsafe: {lines:?}", f.display());
+        }
+    }
+}
