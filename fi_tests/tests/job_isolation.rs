@@ -161,3 +161,192 @@ fn endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory() {
         println!("{domain}: job 2 dropped {dropped} packets of job 1");
     }
 }
+
+// ---------------------------------------------------------------------------
+// `FI_RDMX_JOB_KEY` on the default device (`auto`), across two simulated hosts
+// (UDP) and within one host (shared memory), each endpoint in its own process
+// as an MPI job's would be.
+//
+// A receiver of job 7 runs on host 0. A sender of job 8 sends it
+// `SENDS` messages and gives up after `OTHER_JOB_WAIT`: nothing may complete.
+// Then a sender of job 7 sends it `SENDS` messages: all must complete and
+// arrive intact. That second sender is the positive control: its datagrams
+// reach the receiver after every datagram of job 8 (the job-8 process exited
+// first, on a lossless path), so when the receiver has all of job 7's
+// messages it has seen all of job 8's datagrams, with no sleep. The receiver
+// must have dropped exactly as many packets as the job-8 sender sent
+// (`dropped_job_key` = `packets_sent`, both from `FI_RDMX_STATS`), and
+// delivered exactly job 7's messages.
+
+const SENDS: usize = 5;
+const OTHER_JOB_WAIT: Duration = Duration::from_millis(1500);
+const ROLE: &str = "RDMX_ISOLATION_ROLE";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+fn message(i: usize) -> [u8; 16] {
+    let mut m = *b"job-7 message 0\n";
+    m[14] = b'0' + i as u8;
+    m
+}
+
+/// The receiver's process: prints its address, receives job 7's `SENDS`
+/// messages (checking each), keeps progressing until told to close on stdin,
+/// then closes (its counters go to stderr) and prints what it received.
+fn receiver() {
+    let s = Stack::open(None, fi::FI_AV_MAP);
+    // (libtest has written "test <name> ... " without a newline before this.)
+    println!("ADDR {}", hex(&s.name()));
+    let mut bufs = vec![[0u8; 16]; SENDS + 1];
+    for b in bufs.iter_mut() {
+        // SAFETY: a libfabric call on the endpoint just opened; the buffers outlive it (the stack is dropped first).
+        unsafe { assert_eq!(fi::fi_recv(s.ep, b.as_mut_ptr() as *mut _, 16, null_mut(), FI_ADDR_UNSPEC, b.as_mut_ptr() as *mut _), 0) };
+    }
+    let close = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = close.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        flag.store(true, std::sync::atomic::Ordering::Release);
+    });
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !close.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < deadline {
+        match s.poll_cq(Duration::from_millis(1)) {
+            Some(Ok(c)) => {
+                let i = bufs.iter().position(|b| b.as_ptr() as *mut std::ffi::c_void == c.op_context).unwrap();
+                got.push(bufs[i]);
+                println!("RECEIVED {}", got.len());
+            }
+            Some(Err(e)) => panic!("receiver: error completion {}", e.err),
+            None => {}
+        }
+    }
+    let all = got.len();
+    let intact = (0..SENDS).all(|i| got.get(i) == Some(&message(i)));
+    drop(s);
+    println!("DONE received {all} intact {intact}");
+}
+
+/// A sender's process: sends `SENDS` messages to the address in argv, counts
+/// the completions within `wait`, closes, prints the count.
+fn sender(peer: &str, wait: Duration) {
+    let s = Stack::open(None, fi::FI_AV_MAP);
+    let to = s.insert(&unhex(peer));
+    let msgs: Vec<[u8; 16]> = (0..SENDS).map(message).collect();
+    for m in &msgs {
+        // SAFETY: a libfabric call on the endpoint just opened; `msgs` outlives it (the stack is dropped first).
+        unsafe { assert_eq!(fi::fi_send(s.ep, m.as_ptr() as *const _, 16, null_mut(), to, null_mut()), 0) };
+    }
+    let (mut ok, deadline) = (0, Instant::now() + wait);
+    while ok < SENDS && Instant::now() < deadline {
+        match s.poll_cq(Duration::from_millis(5)) {
+            Some(Ok(_)) => ok += 1,
+            Some(Err(e)) => panic!("sender: error completion {}", e.err),
+            None => {}
+        }
+    }
+    drop(s);
+    println!("COMPLETED {ok}");
+}
+
+/// In a role's child process: runs the role and returns true.
+fn run_role() -> bool {
+    let Ok(role) = std::env::var(ROLE) else { return false };
+    init();
+    let arg = std::env::var("RDMX_ISOLATION_PEER").unwrap_or_default();
+    match role.as_str() {
+        "receiver" => receiver(),
+        "sender" => sender(&arg, Duration::from_secs(30)),
+        "other-sender" => sender(&arg, OTHER_JOB_WAIT),
+        other => panic!("unknown role {other}"),
+    }
+    true
+}
+
+/// A child process of this test binary running `role` (test `name`) on host
+/// `host` with job key `key`, counters on, no other rdmx variable.
+fn spawn_role(hosts: &fi_tests::hosts::Hosts, host: usize, name: &str, role: &str, key: u64, peer: &str) -> std::process::Child {
+    let mut words = hosts.run_on(host);
+    words.push(std::env::current_exe().unwrap().display().to_string());
+    words.extend(["--exact", name, "--nocapture", "--test-threads=1"].map(String::from));
+    let mut c = std::process::Command::new(&words[0]);
+    c.args(&words[1..]);
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+        c.env_remove(k);
+    }
+    c.envs(child_env())
+        .env(ROLE, role)
+        .env("RDMX_ISOLATION_PEER", peer)
+        .env("FI_RDMX_JOB_KEY", key.to_string())
+        .env("FI_RDMX_STATS", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    c.spawn().expect("spawn a role")
+}
+
+/// A counter from a process's `FI_RDMX_STATS` lines (one endpoint per process).
+fn stat(stderr: &str, name: &str) -> u64 {
+    stderr.lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} in:\n{stderr}")).trim().parse().unwrap()
+}
+
+fn finished(child: std::process::Child, what: &str) -> (String, String) {
+    let o = fi_tests::procs::wait_output(child, Duration::from_secs(90));
+    let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+    assert!(o.status.success(), "{what} failed ({}):\n{out}\n{err}", o.status);
+    (out, err)
+}
+
+/// Job 8's sender on host `other_host` against job 7's receiver on host 0,
+/// then job 7's sender there (see above).
+fn isolate_by_job_key(name: &str, prefix: &str, net: u8, other_host: usize) {
+    let Some(hosts) = fi_tests::hosts::Hosts::create(prefix, net, other_host + 1, 0) else { return };
+    use std::io::{BufRead, Write};
+    let mut rx = spawn_role(&hosts, 0, name, "receiver", 7, "");
+    let mut lines = std::io::BufReader::new(rx.stdout.take().unwrap()).lines();
+    let addr = lines.by_ref().map_while(Result::ok).find_map(|l| l.split_once("ADDR ").map(|(_, a)| a.trim().to_owned())).expect("the receiver's address");
+    let (out8, err8) = finished(spawn_role(&hosts, other_host, name, "other-sender", 8, &addr), "job 8's sender");
+    assert!(out8.contains("COMPLETED 0"), "a send of job 8 completed at job 7:\n{out8}");
+    let sent8 = stat(&err8, "packets_sent");
+    assert!(sent8 > 0, "job 8 sent nothing: the check would prove nothing");
+    let (out7, _) = finished(spawn_role(&hosts, other_host, name, "sender", 7, &addr), "job 7's sender");
+    assert!(out7.contains(&format!("COMPLETED {SENDS}")), "job 7's own sends did not all complete:\n{out7}");
+    // The positive control: every message of job 7 arrived, so every datagram
+    // of job 8 (sent earlier, on a lossless path) did too.
+    let n = lines.by_ref().map_while(Result::ok).find(|l| l == &format!("RECEIVED {SENDS}"));
+    assert!(n.is_some(), "the receiver never got job 7's {SENDS} messages");
+    rx.stdin.as_mut().unwrap().write_all(b"close\n").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let o = fi_tests::procs::wait_output(rx, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "the receiver failed:\n{rest:?}\n{err}");
+    assert!(rest.iter().any(|l| l == &format!("DONE received {SENDS} intact true")), "job 7's data, exactly and intact: {rest:?}");
+    assert_eq!(stat(&err, "dropped_job_key"), sent8, "job 7 dropped exactly the packets job 8 sent it");
+    assert_eq!(stat(&err, "messages_delivered"), SENDS as u64, "job 7 delivered job 7's messages only");
+    println!("{name}: job 8 sent {sent8} packets, job 7 dropped all {sent8}; job 7's {SENDS} messages arrived intact");
+}
+
+/// Across two hosts: `auto` reaches the other host over UDP.
+#[test]
+fn job_keys_isolate_jobs_across_two_hosts() {
+    if run_role() {
+        return;
+    }
+    isolate_by_job_key("job_keys_isolate_jobs_across_two_hosts", "rdmxjk2", 196, 1);
+}
+
+/// On one host: `auto` reaches the other process through shared memory.
+#[test]
+fn job_keys_isolate_jobs_on_one_host_over_shared_memory() {
+    if run_role() {
+        return;
+    }
+    isolate_by_job_key("job_keys_isolate_jobs_on_one_host_over_shared_memory", "rdmxjk1", 195, 0);
+}
