@@ -40,6 +40,8 @@ pub mod devices;
 pub mod domain;
 pub mod entry;
 pub mod ep;
+pub mod ep_msg;
+pub mod ep_rma;
 pub mod ep_stats;
 pub mod eq;
 pub mod eq_queue;

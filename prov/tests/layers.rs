@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
     ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices"]),
     ("runtime", &["process_memory", "core", "completions", "ep_stats", "stats_json"]),
-    ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "mr", "poll", "wait"]),
+    ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "ep_msg", "ep_rma", "mr", "poll", "wait"]),
 ];
 
 /// Object-to-parent links (child, parent): the only edges a circle may use.
@@ -35,6 +35,9 @@ const PARENT_LINKS: &[(&str, &str)] = &[
     ("cq", "domain"),
     ("cntr", "domain"),
     ("ep", "domain"),
+    // The endpoint object names its operation tables; they take the object.
+    ("ep", "ep_msg"),
+    ("ep", "ep_rma"),
     ("mr", "domain"),
     ("poll", "domain"),
 ];
