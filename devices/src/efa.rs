@@ -123,7 +123,7 @@
 //! comes).
 #![allow(unsafe_code)]
 
-use crate::verbs::{last_err, mr_keys, qkey_for, query_port, ret_err, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots, BounceSlots};
+use crate::ib::{last_err, mr_keys, nonblocking_channel, qkey_for, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
@@ -709,15 +709,6 @@ pub struct EfaStats {
     pub last_read_status: u32,
 }
 
-/// Why no address handle could be had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AhError {
-    Unreachable,
-    /// No room now (every AH of the domain in use, or the device out of
-    /// them): try later.
-    Busy,
-}
-
 /// Where one datagram of a batch goes: its AH (one use taken), QPN, GID.
 struct ResolvedDst {
     ah: *mut ib::ibv_ah,
@@ -822,7 +813,7 @@ impl EfaDevice {
         // From here on, Drop releases whatever was created.
         // A completion channel where the device can notify (newer EFA
         // kernels); without one the endpoint polls.
-        dev.channel = crate::verbs::nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
+        dev.channel = nonblocking_channel(dev.ctx.ctx).unwrap_or(ptr::null_mut());
         dev.create_cqs()?;
         dev.create_qp()?;
         dev.bring_up()?;

@@ -26,6 +26,7 @@ pub mod composite;
 pub mod efa;
 pub mod fault;
 pub mod host;
+pub mod ib;
 pub mod iface;
 pub mod shm;
 pub mod udp;

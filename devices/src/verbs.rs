@@ -106,11 +106,12 @@
 
 use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
 use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
+use crate::ib::{last_err, nonblocking_channel, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
+/// Memory keys, access bits and Q_Keys, as the verbs device builds them (shared with EFA: [`crate::ib`]).
+pub use crate::ib::{ibv_access, mr_key, mr_keys, qkey_for, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND, FI_WRITE};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::ffi::CStr;
-use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 use std::ptr;
@@ -164,58 +165,10 @@ const RC_CQ_DEPTH: u32 = 4096;
 const RC_TIMEOUT: u8 = 14;
 const RC_RETRY: u8 = 7;
 
-// libfabric access bits, the values of <rdma/fabric.h> (rdm does not link
-// libfabric): what `Registrar::register`'s `access` means here.
-pub const FI_READ: u64 = 1 << 8;
-pub const FI_WRITE: u64 = 1 << 9;
-pub const FI_RECV: u64 = 1 << 10;
-pub const FI_SEND: u64 = 1 << 11;
-pub const FI_REMOTE_READ: u64 = 1 << 12;
-pub const FI_REMOTE_WRITE: u64 = 1 << 13;
 
-/// The verbs access flags for libfabric `access` bits. Local write (needed
-/// by remote write, and by memory the NIC writes into: a read's target, a
-/// receive buffer) is added where asked for; 0 means local write + remote
-/// read. Memory registered for sending (`FI_SEND`) may also be read
-/// remotely: a rendezvous receiver reads the announced buffer through its
-/// key by RDMA read (EFA's provider registers for remote read likewise
-/// where the device reads).
-pub fn ibv_access(access: u64) -> u32 {
-    let lw = ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
-    let rr = ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0;
-    let rw = ib::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
-    if access == 0 {
-        return lw | rr;
-    }
-    let mut f = 0;
-    if access & (FI_READ | FI_RECV) != 0 {
-        f |= lw;
-    }
-    if access & (FI_REMOTE_READ | FI_SEND) != 0 {
-        f |= rr;
-    }
-    if access & FI_REMOTE_WRITE != 0 {
-        f |= rw | lw;
-    }
-    f
-}
 
-/// The key a registration returns: rkey in the high half, lkey in the low.
-pub fn mr_key(lkey: u32, rkey: u32) -> u64 {
-    (rkey as u64) << 32 | lkey as u64
-}
 
-/// `(lkey, rkey)` of a key from [`mr_key`] (what the registrar returned).
-pub fn mr_keys(key: u64) -> (u32, u32) {
-    (key as u32, (key >> 32) as u32)
-}
 
-/// The Q_Key of a job: 31 bits (values with the high bit set are
-/// privileged), the same on every endpoint of the job.
-pub fn qkey_for(job_key: u64) -> u32 {
-    let x = (job_key ^ (job_key >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((x >> 32) as u32) & 0x7fff_ffff
-}
 
 /// A verbs UD address (see the module docs for the layout).
 pub fn ud_addr(gid: [u8; 16], qpn: u32, lid: u16) -> DevAddr {
@@ -305,18 +258,7 @@ fn posted_before(bad: *const ib::ibv_send_wr, wrs: &[ib::ibv_send_wr]) -> usize 
     }
 }
 
-pub(crate) fn last_err(op: &'static str) -> DeviceError {
-    DeviceError::io(op, io::Error::last_os_error())
-}
 
-/// Verbs calls return a positive errno (or -1 with errno set).
-pub(crate) fn ret_err(op: &'static str, rc: i32) -> DeviceError {
-    if rc > 0 {
-        DeviceError::io(op, io::Error::from_raw_os_error(rc))
-    } else {
-        last_err(op)
-    }
-}
 
 /// How to open a [`VerbsContext`].
 #[derive(Clone, Debug, Default)]
@@ -457,68 +399,11 @@ fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
     }
 }
 
-/// The device list, freed on drop (also the EFA device's discovery).
-pub(crate) struct DeviceList {
-    list: *mut *mut ib::ibv_device,
-    n: usize,
-}
 
-impl DeviceList {
-    pub(crate) fn get() -> DeviceList {
-        let mut n = 0;
-        // SAFETY: `n` is a valid out-pointer; a null list means no devices.
-        let list = unsafe { ib::ibv_get_device_list(&mut n) };
-        DeviceList { list, n: if list.is_null() { 0 } else { n.max(0) as usize } }
-    }
 
-    /// Devices in the list.
-    pub(crate) fn len(&self) -> usize {
-        self.n
-    }
 
-    pub(crate) fn device(&self, i: usize) -> *mut ib::ibv_device {
-        // SAFETY: i < n entries of the list ibv_get_device_list returned.
-        unsafe { *self.list.add(i) }
-    }
 
-    pub(crate) fn name(&self, i: usize) -> String {
-        // SAFETY: a device of the live list; the name is a NUL-terminated
-        // string owned by the device.
-        unsafe { CStr::from_ptr(ib::ibv_get_device_name(self.device(i))) }.to_string_lossy().into_owned()
-    }
-}
 
-impl Drop for DeviceList {
-    fn drop(&mut self) {
-        if !self.list.is_null() {
-            // SAFETY: the list from ibv_get_device_list, freed once; opened
-            // contexts stay valid after it.
-            unsafe { ib::ibv_free_device_list(self.list) };
-        }
-    }
-}
-
-/// An open device context, closed on drop unless taken.
-pub(crate) struct OpenDev(pub(crate) *mut ib::ibv_context);
-
-impl Drop for OpenDev {
-    fn drop(&mut self) {
-        if !self.0.is_null() {
-            // SAFETY: a context from ibv_open_device with nothing allocated on it.
-            unsafe { ib::ibv_close_device(self.0) };
-        }
-    }
-}
-
-pub(crate) fn query_port(ctx: *mut ib::ibv_context, port: u8) -> Option<ib::ibv_port_attr> {
-    let mut attr = ib::ibv_port_attr::default();
-    // SAFETY: verbs.h's `ibv_query_port` is a static inline that, without
-    // the extended op, calls the exported symbol with the full (zeroed)
-    // struct cast to the compat one, exactly as here; providers fill the
-    // full struct.
-    let rc = unsafe { ib::ibv_query_port(ctx, port, &mut attr as *mut ib::ibv_port_attr as *mut ib::_compat_ibv_port_attr) };
-    (rc == 0).then_some(attr)
-}
 
 fn gid_entries(ctx: *mut ib::ibv_context, dev: &str, port: u8, tbl_len: usize) -> Vec<GidEntry> {
     let mut out = Vec::new();
@@ -787,46 +672,9 @@ impl DeviceContext for VerbsContext {
     }
 }
 
-/// An `ibv_mr` pointer that may move between threads.
-pub(crate) struct MrPtr(*mut ib::ibv_mr);
-// SAFETY: an MR is a handle any thread may deregister (verbs are thread-safe).
-unsafe impl Send for MrPtr {}
 
-pub(crate) fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result<*mut ib::ibv_mr, DeviceError> {
-    // SAFETY: the caller names memory of this process; registering it only
-    // pins it (the NIC touches it only through requests naming its keys).
-    let mr = unsafe { ib::ibv_reg_mr(pd, addr.cast(), len, access as i32) };
-    if mr.is_null() {
-        Err(last_err("ibv_reg_mr"))
-    } else {
-        Ok(mr)
-    }
-}
 
-pub(crate) fn dereg_mr(mr: *mut ib::ibv_mr) {
-    if !mr.is_null() {
-        // SAFETY: an MR from ibv_reg_mr, deregistered once.
-        unsafe { ib::ibv_dereg_mr(mr) };
-    }
-}
 
-/// A context that owns a protection domain: what a [`PdRegistrar`]
-/// registers with and keeps alive (the verbs UD context, the EFA one).
-pub(crate) trait ProtectionDomain: Send + Sync + 'static {
-    fn pd(&self) -> *mut ib::ibv_pd;
-    /// Application memory is registered on demand (no pinning).
-    fn on_demand(&self) -> bool {
-        false
-    }
-    /// The verbs access bits this protection domain's device accepts for a
-    /// memory region: [`PdRegistrar::register`] drops every other bit that
-    /// [`ibv_access`] asks for. All bits by default (verbs UD takes them);
-    /// EFA takes local write, and remote read only with its RDMA-read cap
-    /// (`efa_alloc_mr` refuses any other bit with `EOPNOTSUPP`).
-    fn access_mask(&self) -> u32 {
-        u32::MAX
-    }
-}
 
 impl ProtectionDomain for Ctx {
     fn pd(&self) -> *mut ib::ibv_pd {
@@ -837,57 +685,9 @@ impl ProtectionDomain for Ctx {
     }
 }
 
-/// Registers memory with a context's protection domain (verbs UD, EFA):
-/// keys as [`mr_key`] builds them, access as [`ibv_access`] maps it, cut to
-/// what the device accepts ([`ProtectionDomain::access_mask`]).
-pub(crate) struct PdRegistrar<C: ProtectionDomain> {
-    ctx: Arc<C>,
-    mrs: FxHashMap<u64, MrPtr>,
-}
 
-impl<C: ProtectionDomain> PdRegistrar<C> {
-    pub(crate) fn new(ctx: Arc<C>) -> PdRegistrar<C> {
-        PdRegistrar { ctx, mrs: FxHashMap::default() }
-    }
-}
 
-impl<C: ProtectionDomain> Registrar for PdRegistrar<C> {
-    fn on_demand(&self) -> bool {
-        self.ctx.on_demand()
-    }
 
-    fn register(&mut self, addr: u64, len: u64, access: u64) -> Result<u64, DeviceError> {
-        // On demand (opted in, `VerbsConfig::odp`): the pages are neither
-        // pinned nor faulted in now; the NIC faults them in when it reads or
-        // writes them, and follows the mapping across an unmap and a new
-        // mapping at the same address.
-        let odp = if self.ctx.on_demand() { ib::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 } else { 0 };
-        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, (ibv_access(access) & self.ctx.access_mask()) | odp)?;
-        // SAFETY: a registered MR, readable until deregistered.
-        let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
-        let key = mr_key(lkey, rkey);
-        if let Some(old) = self.mrs.insert(key, MrPtr(mr)) {
-            // The device reused keys of an MR we still hold: impossible for
-            // a live MR, so the old one is gone; keep the map honest.
-            dereg_mr(old.0);
-        }
-        Ok(key)
-    }
-
-    fn deregister(&mut self, key: u64) {
-        if let Some(mr) = self.mrs.remove(&key) {
-            dereg_mr(mr.0);
-        }
-    }
-}
-
-impl<C: ProtectionDomain> Drop for PdRegistrar<C> {
-    fn drop(&mut self) {
-        for (_, mr) in self.mrs.drain() {
-            dereg_mr(mr.0);
-        }
-    }
-}
 
 // ---- the endpoint's queue pair ----
 
@@ -945,14 +745,6 @@ pub struct VerbsStats {
 
 type AhKey = ([u8; 16], u16);
 
-/// Why no address handle could be had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum AhError {
-    /// The device refused the destination itself (no route, bad GID).
-    Unreachable,
-    /// The device is out of address handles right now: try later.
-    Busy,
-}
 
 struct AhEntry {
     ah: *mut ib::ibv_ah,
@@ -971,151 +763,10 @@ struct Inflight {
     gathered: bool,
 }
 
-/// A queue pair's receive slots: one registered buffer cut into `count`
-/// slots of `slot_len` bytes, posted by slot number (the work request id),
-/// shared by the UD and EFA devices. Its registration is released by
-/// [`ReceiveSlots::deregister`], which the owning device calls in its Drop
-/// after destroying the queue pair and before its context can go.
-pub(crate) struct ReceiveSlots {
-    buf: Box<[u8]>,
-    mr: *mut ib::ibv_mr,
-    slot_len: usize,
-    wrs: Vec<ib::ibv_recv_wr>,
-    sges: Vec<ib::ibv_sge>,
-}
 
-impl ReceiveSlots {
-    /// `count` slots of `slot_len` bytes, registered for the NIC to write.
-    pub(crate) fn new(pd: *mut ib::ibv_pd, slot_len: usize, count: u32) -> Result<ReceiveSlots, DeviceError> {
-        let mut buf = vec![0u8; slot_len * count as usize].into_boxed_slice();
-        let mr = reg_mr(pd, buf.as_mut_ptr(), buf.len().max(1), ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0)?;
-        Ok(ReceiveSlots { buf, mr, slot_len, wrs: Vec::with_capacity(count as usize), sges: Vec::with_capacity(count as usize) })
-    }
 
-    pub(crate) fn slot_len(&self) -> usize {
-        self.slot_len
-    }
 
-    /// The first `len` bytes of slot `slot` (`len` at most `slot_len`).
-    pub(crate) fn bytes(&self, slot: usize, len: usize) -> &[u8] {
-        let off = slot * self.slot_len;
-        &self.buf[off..off + len.min(self.slot_len)]
-    }
 
-    /// Posts slots `slots` on `qp` as one chain.
-    pub(crate) fn post(&mut self, qp: *mut ib::ibv_qp, slots: impl Iterator<Item = u32>) -> Result<(), DeviceError> {
-        self.wrs.clear();
-        self.sges.clear();
-        // SAFETY: the MR is live (deregistered only by `deregister`).
-        let lkey = unsafe { (*self.mr).lkey };
-        let base = self.buf.as_mut_ptr() as u64;
-        for s in slots {
-            self.sges.push(ib::ibv_sge { addr: base + s as u64 * self.slot_len as u64, length: self.slot_len as u32, lkey });
-            self.wrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
-        }
-        if self.wrs.is_empty() {
-            return Ok(());
-        }
-        // Link after every push: the vectors no longer move.
-        let n = self.wrs.len();
-        for i in 0..n {
-            self.wrs[i].sg_list = &mut self.sges[i];
-            if i + 1 < n {
-                let next: *mut ib::ibv_recv_wr = &mut self.wrs[i + 1];
-                self.wrs[i].next = next;
-            }
-        }
-        let mut bad = ptr::null_mut();
-        // SAFETY: a chain of valid WRs whose SGEs name slots of the
-        // registered buffer, which lives as long as the QP (its owner
-        // destroys the QP before `deregister`).
-        let rc = unsafe { ib::ibv_post_recv(qp, self.wrs.as_mut_ptr(), &mut bad) };
-        if rc != 0 {
-            return Err(ret_err("ibv_post_recv", rc));
-        }
-        Ok(())
-    }
-
-    /// Releases the registration (once; later calls do nothing).
-    pub(crate) fn deregister(&mut self) {
-        dereg_mr(std::mem::replace(&mut self.mr, ptr::null_mut()));
-    }
-}
-
-/// Registered slots a send copies its bytes into (UD and EFA devices): the
-/// slot is the send's until its completion gives it back, so the caller's
-/// buffer is free as soon as the post returns. One slot per send queue
-/// entry, so a send with room in the queue always finds one. Released by
-/// [`BounceSlots::deregister`] in the owning device's Drop.
-pub(crate) struct BounceSlots {
-    buf: Box<[u8]>,
-    mr: *mut ib::ibv_mr,
-    slot_len: usize,
-    free: Vec<u32>,
-}
-
-impl BounceSlots {
-    pub(crate) fn new(pd: *mut ib::ibv_pd, slot_len: usize, count: u32) -> Result<BounceSlots, DeviceError> {
-        let mut buf = vec![0u8; slot_len * count as usize].into_boxed_slice();
-        let mr = reg_mr(pd, buf.as_mut_ptr(), buf.len().max(1), 0)?;
-        Ok(BounceSlots { buf, mr, slot_len, free: (0..count).rev().collect() })
-    }
-
-    /// Slots free now.
-    pub(crate) fn available(&self) -> usize {
-        self.free.len()
-    }
-
-    /// Copies `parts`, one after another (at most `slot_len` bytes in all),
-    /// into a free slot: the slot and the SGE naming its bytes; `None` when
-    /// every slot is taken.
-    pub(crate) fn copy_in(&mut self, parts: &[&[u8]]) -> Option<(u32, ib::ibv_sge)> {
-        let slot = self.free.pop()?;
-        let off = slot as usize * self.slot_len;
-        let mut len = 0;
-        for p in parts {
-            self.buf[off + len..off + len + p.len()].copy_from_slice(p);
-            len += p.len();
-        }
-        // SAFETY: the MR is live (deregistered only by `deregister`).
-        let lkey = unsafe { (*self.mr).lkey };
-        Some((slot, ib::ibv_sge { addr: self.buf[off..].as_ptr() as u64, length: len as u32, lkey }))
-    }
-
-    /// A slot's send completed (or was never posted).
-    pub(crate) fn give_back(&mut self, slot: u32) {
-        self.free.push(slot);
-    }
-
-    /// Releases the registration (once; later calls do nothing).
-    pub(crate) fn deregister(&mut self) {
-        dereg_mr(std::mem::replace(&mut self.mr, ptr::null_mut()));
-    }
-}
-
-/// A completion channel whose fd does not block (`ibv_get_cq_event` then
-/// returns at once when no event is waiting).
-pub(crate) fn nonblocking_channel(ctx: *mut ib::ibv_context) -> Result<*mut ib::ibv_comp_channel, DeviceError> {
-    // SAFETY: an open context.
-    let channel = unsafe { ib::ibv_create_comp_channel(ctx) };
-    if channel.is_null() {
-        return Err(last_err("ibv_create_comp_channel"));
-    }
-    // SAFETY: the channel is live; its fd is a plain fd we may set flags on.
-    let fd = unsafe { (*channel).fd };
-    // SAFETY: fcntl on an fd we own.
-    let rc = unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK)
-    };
-    if rc < 0 {
-        let e = last_err("fcntl(O_NONBLOCK)");
-        // SAFETY: the channel just made, with no CQ on it.
-        unsafe { ib::ibv_destroy_comp_channel(channel) };
-        return Err(e);
-    }
-    Ok(channel)
-}
 
 /// One endpoint's UD queue pair (see the module docs).
 pub struct VerbsDevice {
