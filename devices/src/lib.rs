@@ -17,11 +17,15 @@
 //!   (`FI_RDMX_FAULT_*`).
 //! * [`iface`], [`host`]: which interface and address UDP and verbs bind, and
 //!   this host's identity (which peers shared memory can reach).
+//! * [`addr`]: the endpoint address, one slot per device, and which device
+//!   reaches which peer.
+//! * [`ib`]: what verbs and EFA share of rdma-core.
 //!
 //! This crate and `prov` are the only ones with system calls, `unsafe` and
 //! rdma-core; every `unsafe` block says why it is sound (`// SAFETY:`).
 #![deny(unsafe_code)]
 
+pub mod addr;
 pub mod composite;
 pub mod efa;
 pub mod fault;

@@ -270,15 +270,7 @@ impl EpState {
 
 /// An insertable rdmx address for a sender known only by its device address.
 fn sender_addr(dev: DevAddr) -> [u8; crate::addr::ADDR_LEN] {
-    let a = match dev {
-        DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY },
-        DevAddr::Shm(s) => RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY },
-        DevAddr::Raw(_) => RdmxAddr { ud: crate::addr::UdAddr::from_dev_addr(&dev), ..RdmxAddr::EMPTY },
-        // The simulator's addresses exist only in test builds of rdm.
-        #[allow(unreachable_patterns)]
-        _ => RdmxAddr::EMPTY,
-    };
-    a.encode()
+    RdmxAddr::of_sender(dev).encode()
 }
 
 fn recv_flags(kind: MsgKind, data: Option<u64>) -> u64 {

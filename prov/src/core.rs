@@ -29,7 +29,7 @@ use mr_cache::KeyTable;
 use parking_lot::Mutex;
 use rdm::device::{DeviceContext, OpenSpec};
 use rdm::engine::PeerId;
-use rdm::{DevAddr, Device};
+use rdm::Device;
 use rndv::{Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -131,15 +131,8 @@ fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dy
     let incarnation = random_u64();
     let job_key = profile.auth_key.map(|(k, _)| k).unwrap_or(params().job_key);
     let dev = devices.open(&OpenSpec { bind: src.udp, incarnation, job_key })?;
-    let addrs = dev.local_addrs();
-    let udp = addrs.iter().find_map(|a| match a {
-        DevAddr::Udp(sa) => Some(*sa),
-        _ => None,
-    });
-    let has_shm = addrs.iter().any(|a| matches!(a, DevAddr::Shm(_)));
-    let ud = addrs.iter().find_map(crate::addr::UdAddr::from_dev_addr);
-    let host_id = ::devices::host::host_id();
-    Ok((dev, RdmxAddr { udp, host_id, incarnation, pid: std::process::id(), has_shm, ud }))
+    let local = RdmxAddr::of_local(&dev.local_addrs(), incarnation);
+    Ok((dev, local))
 }
 
 /// The progress thread's loop: while the application does not call in, sleep on

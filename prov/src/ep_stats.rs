@@ -8,7 +8,6 @@ use crate::core::EpState;
 use crate::log::{fi_info, Subsys};
 use crate::params::params;
 use crate::stats_json::{DumpReason, Json};
-use rdm::DevAddr;
 
 impl EpState {
     /// Logs the endpoint's counters as it closes.
@@ -153,7 +152,7 @@ impl EpState {
         j.begin_array("peers");
         for p in r.ep.peer_stats() {
             j.begin_object_elem();
-            j.field_str("address", &dev_addr_string(&p.addr));
+            j.field_str("address", &crate::addr::dev_addr_text(&p.addr));
             j.begin_object("sent");
             j.msg_bytes("eager", p.sent_eager.messages, p.sent_eager.bytes);
             j.msg_bytes("rendezvous", p.sent_rendezvous.messages, p.sent_rendezvous.bytes);
@@ -174,19 +173,6 @@ impl EpState {
         }
         j.end();
         crate::stats_json::append_line(path, j.finish());
-    }
-}
-
-/// A peer's device address as text: `udp:<ip>:<port>`, `shm:<host>:<pid>:<ring>`,
-/// `ud:<gid>/qpn:<qpn>` (a verbs UD queue pair), `srd:<gid>/qpn:<qpn>` (EFA).
-fn dev_addr_string(a: &DevAddr) -> String {
-    match a {
-        DevAddr::Udp(sa) => format!("udp:{sa}"),
-        DevAddr::Shm(s) => format!("shm:{:x}:{}:{:x}", s.host_id, s.pid, s.ring_id),
-        other => match crate::addr::UdAddr::from_dev_addr(other) {
-            Some(ud) => ud.to_text(),
-            None => format!("{other:?}"),
-        },
     }
 }
 
