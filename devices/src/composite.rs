@@ -18,7 +18,7 @@
 
 use crate::shm::ShmDevice;
 use crate::udp::UdpDevice;
-use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
+use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
@@ -216,42 +216,6 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
-            (true, Some(s), _) => s.post_read(id, peer, runs),
-            (false, _, Some(n)) => n.post_read(id, peer, runs),
-            _ => Err(DeviceError::Unreachable(peer)),
-        }
-    }
-
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        self.shm.as_mut().and_then(|s| s.poll_read()).or_else(|| self.net.as_mut().and_then(|n| n.poll_read()))
-    }
-
-    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        self.net.as_mut().and_then(|n| n.poll_control())
-    }
-
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        if !Self::is_shm(&from) {
-            if let Some(n) = self.net.as_mut() {
-                n.handle_control(from, bytes);
-            }
-        }
-    }
-
-    fn peer_failed(&mut self, peer: DevAddr) {
-        if !Self::is_shm(&peer) {
-            if let Some(n) = self.net.as_mut() {
-                n.peer_failed(peer);
-            }
-        }
-    }
-
-    fn read_conn_stats(&self) -> ReadConnStats {
-        self.net.as_ref().map(|n| n.read_conn_stats()).unwrap_or_default()
-    }
-
     fn wait_fd(&self) -> Option<RawFd> {
         if let Some(ep) = &self.epoll {
             return Some(ep.0.as_raw_fd());
@@ -284,6 +248,57 @@ impl<N: Device> Device for AutoDevice<N> {
         let s = self.shm.as_ref().map_or(0, |s| s.max_transmit());
         let n = self.net.as_ref().map_or(0, |n| n.max_transmit());
         s.max(n)
+    }
+
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+/// Reads go to the half that reaches the peer: shm for peers on this host,
+/// the network device for the rest; a half that cannot read answers
+/// `Unsupported` (the sender then pushes).
+impl<N: Device> RemoteReads for AutoDevice<N> {
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let half: Option<&mut dyn RemoteReads> = match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
+            (true, Some(s), _) => s.remote_reads(),
+            (false, _, Some(n)) => n.remote_reads(),
+            _ => return Err(DeviceError::Unreachable(peer)),
+        };
+        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(id, peer, runs))
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        let shm = self.shm.as_mut().and_then(|s| s.remote_reads()).and_then(|r| r.poll_read());
+        shm.or_else(|| self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_read()))
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_control())
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        if !Self::is_shm(&from) {
+            if let Some(r) = self.net.as_mut().and_then(|n| n.remote_reads()) {
+                r.handle_control(from, bytes);
+            }
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        if !Self::is_shm(&peer) {
+            if let Some(r) = self.net.as_mut().and_then(|n| n.remote_reads()) {
+                r.peer_failed(peer);
+            }
+        }
+    }
+
+    fn read_conn_stats(&self) -> ReadConnStats {
+        self.net.as_ref().and_then(|n| n.remote_reads_ref()).map(|r| r.read_conn_stats()).unwrap_or_default()
     }
 }
 
@@ -434,43 +449,6 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
         Ok(n)
     }
 
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        if self.preferred.owns(&peer) {
-            self.preferred.post_read(id, peer, runs)
-        } else {
-            self.fallback.post_read(id, peer, runs)
-        }
-    }
-
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        self.preferred.poll_read().or_else(|| self.fallback.poll_read())
-    }
-
-    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        self.preferred.poll_control().or_else(|| self.fallback.poll_control())
-    }
-
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        if self.preferred.owns(&from) {
-            self.preferred.handle_control(from, bytes)
-        } else {
-            self.fallback.handle_control(from, bytes)
-        }
-    }
-
-    fn peer_failed(&mut self, peer: DevAddr) {
-        if self.preferred.owns(&peer) {
-            self.preferred.peer_failed(peer)
-        } else {
-            self.fallback.peer_failed(peer)
-        }
-    }
-
-    /// The preferred device's (the fallback, UDP, reads nothing).
-    fn read_conn_stats(&self) -> ReadConnStats {
-        self.preferred.read_conn_stats()
-    }
-
     /// The preferred device's (registered memory on verbs, so its sends need
     /// no bounce copy; the fallback sends from any memory).
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
@@ -501,5 +479,50 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
 
     fn max_transmit(&self) -> usize {
         self.preferred.max_transmit().max(self.fallback.max_transmit())
+    }
+
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+/// Reads go to the half that owns the peer's address.
+impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let half = if self.preferred.owns(&peer) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
+        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(id, peer, runs))
+    }
+
+    fn poll_read(&mut self) -> Option<ReadDone> {
+        let first = self.preferred.remote_reads().and_then(|r| r.poll_read());
+        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_read()))
+    }
+
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        let first = self.preferred.remote_reads().and_then(|r| r.poll_control());
+        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_control()))
+    }
+
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        let half = if self.preferred.owns(&from) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
+        if let Some(r) = half {
+            r.handle_control(from, bytes)
+        }
+    }
+
+    fn peer_failed(&mut self, peer: DevAddr) {
+        let half = if self.preferred.owns(&peer) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
+        if let Some(r) = half {
+            r.peer_failed(peer)
+        }
+    }
+
+    /// The preferred device's (the fallback, UDP, reads nothing).
+    fn read_conn_stats(&self) -> ReadConnStats {
+        self.preferred.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default()
     }
 }

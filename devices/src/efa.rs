@@ -124,7 +124,7 @@
 #![allow(unsafe_code)]
 
 use crate::ib::{last_err, mr_keys, nonblocking_channel, qkey_for, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
-use rdm::device::{DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -1518,6 +1518,16 @@ impl Device for EfaDevice {
         self.unreachable.pop_front()
     }
 
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+impl RemoteReads for EfaDevice {
     /// RDMA read on the SRD queue pair itself: one request per piece of at
     /// most `max_rdma_size`, all posted in one session.
     fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {

@@ -22,7 +22,7 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, TxDatagram};
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, RemoteReads, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 pub use rdm::rng::Rng;
@@ -327,28 +327,13 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.owns(addr)
     }
 
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        self.inner.post_read(id, peer, runs)
+    /// The inner device's reads, untouched: faults apply to datagrams only.
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        self.inner.remote_reads()
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        self.inner.poll_read()
-    }
-
-    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        self.inner.poll_control()
-    }
-
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        self.inner.handle_control(from, bytes)
-    }
-
-    fn peer_failed(&mut self, peer: DevAddr) {
-        self.inner.peer_failed(peer)
-    }
-
-    fn read_conn_stats(&self) -> ReadConnStats {
-        self.inner.read_conn_stats()
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        self.inner.remote_reads_ref()
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {

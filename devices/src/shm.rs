@@ -53,7 +53,7 @@
 #![allow(unsafe_code)]
 
 pub use crate::host::host_id;
-use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
+use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -1225,6 +1225,20 @@ impl Device for ShmDevice {
         matches!(addr, DevAddr::Shm(_))
     }
 
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.fifo_rx.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+impl RemoteReads for ShmDevice {
     /// Reads at once with `process_vm_readv` (no key: it reads any address of
     /// a same-host process the ptrace policy lets us read), and only from an
     /// endpoint that stayed open through the copy (see the module docs).
@@ -1268,10 +1282,6 @@ impl Device for ShmDevice {
 
     fn poll_read(&mut self) -> Option<ReadDone> {
         self.reads_done.pop_front()
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        self.fifo_rx.as_ref().map(|f| f.as_raw_fd())
     }
 }
 

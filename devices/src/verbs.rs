@@ -105,7 +105,7 @@
 #![allow(unsafe_code)]
 
 use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
-use rdm::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
+use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
 use crate::ib::{last_err, nonblocking_channel, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
 /// Memory keys, access bits and Q_Keys, as the verbs device builds them (shared with EFA: [`crate::ib`]).
 pub use crate::ib::{ibv_access, mr_key, mr_keys, qkey_for, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND, FI_WRITE};
@@ -1711,6 +1711,16 @@ impl Device for VerbsDevice {
         self.unreachable.pop_front()
     }
 
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+impl RemoteReads for VerbsDevice {
     /// An RDMA read through the peer's RC connection, one request per piece
     /// of at most the port's `max_msg_sz`, all posted at once. No
     /// connection yet (it is being made), or no room: `NotConnected`, and

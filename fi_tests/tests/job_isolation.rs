@@ -203,7 +203,7 @@ fn receiver() {
     let s = Stack::open(None, fi::FI_AV_MAP);
     // (libtest has written "test <name> ... " without a newline before this.)
     println!("ADDR {}", hex(&s.name()));
-    let mut bufs = vec![[0u8; 16]; SENDS + 1];
+    let mut bufs = [[0u8; 16]; SENDS + 1];
     for b in bufs.iter_mut() {
         // SAFETY: a libfabric call on the endpoint just opened; the buffers outlive it (the stack is dropped first).
         unsafe { assert_eq!(fi::fi_recv(s.ep, b.as_mut_ptr() as *mut _, 16, null_mut(), FI_ADDR_UNSPEC, b.as_mut_ptr() as *mut _), 0) };

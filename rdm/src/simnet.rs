@@ -13,7 +13,7 @@
 #![forbid(unsafe_code)]
 
 use crate::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
-use crate::device::{ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use crate::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use crate::sim::{Link, Wire};
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -419,6 +419,28 @@ impl Device for SimDevice {
         Ok(got.len())
     }
 
+    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
+        let bufs: Vec<Box<[u8]>> = (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect();
+        let mut n = self.net.lock();
+        let port = &mut n.ports[self.me as usize];
+        port.lent.extend(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())));
+        bufs
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        Some(self)
+    }
+
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        Some(self)
+    }
+}
+
+impl RemoteReads for SimDevice {
     /// Queued for the harness, which serves it between steps (so it
     /// completes later, as an RDMA read does). On a path that needs keys,
     /// each run must carry the peer's key and a local one.
@@ -488,18 +510,6 @@ impl Device for SimDevice {
     fn read_conn_stats(&self) -> crate::device::ReadConnStats {
         let n = self.net.lock();
         n.ports[self.me as usize].conns.as_ref().map(|c| crate::device::ReadConnStats { conns: c.stats, open_active: c.active_len(), open_passive: c.passive_len(), queue_pairs: (c.active_len() + c.passive_len()) as u64, ..Default::default() }).unwrap_or_default()
-    }
-
-    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        let bufs: Vec<Box<[u8]>> = (0..count).map(|_| vec![0u8; len].into_boxed_slice()).collect();
-        let mut n = self.net.lock();
-        let port = &mut n.ports[self.me as usize];
-        port.lent.extend(bufs.iter().map(|b| (b.as_ptr() as usize, b.len())));
-        bufs
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        None
     }
 }
 

@@ -9,7 +9,7 @@
 //!   ([`Device::transmit_buffers`]), which the rdm engine writes each datagram
 //!   into once, and which go to the device as they are;
 //! * **remote reads**: the message engine's [`Action::RemoteRead`]s become
-//!   posted device reads ([`Device::post_read`]) into the posted receive
+//!   posted device reads ([`rdm::device::RemoteReads::post_read`]) into the posted receive
 //!   buffer, with the sender's keys and, on paths that need them, a local
 //!   registration of the destination; their completions come back later, or
 //!   at once on a device that reads synchronously (shm);
@@ -514,7 +514,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     }
 
     pub fn stats(&self) -> EndpointStats {
-        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes(), read_conns: self.device.read_conn_stats() }
+        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes(), read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default() }
     }
 
     /// A snapshot of every peer that carried reliable traffic (reads only:
@@ -676,13 +676,17 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // are taken in as failed: the peer is gone).
         while let Some(peer) = self.engine.poll_gone_peer() {
             let addr = self.engine.rdm().peer_addr(peer);
-            self.device.peer_failed(addr);
+            if let Some(r) = self.device.remote_reads() {
+                r.peer_failed(addr);
+            }
         }
         while let Some((peer, m)) = self.engine.poll_device_control() {
             let addr = self.engine.rdm().peer_addr(peer);
-            self.device.handle_control(addr, m.bytes());
+            if let Some(r) = self.device.remote_reads() {
+                r.handle_control(addr, m.bytes());
+            }
         }
-        while let Some((addr, m)) = self.device.poll_control() {
+        while let Some((addr, m)) = self.device.remote_reads().and_then(|r| r.poll_control()) {
             let peer = self.peer(addr);
             self.engine.send_device_control(t, peer, m.bytes());
         }
@@ -732,7 +736,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 runs.push(ReadRun { remote_addr: from, remote_key, local });
                 runs.len() < READ_RUNS_MAX
             });
-            let posted = if nameable { self.device.post_read(self.reads.vacant_key() as u64, addr, &self.runs) } else { Err(DeviceError::Unsupported) };
+            let read_id = self.reads.vacant_key() as u64;
+            let posted = match self.device.remote_reads() {
+                Some(r) if nameable => r.post_read(read_id, addr, &self.runs),
+                _ => Err(DeviceError::Unsupported),
+            };
             match posted {
                 Ok(()) => {
                     let key = self.reads.insert(ReadInFlight { local_regs: held });
@@ -763,7 +771,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Takes in device reads that finished.
     fn finish_reads(&mut self, t: Instant) {
-        while let Some(done) = self.device.poll_read() {
+        while let Some(done) = self.device.remote_reads().and_then(|r| r.poll_read()) {
             let key = done.id as usize;
             let Some(r) = self.reads.try_remove(key) else { continue };
             self.release_regs(&r.local_regs);

@@ -467,47 +467,16 @@ pub trait Device: Send {
         true
     }
 
-    /// Posts a read of the peer's memory into local memory: the runs in order,
-    /// each `run.local.len()` bytes. It completes later with one [`ReadDone`]
-    /// carrying `id` ([`Device::poll_read`]); a device that reads synchronously
-    /// (shm's `process_vm_readv`) completes before returning. An error here
-    /// means nothing was read and no completion follows: `Unsupported` says
-    /// this path cannot read (the sender then pushes the bytes).
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        let _ = (id, peer, runs);
-        Err(DeviceError::Unsupported)
-    }
-
-    /// A posted read that finished, if any.
-    fn poll_read(&mut self) -> Option<ReadDone> {
+    /// Reads of peers' memory, where this device offers them
+    /// ([`RemoteReads`]: shm's `process_vm_readv`, RDMA reads on verbs and
+    /// EFA). `None`: this path cannot read, the sender pushes the bytes.
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
         None
     }
 
-    /// Bytes the device must get to `peer` reliably and in order (the
-    /// handshake of a connection for remote reads, [`rc`]): the endpoint
-    /// sends them over its reliable stream and hands them to the peer's
-    /// device through [`Device::handle_control`]. Produced only inside
-    /// [`Device::post_read`], [`Device::handle_control`] and
-    /// [`Device::peer_failed`], so the endpoint drains after those.
-    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+    /// The same, for its counters.
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         None
-    }
-
-    /// Control bytes the device at `from` sent ([`Device::poll_control`]).
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        let _ = (from, bytes);
-    }
-
-    /// The endpoint gave up on `peer` (timeout, unreachable, restarted):
-    /// whatever the device holds for it goes (connections, pending reads,
-    /// which complete in error).
-    fn peer_failed(&mut self, peer: DevAddr) {
-        let _ = peer;
-    }
-
-    /// Counters of the connections for remote reads (`FI_RDMX_STATS`).
-    fn read_conn_stats(&self) -> ReadConnStats {
-        ReadConnStats::default()
     }
 
     /// Buffers for the endpoint to build outgoing datagrams in, each `len`
@@ -539,6 +508,50 @@ pub trait Device: Send {
     /// queue); `None` when there is none. Callers drain it after each receive.
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         None
+    }
+}
+
+/// What a device that reads peers' memory offers besides moving datagrams
+/// ([`Device::remote_reads`]): posting reads and reporting them done, and for
+/// a device whose reads need connections (verbs RC) the control bytes of their
+/// handshake, the news that a peer failed, and the connections' counters.
+pub trait RemoteReads {
+    /// Posts a read of the peer's memory into local memory: the runs in order,
+    /// each `run.local.len()` bytes. It completes later with one [`ReadDone`]
+    /// carrying `id` ([`RemoteReads::poll_read`]); a device that reads synchronously
+    /// (shm's `process_vm_readv`) completes before returning. An error here
+    /// means nothing was read and no completion follows: `Unsupported` says
+    /// this path cannot read (the sender then pushes the bytes).
+    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError>;
+
+    /// A posted read that finished, if any.
+    fn poll_read(&mut self) -> Option<ReadDone>;
+
+    /// Bytes the device must get to `peer` reliably and in order (the
+    /// handshake of a connection for remote reads, [`rc`]): the endpoint
+    /// sends them over its reliable stream and hands them to the peer's
+    /// device through [`RemoteReads::handle_control`]. Produced only inside
+    /// [`RemoteReads::post_read`], [`RemoteReads::handle_control`] and
+    /// [`RemoteReads::peer_failed`], so the endpoint drains after those.
+    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
+        None
+    }
+
+    /// Control bytes the device at `from` sent ([`RemoteReads::poll_control`]).
+    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+        let _ = (from, bytes);
+    }
+
+    /// The endpoint gave up on `peer` (timeout, unreachable, restarted):
+    /// whatever the device holds for it goes (connections, pending reads,
+    /// which complete in error).
+    fn peer_failed(&mut self, peer: DevAddr) {
+        let _ = peer;
+    }
+
+    /// Counters of the connections for remote reads (`FI_RDMX_STATS`).
+    fn read_conn_stats(&self) -> ReadConnStats {
+        ReadConnStats::default()
     }
 }
 
@@ -586,28 +599,12 @@ impl<D: Device + ?Sized> Device for Box<D> {
         (**self).owns(addr)
     }
 
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        (**self).post_read(id, peer, runs)
+    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
+        (**self).remote_reads()
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        (**self).poll_read()
-    }
-
-    fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        (**self).poll_control()
-    }
-
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        (**self).handle_control(from, bytes)
-    }
-
-    fn peer_failed(&mut self, peer: DevAddr) {
-        (**self).peer_failed(peer)
-    }
-
-    fn read_conn_stats(&self) -> ReadConnStats {
-        (**self).read_conn_stats()
+    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
+        (**self).remote_reads_ref()
     }
 
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
