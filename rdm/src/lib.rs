@@ -10,10 +10,11 @@
 //!   `poll_transmit`, `poll_timeout` and `poll_event`. No sockets, no clock, no
 //!   `unsafe`: this is what makes the simulator tests deterministic.
 //! * the **devices** ([`device`]): the only place with syscalls and `unsafe`. A
-//!   device moves datagrams (UDP socket, shared-memory ring, later verbs UD / EFA SRD)
-//!   and knows nothing about reliability.
+//!   device moves datagrams (UDP socket, shared-memory ring, verbs UD queue pair,
+//!   EFA SRD queue pair, `auto` combining them per peer) and knows nothing about
+//!   reliability.
 //!
-//! The provider glues the two: it drains `device.recv_batch` into
+//! `rndv::Endpoint` glues the two: it drains `device.recv_batch` into
 //! `engine.handle_datagram`, and `engine.poll_transmit` into `device.send_batch`.
 #![deny(unsafe_code)]
 

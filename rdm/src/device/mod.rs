@@ -1,9 +1,9 @@
 //! Datagram devices: the seam between the sans-IO engine and the operating system.
 //!
 //! A device moves whole datagrams between endpoints and knows nothing about
-//! reliability. Every device (UDP, shared memory, later verbs UD and EFA SRD, the
-//! fault-injecting decorator and the simulator) implements [`Device`] and passes the
-//! same conformance suite.
+//! reliability. Every device (UDP, shared memory, verbs UD, EFA SRD, `auto`'s
+//! composite, the fault-injecting decorator and the simulator) implements
+//! [`Device`] and passes the same conformance suite.
 //!
 //! Receive *lends* buffers: `recv_batch` hands each datagram to a callback as a
 //! borrowed slice that is valid only during the call, so a device can receive into
