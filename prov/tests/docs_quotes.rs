@@ -1,8 +1,9 @@
 //! Figures the docs quote from a measurement's raw output are copied, not
 //! retyped: a block introduced by `<!-- quoted from <path> -->` (a fenced
 //! block, or the lines up to the next blank one, such as a Markdown table)
-//! must consist of lines of that file, each exactly as it is there. The README and every Markdown file under `docs/` and
-//! `benches/` (results excluded) are checked.
+//! must consist of lines of that file, each exactly as it is there. The
+//! README and every Markdown file directly under `docs/` and `benches/` are
+//! checked.
 use std::path::{Path, PathBuf};
 
 const MARK: &str = "<!-- quoted from ";
