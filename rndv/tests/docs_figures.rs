@@ -7,7 +7,9 @@
 //!   100 ms / 500 ms);
 //! - `docs/ARCHITECTURE.md`'s header sizes are `rndv::HEADER_LEN` and
 //!   `rdm::engine::wire::HEADER_LEN`, and its acknowledgement delay is the
-//!   `completed_ack_delay` the endpoint sets with a progress thread.
+//!   `completed_ack_delay` the endpoint sets with a progress thread; the
+//!   header bytes a datagram endpoint's message carries (`docs/design.md`)
+//!   are the two together.
 use std::path::PathBuf;
 
 fn read(rel: &str) -> String {
@@ -58,7 +60,7 @@ fn ack_delay_micros(src: &str) -> u64 {
 }
 
 #[test]
-fn architecture_doc_states_the_codes_header_sizes_and_ack_delay() {
+fn docs_state_the_codes_header_sizes_and_ack_delay() {
     let doc = read("docs/ARCHITECTURE.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let msg = format!("prepends the {}-byte message header", rndv::HEADER_LEN);
     assert!(doc.contains(&msg), "docs/ARCHITECTURE.md should say \"{msg}\" (rndv::HEADER_LEN)");
@@ -66,4 +68,8 @@ fn architecture_doc_states_the_codes_header_sizes_and_ack_delay() {
     assert!(doc.contains(&rdm_hdr), "docs/ARCHITECTURE.md should say \"{rdm_hdr}\" (rdm::engine::wire::HEADER_LEN)");
     let delay = format!("waits up to {} µs for data going back", ack_delay_micros(&read("rndv/src/endpoint.rs")));
     assert!(doc.contains(&delay), "docs/ARCHITECTURE.md should say \"{delay}\" (rndv/src/endpoint.rs, completed_ack_delay)");
+    // A datagram endpoint's message carries both headers.
+    let design = read("docs/design.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let dgram = format!("minus rdmx's {} header bytes", rdm::engine::wire::HEADER_LEN + rndv::HEADER_LEN);
+    assert!(design.contains(&dgram), "docs/design.md should say \"{dgram}\" (rdm's and rndv's HEADER_LEN)");
 }
