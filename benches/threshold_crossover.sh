@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements behind two defaults in the README's parameter table, on the
+# The measurements behind two defaults (fi_rdmx(7); benches/HISTORY.md quotes them), on the
 # current build (build-out/lib), in one sitting with the settings alternating,
 # REPS runs each, medians with min-max:
 #  - FI_RDMX_RNDV_THRESHOLD (shm): fi_pingpong -d shm -m tagged at 8, 16, 32,

@@ -132,14 +132,14 @@ done <<<"$results"
 for name in "${!known[@]}"; do
   if ! grep -qxF "Fail	$name" <<<"$results"; then
     unexpected=1
-    echo "test-libfabric2: '$name' no longer fails as diagnosed: update the known list above and the README"
+    echo "test-libfabric2: '$name' no longer fails as diagnosed: update the known list above and docs/testing.md"
   fi
 done
 if ((npass == 0)); then unexpected=1; echo "test-libfabric2: no fabtest passed"; fi
-# The README states these counts; a run that counts otherwise fails until it is updated.
-if ! grep -qF "**pass $npass, notrun $nnotrun, fail $nfail**" README.md; then
+# docs/testing.md states these counts; a run that counts otherwise fails until it is updated.
+if ! grep -qF "**pass $npass, notrun $nnotrun, fail $nfail**" docs/testing.md; then
   unexpected=1
-  echo "test-libfabric2: README.md's fabtests line does not say **pass $npass, notrun $nnotrun, fail $nfail**: update it (and the notrun reasons beside it)"
+  echo "test-libfabric2: docs/testing.md's fabtests line does not say **pass $npass, notrun $nnotrun, fail $nfail**: update it (and the notrun reasons beside it)"
 fi
 if ((unexpected)); then
   fail fabtests "fabtests quick: pass $npass, notrun $nnotrun, fail $nfail (see above)"

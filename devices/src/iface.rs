@@ -6,7 +6,7 @@
 //! `/etc/hosts` maps the host name to `127.0.1.1`, and so do most containers, so a
 //! server that advertised it would hang every peer on another host.
 //!
-//! The order, documented in the README (`FI_RDMX_IFACE`), as libfabric's TCP
+//! The order, documented in fi_rdmx(7) (`FI_RDMX_IFACE`), as libfabric's TCP
 //! providers and OpenMPI's `btl tcp` do it:
 //!
 //! 1. the host name's address, if it is assigned to an interface that is up and

@@ -32,7 +32,7 @@
 //! * **Reads end with the sender's endpoint.** The copy names a process, not an
 //!   endpoint: a process outlives the endpoint it closed, and libfabric gives
 //!   the application its buffers back when `fi_close(ep)` returns (fi_endpoint(3),
-//!   2.2 and later). A rendezvous read ([`Device::post_read`]) therefore counts
+//!   2.2 and later). A rendezvous read ([`RemoteReads::post_read`]) therefore counts
 //!   only if the sender's ring was still open *after* the copy: the closing
 //!   device stores `closed` and fences before it returns, the reader fences
 //!   after its copy and then loads `closed` (see [`ShmDevice::sender_closed`]);
@@ -702,15 +702,17 @@ pub fn segment_name(addr: &ShmAddr) -> String {
 
 /// Whether process `pid` runs: it exists and is not a zombie (a SIGKILLed
 /// process stays in /proc until its parent reaps it, but will never drain its
-/// ring again).
+/// ring again). Used before a peer's ring is first mapped, and by
+/// [`Peer::alive`] where the kernel gave no pidfd for the peer.
 fn pid_alive(pid: u32) -> bool {
     use std::os::unix::ffi::OsStrExt;
     if pid == 0 {
         return false;
     }
-    // Checked on the send path (once a millisecond per peer): no allocation.
-    // The path is built on the stack (std opens short paths without
-    // allocating), and only the head of the file is read.
+    // Without a pidfd this runs on the send path (once a millisecond per
+    // peer), so it allocates nothing: the path is built on the stack (std
+    // opens short paths without allocating), and only the head of the file
+    // is read.
     let mut path = ExitPath::default();
     path.push(b"/proc/");
     path.dec(pid);
@@ -732,7 +734,8 @@ fn pid_exists(pid: u32) -> bool {
 }
 
 /// Calls of `poll_unreachable` between two liveness checks of the mapped peers
-/// (a stat of /proc/<pid>/stat each), and before every sleep.
+/// (one `poll` of each peer's pidfd, or a read of /proc/<pid>/stat where it has
+/// none); a sleep (`prepare_wait`) counts as 64 calls.
 const LIVENESS_EVERY: u32 = 4096;
 
 fn random_u64() -> u64 {
@@ -897,13 +900,13 @@ impl ShmDevice {
         &self.path
     }
 
-    /// Whether a remote read ([`Device::post_read`]) from `peer` works (same user, ptrace
+    /// Whether a remote read ([`RemoteReads::post_read`]) from `peer` works (same user, ptrace
     /// allowed): reads the magic of the peer's ring header out of its memory.
     /// Copies `dst.len()` bytes at `remote_addr` of the same-host process
     /// behind `peer` into `dst` (`process_vm_readv`); how many were read.
     /// The raw copy: it reads the process whether or not the endpoint
     /// `peer` names is still open. Reads of an application's announced
-    /// buffers go through [`Device::post_read`], which checks that.
+    /// buffers go through [`RemoteReads::post_read`], which checks that.
     pub fn remote_read(&mut self, peer: DevAddr, remote_addr: u64, dst: &mut [u8]) -> Result<usize, DeviceError> {
         let DevAddr::Shm(a) = peer else { return Err(DeviceError::Unreachable(peer)) };
         if !self.cma_ok {
@@ -1203,7 +1206,7 @@ impl Device for ShmDevice {
             self.seg.ring.arm();
         }
         // Before a sleep too, but not every time: a process that sleeps on
-        // every message would otherwise pay a stat per peer per message.
+        // every message would otherwise check every peer on every message.
         self.liveness_tick += LIVENESS_EVERY / 64;
         if self.liveness_tick >= LIVENESS_EVERY {
             self.liveness_tick = 0;

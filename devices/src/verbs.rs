@@ -91,7 +91,7 @@
 //! A rendezvous receiver reads the sender's registered memory by RDMA read
 //! on a reliable connected (RC) queue pair to that peer. Which peers have
 //! one, the handshake that connects it (carried by the endpoint over the
-//! reliable UD stream: [`Device::poll_control`] / [`Device::handle_control`])
+//! reliable UD stream: [`RemoteReads::poll_control`] / [`RemoteReads::handle_control`])
 //! and the LRU bound live in the sans-IO [`rdm::device::rc::ConnTable`]; this device
 //! is its queue factory (create + INIT with remote read access, RTR/RTS to
 //! the peer's QPN, PSN and GID; retire = to ERR, destroyed once its posted

@@ -1,4 +1,4 @@
-//! `FI_DELIVERY_COMPLETE` on shared memory (README, Features, "completion
+//! `FI_DELIVERY_COMPLETE` on shared memory (docs/design.md, "completion
 //! semantics"): a plain send of up to 64 KiB to a peer already heard from, with
 //! nothing earlier to it unacknowledged, is written into the peer's receive ring
 //! as DIRECT packets and completes then (`FI_TRANSMIT_COMPLETE`, no

@@ -4,8 +4,8 @@
 //! shm, and on another simulated host), its host's link goes down, or it never
 //! existed. Every pending send must complete (no hang), the failed ones with
 //! `FI_EHOSTUNREACH` and an error whose `fi_cq_strerror` names the peer, within
-//! the time the README's "Faults and how rdmx meets them" table states, plus
-//! about a second of slack for a loaded 2-core machine:
+//! the bounds the faults table of docs/reliability.md states (about a second
+//! more than the times measured here, as slack for a loaded 2-core machine):
 //! - a killed peer on this host over UDP, or on another host: "~0.5 s after the
 //!   kill" (the next keepalive, every 0.5 s while a send waits on the peer, or
 //!   data datagram draws ICMP) — at most 1.5 s here;
@@ -139,7 +139,7 @@ fn errno_of(line: &str) -> Option<u32> {
     line.split_whitespace().nth(3)?.parse().ok()
 }
 
-/// An error line as every fault must give it: `FI_EHOSTUNREACH` (README:
+/// An error line as every fault must give it: `FI_EHOSTUNREACH` (docs/reliability.md:
 /// "the failed ones with `FI_EHOSTUNREACH`"; `rndv/src/engine.rs` `fail_peer`
 /// and the rdm engine's `SendFailed` other than a restart map to
 /// `OpError::PeerUnreachable`, `prov/src/core.rs` `errno_of`), naming the peer.
@@ -163,7 +163,7 @@ fn kill_peer() {
 
 #[test]
 fn sigkill_of_the_receiver_on_this_host_udp_and_shm() {
-    // README: ~0.5 s over UDP, ~0.2–1.1 s over shared memory.
+    // Measured ~0.5 s over UDP, ~0.2–1.1 s over shared memory.
     for (domain, bound) in [("udp", Duration::from_millis(1500)), ("shm", Duration::from_secs(2))] {
         let o = scenario(domain, &[], &[], &[], kill_peer);
         check(&o, bound, &format!("kill -9 on this host over {domain}"));
@@ -174,7 +174,7 @@ fn sigkill_of_the_receiver_on_this_host_udp_and_shm() {
 fn sigkill_of_the_receiver_on_another_host() {
     let Some(hosts) = Hosts::create("rdmxft", 197, 2, 0) else { return };
     let o = scenario("auto", &hosts.run_on(0), &hosts.run_on(1), &[], kill_peer);
-    // README: ~0.5 s (ICMP from the other host).
+    // Measured ~0.5 s (ICMP from the other host).
     check(&o, Duration::from_millis(1500), "kill -9 on another host");
 }
 
@@ -214,7 +214,7 @@ fn a_receiver_that_never_answered() {
     }
     let took = t0.elapsed();
     sender.expect("DONE", Duration::from_secs(5));
-    // README: "every send fails within a second".
+    // docs/reliability.md: "every send fails within 1.5 s".
     assert!(took <= Duration::from_millis(1500), "a peer that never answered failed after {took:?}");
 }
 

@@ -1,6 +1,6 @@
 //! API misuse: every wrong call gets a documented negative `-FI_E*` return,
 //! never a crash, and the endpoint keeps working afterwards. Each line of the
-//! table in the README's "Reliability" section is a check here.
+//! faults table in docs/reliability.md is a check here.
 use fi_tests::*;
 use std::ptr::{null, null_mut};
 
@@ -39,8 +39,8 @@ fn data_path_misuse_gets_errors_and_the_endpoint_keeps_working() {
         assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, max_msg + 1, null_mut(), to_b, null_mut()), neg(fi::FI_EINVAL) as isize, "beyond max_msg_size");
         let big = vec![0u8; inject_size + 1];
         assert_eq!(fi::fi_inject(a.ep, big.as_ptr() as *const _, big.len(), to_b), neg(fi::FI_EINVAL) as isize, "inject beyond inject_size");
-        // Addresses that name nothing: -FI_EINVAL (README, "Faults", API misuse
-        // row; prov/src/core.rs `peer_for`: "destination not in the AV", which
+        // Addresses that name nothing: -FI_EINVAL (docs/reliability.md, faults
+        // table, API misuse row; prov/src/core.rs `peer_for`: "destination not in the AV", which
         // every send, inject and directed receive goes through).
         assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), FI_ADDR_NOTAVAIL, null_mut()), neg(fi::FI_EINVAL) as isize, "FI_ADDR_NOTAVAIL");
         assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), 12345, null_mut()), neg(fi::FI_EINVAL) as isize, "an fi_addr never inserted");

@@ -1,6 +1,6 @@
 //! rdmx warns once (at `FI_LOG_LEVEL=warn`) when `fi_mr_reg` registers memory
 //! its unmap monitor cannot watch (a file-backed mapping): such a key is not
-//! revoked if the application unmaps the memory, as the README says. Anonymous
+//! revoked if the application unmaps the memory, as docs/registrations.md says. Anonymous
 //! memory draws no warning; a second file-backed registration no second one.
 //!
 //! The registrations run in a child process (this binary again), whose stderr

@@ -7,7 +7,7 @@
 //! engine's buffer pools (two pools of at most 64 buffers of at most 64 KiB,
 //! which fill slowly when loss keeps many messages in flight), not a leak per
 //! message. (On one host without loss, where rounds are 100 times faster, the
-//! growth after warm-up is under 30 KiB over 20,000+ rounds: see the README.)
+//! growth after warm-up stays far below that bound.)
 use fi_tests::hosts::Hosts;
 use fi_tests::procs::{self, text};
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! `FI_RDMX_STATS=<path>`: the JSON documents of real two-process fi_pingpong
 //! runs over udp and shm, with sizes that go eagerly and by rendezvous, match
-//! the schema the README documents ("Reading the stats": every field present
-//! with its type, none undocumented), and their per-peer counters agree with
+//! the schema fi_rdmx(7) documents (RUNTIME STATS, "JSON documents": every
+//! field present with its type, none undocumented), and their per-peer counters agree with
 //! each other, with the endpoint's counters and with the other process's.
 //! And `SIGUSR1` makes a running process write a document before it closes.
 use fi_tests::procs::{self, text};
@@ -10,19 +10,40 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// The README's schema table: field path -> type.
+/// fi_rdmx(7)'s schema: field path -> type.
 fn documented() -> BTreeMap<String, String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
-    let start = readme.find("## Reading the stats").expect("Reading the stats section");
-    let sec = &readme[start..];
-    let sec = &sec[..sec[3..].find("\n## ").map(|i| i + 3).unwrap_or(sec.len())];
-    let mut fields = BTreeMap::new();
-    for l in sec.lines().filter(|l| l.starts_with("| `")) {
-        let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
-        fields.insert(cells[0].trim_matches('`').to_string(), cells[1].to_string());
-    }
-    assert!(fields.len() > 20, "schema table not found: {fields:?}");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
+    let fields = schema_of(&page);
+    assert!(fields.len() > 20, "schema list not found in fi_rdmx(7): {fields:?}");
     fields
+}
+
+/// The fields of the man page's `.SS JSON documents` (up to the next section):
+/// each a bullet `.IP \(bu 2` followed by `\f[CR]<path>\f[R] (<type>): meaning`.
+fn schema_of(page: &str) -> BTreeMap<String, String> {
+    let start = page.find(".SS JSON documents\n").expect("fi_rdmx(7) has no JSON documents subsection");
+    let sec = &page[start + 1..];
+    let sec = &sec[..sec.find("\n.S").unwrap_or(sec.len())];
+    let mut fields = BTreeMap::new();
+    let mut lines = sec.lines();
+    while let Some(l) = lines.next() {
+        if !l.starts_with(".IP ") {
+            continue;
+        }
+        let item = lines.next().unwrap_or_default();
+        let rest = item.strip_prefix("\\f[CR]").unwrap_or_else(|| panic!("a schema bullet without a field: {item}"));
+        let (path, rest) = rest.split_once("\\f[R] (").unwrap_or_else(|| panic!("a schema bullet without a type: {item}"));
+        let (ty, _) = rest.split_once("):").unwrap_or_else(|| panic!("a schema bullet without a type: {item}"));
+        fields.insert(path.to_string(), ty.to_string());
+    }
+    fields
+}
+
+#[test]
+fn schema_parser_reads_the_man_pages_bullets() {
+    let page = ".SS JSON documents\n.PP\ntext \\f[CR]x\\f[R]\n.IP \\(bu 2\n\\f[CR]pid\\f[R] (integer): process id\n.IP \\(bu 2\n\\f[CR]peers[].srtt_us\\f[R] (number or null): smoothed\n.SH NEXT\n.IP \\(bu 2\n\\f[CR]other\\f[R] (string): x\n";
+    let s = schema_of(page);
+    assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![("peers[].srtt_us".to_string(), "number or null".to_string()), ("pid".to_string(), "integer".to_string())]);
 }
 
 /// The counter names fi_rdmx(7) lists under RUNTIME STATS (what
@@ -42,7 +63,7 @@ fn type_ok(ty: &str, v: &Value) -> bool {
         "boolean" => v.is_boolean(),
         "array" => v.is_array(),
         "object" => v.is_object(),
-        other => panic!("README schema uses an unknown type {other:?}"),
+        other => panic!("fi_rdmx(7)'s schema uses an unknown type {other:?}"),
     }
 }
 

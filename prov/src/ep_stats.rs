@@ -2,7 +2,7 @@
 //! `FI_RDMX_STATS=1` every counter on stderr at close, one line each; with
 //! `FI_RDMX_STATS=<path>` a JSON document per endpoint appended to the path
 //! at close, on `SIGUSR1` and every `FI_RDMX_STATS_INTERVAL` ms
-//! (`stats_json.rs`; the schema is in fi_rdmx(7) and the README).
+//! (`stats_json.rs`; the schema is in fi_rdmx(7), RUNTIME STATS).
 use crate::addr::RdmxAddr;
 use crate::core::EpState;
 use crate::log::{fi_info, Subsys};

@@ -93,8 +93,8 @@ enum Kind {
     Size,
 }
 
-/// (name, type, help). The README's parameter table is generated from the same
-/// words; keep them in sync.
+/// (name, type, help). fi_rdmx(7), RUNTIME PARAMETERS, documents the same
+/// parameters with the same defaults (`prov/tests/man_page.rs` checks).
 const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"device", Kind::Str, c"Datagram device: auto (shared memory to peers on this host, UDP to the rest; default), udp, shm, verbs (a UD queue pair on an RDMA device), or efa (an SRD queue pair on an AWS EFA device; auto prefers it over verbs where one is present; not run on EFA hardware)"),
     (c"iface", Kind::Str, c"Network interface name or IP address the UDP device binds to (default: the host name's address if it is on an up, non-loopback interface, else the first up non-loopback interface with an address, else 127.0.0.1)"),
@@ -249,7 +249,7 @@ pub fn params() -> &'static Params {
     PARAMS.get_or_init(read)
 }
 
-/// For the README and tests: the parameter names as `FI_RDMX_*` with their help.
+/// For the docs tests: the parameter names as `FI_RDMX_*` with their help.
 pub fn documented() -> Vec<(String, String)> {
     DEFINITIONS
         .iter()

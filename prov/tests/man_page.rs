@@ -1,7 +1,9 @@
-//! fi_rdmx(7) (`docs/fi_rdmx.7`) and the README's parameter table document
-//! exactly the parameters rdmx registers with `fi_param_define`
-//! (`params::documented()`, the table `define_all` registers), with the same
-//! defaults as the registered help texts.
+//! fi_rdmx(7) (`docs/fi_rdmx.7`) documents exactly the parameters rdmx
+//! registers with `fi_param_define` (`params::documented()`, the table
+//! `define_all` registers), with the same defaults as the registered help
+//! texts. It is the only place that lists them: the README and the Markdown
+//! docs may name parameters, but only registered ones, and hold no table of
+//! them that could drift from the man page.
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -107,30 +109,39 @@ fn man_page_documents_exactly_the_registered_parameters() {
     }
 }
 
+/// The README and the Markdown files under `docs/` and `benches/`.
+fn markdown_docs() -> Vec<(String, String)> {
+    let mut out = vec![("README.md".to_string(), read("../README.md"))];
+    for dir in ["docs", "benches"] {
+        let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.expect("dir entry").path();
+            if p.extension().is_some_and(|x| x == "md") {
+                let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                out.push((format!("{dir}/{}", p.file_name().unwrap_or_default().to_string_lossy()), text));
+            }
+        }
+    }
+    out
+}
+
+/// Rows of a Markdown table whose first cell is a parameter (`| `FI_RDMX_X` | ...`).
+fn parameter_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.split('|').nth(1).is_some_and(|c| c.trim().starts_with("`FI_RDMX_")))
+        .collect()
+}
+
 #[test]
-fn readme_parameter_table_agrees_with_the_registered_parameters() {
-    let readme = read("../README.md");
-    let reg = registered();
-    let names: BTreeSet<String> = reg.iter().map(|(n, _)| n.clone()).collect();
-
-    let unknown = unregistered(&tokens(&readme), &names);
-    assert!(unknown.is_empty(), "README names FI_RDMX_ variables rdmx does not register: {unknown:?}");
-
-    // Rows `| `FI_RDMX_X` | default | meaning |`.
-    let rows: Vec<(String, String)> = readme
-        .lines()
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-            let name = cells.get(1)?.strip_prefix("`FI_RDMX_")?.strip_suffix('`')?;
-            Some((format!("FI_RDMX_{name}"), cells.get(2)?.to_string()))
-        })
-        .collect();
-    let table: BTreeSet<String> = rows.iter().map(|(n, _)| n.clone()).collect();
-    assert_eq!(table, names, "README parameter table vs fi_param_define");
-    for (name, help) in &reg {
-        let Some(d) = numeric_default(help) else { continue };
-        let row = rows.iter().find(|(n, _)| n == name).unwrap();
-        assert_eq!(row.1, d, "README default of {name} vs its help text");
+fn markdown_docs_name_only_registered_parameters_and_list_none() {
+    let names: BTreeSet<String> = registered().into_iter().map(|(n, _)| n).collect();
+    let docs = markdown_docs();
+    assert!(docs.iter().any(|(n, _)| n == "docs/design.md"), "docs/ not found: {:?}", docs.iter().map(|d| &d.0).collect::<Vec<_>>());
+    for (name, text) in &docs {
+        let unknown = unregistered(&tokens(text), &names);
+        assert!(unknown.is_empty(), "{name} names FI_RDMX_ variables rdmx does not register: {unknown:?}");
+        let rows = parameter_rows(text);
+        assert!(rows.is_empty(), "{name} has a parameter table (fi_rdmx(7), RUNTIME PARAMETERS, is the only one): {rows:#?}");
     }
 }
 
@@ -144,4 +155,5 @@ fn the_checks_can_fail() {
     assert_eq!(numeric_default("(default: the host)"), None);
     let sec = section(".SH A\n.TP\n\\f[I]FI_RDMX_A\\f[R]\nbody (default 3).\n.PP\nx\n.SH B\n", "A");
     assert_eq!(tp_entries(sec), vec![("\\f[I]FI_RDMX_A\\f[R]".to_string(), "body (default 3).\n".to_string())]);
+    assert_eq!(parameter_rows("| `FI_RDMX_A` | 3 | x |\n| field | type |\n| `FI_RDMX_STATS=1` | y |"), vec!["| `FI_RDMX_A` | 3 | x |", "| `FI_RDMX_STATS=1` | y |"]);
 }

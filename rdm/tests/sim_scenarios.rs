@@ -115,7 +115,8 @@ fn pingpong_under_loss() {
 }
 
 /// Goodput of one 4 KiB-message stream over a 1 Gbit/s, 50 µs link at each
-/// loss rate, as a table pinned by a snapshot (and quoted in the README).
+/// loss rate, as a table pinned by a snapshot (copied into docs/reliability.md;
+/// `docs_goodput.rs` fails when the two differ).
 #[test]
 fn goodput_versus_loss_table() {
     let mut table = String::from("| loss % | goodput MB/s | retransmitted % |\n|---:|---:|---:|\n");

@@ -1,16 +1,23 @@
 //! # rndv — the rdmx message layer
 //!
 //! Sits on top of the `rdm` engine ("deliver these bytes to peer P reliably and in
-//! order") and gives them libfabric's message semantics: a small header per message
-//! ([`header`]) carrying the operation, tag and remote CQ data, and tag matching
-//! ([`matching`]) between posted receives and arriving messages, with unexpected
-//! messages buffered until a receive is posted. Long messages to peers whose
-//! memory the receiver can read go by rendezvous ([`rendezvous`]): only a
-//! ready-to-send is matched, and the receiver pulls the bytes.
+//! order") and gives them libfabric's message semantics:
 //!
-//! Like the engine it is sans-IO and safe: it never touches application memory.
-//! A match hands the provider the receive's token and the bytes to place; the
-//! provider copies them into the user's buffer.
+//! * [`endpoint`]: [`Endpoint`], what the provider calls: it owns the device, the
+//!   message engine, the transmit staging and the posted remote reads, and runs one
+//!   progress round in a fixed order;
+//! * [`engine`]: [`MsgEngine`], the protocol of each message (eager, rendezvous
+//!   pulled by the receiver where the path can read remotely, pushed in granted
+//!   windows where it cannot), RMA and atomics emulated as messages, peer failure;
+//! * [`matching`]: tag matching between posted receives and arriving messages, with
+//!   unexpected messages held until a receive is posted;
+//! * [`wire`]: the packets of this layer, each kind's encoder beside its decoder
+//!   ([`wire::msg`] is the header every message carries: operation, tag, CQ data);
+//! * [`atomic`] and [`iov`]: atomic operations on bytes, and scatter/gather lists.
+//!
+//! Like the engine it is sans-IO and safe: time is an argument or comes from the
+//! endpoint's [`Clock`], and application memory is reached only through the
+//! [`Memory`] trait, which the provider implements over raw pointers.
 #![forbid(unsafe_code)]
 
 pub mod atomic;

@@ -1,10 +1,11 @@
 //! Tag matching between posted receives and arrived messages.
 //!
-//! Two queues, both in arrival order: receives the application posted and that no
-//! message matched yet, and messages that arrived before a matching receive
-//! ("unexpected"). A new receive first searches the unexpected queue (oldest first);
-//! a new message first searches the posted queue (oldest first). Together with the
-//! engine's per-peer in-order delivery this gives MPI's non-overtaking rule.
+//! Receives the application posted that no message matched yet, and messages that
+//! arrived before a matching receive ("unexpected"), both binned by source (see
+//! [`Matcher`]): a new receive takes the oldest unexpected message it accepts, a
+//! new message the oldest posted receive that accepts it, so that matching cost does
+//! not grow with the number of peers. Together with the engine's per-peer in-order
+//! delivery this gives MPI's non-overtaking rule.
 //!
 //! Untagged (`FI_MSG`) and tagged (`FI_TAGGED`) traffic match only within their
 //! own kind.

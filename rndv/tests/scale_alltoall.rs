@@ -653,7 +653,7 @@ fn alltoall_scaled_down() {
     scale(std::env::var("RDMX_SCALE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) { 64 } else { 256 }));
 }
 
-/// The 1024-endpoint job of the README (minutes of wall time: run by hand,
+/// The 1024-endpoint job of docs/scale.md (minutes of wall time: run by hand,
 /// `cargo test --release -p rndv --test scale_alltoall -- --ignored --nocapture`).
 #[test]
 #[ignore = "1024 endpoints: several minutes; run with --ignored"]

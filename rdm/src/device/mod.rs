@@ -126,7 +126,7 @@ pub struct DeviceCaps {
     pub ordered: bool,
     /// Largest datagram payload the device carries.
     pub mtu: usize,
-    /// The receiver can read the sender's memory directly ([`Device::post_read`]).
+    /// The receiver can read the sender's memory directly ([`RemoteReads::post_read`]).
     pub remote_read: bool,
     /// The device takes a run of equal-size datagrams to one destination as one
     /// [`TxDatagram`] (`seg` < `data.len()`), e.g. as one UDP GSO send.
@@ -152,7 +152,7 @@ impl DeviceCaps {
     }
 }
 
-/// Application memory a posted remote read ([`Device::post_read`]) writes
+/// Application memory a posted remote read ([`RemoteReads::post_read`]) writes
 /// into, with the local registration key where the device needs one. Built
 /// only through the `unsafe` [`LocalBuf::new`]: whoever names memory vouches
 /// for it, so that devices (which write there, maybe later, from a NIC) can
@@ -168,7 +168,7 @@ impl LocalBuf {
     /// # Safety
     /// `addr..addr+len` is memory of this process that stays valid, and is
     /// not read or written by anything else, until the read naming it has
-    /// completed ([`Device::poll_read`] returned its id) or the device is
+    /// completed ([`RemoteReads::poll_read`] returned its id) or the device is
     /// dropped.
     // Declaring the contract is unsafe; nothing here dereferences.
     #[allow(unsafe_code)]
@@ -225,7 +225,7 @@ pub struct ReadDone {
 }
 
 /// Control bytes a device sends to its peer through the endpoint's reliable
-/// stream ([`Device::poll_control`]): at most [`CONTROL_MAX`] of them.
+/// stream ([`RemoteReads::poll_control`]): at most [`CONTROL_MAX`] of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ControlMsg {
     len: u8,
@@ -248,7 +248,7 @@ impl ControlMsg {
     }
 }
 
-/// What a device's connections for remote reads did ([`Device::read_conn_stats`];
+/// What a device's connections for remote reads did ([`RemoteReads::read_conn_stats`];
 /// all zero on devices that read without connections, or not at all).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadConnStats {

@@ -13,7 +13,7 @@
 //!
 //! The handshake travels as opaque bytes ([`ConnMsg::encode`]) over rdmx's
 //! reliable, per-peer ordered stream (the message engine carries them for the
-//! device: [`super::Device::poll_control`] / [`super::Device::handle_control`]),
+//! device: [`super::RemoteReads::poll_control`] / [`super::RemoteReads::handle_control`]),
 //! so it is never lost or reordered: no timer or retry lives here, and a
 //! [`ConnMsg::Close`] always arrives before a later request of the same peer.
 //!
