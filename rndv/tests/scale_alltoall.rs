@@ -643,6 +643,36 @@ fn scale(n: usize) {
     let m = ModelInputs::fit(&b, &r, &r);
     print_model(n, &m);
     print_model(10_000, &m);
+    // The bounds docs/scale.md states (runs of 256 endpoints or more: smaller
+    // fits are noise-dominated by the fixed per-endpoint part).
+    if n >= 256 {
+        let (peer, created, total) = documented_bounds();
+        let job = model(10_000, &m).total();
+        println!("bounds: {:.0} B per peer (at most {peer:.0}), {:.1} KiB as created (at most {:.1}), {:.1} MiB per process of 10,000 (at most {:.1})", m.peer, r.created / 1024.0, created / 1024.0, job / MIB, total / MIB);
+        assert!(m.peer <= peer, "{:.0} B per peer that carried traffic, above the {peer:.0} B docs/scale.md states", m.peer);
+        assert!(r.created <= created, "{:.1} KiB per endpoint as created, above the {:.1} KiB docs/scale.md states", r.created / 1024.0, created / 1024.0);
+        assert!(job <= total, "{:.2} MiB per process of a 10,000-process job, above the {:.1} MiB docs/scale.md states", job / MIB, total / MIB);
+    }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The bounds of docs/scale.md's "Memory bounds the CI run holds" paragraph:
+/// bytes per peer, bytes per endpoint as created, bytes per process of a
+/// 10,000-process job.
+fn documented_bounds() -> (f64, f64, f64) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scale.md");
+    let doc = std::fs::read_to_string(path).expect("docs/scale.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let number = |before: &str, after: &str| -> f64 {
+        let i = doc.find(before).unwrap_or_else(|| panic!("docs/scale.md no longer says \"{before}\": keep the bounds paragraph and this test together"));
+        let rest = &doc[i + before.len()..];
+        let j = rest.find(after).unwrap_or_else(|| panic!("docs/scale.md: no \"{after}\" after \"{before}\""));
+        rest[..j].replace(',', "").trim().parse().unwrap_or_else(|e| panic!("docs/scale.md: {:?} after \"{before}\": {e}", &rest[..j]))
+    };
+    let peer = number("grows by more than **", " B per peer that carried traffic**");
+    let created = number("holds more than **", " KiB**") * 1024.0;
+    let total = number("job above **", " MiB per process**") * MIB;
+    (peer, created, total)
 }
 
 /// What `.ci/run` runs: 256 endpoints (`RDMX_SCALE_N` changes it; debug
