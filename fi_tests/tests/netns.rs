@@ -83,7 +83,7 @@ fn pingpong_across_namespaces_with_kernel_drops_and_injected_dup_reorder() {
     wrap_a.extend(ea.iter().map(String::as_str));
     let mut wrap_b: Vec<&str> = vec!["ip", "netns", "exec", NS_B, "env"];
     wrap_b.extend(eb.iter().map(String::as_str));
-    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[], 47620, IP_A, &wrap_a, &wrap_b);
+    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[], IP_A, &wrap_a, &wrap_b);
     let (st, ct) = (text(&s), text(&c));
     assert!(c.status.success(), "client failed:\n{ct}\nserver:\n{st}");
     assert!(s.status.success(), "server failed:\n{st}");
@@ -133,7 +133,7 @@ fn host_script(host: &'static str) -> &'static str {
 fn pingpong_across_namespaces_with_no_rdmx_variable() {
     fi_tests::init();
     let Some(_ns) = Namespaces::create(0) else { return };
-    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "rdmx")], 47622, IP_A, &as_host(NS_A, HOST_A), &as_host(NS_B, HOST_B));
+    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "rdmx")], IP_A, &as_host(NS_A, HOST_A), &as_host(NS_B, HOST_B));
     let (st, ct) = (text(&s), text(&c));
     assert!(c.status.success(), "client failed:\n{ct}\nserver:\n{st}");
     assert!(s.status.success(), "server failed:\n{st}");
@@ -156,7 +156,7 @@ fn closing_right_after_the_last_message_under_loss_fails_nothing() {
     fi_tests::init();
     let Some(_ns) = Namespaces::create(5) else { return };
     for i in 0..12u16 {
-        let (s, c) = procs::pingpong(&["-m", "tagged", "-S", "all", "-I", "10"], &[], 47630 + i, IP_A, &as_host(NS_A, HOST_A), &as_host(NS_B, HOST_B));
+        let (s, c) = procs::pingpong(&["-m", "tagged", "-S", "all", "-I", "10"], &[], IP_A, &as_host(NS_A, HOST_A), &as_host(NS_B, HOST_B));
         let (st, ct) = (text(&s), text(&c));
         assert!(c.status.success() && s.status.success(), "run {i}: client:\n{ct}\nserver:\n{st}");
     }
