@@ -181,11 +181,11 @@ fn sigkill_of_the_receiver_on_another_host() {
 #[test]
 fn the_receivers_link_goes_down() {
     let Some(hosts) = Hosts::create("rdmxft", 197, 2, 0) else { return };
-    let ns = hosts.hosts[1].ns.clone();
+    let (ns, dev) = (hosts.hosts[1].ns.clone(), hosts.hosts[1].dev.clone());
     // No ICMP comes back from a cut link: the peer timeout decides (shortened
     // here to keep the test quick; the default is 30 s).
     let o = scenario("auto", &hosts.run_on(0), &hosts.run_on(1), &[("FI_RDMX_PEER_TIMEOUT", "4000")], || {
-        assert!(Command::new("ip").args(["-n", &ns, "link", "set", "rdmxftv1", "down"]).status().unwrap().success());
+        assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "down"]).status().unwrap().success());
     });
     check(&o, Duration::from_secs(6), "link down");
     // Not ICMP (there is none) but the timeout: nothing fails before it.
