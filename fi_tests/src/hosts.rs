@@ -14,6 +14,8 @@ fn sh(cmd: &str) -> bool {
 
 pub struct Host {
     pub ns: String,
+    /// The host's end of its veth pair (inside `ns`).
+    pub dev: String,
     pub name: String,
     pub ip: String,
 }
@@ -24,23 +26,33 @@ pub struct Hosts {
     /// The `plm_rsh_agent` script for OpenMPI, and Intel MPI's `-bootstrap-exec`
     /// (any launcher that calls `<agent> [ssh options] <host> <command...>`).
     pub agent: PathBuf,
+    hostfile: PathBuf,
+    tag: String,
 }
 
 impl Hosts {
     /// `n` hosts `<prefix>-host-<i>` on 10.<net>.0.<i+1>/24, dropping
     /// `drop_pct` % of incoming UDP. `None` (with a SKIP line) when the machine
-    /// cannot make namespaces.
+    /// cannot make namespaces. Namespaces, interfaces and the agent script are
+    /// named for this run ([`crate::unique_tag`]), so that runs and tests in
+    /// parallel never share one, and dropping the `Hosts` removes only them;
+    /// host names and addresses live inside the namespaces, so they may repeat.
     pub fn create(prefix: &str, net: u8, n: usize, drop_pct: u32) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null") {
             crate::skip("multi-host test needs root, iproute2, nftables and unshare");
             return None;
         }
+        let tag = crate::unique_tag();
         let hosts: Vec<Host> = (0..n)
-            .map(|i| Host { ns: format!("{prefix}_h{i}"), name: format!("{prefix}-host-{i}"), ip: format!("10.{net}.0.{}", i + 1) })
+            .map(|i| Host {
+                ns: format!("{prefix}_{tag}_h{i}"),
+                dev: format!("rx{tag}v{i}"),
+                name: format!("{prefix}-host-{i}"),
+                ip: format!("10.{net}.0.{}", i + 1),
+            })
             .collect();
-        let me = Hosts { switch: format!("{prefix}_sw"), agent: std::env::temp_dir().join(format!("{prefix}-agent.sh")), hosts };
-        me.destroy();
+        let me = Hosts { switch: format!("{prefix}_{tag}_sw"), agent: std::env::temp_dir().join(format!("{prefix}-{tag}-agent.sh")), hostfile: std::env::temp_dir().join(format!("{prefix}-{tag}-hostfile")), tag, hosts };
         let mut script = format!("set -e\nip netns add {sw}\nip -n {sw} link add br0 type bridge\nip -n {sw} link set br0 up\n", sw = me.switch);
         let all_hosts: String = me.hosts.iter().map(|h| format!("{} {}\\n", h.ip, h.name)).collect();
         for (i, h) in me.hosts.iter().enumerate() {
@@ -48,17 +60,19 @@ impl Hosts {
                 "mkdir -p /etc/netns/{ns}
                  printf '127.0.0.1 localhost\\n127.0.1.1 {name}\\n{all_hosts}' | grep -v '^10.* {name}$' > /etc/netns/{ns}/hosts
                  ip netns add {ns}
-                 ip link add {prefix}v{i} type veth peer name {prefix}p{i}
-                 ip link set {prefix}v{i} netns {ns}
-                 ip link set {prefix}p{i} netns {sw}
-                 ip -n {sw} link set {prefix}p{i} master br0 up
-                 ip -n {ns} addr add {ip}/24 dev {prefix}v{i}
-                 ip -n {ns} link set {prefix}v{i} up
+                 ip link add {dev} type veth peer name rx{tag}p{i}
+                 ip link set {dev} netns {ns}
+                 ip link set rx{tag}p{i} netns {sw}
+                 ip -n {sw} link set rx{tag}p{i} master br0 up
+                 ip -n {ns} addr add {ip}/24 dev {dev}
+                 ip -n {ns} link set {dev} up
                  ip -n {ns} link set lo up
                  ip netns exec {ns} nft add table inet rdmxloss
                  ip netns exec {ns} nft add chain inet rdmxloss input '{{ type filter hook input priority 0; }}'
                  ip netns exec {ns} nft add rule inet rdmxloss input meta l4proto udp numgen random mod 100 '<' {drop_pct} counter drop\n",
                 ns = h.ns,
+                dev = h.dev,
+                tag = me.tag,
                 name = h.name,
                 ip = h.ip,
                 sw = me.switch,
@@ -75,6 +89,14 @@ impl Hosts {
         std::fs::write(&me.agent, agent).unwrap();
         assert!(sh(&format!("chmod +x {}", me.agent.display())));
         Some(me)
+    }
+
+    /// Writes a hostfile of every host with `slots` slots each (`<name>
+    /// slots=<n>` lines, as OpenMPI reads), named for this run like the
+    /// agent and removed with it; returns its path.
+    pub fn hostfile(&self, slots: usize) -> PathBuf {
+        std::fs::write(&self.hostfile, self.hosts.iter().map(|h| format!("{} slots={slots}\n", h.name)).collect::<String>()).unwrap();
+        self.hostfile.clone()
     }
 
     /// The words that run a command on host `i` (prefix them to the command).
@@ -94,9 +116,11 @@ impl Hosts {
     }
 
     fn destroy(&self) {
+        // Deleting a namespace deletes the veth ends in it; a pair creation
+        // left in the root namespace goes by its own (unique) name.
         let mut cmd = format!("ip netns del {} 2>/dev/null;", self.switch);
         for h in &self.hosts {
-            cmd += &format!(" ip netns del {ns} 2>/dev/null; rm -rf /etc/netns/{ns};", ns = h.ns);
+            cmd += &format!(" ip netns del {ns} 2>/dev/null; ip link del {dev} 2>/dev/null; rm -rf /etc/netns/{ns};", ns = h.ns, dev = h.dev);
         }
         sh(&format!("{cmd} true"));
     }
@@ -106,5 +130,6 @@ impl Drop for Hosts {
     fn drop(&mut self) {
         self.destroy();
         let _ = std::fs::remove_file(&self.agent);
+        let _ = std::fs::remove_file(&self.hostfile);
     }
 }

@@ -57,6 +57,17 @@ pub fn skip(reason: &str) {
     eprintln!("SKIP: {reason}");
 }
 
+/// A tag no other run on this machine uses: this process's id and a counter,
+/// `<pid in hex>n<counter>` (at most 9 characters until the counter passes
+/// 99, so `rx<tag>a` still fits an interface name's 15). Namespaces, interfaces
+/// and files a test creates are named with it, so that two runs (or two tests
+/// of one binary, run in parallel) never share one, and a teardown removes
+/// only what its own run made.
+pub fn unique_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("{:x}n{}", std::process::id(), NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Environment for child processes (fi_pingpong, fi_info, MPI programs).
 pub fn child_env() -> Vec<(String, String)> {
     vec![

@@ -77,8 +77,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        fi_tests::procs::kill_tree(&mut self.child);
     }
 }
 
@@ -95,8 +94,8 @@ const COUNT: usize = 8;
 const SIZE: &str = "4194304";
 
 /// Runs sender (wrap_s) -> peer (wrap_p); once the first send completed,
-/// applies `fault`; collects every completion.
-fn scenario(domain: &str, wrap_s: &[String], wrap_p: &[String], env: &[(&str, &str)], fault: impl FnOnce()) -> Outcome {
+/// applies `fault` (given the peer); collects every completion.
+fn scenario(domain: &str, wrap_s: &[String], wrap_p: &[String], env: &[(&str, &str)], fault: impl FnOnce(&mut Proc)) -> Outcome {
     fi_tests::init();
     let mut peer = spawn(wrap_p, env!("CARGO_BIN_EXE_rdmx_peer"), &[domain], env);
     let paddr = peer.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
@@ -115,7 +114,7 @@ fn scenario(domain: &str, wrap_s: &[String], wrap_p: &[String], env: &[(&str, &s
         errs.push(first.clone());
     }
     let fault_at = Instant::now();
-    fault();
+    fault(&mut peer);
     let mut last = Duration::ZERO;
     let mut first_err = None;
     while ok + errs.len() < COUNT {
@@ -157,8 +156,10 @@ fn check(o: &Outcome, within: Duration, what: &str) {
     assert!(o.last_after_fault <= within, "{what}: took {:?}, bound {within:?}", o.last_after_fault);
 }
 
-fn kill_peer() {
-    let _ = Command::new("pkill").args(["-9", "-f", "rdmx_peer"]).status();
+/// SIGKILL to the peer this test spawned, by pid (with the wrapper that runs
+/// it on a simulated host), never to every `rdmx_peer` on the machine.
+fn kill_peer(peer: &mut Proc) {
+    fi_tests::procs::kill_tree(&mut peer.child);
 }
 
 #[test]
@@ -181,17 +182,16 @@ fn sigkill_of_the_receiver_on_another_host() {
 #[test]
 fn the_receivers_link_goes_down() {
     let Some(hosts) = Hosts::create("rdmxft", 197, 2, 0) else { return };
-    let ns = hosts.hosts[1].ns.clone();
+    let (ns, dev) = (hosts.hosts[1].ns.clone(), hosts.hosts[1].dev.clone());
     // No ICMP comes back from a cut link: the peer timeout decides (shortened
     // here to keep the test quick; the default is 30 s).
-    let o = scenario("auto", &hosts.run_on(0), &hosts.run_on(1), &[("FI_RDMX_PEER_TIMEOUT", "4000")], || {
-        assert!(Command::new("ip").args(["-n", &ns, "link", "set", "rdmxftv1", "down"]).status().unwrap().success());
+    let o = scenario("auto", &hosts.run_on(0), &hosts.run_on(1), &[("FI_RDMX_PEER_TIMEOUT", "4000")], |_| {
+        assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "down"]).status().unwrap().success());
     });
     check(&o, Duration::from_secs(6), "link down");
     // Not ICMP (there is none) but the timeout: nothing fails before it.
     let first = o.first_err_after_fault.expect("an error after the fault");
     assert!(first >= Duration::from_millis(3500), "link down: a send failed {first:?} after the cut, before the 4 s peer timeout");
-    kill_peer();
 }
 
 #[test]
@@ -200,9 +200,9 @@ fn a_receiver_that_never_answered() {
     fi_tests::init();
     // A peer that existed long enough to give its address, then vanished
     // before anything was sent: the sender's first datagram draws ICMP.
-    let peer = spawn(&hosts.run_on(1), env!("CARGO_BIN_EXE_rdmx_peer"), &["auto"], &[]);
+    let mut peer = spawn(&hosts.run_on(1), env!("CARGO_BIN_EXE_rdmx_peer"), &["auto"], &[]);
     let paddr = peer.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
-    kill_peer();
+    kill_peer(&mut peer);
     drop(peer);
     let mut sender = spawn(&hosts.run_on(0), env!("CARGO_BIN_EXE_rdmx_sender"), &["auto", "4", "65536"], &[]);
     sender.expect("ADDR", Duration::from_secs(20));
@@ -265,8 +265,7 @@ fn verbs_sigkill_of_one_reader_spares_the_other() {
     let index = |l: &str| l.split_whitespace().nth(1).and_then(|i| i.parse::<usize>().ok()).expect("an index");
     let mut lines = vec![sender.expect("", Duration::from_secs(30))];
     let killed = Instant::now();
-    let _ = a.child.kill();
-    let _ = a.child.wait();
+    kill_peer(&mut a);
     while lines.len() < SENDS {
         let l = sender.expect("", Duration::from_secs(60));
         if l.starts_with("OK") || l.starts_with("ERR") {

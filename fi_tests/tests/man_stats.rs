@@ -17,9 +17,9 @@ fn printed(out: &str) -> BTreeSet<String> {
 fn runtime_stats_section_lists_what_fi_rdmx_stats_prints() {
     let doc = fi_tests::documented_stats();
     assert!(doc.contains("packets_sent") && doc.contains("mr_cache_hits"), "{doc:?}");
-    for (device, port) in [("udp", 47650), ("shm", 47651)] {
+    for device in ["udp", "shm"] {
         fi_tests::init();
-        let (s, c) = procs::pingpong(&["-I", "10", "-S", "1024"], &[("FI_RDMX_DEVICE", device), ("FI_RDMX_STATS", "1")], port, "127.0.0.1", &[], &[]);
+        let (s, c) = procs::pingpong(&["-I", "10", "-S", "1024"], &[("FI_RDMX_DEVICE", device), ("FI_RDMX_STATS", "1")], "127.0.0.1", &[], &[]);
         assert!(c.status.success() && s.status.success(), "fi_pingpong on {device}:\n{}\n{}", text(&c), text(&s));
         for out in [text(&s), text(&c)] {
             let got = printed(&out);

@@ -216,9 +216,7 @@ impl<'a> Job<'a> {
                         c.arg("--oversubscribe");
                     }
                     Place::Hosts(h, net) => {
-                        let hostfile = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("wheels-hostfile-{net}"));
-                        let per = self.np / h.hosts.len();
-                        std::fs::write(&hostfile, h.hosts.iter().map(|x| format!("{} slots={per}\n", x.name)).collect::<String>()).unwrap();
+                        let hostfile = h.hostfile(self.np / h.hosts.len());
                         c.arg("--hostfile").arg(&hostfile).args(["--prtemca", "plm_ssh_agent"]).arg(&h.agent);
                         c.args(["--prtemca", "oob_tcp_if_include", &format!("10.{net}.0.0/24")]);
                     }

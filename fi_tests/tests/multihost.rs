@@ -27,9 +27,7 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
     fi_tests::init();
     let Some(exe) = build(program) else { return };
     let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, if faults.is_some() { 5 } else { 0 }) else { return };
-    let hostfile = std::env::temp_dir().join("rdmxmh-hostfile");
-    let lines: String = hosts.hosts.iter().map(|h| format!("{} slots={}\n", h.name, np / n_hosts)).collect();
-    std::fs::write(&hostfile, lines).unwrap();
+    let hostfile = hosts.hostfile(np / n_hosts);
     let dir = fi_tests::provider_dir();
     // mpirun itself runs on host 0; the others are reached through the agent.
     let mut c = Command::new(&hosts.run_on(0)[0]);

@@ -22,9 +22,7 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
     fi_tests::init();
     let Some(exe) = procs::build_mpi("soak", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi")) else { return };
     let Some(hosts) = Hosts::create("rdmxsk", 197, 2, 5) else { return };
-    let hostfile = std::env::temp_dir().join("rdmxsk-hostfile");
-    let lines: String = hosts.hosts.iter().map(|h| format!("{} slots=2\n", h.name)).collect();
-    std::fs::write(&hostfile, lines).unwrap();
+    let hostfile = hosts.hostfile(2);
     let dir = fi_tests::provider_dir();
     let mut c = Command::new(&hosts.run_on(0)[0]);
     c.arg(&hosts.run_on(0)[1])

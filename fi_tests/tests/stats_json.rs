@@ -124,14 +124,14 @@ fn json_stats_of_a_real_pingpong_match_the_schema_and_each_other() {
     let schema = documented();
     let counters = documented_counters();
     assert!(counters.contains("packets_sent") && counters.contains("mr_cache_hits"), "{counters:?}");
-    for (device, port) in [("udp", 47660), ("shm", 47661)] {
+    for device in ["udp", "shm"] {
         fi_tests::init();
         // Both processes append to one file (no %p): JSON Lines from two writers.
         let path = tmp(&format!("{device}.jsonl"));
         let p = path.display().to_string();
         // Every size fi_pingpong knows (1 B to 8 MiB with -S all): eager below
         // the thresholds, rendezvous above (pulled on shm, windowed on udp).
-        let (s, c) = procs::pingpong(&["-d", device, "-I", "5", "-S", "all"], &[("FI_RDMX_STATS", &p)], port, "127.0.0.1", &[], &[]);
+        let (s, c) = procs::pingpong(&["-d", device, "-I", "5", "-S", "all"], &[("FI_RDMX_STATS", &p)], "127.0.0.1", &[], &[]);
         assert!(c.status.success() && s.status.success(), "fi_pingpong on {device}:\n{}\n{}", text(&c), text(&s));
         assert!(!text(&s).contains("rdmx: packets_sent"), "a path must not print the text lines");
         let docs = read_docs(&path);
@@ -205,7 +205,7 @@ fn catches_sigusr1(pid: u32) -> bool {
 #[test]
 fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
     fi_tests::init();
-    let port = 47662u16;
+    let port = procs::free_port();
     let template = tmp("sig.%p.jsonl");
     let t = template.display().to_string();
     let env = [("FI_RDMX_STATS", t.as_str()), ("FI_RDMX_STATS_INTERVAL", "300")];
@@ -215,7 +215,7 @@ fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
         c.stdout(Stdio::piped()).stderr(Stdio::piped());
         c
     };
-    let server = procs::wait_listening(mk(&["-B", &port.to_string()]).spawn().expect("spawn fi_pingpong server"), port, None);
+    let server = procs::wait_listening(mk(&["-B", &port.to_string()]).spawn().expect("spawn fi_pingpong server"), port);
     let mut client = mk(&["-P", &port.to_string(), "127.0.0.1"]).spawn().expect("spawn fi_pingpong client");
     let pid = client.id();
     let file = std::path::PathBuf::from(t.replace("%p", &pid.to_string()));

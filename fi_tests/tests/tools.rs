@@ -40,11 +40,11 @@ fn fi_info_log_level_shows_rdmx_warnings_only_when_asked() {
     assert!(loud.contains("FI_RDMX_DEVICE=bogus"), "{loud}");
 }
 
-fn pingpong_on(device: &str, port: u16, extra: &[&str]) {
+fn pingpong_on(device: &str, extra: &[&str]) {
     fi_tests::init();
     let mut args = vec!["-c", "-I", "20"];
     args.extend_from_slice(extra);
-    let (s, c) = procs::pingpong(&args, &[("FI_RDMX_DEVICE", device)], port, "127.0.0.1", &[], &[]);
+    let (s, c) = procs::pingpong(&args, &[("FI_RDMX_DEVICE", device)], "127.0.0.1", &[], &[]);
     let (st, ct) = (text(&s), text(&c));
     assert!(c.status.success(), "client failed on {device}:\n{ct}\nserver:\n{st}");
     assert!(s.status.success(), "server failed on {device}:\n{st}");
@@ -54,21 +54,21 @@ fn pingpong_on(device: &str, port: u16, extra: &[&str]) {
 
 #[test]
 fn fi_pingpong_udp_all_sizes() {
-    pingpong_on("udp", 47611, &["-S", "all"]);
+    pingpong_on("udp", &["-S", "all"]);
 }
 
 #[test]
 fn fi_pingpong_shm_all_sizes() {
-    pingpong_on("shm", 47612, &["-S", "all"]);
+    pingpong_on("shm", &["-S", "all"]);
 }
 
 #[test]
 fn fi_pingpong_auto_all_sizes() {
-    pingpong_on("auto", 47613, &["-S", "all"]);
+    pingpong_on("auto", &["-S", "all"]);
 }
 
 #[test]
 fn fi_pingpong_tagged_udp() {
-    pingpong_on("udp", 47614, &["-m", "tagged", "-S", "1024"]);
+    pingpong_on("udp", &["-m", "tagged", "-S", "1024"]);
 }
 

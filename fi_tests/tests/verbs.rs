@@ -22,13 +22,13 @@ fn two_devices_present() -> bool {
     both
 }
 
-fn checked_pingpong(args: &[&str], env: &[(&str, &str)], port: u16) {
-    checked_pingpong_on(args, env, port, &[], &[]);
+fn checked_pingpong(args: &[&str], env: &[(&str, &str)]) {
+    checked_pingpong_on(args, env, &[], &[]);
 }
 
-fn checked_pingpong_on(args: &[&str], env: &[(&str, &str)], port: u16, server: &[&str], client: &[&str]) {
+fn checked_pingpong_on(args: &[&str], env: &[(&str, &str)], server: &[&str], client: &[&str]) {
     let t0 = std::time::Instant::now();
-    let (s, c) = pingpong(args, env, port, "127.0.0.1", server, client);
+    let (s, c) = pingpong(args, env, "127.0.0.1", server, client);
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "fi_pingpong {args:?} {env:?} failed\nserver:\n{st}\nclient:\n{ct}");
     // fi_pingpong -c verifies the data and prints one line of figures per size.
@@ -47,13 +47,13 @@ fn verbs_pingpong_every_size_with_data_checks_on_one_device() {
         return;
     }
     init();
-    checked_pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &[], 46011);
+    checked_pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &[]);
     // Untagged sends differ from tagged ones above the device only (the
     // same engine, rendezvous and device calls: the msg path is checked on
     // udp and shm on the host); under emulation, where each -S all run costs
     // ~40 s, the tagged run alone stands for the device.
     if !vm_tcg() {
-        checked_pingpong(&["-d", "verbs", "-S", "all", "-c", "-I", "10"], &[], 46012);
+        checked_pingpong(&["-d", "verbs", "-S", "all", "-c", "-I", "10"], &[]);
     }
 }
 
@@ -72,13 +72,13 @@ fn verbs_pingpong_between_two_devices_under_wire_loss_and_injected_faults() {
     {
         // Loss on both ends of the pair: each direction leaves through one.
         let _loss = (Netem::loss("veth0", 5), Netem::loss("veth1", 5));
-        for (i, size) in ["8", "4096", "65536", "1048576"].into_iter().enumerate() {
-            checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &[], 46020 + i as u16, SERVER_ON_RXE0, CLIENT_ON_RXE1);
+        for size in ["8", "4096", "65536", "1048576"] {
+            checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &[], SERVER_ON_RXE0, CLIENT_ON_RXE1);
         }
     }
     let faults = [("FI_RDMX_FAULT_DROP", "5"), ("FI_RDMX_FAULT_DUP", "2"), ("FI_RDMX_FAULT_REORDER", "5")];
-    for (i, size) in ["8", "65536", "1048576"].into_iter().enumerate() {
-        checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &faults, 46030 + i as u16, SERVER_ON_RXE0, CLIENT_ON_RXE1);
+    for size in ["8", "65536", "1048576"] {
+        checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &faults, SERVER_ON_RXE0, CLIENT_ON_RXE1);
     }
 }
 
@@ -105,7 +105,7 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         return;
     }
     init();
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1")], 46021, "127.0.0.1", &[], &[]);
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1")], "127.0.0.1", &[], &[]);
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -124,7 +124,7 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         assert!(reads >= pulled, "{who}: every pull was an RDMA read ({reads} reads, {pulled} pulled)");
         assert!(stat(out, "rc_read_bytes") >= pulled << 20, "{who}: a MiB read per pulled message");
     }
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")], 46022, "127.0.0.1", &[], &[]);
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")], "127.0.0.1", &[], &[]);
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -149,7 +149,7 @@ fn verbs_pulls_by_rdma_read_between_two_devices() {
     }
     init();
     let env = [("FI_RDMX_STATS", "1")];
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &env, 46023, "127.0.0.1", SERVER_ON_RXE0, CLIENT_ON_RXE1);
+    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &env, "127.0.0.1", SERVER_ON_RXE0, CLIENT_ON_RXE1);
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -194,17 +194,17 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     let (a, b) = (as_host("rdmx-host-a"), as_host("rdmx-host-b"));
     let (a, b): (Vec<&str>, Vec<&str>) = (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
     let before = rxe_packets_sent();
-    checked_pingpong_on(&args, &[], 46040, &a, &b);
+    checked_pingpong_on(&args, &[], &a, &b);
     let remote = rxe_packets_sent() - before;
     assert!(remote >= 2 * iters, "two hosts: {remote} RoCE packets for {iters} round trips; auto did not take UD");
     let before = rxe_packets_sent();
-    checked_pingpong_on(&args, &[], 46041, &[], &[]);
+    checked_pingpong_on(&args, &[], &[], &[]);
     let local = rxe_packets_sent() - before;
     assert!(local < iters / 4, "one host: {local} RoCE packets for {iters} round trips; auto should use shm");
     println!("auto: {remote} RoCE packets between two hosts, {local} within one, for {iters} round trips");
     // Every size, data checked, between the two hosts; from 64 KiB up the
     // receiver reads by RDMA read (no variable but the stats printout).
-    let (s, c) = pingpong(&["-S", "all", "-c", "-I", "10"], &[("FI_RDMX_STATS", "1")], 46042, "127.0.0.1", &a, &b);
+    let (s, c) = pingpong(&["-S", "all", "-c", "-I", "10"], &[("FI_RDMX_STATS", "1")], "127.0.0.1", &a, &b);
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -214,7 +214,7 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     }
     // A verbs-only endpoint and an auto one reach each other over UD, both
     // ways, rendezvous pushes gathered from the sender's memory included.
-    checked_pingpong_on(&["-m", "tagged", "-S", "1048576", "-c", "-I", "10"], &[], 46043, &["env", "FI_RDMX_DEVICE=verbs"], &[]);
+    checked_pingpong_on(&["-m", "tagged", "-S", "1048576", "-c", "-I", "10"], &[], &["env", "FI_RDMX_DEVICE=verbs"], &[]);
 }
 
 /// `fork()` with registered memory: rdmx leaves it to the kernel (since 5.12
