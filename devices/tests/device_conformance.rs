@@ -1744,6 +1744,7 @@ mod verbs {
     /// - the send completes successfully and the datagram is lost on the
     ///   way (Soft-RoCE creates the handle and drops it silently: the
     ///   module docs): no error counted, nothing reported.
+    ///
     /// The report is waited for by the send's completion, not a sleep; no
     /// other address is ever reported; the device still works.
     #[test]

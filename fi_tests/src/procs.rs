@@ -222,7 +222,7 @@ mod tests {
         assert!(process_tree(child.id()).contains(&grandchild), "{:?}", process_tree(child.id()));
         kill_tree(&mut child);
         // Dead: gone, or a zombie until whoever inherited it reaps it.
-        let alive = || std::fs::read_to_string(format!("/proc/{grandchild}/stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.trim_start().chars().next() != Some('Z')));
+        let alive = || std::fs::read_to_string(format!("/proc/{grandchild}/stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')));
         let t0 = Instant::now();
         while alive() {
             assert!(t0.elapsed() < Duration::from_secs(5), "the grandchild survived");
