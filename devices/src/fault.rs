@@ -375,7 +375,7 @@ mod tests {
             DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false, registration: false, max_inline: 0 }
         }
         fn local_addr(&self) -> DevAddr {
-            DevAddr::Sim(0)
+            rdm::simnet::addr(0)
         }
         fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
             let mut n = 0;
@@ -410,7 +410,7 @@ mod tests {
     fn run(cfg: FaultConfig, n: usize) -> (FaultDevice<Recorder>, usize) {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(n);
-        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(DevAddr::Sim(1), m)).collect();
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
         let taken = d.send_batch(&tx).unwrap();
         d.recv_batch(1, &mut |_, _| {}).unwrap();
         (d, taken)
@@ -449,7 +449,7 @@ mod tests {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(3);
         for m in &msgs {
-            assert_eq!(d.send_batch(&[TxDatagram::new(DevAddr::Sim(1), m)]).unwrap(), 1);
+            assert_eq!(d.send_batch(&[TxDatagram::new(rdm::simnet::addr(1), m)]).unwrap(), 1);
         }
         // Everything is held (up to MAX_HELD) until the receive side runs.
         assert!(d.inner.sent.is_empty());
@@ -461,12 +461,12 @@ mod tests {
     fn back_pressure_and_errors_keep_their_meaning() {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: 3 }, FaultConfig::default());
         let msgs = data(5);
-        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(DevAddr::Sim(1), m)).collect();
+        let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
         assert_eq!(d.send_batch(&tx).unwrap(), 3);
         let big = vec![0u8; 101];
         d.inner.room = 10;
-        assert!(matches!(d.send_batch(&[TxDatagram::new(DevAddr::Sim(1), &big)]), Err(DeviceError::TooLarge { .. })));
-        assert_eq!(d.send_batch(&[tx[0], TxDatagram::new(DevAddr::Sim(1), &big)]).unwrap(), 1);
+        assert!(matches!(d.send_batch(&[TxDatagram::new(rdm::simnet::addr(1), &big)]), Err(DeviceError::TooLarge { .. })));
+        assert_eq!(d.send_batch(&[tx[0], TxDatagram::new(rdm::simnet::addr(1), &big)]).unwrap(), 1);
     }
 
     #[test]

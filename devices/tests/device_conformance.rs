@@ -608,7 +608,7 @@ fn udp_iface_by_name_and_defaults() {
 fn udp_wrong_address_kind_is_unreachable() {
     let mut a = udp("127.0.0.1:0").unwrap();
     let b = udp("127.0.0.1:0").unwrap();
-    let sim = DevAddr::Sim(3);
+    let sim = rdm::simnet::addr(3);
     assert!(matches!(a.send_batch(&[TxDatagram::new(sim, b"x")]), Err(DeviceError::Unreachable(_))));
     // A bad address after a good one shortens the batch instead.
     let n = a

@@ -120,7 +120,7 @@ fn trace() -> bool {
 
 fn addr(who: Who, honest: DevAddr) -> DevAddr {
     match who {
-        Who::Stranger(n) => DevAddr::Sim(2 + (n % 4) as u32),
+        Who::Stranger(n) => rdm::simnet::addr(2 + (n % 4) as u32),
         Who::Spoof => honest,
     }
 }
@@ -145,8 +145,8 @@ impl Side {
             ..EngineConfig::default()
         };
         let mut e = Engine::new(cfg);
-        let me = DevAddr::Sim(i as u32);
-        let other = DevAddr::Sim(1 - i as u32);
+        let me = rdm::simnet::addr(i as u32);
+        let other = rdm::simnet::addr(1 - i as u32);
         e.peer(other);
         Side {
             e,

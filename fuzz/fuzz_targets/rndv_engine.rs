@@ -243,22 +243,22 @@ impl Harness {
     }
 
     fn from_peer(&mut self, msg: &[u8]) {
-        let m_addr = DevAddr::Sim(0);
+        let m_addr = rdm::simnet::addr(0);
         let pid = self.peer.peer(m_addr);
         let _ = self.peer.send(self.now, pid, &[msg], 0);
         while let Some(t) = self.peer.poll_transmit(self.now, &mut self.buf) {
             for d in self.buf[..t.len].chunks(t.seg) {
-                self.m.rdm_mut().handle_datagram(self.now, DevAddr::Sim(1), d);
+                self.m.rdm_mut().handle_datagram(self.now, rdm::simnet::addr(1), d);
             }
         }
     }
 
     fn flush(&mut self, lose: bool) {
         while let Some(t) = self.m.rdm_mut().poll_transmit(self.now, &mut self.buf) {
-            if !lose && t.dst == DevAddr::Sim(1) {
+            if !lose && t.dst == rdm::simnet::addr(1) {
                 let d = self.buf[..t.len].to_vec();
                 for s in d.chunks(t.seg) {
-                    self.peer.handle_datagram(self.now, DevAddr::Sim(0), s);
+                    self.peer.handle_datagram(self.now, rdm::simnet::addr(0), s);
                 }
             }
         }
@@ -295,7 +295,7 @@ impl Harness {
                 let b = encode(&p);
                 self.from_peer(&b);
             }
-            Op::Stranger { n, bytes } => self.m.rdm_mut().handle_datagram(now, DevAddr::Sim(2 + n as u32 % 4), &bytes),
+            Op::Stranger { n, bytes } => self.m.rdm_mut().handle_datagram(now, rdm::simnet::addr(2 + n as u32 % 4), &bytes),
             Op::PostRecv { tagged, any, tag, ignore, iov, multi } => {
                 let spec = self.spec(tagged, any, tag, ignore, &iov, multi);
                 self.m.post_recv(now, spec, &mut self.mem);
@@ -380,7 +380,7 @@ impl Harness {
             }
             Op::Flush { lose } => self.flush(lose),
             Op::Advance { millis } => self.now = self.now + Duration::from_millis(millis as u64 % 10_000),
-            Op::Unreachable => self.m.handle_unreachable(DevAddr::Sim(1)),
+            Op::Unreachable => self.m.handle_unreachable(rdm::simnet::addr(1)),
         }
         self.step();
     }
@@ -427,7 +427,7 @@ fuzz_target!(|input: (bool, Vec<Op>)| {
         Engine::new(cfg.clone()),
         Config { rndv_threshold: 512, window_threshold: 1024, window: 4096, unexpected_limit: 64 << 10, keepalive: Duration::from_millis(200), ..Config::default() },
     );
-    let p = m.peer(DevAddr::Sim(1), DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
+    let p = m.peer(rdm::simnet::addr(1), DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
     let mut bytes = vec![0u8; 3 * AREA as usize];
     for (i, b) in bytes.iter_mut().enumerate() {
         *b = (i * 7) as u8;

@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 use crate::rng::Rng;
-use crate::device::DevAddr;
 use crate::engine::{Engine, EngineConfig, Event, PeerId};
 use crate::time::Instant;
 use std::collections::BinaryHeap;
@@ -178,7 +177,7 @@ impl Sim<Engine> {
     }
 
     pub fn peer(&mut self, from: usize, to: usize) -> PeerId {
-        self.nodes[from].engine.peer(DevAddr::Sim(to as u32))
+        self.nodes[from].engine.peer(crate::simnet::addr(to as u32))
     }
 
     /// Replaces node `i` with a fresh engine (a restarted process, new incarnation).
@@ -191,7 +190,7 @@ impl Sim<Engine> {
 }
 
 impl<E: SimEndpoint> Sim<E> {
-    /// A network of the given endpoints; node `i` has address `DevAddr::Sim(i)`.
+    /// A network of the given endpoints; node `i` has address `crate::simnet::addr(i)`.
     pub fn with_endpoints(endpoints: Vec<E>, link: Link, seed: u64) -> Sim<E> {
         let n = endpoints.len();
         let nodes = endpoints
@@ -223,7 +222,7 @@ impl<E: SimEndpoint> Sim<E> {
                 continue;
             }
             while let Some(t) = self.nodes[i].engine.rdm().poll_transmit(self.now, &mut buf) {
-                let DevAddr::Sim(to) = t.dst else { continue };
+                let Some(to) = crate::simnet::node_of(&t.dst) else { continue };
                 self.datagrams += 1;
                 let data = buf[..t.len].to_vec();
                 self.wire.put(self.now, i as u32, to, data);
@@ -285,7 +284,7 @@ impl<E: SimEndpoint> Sim<E> {
                     }
                     n.rx_budget -= 1;
                 }
-                n.engine.rdm().handle_datagram(now, DevAddr::Sim(*from), data);
+                n.engine.rdm().handle_datagram(now, crate::simnet::addr(*from), data);
                 n.backlog.pop_front();
             }
             if n.engine.rdm_ref().poll_timeout().is_some_and(|d| d <= now) {

@@ -3,7 +3,7 @@
 //! and completing reuse pooled buffers (DEVELOPERS.md: hot paths do no
 //! allocation). A counting global allocator watches a two-engine exchange.
 use rdm::engine::{Engine, EngineConfig, Event};
-use rdm::{DevAddr, Instant};
+use rdm::Instant;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +51,7 @@ static A: Counting = Counting;
 /// Sends `count` messages of `len` bytes from a to b, moving every datagram by
 /// hand; returns the allocations counted meanwhile.
 fn exchange(a: &mut Engine, b: &mut Engine, t: &mut Instant, count: usize, len: usize, wire: &mut [u8]) -> u64 {
-    let (addr_a, addr_b) = (DevAddr::Sim(1), DevAddr::Sim(2));
+    let (addr_a, addr_b) = (rdm::simnet::addr(1), rdm::simnet::addr(2));
     let to_b = a.peer(addr_b);
     let payload = [7u8; 65536];
     COUNTED.with(|c| c.set(true));

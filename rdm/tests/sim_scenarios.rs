@@ -14,7 +14,7 @@ fn delivered(sim: &Sim, node: usize) -> Vec<&Vec<u8>> {
 }
 
 fn delivered_from(sim: &Sim, node: usize, from: usize) -> Vec<&Vec<u8>> {
-    let want = sim.nodes[node].engine.peer_id_of(rdm::DevAddr::Sim(from as u32));
+    let want = sim.nodes[node].engine.peer_id_of(rdm::simnet::addr(from as u32));
     sim.nodes[node]
         .events
         .iter()
@@ -299,7 +299,7 @@ fn foreign_job_key_is_dropped_and_counted() {
     let mut sim = Sim::new(2, EngineConfig { job_key: 5, ..EngineConfig::default() }, Link::default(), 1);
     let other = rdm::engine::Engine::new(EngineConfig { job_key: 6, incarnation: 9, ..EngineConfig::default() });
     let mut other = other;
-    let to0 = other.peer(rdm::DevAddr::Sim(0));
+    let to0 = other.peer(rdm::simnet::addr(0));
     other.send(sim.now, to0, &[b"intruder"], 1).unwrap();
     let mut buf = vec![0u8; 2000];
     let t = other.poll_transmit(sim.now, &mut buf).unwrap();

@@ -27,10 +27,6 @@ pub enum DevAddr {
     Udp(SocketAddr),
     /// A shared-memory receive ring on this host.
     Shm(ShmAddr),
-    /// An endpoint of the in-process network simulator (tests; the `sim`
-    /// feature, never in the shipped library).
-    #[cfg(feature = "sim")]
-    Sim(u32),
     /// An address whose bytes only its device interprets (verbs UD: GID, QPN
     /// and Q_Key; EFA SRD: its 32-byte address). The endpoint never looks
     /// inside: it asks the device ([`Device::caps_for`], [`Device::owns`]),
@@ -71,7 +67,8 @@ impl RawAddr {
     /// Device families of raw addresses.
     pub const FAMILY_VERBS_UD: u8 = 1;
     pub const FAMILY_EFA: u8 = 2;
-    /// The endpoint-level simulator and model devices of the tests.
+    /// The simulators' and the tests' model devices (`simnet::addr`): the
+    /// simulator needs no variant of its own in the production enum.
     pub const FAMILY_MODEL: u8 = 0xfe;
 
     /// `None` when `bytes` is longer than [`RAW_ADDR_MAX`].

@@ -1543,8 +1543,8 @@ mod tests {
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
         let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
-        let near = a.peer_with_path(DevAddr::Sim(1), &shm);
-        let far = a.peer(DevAddr::Sim(2));
+        let near = a.peer_with_path(crate::simnet::addr(1), &shm);
+        let far = a.peer(crate::simnet::addr(2));
         let t = Instant::ZERO;
         a.send(t, near, &[&[1u8; 20_000]], 1).unwrap();
         a.send(t, far, &[&[2u8; 20_000]], 2).unwrap();
@@ -1553,9 +1553,9 @@ mod tests {
         while let Some(x) = a.poll_transmit(t, &mut buf) {
             sizes.entry(x.dst).or_default().push(x.len);
         }
-        assert_eq!(sizes[&DevAddr::Sim(1)].len(), 3, "8 KiB segments on the shm path: {:?}", sizes[&DevAddr::Sim(1)]);
-        assert!(sizes[&DevAddr::Sim(1)].iter().all(|&l| l <= 8192));
-        assert_eq!(sizes[&DevAddr::Sim(2)].len(), 20_000usize.div_ceil(1472 - HEADER_LEN), "UDP-sized segments elsewhere");
+        assert_eq!(sizes[&crate::simnet::addr(1)].len(), 3, "8 KiB segments on the shm path: {:?}", sizes[&crate::simnet::addr(1)]);
+        assert!(sizes[&crate::simnet::addr(1)].iter().all(|&l| l <= 8192));
+        assert_eq!(sizes[&crate::simnet::addr(2)].len(), 20_000usize.div_ceil(1472 - HEADER_LEN), "UDP-sized segments elsewhere");
         // The reliable path arms no retransmission timer; the other one does.
         let deadline = a.poll_timeout().expect("the UDP peer's RTO");
         a.handle_timeout(deadline);
@@ -1563,7 +1563,7 @@ mod tests {
         while let Some(x) = a.poll_transmit(deadline, &mut buf) {
             resent.push(x.dst);
         }
-        assert!(!resent.is_empty() && resent.iter().all(|d| *d == DevAddr::Sim(2)), "{resent:?}");
+        assert!(!resent.is_empty() && resent.iter().all(|d| *d == crate::simnet::addr(2)), "{resent:?}");
     }
 
     /// The path is kept once (the cold entry): a path given before anything
@@ -1576,13 +1576,13 @@ mod tests {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
         let t = Instant::ZERO;
-        let pa = b.peer(DevAddr::Sim(0));
+        let pa = b.peer(crate::simnet::addr(0));
         b.send(t, pa, &[b"first"], 1).unwrap();
         let mut buf = vec![0u8; 9000];
         let x = b.poll_transmit(t, &mut buf).unwrap();
-        a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+        a.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
         // a heard from b (hot state, nothing sent): the path is taken.
-        let pb = a.peer_with_path(DevAddr::Sim(1), &shm);
+        let pb = a.peer_with_path(crate::simnet::addr(1), &shm);
         assert_eq!(a.datagram_max(pb), 8192 - HEADER_LEN);
         a.send(t, pb, &[&[0u8; 8000]], 2).unwrap();
         let mut lens = Vec::new();
@@ -1591,7 +1591,7 @@ mod tests {
         }
         assert_eq!(lens, vec![HEADER_LEN + 8000], "one datagram on the shm path");
         // b sent on the defaults already: a path given now changes nothing.
-        b.peer_with_path(DevAddr::Sim(0), &shm);
+        b.peer_with_path(crate::simnet::addr(0), &shm);
         assert_eq!(b.datagram_max(pa), 1472 - HEADER_LEN);
         assert!(b.has_lossy_peers());
     }
@@ -1601,8 +1601,8 @@ mod tests {
     fn pair(path: DeviceCaps) -> (Engine, Engine, PeerId, PeerId) {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: path.mtu, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: path.mtu, ..EngineConfig::default() });
-        let pb = a.peer_with_path(DevAddr::Sim(2), &path);
-        let pa = b.peer_with_path(DevAddr::Sim(1), &path);
+        let pb = a.peer_with_path(crate::simnet::addr(2), &path);
+        let pa = b.peer_with_path(crate::simnet::addr(1), &path);
         (a, b, pb, pa)
     }
 
@@ -1628,8 +1628,8 @@ mod tests {
         a.send(t, pb, &[b"hi"], 900).unwrap();
         b.send(t, pa, &[b"hi"], 901).unwrap();
         for _ in 0..3 {
-            carry(a, DevAddr::Sim(1), b, t);
-            carry(b, DevAddr::Sim(2), a, t);
+            carry(a, crate::simnet::addr(1), b, t);
+            carry(b, crate::simnet::addr(2), a, t);
         }
         events(a);
         events(b);
@@ -1658,12 +1658,12 @@ mod tests {
         let on_ring = first_packet(SHM, sb, &[b"hello"]);
         assert!(unsummed(&on_ring));
         assert!(!unsummed(&first_packet(DeviceCaps { reliable: false, ordered: false, ..SHM }, sb, &[b"hello"])), "a path that may corrupt keeps its sum");
-        assert!(!unsummed(&first_packet(SHM, DevAddr::Sim(2), &[b"hello"])), "a reliable path that is not a ring keeps its sum");
+        assert!(!unsummed(&first_packet(SHM, crate::simnet::addr(2), &[b"hello"])), "a reliable path that is not a ring keeps its sum");
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: SHM.mtu, ..EngineConfig::default() });
         b.peer_with_path(sa, &SHM);
         // The same bytes from anywhere but a ring: dropped as unchecked.
         b.handle_datagram(t, DevAddr::Udp("127.0.0.1:9".parse().unwrap()), &on_ring);
-        b.handle_datagram(t, DevAddr::Sim(1), &on_ring);
+        b.handle_datagram(t, crate::simnet::addr(1), &on_ring);
         assert_eq!(b.stats().dropped_checksum, 2);
         assert!(events(&mut b).is_empty());
         // From the ring: delivered.
@@ -1691,19 +1691,19 @@ mod tests {
             out
         };
         let d = next(&mut a, &[b"whole"]);
-        assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), &d[0]), Some(pa));
+        assert_eq!(b.handle_datagram_lending(t, crate::simnet::addr(1), &d[0]), Some(pa));
         assert_eq!(&d[0][HEADER_LEN..], b"whole");
         assert!(events(&mut b).is_empty(), "lent, not queued");
         // Behind a queued event: queued too, in order.
         let (d1, d2) = (next(&mut a, &[b"one"]), next(&mut a, &[b"two"]));
-        b.handle_datagram(t, DevAddr::Sim(1), &d1[0]);
-        assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), &d2[0]), None);
+        b.handle_datagram(t, crate::simnet::addr(1), &d1[0]);
+        assert_eq!(b.handle_datagram_lending(t, crate::simnet::addr(1), &d2[0]), None);
         assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"one".to_vec() }, Event::Delivered { peer: pa, msg: b"two".to_vec() }]);
         // Fragments of a longer message are put together as always.
         let frags = next(&mut a, &[&[7u8; 12000]]);
         assert!(frags.len() > 1);
         for f in &frags {
-            assert_eq!(b.handle_datagram_lending(t, DevAddr::Sim(1), f), None);
+            assert_eq!(b.handle_datagram_lending(t, crate::simnet::addr(1), f), None);
         }
         assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![7u8; 12000] }]);
         assert_eq!(b.stats().delivered_msgs, 5, "the introduction, whole, one, two and the long one");
@@ -1723,13 +1723,13 @@ mod tests {
         let (h, payload) = Header::decode(&buf[..x.len]).unwrap();
         assert_eq!((h.ptype, h.first, h.last, payload), (PacketType::Direct, true, true, &b"abcde"[..]));
         assert_eq!(events(&mut a), vec![Event::SendComplete { token: 2 }]);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
         assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"abcde".to_vec() }]);
         // A datagram queued ahead (written out by the next poll_transmit)
         // is never overtaken; one larger than a datagram takes the queue.
         a.send_transmit_complete(t, pb, &[b"queued"], 3).unwrap();
         assert!(a.transmit_direct_now(pb, &[b"later"], 4, &mut buf).is_none());
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
         assert!(a.transmit_direct_now(pb, &[&vec![0u8; 8192]], 5, &mut buf).is_none(), "more than one datagram");
         assert!(a.transmit_direct_now(pb, &[b"x"], 6, &mut buf[..HEADER_LEN]).is_none(), "more than the buffer");
         assert_eq!(a.stats().sent_direct, 2);
@@ -1742,25 +1742,25 @@ mod tests {
         // Not before the peer was heard from (it could be of another job,
         // which drops what nothing would acknowledge).
         a.send_transmit_complete(t, pb, &[b"first"], 9).unwrap();
-        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data]);
+        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data]);
         assert!(events(&mut a).is_empty(), "the first message waits for its ack");
         events(&mut b);
-        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        carry(&mut b, crate::simnet::addr(2), &mut a, t);
         assert_eq!(events(&mut a), vec![Event::SendComplete { token: 9 }]);
         for i in 0..3u8 {
             a.send_transmit_complete(t, pb, &[&[i; 8]], 10 + i as u64).unwrap();
             assert!(events(&mut a).is_empty(), "not complete before it is written out");
-            assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Direct]);
+            assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Direct]);
             assert_eq!(events(&mut a), vec![Event::SendComplete { token: 10 + i as u64 }], "complete once written");
             assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![i; 8] }]);
-            assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "no acknowledgement");
+            assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty(), "no acknowledgement");
         }
         assert_eq!((a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks), (3, 1, 3, 1));
         // Nothing waits on a timer: firing whatever is armed resends nothing.
         if let Some(d) = a.poll_timeout() {
             a.handle_timeout(d);
         }
-        assert!(carry(&mut a, DevAddr::Sim(1), &mut b, t).is_empty());
+        assert!(carry(&mut a, crate::simnet::addr(1), &mut b, t).is_empty());
         assert_eq!(a.stats().retransmits, 0);
     }
 
@@ -1774,10 +1774,10 @@ mod tests {
             let (mut a, mut b, pb, pa) = pair(path);
             let t = Instant::ZERO;
             a.send_transmit_complete(t, pb, &[b"x"], 1).unwrap();
-            assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data], "{path:?}");
+            assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "{path:?}");
             assert!(events(&mut a).is_empty(), "completes on the ack only: {path:?}");
             assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"x".to_vec() }]);
-            carry(&mut b, DevAddr::Sim(2), &mut a, t);
+            carry(&mut b, crate::simnet::addr(2), &mut a, t);
             assert_eq!(events(&mut a), vec![Event::SendComplete { token: 1 }]);
         }
     }
@@ -1793,7 +1793,7 @@ mod tests {
         a.send_transmit_complete(t, pb, &[b"after"], 2).unwrap();
         a.send(t, pb, &[b"delivery"], 3).unwrap();
         a.send_transmit_complete(t, pb, &[b"last"], 4).unwrap();
-        let types = carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        let types = carry(&mut a, crate::simnet::addr(1), &mut b, t);
         assert!(types.iter().all(|p| *p == PacketType::Data), "{types:?}");
         let got: Vec<Vec<u8>> = events(&mut b)
             .into_iter()
@@ -1803,14 +1803,14 @@ mod tests {
             })
             .collect();
         assert_eq!(got, vec![vec![7u8; DIRECT_MAX + 4000], b"after".to_vec(), b"delivery".to_vec(), b"last".to_vec()]);
-        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        carry(&mut b, crate::simnet::addr(2), &mut a, t);
         assert_eq!(events(&mut a).len(), 4);
         // Everything acknowledged: the fast path again, and a long message
         // queued after a DIRECT one still arrives after it.
         a.send_transmit_complete(t, pb, &[b"fast"], 5).unwrap();
         a.send_transmit_complete(t, pb, &[&[9u8; 20_000]], 7).unwrap();
         a.send(t, pb, &[&[8u8; 20_000]], 6).unwrap();
-        let types = carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        let types = carry(&mut a, crate::simnet::addr(1), &mut b, t);
         assert_eq!(types[0], PacketType::Direct, "{types:?}");
         let got: Vec<usize> = events(&mut b).into_iter().map(|e| if let Event::Delivered { msg, .. } = e { msg.len() } else { 0 }).collect();
         assert_eq!(got, vec![4, 20_000, 20_000]);
@@ -1822,27 +1822,27 @@ mod tests {
         introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         a.send_transmit_complete(t, pb, &[b"one"], 1).unwrap();
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
         b.set_paused(true);
-        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, t), vec![PacketType::Ack], "a zero window, told at once");
+        assert_eq!(carry(&mut b, crate::simnet::addr(2), &mut a, t), vec![PacketType::Ack], "a zero window, told at once");
         a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
-        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, t), vec![PacketType::Data], "held by the window, not DIRECT");
+        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "held by the window, not DIRECT");
         events(&mut a);
         assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")), "refused while paused");
         b.set_paused(false);
-        carry(&mut b, DevAddr::Sim(2), &mut a, t);
+        carry(&mut b, crate::simnet::addr(2), &mut a, t);
         // The refused DATA packet waits for the sender's retransmission; the
         // window is open again, so once the stream drains DIRECT resumes.
         // A reliable path has no retransmission timer: the reopened window
         // itself makes the sender resend what was refused, with no time passing.
         let now = t;
-        carry(&mut a, DevAddr::Sim(1), &mut b, now);
+        carry(&mut a, crate::simnet::addr(1), &mut b, now);
         assert!(events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")));
-        carry(&mut b, DevAddr::Sim(2), &mut a, now);
+        carry(&mut b, crate::simnet::addr(2), &mut a, now);
         let ev = events(&mut a);
         assert!(ev.contains(&Event::SendComplete { token: 2 }), "{ev:?} {}", a.describe_peer(pb));
         a.send_transmit_complete(now, pb, &[b"three"], 3).unwrap();
-        assert_eq!(carry(&mut a, DevAddr::Sim(1), &mut b, now), vec![PacketType::Direct]);
+        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, now), vec![PacketType::Direct]);
     }
 
     #[test]
@@ -1860,7 +1860,7 @@ mod tests {
         while let Some(x) = a.poll_transmit(t, &mut buf) {
             let (h, _) = Header::decode(&buf[..x.len]).unwrap();
             flags.push((h.ptype, h.first, h.last));
-            b.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+            b.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
             done.extend(events(&mut a));
         }
         assert_eq!(
@@ -1874,10 +1874,10 @@ mod tests {
         );
         assert_eq!(done, vec![Event::SendComplete { token: 1 }, Event::SendComplete { token: 2 }], "one completion each, after the last fragment");
         assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: big.clone() }, Event::Delivered { peer: pa, msg: b"tail".to_vec() }]);
-        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "no acknowledgement");
+        assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty(), "no acknowledgement");
         // Larger than DIRECT_MAX: sequenced.
         a.send_transmit_complete(t, pb, &[&vec![1u8; DIRECT_MAX + 1]], 3).unwrap();
-        assert!(carry(&mut a, DevAddr::Sim(1), &mut b, t).iter().all(|p| *p == PacketType::Data));
+        assert!(carry(&mut a, crate::simnet::addr(1), &mut b, t).iter().all(|p| *p == PacketType::Data));
     }
 
     #[test]
@@ -1889,17 +1889,17 @@ mod tests {
         let mut buf = vec![0u8; 200];
         // A LAST with no message open; then a FIRST, and a FIRST again.
         let n = hdr.encode(b"orphan", &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         hdr.first = true;
         hdr.last = false;
         let n = hdr.encode(b"one", &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         let n = hdr.encode(b"two", &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         hdr.first = false;
         hdr.last = true;
         let n = hdr.encode(b"!", &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"two!".to_vec() }]);
         assert_eq!(b.stats().dropped_malformed, 2);
     }
@@ -1916,11 +1916,11 @@ mod tests {
         let payload = payload.to_vec();
         hdr.job_key = 99;
         let n = hdr.encode(&payload, &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         hdr.job_key = 0;
         hdr.dst_inc = 77;
         let n = hdr.encode(&payload, &mut buf);
-        b.handle_datagram(t, DevAddr::Sim(1), &buf[..n]);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..n]);
         assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Delivered { .. })));
         assert_eq!((b.stats().dropped_job_key, b.stats().dropped_stale), (1, 1));
     }
@@ -1931,35 +1931,35 @@ mod tests {
         let delay = Duration::from_micros(50);
         let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, completed_ack_delay: delay, ..EngineConfig::default() });
-        let pb = a.peer_with_path(DevAddr::Sim(2), &udp);
-        let pa = b.peer_with_path(DevAddr::Sim(1), &udp);
+        let pb = a.peer_with_path(crate::simnet::addr(2), &udp);
+        let pa = b.peer_with_path(crate::simnet::addr(1), &udp);
         let t = Instant::ZERO;
         // An answer within the delay carries the ack: no ACK packet at all.
         a.send(t, pb, &[b"ping"], 1).unwrap();
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
-        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty(), "the ack waits");
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
+        assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty(), "the ack waits");
         b.send(t, pa, &[b"pong"], 2).unwrap();
-        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, t), vec![PacketType::Data]);
+        assert_eq!(carry(&mut b, crate::simnet::addr(2), &mut a, t), vec![PacketType::Data]);
         assert!(events(&mut a).contains(&Event::SendComplete { token: 1 }), "acknowledged by the answer");
         assert_eq!(b.stats().sent_acks, 0);
         // No answer: the timer sends the ack once the delay has passed.
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
         a.send(t, pb, &[b"alone"], 3).unwrap();
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
-        assert!(carry(&mut b, DevAddr::Sim(2), &mut a, t).is_empty());
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
+        assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty());
         let due = b.poll_timeout().expect("the delayed ack's deadline");
         assert!(due <= t + delay, "{due:?}");
         b.handle_timeout(due);
-        assert_eq!(carry(&mut b, DevAddr::Sim(2), &mut a, due), vec![PacketType::Ack]);
+        assert_eq!(carry(&mut b, crate::simnet::addr(2), &mut a, due), vec![PacketType::Ack]);
         assert!(events(&mut a).contains(&Event::SendComplete { token: 3 }));
         // Without the delay (manual progress), at once.
         let mut c = Engine::new(EngineConfig { incarnation: 3, ..EngineConfig::default() });
-        c.peer_with_path(DevAddr::Sim(1), &udp);
-        a.peer_with_path(DevAddr::Sim(3), &udp);
-        let pc = a.peer(DevAddr::Sim(3));
+        c.peer_with_path(crate::simnet::addr(1), &udp);
+        a.peer_with_path(crate::simnet::addr(3), &udp);
+        let pc = a.peer(crate::simnet::addr(3));
         a.send(t, pc, &[b"x"], 4).unwrap();
-        carry(&mut a, DevAddr::Sim(1), &mut c, t);
-        assert_eq!(carry(&mut c, DevAddr::Sim(3), &mut a, t), vec![PacketType::Ack]);
+        carry(&mut a, crate::simnet::addr(1), &mut c, t);
+        assert_eq!(carry(&mut c, crate::simnet::addr(3), &mut a, t), vec![PacketType::Ack]);
     }
 
     #[test]
@@ -1972,7 +1972,7 @@ mod tests {
         assert!(a.poll_transmit(t, &mut buf).is_some());
         // The provider hands the datagram to the device, which says the peer
         // is gone, before anyone polled the engine's events.
-        a.handle_unreachable(DevAddr::Sim(2));
+        a.handle_unreachable(crate::simnet::addr(2));
         assert_eq!(
             events(&mut a),
             vec![Event::SendFailed { token: 7, peer: pb, reason: FailReason::Unreachable }, Event::PeerUnreachable { peer: pb }]
@@ -1985,9 +1985,9 @@ mod tests {
         introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
         a.send_transmit_complete(t, pb, &[b"lost"], 1).unwrap();
-        carry(&mut a, DevAddr::Sim(1), &mut b, t);
+        carry(&mut a, crate::simnet::addr(1), &mut b, t);
         events(&mut a);
-        a.handle_unreachable(DevAddr::Sim(2));
+        a.handle_unreachable(crate::simnet::addr(2));
         assert_eq!(events(&mut a), vec![Event::PeerUnreachable { peer: pb }]);
         a.send_transmit_complete(t, pb, &[b"next"], 2).unwrap();
         assert!(matches!(events(&mut a)[..], [Event::SendFailed { token: 2, .. }]));
@@ -1997,8 +1997,8 @@ mod tests {
     fn runs_of_datagrams_only_where_the_device_takes_them() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
         let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true, registration: false, max_inline: 0 };
-        let gso_peer = a.peer_with_path(DevAddr::Sim(1), &udp_gso);
-        let plain = a.peer(DevAddr::Sim(2));
+        let gso_peer = a.peer_with_path(crate::simnet::addr(1), &udp_gso);
+        let plain = a.peer(crate::simnet::addr(2));
         let t = Instant::ZERO;
         let msg: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         a.send(t, gso_peer, &[&msg], 1).unwrap();
@@ -2017,11 +2017,11 @@ mod tests {
         }
         let seg = 1472;
         let segments = 10_000usize.div_ceil(1472 - HEADER_LEN);
-        let gso: Vec<_> = runs.iter().filter(|r| r.0 == DevAddr::Sim(1)).collect();
+        let gso: Vec<_> = runs.iter().filter(|r| r.0 == crate::simnet::addr(1)).collect();
         assert_eq!(gso.len(), 1, "one run carries the whole message: {gso:?}");
         assert_eq!(gso[0].2, seg);
         assert_eq!(gso[0].1, 10_000 + segments * HEADER_LEN);
-        let single: Vec<_> = runs.iter().filter(|r| r.0 == DevAddr::Sim(2)).collect();
+        let single: Vec<_> = runs.iter().filter(|r| r.0 == crate::simnet::addr(2)).collect();
         assert_eq!(single.len(), segments);
         assert!(single.iter().all(|r| r.1 == r.2), "no runs to a path without gso");
         // After a device refused a run, single datagrams only.
@@ -2041,7 +2041,7 @@ mod tests {
         let mut b = Engine::new(EngineConfig { incarnation: 2, job_key: 5, ..EngineConfig::default() });
         let mut other_job = Engine::new(EngineConfig { incarnation: 3, job_key: 6, ..EngineConfig::default() });
         let t = Instant::ZERO;
-        let pb = a.peer(DevAddr::Sim(1));
+        let pb = a.peer(crate::simnet::addr(1));
         let max = a.datagram_max(pb);
         assert_eq!(max, 1472 - HEADER_LEN);
         assert_eq!(a.send_datagram(pb, &[&[1u8; 1472 - HEADER_LEN], &[2]], 9), Err(SendError::TooLarge { len: max + 1, max }));
@@ -2053,7 +2053,7 @@ mod tests {
         let mut buf = vec![0u8; 2000];
         let mut wire = Vec::new();
         while let Some(x) = a.poll_transmit(t, &mut buf) {
-            assert_eq!(x.dst, DevAddr::Sim(1));
+            assert_eq!(x.dst, crate::simnet::addr(1));
             wire.push(buf[..x.len].to_vec());
         }
         assert_eq!(wire.len(), 2, "one datagram each, no acks or segments");
@@ -2062,10 +2062,10 @@ mod tests {
         assert!(!a.wants_transmit() && a.poll_timeout().is_none() && a.hot_peers() == 0, "no state, no timer");
         // Delivered whole, in any order, once per copy; nothing is sent back.
         for d in wire.iter().rev() {
-            b.handle_datagram(t, DevAddr::Sim(0), d);
-            other_job.handle_datagram(t, DevAddr::Sim(0), d);
+            b.handle_datagram(t, crate::simnet::addr(0), d);
+            other_job.handle_datagram(t, crate::simnet::addr(0), d);
         }
-        let pa = b.peer_id_of(DevAddr::Sim(0)).unwrap();
+        let pa = b.peer_id_of(crate::simnet::addr(0)).unwrap();
         assert_eq!(b.poll_event(), Some(Event::Datagram { peer: pa, msg: vec![3u8; 1472 - HEADER_LEN] }));
         assert_eq!(b.poll_event(), Some(Event::Datagram { peer: pa, msg: b"hello".to_vec() }));
         assert!(b.poll_transmit(t, &mut buf).is_none() && b.hot_peers() == 0);
@@ -2078,18 +2078,18 @@ mod tests {
     #[test]
     fn unreachable_report_fails_a_busy_peer_at_once_and_leaves_idle_ones() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
-        let busy = a.peer(DevAddr::Sim(1));
-        let idle = a.peer(DevAddr::Sim(2));
+        let busy = a.peer(crate::simnet::addr(1));
+        let idle = a.peer(crate::simnet::addr(2));
         let t = Instant::ZERO;
         a.send(t, busy, &[b"one"], 10).unwrap();
         a.send(t, busy, &[b"two"], 11).unwrap();
         let mut buf = vec![0u8; 2000];
         while a.poll_transmit(t, &mut buf).is_some() {}
         // Unknown and idle addresses change nothing.
-        a.handle_unreachable(DevAddr::Sim(9));
+        a.handle_unreachable(crate::simnet::addr(9));
         a.handle_unreachable(a.peer_addr(idle));
         assert_eq!(a.poll_event(), None);
-        a.handle_unreachable(DevAddr::Sim(1));
+        a.handle_unreachable(crate::simnet::addr(1));
         let mut events = Vec::new();
         while let Some(e) = a.poll_event() {
             events.push(e);
@@ -2104,7 +2104,7 @@ mod tests {
         );
         assert_eq!(a.stats().peers_failed, 1);
         // A second report of the same peer is not a second failure.
-        a.handle_unreachable(DevAddr::Sim(1));
+        a.handle_unreachable(crate::simnet::addr(1));
         assert_eq!(a.poll_event(), None);
     }
 
@@ -2112,8 +2112,8 @@ mod tests {
     fn an_idle_peer_after_traffic_costs_at_most_640_bytes() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, ..EngineConfig::default() });
-        let pa = a.peer(DevAddr::Sim(1));
-        let pb = b.peer(DevAddr::Sim(0));
+        let pa = a.peer(crate::simnet::addr(1));
+        let pb = b.peer(crate::simnet::addr(0));
         // An AV entry creates no engine state at all (the provider keeps the 48-byte
         // address); a peer the engine was asked about but never used costs this:
         let cold = a.peer_bytes(pa);
@@ -2128,11 +2128,11 @@ mod tests {
             t = t + Duration::from_micros(5);
             let mut moved = false;
             while let Some(x) = a.poll_transmit(t, &mut buf) {
-                b.handle_datagram(t, DevAddr::Sim(0), &buf[..x.len]);
+                b.handle_datagram(t, crate::simnet::addr(0), &buf[..x.len]);
                 moved = true;
             }
             while let Some(x) = b.poll_transmit(t, &mut buf) {
-                a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+                a.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
                 moved = true;
             }
             for e in [&mut a, &mut b] {
@@ -2168,16 +2168,16 @@ mod tests {
     fn late_expected_incarnation_loses_no_message() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 200, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 200, ..EngineConfig::default() });
-        let pa = b.peer(DevAddr::Sim(0));
+        let pa = b.peer(crate::simnet::addr(0));
         let t = Instant::ZERO;
         let mut buf = vec![0u8; 65536];
         let mut pump = |a: &mut Engine, b: &mut Engine| {
             for _ in 0..8 {
                 while let Some(x) = b.poll_transmit(t, &mut buf) {
-                    a.handle_datagram(t, DevAddr::Sim(1), &buf[..x.len]);
+                    a.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
                 }
                 while let Some(x) = a.poll_transmit(t, &mut buf) {
-                    b.handle_datagram(t, DevAddr::Sim(0), &buf[..x.len]);
+                    b.handle_datagram(t, crate::simnet::addr(0), &buf[..x.len]);
                 }
             }
         };
@@ -2187,7 +2187,7 @@ mod tests {
         first.truncate(n);
         // The application now names an incarnation that is not a's.
         assert!(b.expect_incarnation(pa, 999));
-        a.handle_datagram(t, DevAddr::Sim(1), &first);
+        a.handle_datagram(t, crate::simnet::addr(1), &first);
         pump(&mut a, &mut b);
         b.send(t, pa, &[&[2u8; 1000]], 2).unwrap();
         pump(&mut a, &mut b);
@@ -2228,7 +2228,7 @@ mod tests {
         ) {
             let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
             let mut b = Engine::new(EngineConfig { incarnation: 2, ..EngineConfig::default() });
-            let pa = a.peer(DevAddr::Sim(1));
+            let pa = a.peer(crate::simnet::addr(1));
             let t = Instant::ZERO;
             let msgs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| vec![i as u8; n]).collect();
             for (i, m) in msgs.iter().enumerate() {
@@ -2249,7 +2249,7 @@ mod tests {
             dgrams.extend(dups);
             let mut got = Vec::new();
             for d in &dgrams {
-                b.handle_datagram(t, DevAddr::Sim(0), d);
+                b.handle_datagram(t, crate::simnet::addr(0), d);
                 // SACK bits vs the model: exactly the buffered PSNs in range.
                 let hot = &b.hot[b.cold[0].hot.unwrap() as usize];
                 let bits = hot.rx.sack_bits();
