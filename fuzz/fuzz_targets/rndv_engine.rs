@@ -22,7 +22,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rdm::engine::{Engine, EngineConfig, Event};
-use rdm::{DevAddr, DeviceCaps, Instant};
+use rdm::{DeviceCaps, Instant};
 use rndv::atomic::{Datatype, Op as AOp};
 use rndv::engine::{Access, Action, Config, IoBuf, IoList, Memory, MsgEngine, OpKind, OpMeta, ReadOutcome, RecvSpec};
 use rndv::wire::rendezvous::{RemoteIov, Rts, MAX_IOV};
