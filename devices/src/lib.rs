@@ -20,6 +20,7 @@
 //! * [`addr`]: the endpoint address, one slot per device, and which device
 //!   reaches which peer.
 //! * [`ib`]: what verbs and EFA share of rdma-core.
+//! * [`probe`]: which RDMA devices this host offers, asked once per process.
 //!
 //! This crate and `prov` are the only ones with system calls, `unsafe` and
 //! rdma-core; every `unsafe` block says why it is sound (`// SAFETY:`).
@@ -32,6 +33,7 @@ pub mod fault;
 pub mod host;
 pub mod ib;
 pub mod iface;
+pub mod probe;
 pub mod shm;
 pub mod udp;
 pub mod verbs;

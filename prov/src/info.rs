@@ -263,62 +263,40 @@ pub fn domain_name(d: DeviceChoice) -> &'static str {
     }
 }
 
-/// How the verbs device is chosen: `FI_RDMX_IFACE` names a netdev, an RDMA
-/// device or an address; unset, the RDMA device of the netdev the UDP device
-/// would use. `None` when this host has no RDMA device at all.
+/// The settings the device probes take from the parameters.
+fn probe_settings() -> ::devices::probe::Settings {
+    let p = params();
+    ::devices::probe::Settings { iface: p.iface.clone(), rc_max_peers: p.rc_max_peers, odp: p.verbs_odp }
+}
+
+/// The verbs device's config (`None`: no RDMA device on this host).
 pub fn verbs_config() -> Option<::devices::verbs::VerbsConfig> {
-    ::devices::verbs::VerbsContext::available().then(|| ::devices::verbs::VerbsConfig { iface: params().iface.clone(), rc_max_peers: params().rc_max_peers, odp: params().verbs_odp, ..Default::default() })
+    ::devices::probe::verbs_config(&probe_settings())
 }
 
-/// The verbs device's port MTU, when one can be opened: asked once per
-/// process (opening a device context is a few system calls, and
-/// `fi_getinfo` is called often).
+/// The verbs device's port MTU, when one can be opened.
 pub fn verbs_mtu() -> Option<usize> {
-    static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MTU.get_or_init(|| verbs_config().and_then(|c| ::devices::verbs::VerbsContext::open(&c).ok()).map(|v| v.mtu()))
+    ::devices::probe::verbs_mtu(&probe_settings())
 }
 
-/// The EFA device's context config: `FI_RDMX_IFACE` naming an RDMA
-/// device picks it; anything else, the first EFA device.
+/// The EFA device's context config.
 pub fn efa_config() -> ::devices::efa::EfaConfig {
-    let iface = params().iface.clone();
-    let named = iface.filter(|n| std::path::Path::new(&format!("/sys/class/infiniband/{n}")).exists());
-    ::devices::efa::EfaConfig { device: named, ..Default::default() }
+    ::devices::probe::efa_config(&probe_settings())
 }
 
-/// The EFA device's largest datagram, when one opens: asked once per
-/// process. `None` on hosts without an EFA device (every host it has been
-/// tried on).
+/// The EFA device's largest datagram, when one opens.
 pub fn efa_mtu() -> Option<usize> {
-    static MTU: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *MTU.get_or_init(|| {
-        if !::devices::verbs::VerbsContext::available() {
-            return None;
-        }
-        ::devices::efa::EfaContext::open(&efa_config()).ok().map(|c| c.mtu())
-    })
+    ::devices::probe::efa_mtu(&probe_settings())
 }
-
-/// An auto domain's EFA context failed to open in this process: auto sends
-/// to remote peers over UDP from then on (`crate::devices::DomainDevices::new`).
-static AUTO_EFA_FAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Records that an auto domain could not open the EFA device.
 pub fn note_auto_efa_failed() {
-    AUTO_EFA_FAILED.store(true, std::sync::atomic::Ordering::Relaxed);
+    ::devices::probe::note_auto_efa_failed()
 }
 
-/// The largest datagram of the RDMA device an auto domain uses for remote
-/// peers: on a host with an EFA device, EFA's while its context opens and
-/// none once an auto domain's failed (UDP then; verbs UD does not work on
-/// EFA); elsewhere the verbs device's (never an EFA one). `None`: UDP only.
-/// A value given before a fallback is never too large for it: the auto
-/// datagram is the minimum over UDP and this.
+/// The largest datagram of the RDMA device an auto domain uses for remote peers.
 pub fn auto_rdma_mtu() -> Option<usize> {
-    match efa_mtu() {
-        Some(mtu) => (!AUTO_EFA_FAILED.load(std::sync::atomic::Ordering::Relaxed)).then_some(mtu),
-        None => verbs_mtu(),
-    }
+    ::devices::probe::auto_rdma_mtu(&probe_settings())
 }
 
 pub fn device_from_domain_name(name: &str) -> Option<DeviceChoice> {
