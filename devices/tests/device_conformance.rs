@@ -1735,8 +1735,7 @@ mod verbs {
 
     /// A send to an address nothing routes to (TEST-NET-3) harms nothing,
     /// and whatever the device makes of it, it says so consistently. Three
-    /// outcomes are allowed, because devices differ and the verbs
-    /// specification fixes none of them:
+    /// outcomes are allowed, as devices differ:
     /// - the address handle is refused (hardware may): `Unreachable(ghost)`
     ///   at once, counted in `ah_failed`, and `ghost` on `poll_unreachable`;
     /// - the send completes in error (hardware may): counted in
