@@ -6,8 +6,9 @@
 //! * `devices` sits on `rdm` only, and is the one crate linking rdma-core;
 //! * `rndv` (matching, protocols, `Endpoint`) sits on `rdm` only: no device;
 //! * `prov` sits on all of them;
-//! * `unsafe` in `rdm` is only the seam's memory contract (`LocalBuf::new`,
-//!   `TxDatagram::to_vec`); every other module of it, and `rndv`, forbid it.
+//! * `rdm` and `rndv` forbid `unsafe`: the one contract the engine carries,
+//!   application memory its owner vouched for (`LocalBuf`), is the small
+//!   `local_mem` crate's.
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -33,7 +34,7 @@ fn deps(krate: &str) -> BTreeSet<String> {
     out
 }
 
-const WORKSPACE: &[&str] = &["rdm", "devices", "rndv", "mr_cache", "libfabric-sys", "rdma-core-sys"];
+const WORKSPACE: &[&str] = &["local_mem", "rdm", "devices", "rndv", "mr_cache", "libfabric-sys", "rdma-core-sys"];
 
 fn workspace_deps(krate: &str) -> BTreeSet<String> {
     deps(krate).into_iter().filter(|d| WORKSPACE.contains(&d.as_str())).collect()
@@ -45,7 +46,8 @@ fn set(xs: &[&str]) -> BTreeSet<String> {
 
 #[test]
 fn the_layers_depend_downwards_only() {
-    assert_eq!(workspace_deps("rdm"), set(&[]), "rdm (the engine) depends on no crate of the workspace");
+    assert_eq!(workspace_deps("local_mem"), set(&[]));
+    assert_eq!(workspace_deps("rdm"), set(&["local_mem"]), "rdm (the engine) depends on no other crate of the workspace");
     assert_eq!(workspace_deps("devices"), set(&["rdm", "rdma-core-sys"]));
     assert_eq!(workspace_deps("rndv"), set(&["rdm"]), "the message layer reaches devices only through the seam");
     assert_eq!(workspace_deps("prov"), set(&["rdm", "devices", "rndv", "mr_cache", "libfabric-sys"]));
@@ -53,12 +55,13 @@ fn the_layers_depend_downwards_only() {
 
 #[test]
 fn only_devices_links_rdma_core_and_the_engine_makes_no_system_calls() {
-    for krate in ["rdm", "rndv", "mr_cache", "prov", "benches", "fi_tests"] {
+    for krate in ["local_mem", "rdm", "rndv", "mr_cache", "prov", "benches", "fi_tests"] {
         assert!(!deps(krate).contains("rdma-core-sys"), "{krate} depends on rdma-core-sys");
     }
-    let engine = deps("rdm");
-    for io in ["libc", "nix", "socket2", "libfabric-sys"] {
-        assert!(!engine.contains(io), "rdm depends on {io}");
+    for krate in ["local_mem", "rdm"] {
+        for io in ["libc", "nix", "socket2", "libfabric-sys"] {
+            assert!(!deps(krate).contains(io), "{krate} depends on {io}");
+        }
     }
 }
 
@@ -87,18 +90,16 @@ fn unsafe_lines(file: &Path) -> Vec<String> {
 }
 
 #[test]
-fn unsafe_in_the_engine_crate_is_only_the_seams_memory_contract() {
-    let lib = std::fs::read_to_string(root().join("rdm/src/lib.rs")).unwrap();
-    assert!(lib.contains("#![deny(unsafe_code)]"));
-    let rndv = std::fs::read_to_string(root().join("rndv/src/lib.rs")).unwrap();
-    assert!(rndv.contains("#![forbid(unsafe_code)]"));
-    let seam = root().join("rdm/src/device/mod.rs");
-    for f in sources(&root().join("rdm/src")) {
-        let lines = unsafe_lines(&f);
-        if f == seam {
-            assert_eq!(lines.len(), 2, "the seam's unsafe: LocalBuf::new and TxDatagram::to_vec only: {lines:?}");
-        } else {
+fn the_engine_and_message_crates_forbid_unsafe_code() {
+    for krate in ["rdm", "rndv"] {
+        let lib = std::fs::read_to_string(root().join(krate).join("src/lib.rs")).unwrap();
+        assert!(lib.contains("#![forbid(unsafe_code)]"), "{krate}/src/lib.rs must forbid unsafe code");
+        for f in sources(&root().join(krate).join("src")) {
+            let lines = unsafe_lines(&f);
             assert!(lines.is_empty(), "{} uses unsafe: {lines:?}", f.display());
         }
     }
+    // The memory contract: one unsafe constructor and the one read it allows.
+    let lines = unsafe_lines(&root().join("local_mem/src/lib.rs"));
+    assert_eq!(lines.len(), 2, "local_mem's unsafe: LocalBuf::new and append_to only: {lines:?}");
 }

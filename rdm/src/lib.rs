@@ -18,7 +18,7 @@
 //! The message layer (`rndv`) drives an engine over a device: it drains
 //! `device.recv_batch` into `engine.handle_datagram`, and `engine.poll_transmit`
 //! into `device.send_batch`. `prov/tests/crate_graph.rs` holds the layering.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod device;
 pub mod engine;

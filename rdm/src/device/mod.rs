@@ -149,58 +149,12 @@ impl DeviceCaps {
     }
 }
 
-/// Application memory a posted remote read ([`RemoteReads::post_read`]) writes
-/// into, with the local registration key where the device needs one. Built
-/// only through the `unsafe` [`LocalBuf::new`]: whoever names memory vouches
-/// for it, so that devices (which write there, maybe later, from a NIC) can
-/// take it through a safe call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LocalBuf {
-    addr: u64,
-    len: u64,
-    key: Option<u64>,
-}
-
-impl LocalBuf {
-    /// # Safety
-    /// `addr..addr+len` is memory of this process that stays valid, and is
-    /// not read or written by anything else, until the read naming it has
-    /// completed ([`RemoteReads::poll_read`] returned its id) or the device is
-    /// dropped.
-    // Declaring the contract is unsafe; nothing here dereferences.
-    #[allow(unsafe_code)]
-    pub unsafe fn new(addr: u64, len: u64) -> LocalBuf {
-        LocalBuf { addr, len, key: None }
-    }
-
-    /// The same memory, with the local key of a registration covering it.
-    pub fn with_key(self, key: u64) -> LocalBuf {
-        LocalBuf { key: Some(key), ..self }
-    }
-
-    /// `len` bytes from `off` of this memory (same key), or `None` past its
-    /// end: a piece of vouched memory is vouched for.
-    pub fn sub(&self, off: u64, len: u64) -> Option<LocalBuf> {
-        let end = off.checked_add(len)?;
-        (end <= self.len).then(|| LocalBuf { addr: self.addr + off, len, key: self.key })
-    }
-
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn key(&self) -> Option<u64> {
-        self.key
-    }
-}
+/// Application memory a posted remote read writes into, or a datagram
+/// gathers from ([`TxDatagram::gather`]), with the local registration key
+/// where the device needs one: see [`local_mem::LocalBuf`], whose crate holds
+/// the one `unsafe` contract (its constructor), so that this crate forbids
+/// unsafe code.
+pub use local_mem::LocalBuf;
 
 /// One piece of a posted remote read: `local.len()` bytes of the peer's memory
 /// at `remote_addr`, named through `remote_key` on devices that need keys
@@ -351,15 +305,13 @@ impl<'a> TxDatagram<'a> {
     /// The whole datagram, `data` and the gathered part, copied: for
     /// decorators that hold a datagram past the send call (reorder,
     /// duplicate) and devices that cannot gather.
-    #[allow(unsafe_code)]
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.wire_len());
         v.extend_from_slice(self.data);
-        if let Some(g) = self.gather.filter(|g| !g.is_empty()) {
-            // SAFETY: a gathered part is memory its sender vouched for until
-            // the message completes (`LocalBuf::new`, `TxDatagram::gather`),
-            // which is after this send call.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) });
+        if let Some(g) = self.gather {
+            // A gathered part is memory its sender vouched for until the
+            // message completes, which is after this send call.
+            g.append_to(&mut v);
         }
         v
     }
