@@ -263,28 +263,28 @@ impl<N: Device> Device for AutoDevice<N> {
 /// the network device for the rest; a half that cannot read answers
 /// `Unsupported` (the sender then pushes).
 impl<N: Device> RemoteReads for AutoDevice<N> {
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         let half: Option<&mut dyn RemoteReads> = match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
             (true, Some(s), _) => s.remote_reads(),
             (false, _, Some(n)) => n.remote_reads(),
             _ => return Err(DeviceError::Unreachable(peer)),
         };
-        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(id, peer, runs))
+        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        let shm = self.shm.as_mut().and_then(|s| s.remote_reads()).and_then(|r| r.poll_read());
-        shm.or_else(|| self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_read()))
+    fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {
+        let shm = self.shm.as_mut().and_then(|s| s.remote_reads()).and_then(|r| r.poll_read(now));
+        shm.or_else(|| self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_read(now)))
     }
 
     fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
         self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_control())
     }
 
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+    fn handle_control(&mut self, now: rdm::time::Instant, from: DevAddr, bytes: &[u8]) {
         if !Self::is_shm(&from) {
             if let Some(r) = self.net.as_mut().and_then(|n| n.remote_reads()) {
-                r.handle_control(from, bytes);
+                r.handle_control(now, from, bytes);
             }
         }
     }
@@ -492,14 +492,14 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
 
 /// Reads go to the half that owns the peer's address.
 impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         let half = if self.preferred.owns(&peer) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
-        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(id, peer, runs))
+        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
-        let first = self.preferred.remote_reads().and_then(|r| r.poll_read());
-        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_read()))
+    fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {
+        let first = self.preferred.remote_reads().and_then(|r| r.poll_read(now));
+        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_read(now)))
     }
 
     fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
@@ -507,10 +507,10 @@ impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
         first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_control()))
     }
 
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+    fn handle_control(&mut self, now: rdm::time::Instant, from: DevAddr, bytes: &[u8]) {
         let half = if self.preferred.owns(&from) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
         if let Some(r) = half {
-            r.handle_control(from, bytes)
+            r.handle_control(now, from, bytes)
         }
     }
 

@@ -1530,7 +1530,7 @@ impl Device for EfaDevice {
 impl RemoteReads for EfaDevice {
     /// RDMA read on the SRD queue pair itself: one request per piece of at
     /// most `max_rdma_size`, all posted in one session.
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, _now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         let Some(max) = self.limits.max_rdma_size else {
             return Err(DeviceError::Unsupported);
         };
@@ -1599,7 +1599,7 @@ impl RemoteReads for EfaDevice {
         Ok(())
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
+    fn poll_read(&mut self, _now: rdm::time::Instant) -> Option<ReadDone> {
         if self.read_done.is_empty() && !self.reads.is_empty() {
             self.reap_sends();
         }

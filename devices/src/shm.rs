@@ -1252,7 +1252,7 @@ impl RemoteReads for ShmDevice {
     /// receiver sees (MPI reports it), where delivering the bytes would be
     /// silent corruption and dropping the announcement would leave the
     /// receive waiting for a message that never comes.
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, _now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         // The sender's ring, mapped before anything is copied (its `closed`
         // flag is read after the copy). Not our own endpoint: it is open
         // while we run. Not when this process cannot read at all: the copy
@@ -1283,7 +1283,7 @@ impl RemoteReads for ShmDevice {
         Ok(())
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
+    fn poll_read(&mut self, _now: rdm::time::Instant) -> Option<ReadDone> {
         self.reads_done.pop_front()
     }
 }
@@ -1427,8 +1427,8 @@ mod tests {
         // SAFETY: `dst` outlives the read, which completes before post_read
         // returns (shm reads synchronously), and nothing else touches it.
         let run = ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) } };
-        r.post_read(id, from, &[run]).unwrap();
-        r.poll_read().unwrap()
+        r.post_read(rdm::time::Instant::ZERO, id, from, &[run]).unwrap();
+        r.poll_read(rdm::time::Instant::ZERO).unwrap()
     }
 
     /// fi_endpoint(3): after fi_close(ep) returns, the provider touches the

@@ -810,6 +810,10 @@ pub struct VerbsDevice {
     rc: RcFactory,
     rc_reads: slab::Slab<RcRead>,
     rc_done: VecDeque<rdm::device::ReadDone>,
+    /// The endpoint's clock as it last passed it in (`post_read`,
+    /// `poll_read`, `handle_control`): the device reads no clock of its own;
+    /// reads' progress and the connections' idleness are timed by it.
+    now: rdm::time::Instant,
     rc_wrs: Vec<ib::ibv_send_wr>,
     rc_sges: Vec<ib::ibv_sge>,
     pub stats: VerbsStats,
@@ -852,13 +856,6 @@ struct RcRead {
     /// Given up on (reported failed) before its requests completed: their
     /// flushes are taken in silently.
     reported: bool,
-}
-
-/// The monotonic time the connection table runs on.
-fn rc_now() -> rdm::time::Instant {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let e = *EPOCH.get_or_init(std::time::Instant::now);
-    rdm::time::Instant::from_nanos(e.elapsed().as_nanos() as u64)
 }
 
 impl RcFactory {
@@ -1023,6 +1020,7 @@ impl VerbsDevice {
             rc: RcFactory { ctx: ctx.clone(), cq: ptr::null_mut(), outstanding: FxHashMap::default(), total_outstanding: 0, retiring: Vec::new(), psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15, live: 0 },
             rc_reads: slab::Slab::new(),
             rc_done: VecDeque::new(),
+            now: rdm::time::Instant::from_nanos(0),
             rc_wrs: Vec::new(),
             rc_sges: Vec::new(),
             stats: VerbsStats::default(),
@@ -1391,7 +1389,7 @@ impl VerbsDevice {
                         r.bytes += wc.byte_len as u64;
                         // A piece landed: the read moves, slow as it may be
                         // (a lossy path); only one that stops is given up.
-                        r.last_progress = rc_now();
+                        r.last_progress = self.now;
                     }
                 } else {
                     if wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
@@ -1405,10 +1403,10 @@ impl VerbsDevice {
                     if r.reported {
                         continue;
                     }
-                    self.conns.read_finished(rc_now(), &r.peer);
+                    self.conns.read_finished(self.now, &r.peer);
                     if r.failed {
                         self.stats.rc_read_errors += 1;
-                        let now = rc_now();
+                        let now = self.now;
                         self.conns.broken(now, r.peer, &mut self.rc);
                         self.rc_done.push_back(rdm::device::ReadDone { id: r.id, bytes: r.bytes, error: Some(DeviceError::NotConnected) });
                     } else {
@@ -1434,7 +1432,7 @@ impl VerbsDevice {
         if self.rc_reads.is_empty() {
             return;
         }
-        let now = rc_now();
+        let now = self.now;
         let limit = self.ctx.cfg.rc_read_timeout.unwrap_or(RC_READ_TIMEOUT);
         while let Some((slot, peer)) = self.rc_reads.iter().find(|(_, r)| !r.reported && now.saturating_duration_since(r.last_progress) >= limit).map(|(k, r)| (k, r.peer)) {
             let r = &mut self.rc_reads[slot];
@@ -1725,11 +1723,11 @@ impl RemoteReads for VerbsDevice {
     /// of at most the port's `max_msg_sz`, all posted at once. No
     /// connection yet (it is being made), or no room: `NotConnected`, and
     /// the sender pushes this message.
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         if !self.conns.enabled() {
             return Err(DeviceError::Unsupported);
         }
-        let now = rc_now();
+        self.now = now;
         self.reap_reads();
         self.conns.expire(now, &mut self.rc);
         // Pieces of at least RC_READ_PIECE, fewer than RC_READ_PIECES_MAX
@@ -1800,7 +1798,8 @@ impl RemoteReads for VerbsDevice {
         Ok(())
     }
 
-    fn poll_read(&mut self) -> Option<rdm::device::ReadDone> {
+    fn poll_read(&mut self, now: rdm::time::Instant) -> Option<rdm::device::ReadDone> {
+        self.now = now;
         if self.rc_done.is_empty() && !self.rc_reads.is_empty() {
             self.reap_reads();
         }
@@ -1812,8 +1811,9 @@ impl RemoteReads for VerbsDevice {
         Some((to, ControlMsg::new(&m.encode()).expect("a handshake message fits")))
     }
 
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        if !self.conns.handle(rc_now(), from, bytes, &mut self.rc) {
+    fn handle_control(&mut self, now: rdm::time::Instant, from: DevAddr, bytes: &[u8]) {
+        self.now = now;
+        if !self.conns.handle(now, from, bytes, &mut self.rc) {
             self.stats.rc_bad_control += 1;
         }
     }

@@ -12,6 +12,13 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
+/// The clock the tests pass to remote reads, as an endpoint passes its own
+/// (devices read none).
+fn now() -> rdm::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    rdm::time::Instant::from_nanos(EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64)
+}
+
 type Pair = (Box<dyn Device>, Box<dyn Device>);
 
 /// How long a test waits for datagrams that must arrive.
@@ -428,13 +435,13 @@ impl Device for SrdModel {
 }
 
 impl RemoteReads for SrdModel {
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        self.dev.remote_reads().unwrap().post_read(id, peer, runs)
+    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        self.dev.remote_reads().unwrap().post_read(now, id, peer, runs)
     }
 
-    fn poll_read(&mut self) -> Option<rdm::device::ReadDone> {
+    fn poll_read(&mut self, now: rdm::time::Instant) -> Option<rdm::device::ReadDone> {
         self.pump();
-        self.dev.remote_reads().unwrap().poll_read()
+        self.dev.remote_reads().unwrap().poll_read(now)
     }
 }
 
@@ -478,21 +485,21 @@ fn srd_model_reads_through_keys_only() {
         ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.sub(0, half).unwrap() },
         ReadRun { remote_addr: src.as_ptr() as u64 + half, remote_key: Some(skey), local: local.sub(half, half).unwrap() },
     ];
-    a.remote_reads().unwrap().post_read(1, b.local_addr(), &runs).unwrap();
-    let done = a.remote_reads().unwrap().poll_read().expect("served");
+    a.remote_reads().unwrap().post_read(now(), 1, b.local_addr(), &runs).unwrap();
+    let done = a.remote_reads().unwrap().poll_read(now()).expect("served");
     assert_eq!((done.id, done.bytes, done.error.is_none()), (1, src.len() as u64, true));
     assert!(dst == src);
     dst.fill(0);
     rb.deregister(skey);
-    a.remote_reads().unwrap().post_read(2, b.local_addr(), &runs).unwrap();
-    let done = a.remote_reads().unwrap().poll_read().expect("served");
+    a.remote_reads().unwrap().post_read(now(), 2, b.local_addr(), &runs).unwrap();
+    let done = a.remote_reads().unwrap().poll_read(now()).expect("served");
     assert!(done.id == 2 && done.bytes == 0 && done.error.is_some(), "{done:?}");
     assert!(dst.iter().all(|&x| x == 0), "a refused read wrote nothing");
     let skey = rb.register(src.as_ptr() as u64, src.len() as u64, 0).unwrap();
     let foreign = rb.register(dst.as_mut_ptr() as u64, dst.len() as u64, 0).unwrap();
     let bad = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.with_key(foreign) }];
-    assert!(matches!(a.remote_reads().unwrap().post_read(3, b.local_addr(), &bad), Err(DeviceError::Config(_))), "a local key of another domain");
-    assert!(a.remote_reads().unwrap().poll_read().is_none());
+    assert!(matches!(a.remote_reads().unwrap().post_read(now(), 3, b.local_addr(), &bad), Err(DeviceError::Config(_))), "a local key of another domain");
+    assert!(a.remote_reads().unwrap().poll_read(now()).is_none());
     drop(b);
 }
 
@@ -1044,8 +1051,8 @@ fn shm_remote_read_own_process() {
             ReadRun { remote_addr: src.as_ptr() as u64 + 5000, remote_key: None, local: LocalBuf::new(hi.as_mut_ptr() as u64, 200) },
         ]
     };
-    b.remote_reads().unwrap().post_read(1, a.local_addr(), &runs).unwrap();
-    let done = b.remote_reads().unwrap().poll_read().unwrap();
+    b.remote_reads().unwrap().post_read(now(), 1, a.local_addr(), &runs).unwrap();
+    let done = b.remote_reads().unwrap().poll_read(now()).unwrap();
     assert_eq!((done.id, done.bytes, done.error.is_none()), (1, 300, true));
     assert_eq!(&two[..100], &src[10..110]);
     assert_eq!(&two[100..], &src[5000..5200]);
@@ -1056,8 +1063,8 @@ fn shm_remote_read_own_process() {
             ReadRun { remote_addr: 8, remote_key: None, local: LocalBuf::new(two.as_mut_ptr() as u64 + 100, 8) },
         ]
     };
-    b.remote_reads().unwrap().post_read(2, a.local_addr(), &runs).unwrap();
-    let done = b.remote_reads().unwrap().poll_read().unwrap();
+    b.remote_reads().unwrap().post_read(now(), 2, a.local_addr(), &runs).unwrap();
+    let done = b.remote_reads().unwrap().poll_read(now()).unwrap();
     assert_eq!((done.id, done.bytes), (2, 100));
     assert!(done.error.is_some(), "an unmapped address fails the read");
 }
@@ -1133,18 +1140,18 @@ fn auto_routes_by_address_kind() {
         // SAFETY: `dst` outlives the read, which shm completes before
         // post_read returns, and nothing else touches it meanwhile.
         let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 64) };
-        b.remote_reads().unwrap().post_read(7, a_shm, &[ReadRun { remote_addr: buf.as_ptr() as u64, remote_key: None, local }]).unwrap();
-        let done = b.remote_reads().unwrap().poll_read().expect("a synchronous read completes at once");
+        b.remote_reads().unwrap().post_read(now(), 7, a_shm, &[ReadRun { remote_addr: buf.as_ptr() as u64, remote_key: None, local }]).unwrap();
+        let done = b.remote_reads().unwrap().poll_read(now()).expect("a synchronous read completes at once");
         assert_eq!((done.id, done.bytes, done.error.is_none()), (7, 64, true));
         assert_eq!(dst, buf);
-        assert!(b.remote_reads().unwrap().poll_read().is_none(), "one completion per read");
+        assert!(b.remote_reads().unwrap().poll_read(now()).is_none(), "one completion per read");
     }
     // The UDP half cannot read: refused at the post, no completion follows.
     let mut one = [0u8; 1];
     // SAFETY: `one` outlives the call; a refused post touches nothing.
     let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 1) };
-    assert!(matches!(b.remote_reads().unwrap().post_read(8, a.local_addr(), &[ReadRun { remote_addr: 0, remote_key: None, local }]), Err(DeviceError::Unsupported)));
-    assert!(b.remote_reads().unwrap().poll_read().is_none());
+    assert!(matches!(b.remote_reads().unwrap().post_read(now(), 8, a.local_addr(), &[ReadRun { remote_addr: 0, remote_key: None, local }]), Err(DeviceError::Unsupported)));
+    assert!(b.remote_reads().unwrap().poll_read(now()).is_none());
 }
 
 #[test]
@@ -1349,12 +1356,12 @@ mod verbs {
             let mut moved = false;
             while let Some((to, m)) = a.remote_reads().unwrap().poll_control() {
                 assert_eq!(to, b.local_addr());
-                b.remote_reads().unwrap().handle_control(a.local_addr(), m.bytes());
+                b.remote_reads().unwrap().handle_control(now(), a.local_addr(), m.bytes());
                 moved = true;
             }
             while let Some((to, m)) = b.remote_reads().unwrap().poll_control() {
                 assert_eq!(to, a.local_addr());
-                a.remote_reads().unwrap().handle_control(b.local_addr(), m.bytes());
+                a.remote_reads().unwrap().handle_control(now(), b.local_addr(), m.bytes());
                 moved = true;
             }
             if !moved {
@@ -1400,17 +1407,17 @@ mod verbs {
             ]
         };
         let peer = owner.local_addr();
-        assert!(matches!(reader.remote_reads().unwrap().post_read(1, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 1, peer, &runs(0)), Err(DeviceError::NotConnected)));
         pump_control(&mut reader, &mut owner);
         let (st, active, _) = reader.rc_stats();
         assert_eq!((st.requested, st.established, active), (1, 1, 1), "{st:?}");
         assert_eq!(owner.rc_stats().2, 1, "the owner keeps the passive end");
         for round in 0..3u64 {
             dst.fill(0);
-            reader.remote_reads().unwrap().post_read(10 + round, peer, &runs(round * 4096)).expect("a read through the connection");
+            reader.remote_reads().unwrap().post_read(now(), 10 + round, peer, &runs(round * 4096)).expect("a read through the connection");
             let t0 = std::time::Instant::now();
             let done = loop {
-                if let Some(d) = reader.remote_reads().unwrap().poll_read() {
+                if let Some(d) = reader.remote_reads().unwrap().poll_read(now()) {
                     break d;
                 }
                 // The owner's side needs no call: the NIC serves the read.
@@ -1426,7 +1433,7 @@ mod verbs {
         // The owner fails: its connection goes; the next read asks anew.
         reader.remote_reads().unwrap().peer_failed(peer);
         assert_eq!(reader.rc_stats().1, 0);
-        assert!(matches!(reader.remote_reads().unwrap().post_read(20, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 20, peer, &runs(0)), Err(DeviceError::NotConnected)));
         assert!(matches!(reader.remote_reads().unwrap().poll_control(), Some((to, _)) if to == peer));
         rreg.deregister(dkey);
         oreg.deregister(skey);
@@ -1457,12 +1464,12 @@ mod verbs {
         let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) }.with_key(dkey);
         let run = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local }];
         let peer = owner.local_addr();
-        assert!(matches!(reader.remote_reads().unwrap().post_read(1, peer, &run), Err(DeviceError::NotConnected)));
+        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 1, peer, &run), Err(DeviceError::NotConnected)));
         pump_control(&mut reader, &mut owner);
-        reader.remote_reads().unwrap().post_read(2, peer, &run).expect("posted on the connection");
+        reader.remote_reads().unwrap().post_read(now(), 2, peer, &run).expect("posted on the connection");
         let t0 = std::time::Instant::now();
         let done = loop {
-            if let Some(d) = reader.remote_reads().unwrap().poll_read() {
+            if let Some(d) = reader.remote_reads().unwrap().poll_read(now()) {
                 break d;
             }
             assert!(t0.elapsed() < timeout * 5, "the read was never given up: {:?}", reader.stats);
@@ -1501,14 +1508,14 @@ mod verbs {
         let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 8) };
         let me = d.local_addr();
         // No connection to anyone yet: the first read asks for one.
-        assert!(matches!(d.remote_reads().unwrap().post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::NotConnected)));
-        assert!(d.remote_reads().unwrap().poll_read().is_none());
+        assert!(matches!(d.remote_reads().unwrap().post_read(now(), 1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::NotConnected)));
+        assert!(d.remote_reads().unwrap().poll_read(now()).is_none());
         assert!(d.remote_reads().unwrap().poll_control().is_some(), "a connection request for the peer");
         // Without RC connections, UD cannot read at all.
         let no_rc = ctx(&VerbsConfig { rc_max_peers: Some(0), ..VerbsConfig::default() }).unwrap();
         let mut n = dev(&no_rc, 1);
         assert!(!n.caps().remote_read);
-        assert!(matches!(n.remote_reads().unwrap().post_read(1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
+        assert!(matches!(n.remote_reads().unwrap().post_read(now(), 1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
         // A datagram of the wrong kind is refused, not sent.
         let udp = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
         assert!(matches!(d.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));

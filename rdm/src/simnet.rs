@@ -444,7 +444,7 @@ impl RemoteReads for SimDevice {
     /// Queued for the harness, which serves it between steps (so it
     /// completes later, as an RDMA read does). On a path that needs keys,
     /// each run must carry the peer's key and a local one.
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(&mut self, _now: crate::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
         let Some(j) = node_of(&peer) else { return Err(DeviceError::Unreachable(peer)) };
         let caps = self.caps_for(&peer);
         let mut n = self.net.lock();
@@ -483,7 +483,7 @@ impl RemoteReads for SimDevice {
         Ok(())
     }
 
-    fn poll_read(&mut self) -> Option<ReadDone> {
+    fn poll_read(&mut self, _now: crate::time::Instant) -> Option<ReadDone> {
         self.net.lock().ports[self.me as usize].reads_done.pop_front()
     }
 
@@ -493,7 +493,7 @@ impl RemoteReads for SimDevice {
         Some((to, ControlMsg::new(&m.encode()).expect("a handshake message fits")))
     }
 
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
+    fn handle_control(&mut self, _now: crate::time::Instant, from: DevAddr, bytes: &[u8]) {
         let mut n = self.net.lock();
         let now = n.now;
         if let Some(c) = n.ports[self.me as usize].conns.as_mut() {

@@ -683,7 +683,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         while let Some((peer, m)) = self.engine.poll_device_control() {
             let addr = self.engine.rdm().peer_addr(peer);
             if let Some(r) = self.device.remote_reads() {
-                r.handle_control(addr, m.bytes());
+                r.handle_control(t, addr, m.bytes());
             }
         }
         while let Some((addr, m)) = self.device.remote_reads().and_then(|r| r.poll_control()) {
@@ -738,7 +738,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             });
             let read_id = self.reads.vacant_key() as u64;
             let posted = match self.device.remote_reads() {
-                Some(r) if nameable => r.post_read(read_id, addr, &self.runs),
+                Some(r) if nameable => r.post_read(t, read_id, addr, &self.runs),
                 _ => Err(DeviceError::Unsupported),
             };
             match posted {
@@ -771,7 +771,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Takes in device reads that finished.
     fn finish_reads(&mut self, t: Instant) {
-        while let Some(done) = self.device.remote_reads().and_then(|r| r.poll_read()) {
+        while let Some(done) = self.device.remote_reads().and_then(|r| r.poll_read(t)) {
             let key = done.id as usize;
             let Some(r) = self.reads.try_remove(key) else { continue };
             self.release_regs(&r.local_regs);

@@ -471,10 +471,10 @@ pub trait RemoteReads {
     /// (shm's `process_vm_readv`) completes before returning. An error here
     /// means nothing was read and no completion follows: `Unsupported` says
     /// this path cannot read (the sender then pushes the bytes).
-    fn post_read(&mut self, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError>;
+    fn post_read(&mut self, now: crate::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError>;
 
     /// A posted read that finished, if any.
-    fn poll_read(&mut self) -> Option<ReadDone>;
+    fn poll_read(&mut self, now: crate::time::Instant) -> Option<ReadDone>;
 
     /// Bytes the device must get to `peer` reliably and in order (the
     /// handshake of a connection for remote reads, [`rc`]): the endpoint
@@ -487,8 +487,8 @@ pub trait RemoteReads {
     }
 
     /// Control bytes the device at `from` sent ([`RemoteReads::poll_control`]).
-    fn handle_control(&mut self, from: DevAddr, bytes: &[u8]) {
-        let _ = (from, bytes);
+    fn handle_control(&mut self, now: crate::time::Instant, from: DevAddr, bytes: &[u8]) {
+        let _ = (now, from, bytes);
     }
 
     /// The endpoint gave up on `peer` (timeout, unreachable, restarted):
