@@ -33,6 +33,20 @@ fn getinfo_offers_dgram_endpoints_of_one_datagram() {
         assert_eq!(ep.msg_prefix_size, 0, "no FI_MSG_PREFIX");
         assert_eq!(i.mode, 0, "{domain}");
         assert!(tx.inject_size <= want, "{domain}: inject_size {}", tx.inject_size);
+        // The documentation states these sizes (fi_rdmx(7) and docs/design.md).
+        let doc = |rel: &str| std::fs::read_to_string(format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"))).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+        let (man, design) = (doc("docs/fi_rdmx.7"), doc("docs/design.md"));
+        match domain {
+            "shm" => {
+                assert!(man.contains(&format!("and {want} over shared memory")), "fi_rdmx(7) should state shm's {want}");
+                assert!(design.contains(&format!("`shm` {want})")), "docs/design.md should state shm's {want}");
+            }
+            "udp" => {
+                assert!(man.contains(&format!("{want} bytes over UDP with the default MTU")), "fi_rdmx(7) should state UDP's {want}");
+                assert!(design.contains(&format!("`auto` {want} with")), "docs/design.md should state UDP's {want}");
+            }
+            _ => {}
+        }
         assert_ne!(i.caps & fi::FI_MSG as u64, 0);
         assert_eq!(i.caps & (fi::FI_RMA | fi::FI_ATOMIC) as u64, 0, "{domain}: no RMA over datagrams");
     }
