@@ -214,3 +214,20 @@ fn rma_ordering_sizes_are_reported_and_matched() {
     h.ep().max_order_war_size = usize::MAX;
     assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
 }
+
+/// The README's Features table states the RDM `max_msg_size` ("`max_msg_size`
+/// = 1 GiB"): it is what fi_getinfo answers on every domain.
+#[test]
+fn the_readmes_max_msg_size_is_what_getinfo_answers() {
+    let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
+    let sizes: std::collections::BTreeSet<usize> = info.iter().map(|i| {
+        // SAFETY: an fi_info this test owns.
+        unsafe { (*i.ep_attr).max_msg_size }
+    }).collect();
+    assert_eq!(sizes.len(), 1, "every RDM entry offers the same max_msg_size: {sizes:?}");
+    let size = *sizes.first().unwrap();
+    assert_eq!(size % (1 << 30), 0, "{size} is a whole number of GiB");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let want = format!("`max_msg_size` = {} GiB", size >> 30);
+    assert!(readme.contains(&want), "README.md should say {want:?}");
+}
