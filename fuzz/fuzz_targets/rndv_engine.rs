@@ -1,8 +1,8 @@
 //! The message engine fed arbitrary messages from a peer, with receives,
 //! sends, one-sided operations and remote reads of its own in flight.
 //!
-//! `M` (`Sim(0)`) is a [`MsgEngine`] over application memory modelled as a
-//! `Vec`; the peer (`Sim(1)`) is a bare rdm engine whose messages the fuzzer
+//! `M` (`Sim(0)`) is a [`MsgEngine`] and its rdm engine, side by side as an
+//! endpoint holds them, over application memory modelled as a `Vec`; the peer (`Sim(1)`) is a bare rdm engine whose messages the fuzzer
 //! writes: any rndv packet with any field values (request ids kept small so
 //! they hit live operations), or raw bytes. Strangers also throw raw
 //! datagrams at `M`'s rdm engine. Checked:
@@ -210,6 +210,8 @@ enum Op {
 }
 
 struct Harness {
+    /// M's two engines, side by side as the endpoint holds them.
+    rdm: Engine,
     m: MsgEngine,
     mem: Mem,
     peer: Engine,
@@ -248,13 +250,13 @@ impl Harness {
         let _ = self.peer.send(self.now, pid, &[msg], 0);
         while let Some(t) = self.peer.poll_transmit(self.now, &mut self.buf) {
             for d in self.buf[..t.len].chunks(t.seg) {
-                self.m.rdm_mut().handle_datagram(self.now, rdm::simnet::addr(1), d);
+                self.rdm.handle_datagram(self.now, rdm::simnet::addr(1), d);
             }
         }
     }
 
     fn flush(&mut self, lose: bool) {
-        while let Some(t) = self.m.rdm_mut().poll_transmit(self.now, &mut self.buf) {
+        while let Some(t) = self.rdm.poll_transmit(self.now, &mut self.buf) {
             if !lose && t.dst == rdm::simnet::addr(1) {
                 let d = self.buf[..t.len].to_vec();
                 for s in d.chunks(t.seg) {
@@ -295,17 +297,17 @@ impl Harness {
                 let b = encode(&p);
                 self.from_peer(&b);
             }
-            Op::Stranger { n, bytes } => self.m.rdm_mut().handle_datagram(now, rdm::simnet::addr(2 + n as u32 % 4), &bytes),
+            Op::Stranger { n, bytes } => self.rdm.handle_datagram(now, rdm::simnet::addr(2 + n as u32 % 4), &bytes),
             Op::PostRecv { tagged, any, tag, ignore, iov, multi } => {
                 let spec = self.spec(tagged, any, tag, ignore, &iov, multi);
-                self.m.post_recv(now, spec, &mut self.mem);
+                self.m.post_recv(&mut self.rdm, now, spec, &mut self.mem);
             }
             Op::Send { tagged, tag, iov } => {
                 let user = iolist(SEND, &iov);
                 let ctx = self.ctx();
                 let parts: Vec<&[u8]> = user.iter().map(|b| self.mem.bytes(b.addr, b.len as usize)).collect();
                 let h = MsgHeader { kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg }, tag: tag as u64, data: None };
-                if self.m.send(now, self.p, h, &parts, user, Self::meta(ctx)).is_err() {
+                if self.m.send(&mut self.rdm, now, self.p, h, &parts, user, Self::meta(ctx)).is_err() {
                     self.open.remove(&ctx);
                 }
             }
@@ -313,14 +315,14 @@ impl Harness {
                 let src = iolist(SEND, &[iov]);
                 let data = self.mem.bytes(src.bufs[0].addr, src.bufs[0].len as usize).to_vec();
                 let ctx = self.ctx();
-                if self.m.rma_write(now, self.p, key, addr, &[&data], None, Self::meta(ctx)).is_err() {
+                if self.m.rma_write(&mut self.rdm, now, self.p, key, addr, &[&data], None, Self::meta(ctx)).is_err() {
                     self.open.remove(&ctx);
                 }
             }
             Op::RmaRead { key, addr, iov } => {
                 let dst = iolist(RECV, &iov);
                 let ctx = self.ctx();
-                if self.m.rma_read(now, self.p, key, addr, dst, Self::meta(ctx)).is_err() {
+                if self.m.rma_read(&mut self.rdm, now, self.p, key, addr, dst, Self::meta(ctx)).is_err() {
                     self.open.remove(&ctx);
                 }
             }
@@ -333,7 +335,7 @@ impl Harness {
                 let result = iolist(RECV, &[res]);
                 let ctx = self.ctx();
                 let compare: Vec<&[u8]> = if compare { vec![&cmp] } else { vec![] };
-                if self.m.atomic(now, self.p, KEY_RW, REG, dt, o, count, &[&operand], &compare, result, fetch, Self::meta(ctx)).is_err() {
+                if self.m.atomic(&mut self.rdm, now, self.p, KEY_RW, REG, dt, o, count, &[&operand], &compare, result, fetch, Self::meta(ctx)).is_err() {
                     self.open.remove(&ctx);
                 }
             }
@@ -341,7 +343,7 @@ impl Harness {
                 let spec = self.spec(tagged, true, tag, 0, &[], false);
                 let ctx = spec.meta.context;
                 self.peeking.insert(ctx);
-                self.m.peek(now, spec, claim, discard);
+                self.m.peek(&mut self.rdm, now, spec, claim, discard);
                 if claim && !discard {
                     self.peeked.push(ctx);
                 }
@@ -358,7 +360,7 @@ impl Harness {
                 self.open.remove(&spec.meta.context);
                 self.recv_len.insert(ctx, spec.iov.total());
                 spec.meta.context = ctx;
-                let _ = self.m.claim(now, spec, discard, &mut self.mem);
+                let _ = self.m.claim(&mut self.rdm, now, spec, discard, &mut self.mem);
             }
             Op::Cancel { which } => {
                 let ctx = which as u64 % (self.next_ctx + 1);
@@ -376,11 +378,11 @@ impl Harness {
                     1 => ReadOutcome::NotPermitted,
                     _ => ReadOutcome::Failed(n),
                 };
-                self.m.remote_read_done(now, id, outcome);
+                self.m.remote_read_done(&mut self.rdm, now, id, outcome);
             }
             Op::Flush { lose } => self.flush(lose),
             Op::Advance { millis } => self.now = self.now + Duration::from_millis(millis as u64 % 10_000),
-            Op::Unreachable => self.m.handle_unreachable(rdm::simnet::addr(1)),
+            Op::Unreachable => self.m.handle_unreachable(&mut self.rdm, rdm::simnet::addr(1)),
         }
         self.step();
     }
@@ -388,15 +390,15 @@ impl Harness {
     fn step(&mut self) {
         let now = self.now;
         if self.m.poll_timeout().is_some_and(|t| t <= now) {
-            self.m.handle_timeout(now);
+            self.m.handle_timeout(&mut self.rdm, now);
         }
-        if self.m.rdm().poll_timeout().is_some_and(|t| t <= now) {
-            self.m.rdm_mut().handle_timeout(now);
+        if self.rdm.poll_timeout().is_some_and(|t| t <= now) {
+            self.rdm.handle_timeout(now);
         }
         if self.peer.poll_timeout().is_some_and(|t| t <= now) {
             self.peer.handle_timeout(now);
         }
-        self.m.handle_events(now, &mut self.mem);
+        self.m.handle_events(&mut self.rdm, now, &mut self.mem);
         while let Some(a) = self.m.poll_action() {
             self.actions.push_back(a);
         }
@@ -423,16 +425,17 @@ impl Harness {
 fuzz_target!(|input: (bool, Vec<Op>)| {
     let (remote_read, ops) = input;
     let cfg = EngineConfig { job_key: JOB, incarnation: 1, mtu: 1400, peer_timeout: Duration::from_secs(2), ..EngineConfig::default() };
-    let mut m = MsgEngine::new(
-        Engine::new(cfg.clone()),
+    let mut rdm = Engine::new(cfg.clone());
+    let m = MsgEngine::new(
         Config { rndv_threshold: 512, window_threshold: 1024, window: 4096, unexpected_limit: 64 << 10, keepalive: Duration::from_millis(200), ..Config::default() },
     );
-    let p = m.peer(rdm::simnet::addr(1), DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
+    let p = rdm.peer_with_path(rdm::simnet::addr(1), &DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
     let mut bytes = vec![0u8; 3 * AREA as usize];
     for (i, b) in bytes.iter_mut().enumerate() {
         *b = (i * 7) as u8;
     }
     let mut h = Harness {
+        rdm,
         m,
         mem: Mem { bytes },
         peer: Engine::new(EngineConfig { incarnation: 2, ..cfg }),

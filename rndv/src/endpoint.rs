@@ -4,7 +4,10 @@
 //! object the provider calls and the simulator drives whole. It owns
 //!
 //! * the **device** (`D`): datagrams in and out, remote reads, the wait fd;
-//! * the **message engine** ([`MsgEngine`], which owns the `rdm` engine);
+//! * **both engines, side by side**: the `rdm` [`Engine`] (per-peer
+//!   reliability, datagrams in and out) and the [`MsgEngine`] above it
+//!   (matching, each message's protocol), which reaches the `rdm` engine only
+//!   through the argument each of its calls is passed;
 //! * the **transmit staging**: buffers the device lends
 //!   ([`Device::transmit_buffers`]), which the rdm engine writes each datagram
 //!   into once, and which go to the device as they are;
@@ -212,7 +215,12 @@ const READ_RUNS_MAX: usize = 2 * MAX_IOV;
 /// One endpoint below libfabric (see the module docs).
 pub struct Endpoint<D: Device, M: Memory, C: Clock> {
     device: D,
-    engine: MsgEngine,
+    /// The reliable-datagram engine: sequence numbers, acknowledgements,
+    /// windows and timers per peer, datagrams in and out.
+    rdm: Engine,
+    /// The message engine above it: matching and each message's protocol.
+    /// It reaches `rdm` only through the argument each call passes it.
+    msg: MsgEngine,
     mem: M,
     clock: C,
     cfg: EndpointConfig,
@@ -239,7 +247,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// An endpoint over `device`, ready to move data.
     pub fn new(mut device: D, cfg: EndpointConfig, mem: M, clock: C) -> Endpoint<D, M, C> {
         let caps = device.caps();
-        let rdm = EngineConfig {
+        let rdm_cfg = EngineConfig {
             mtu: caps.mtu,
             reliable: caps.reliable,
             job_key: cfg.job_key,
@@ -252,7 +260,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             completed_ack_delay: if cfg.background_progress { Duration::from_micros(50) } else { Duration::ZERO },
             ..EngineConfig::default()
         };
-        let msg = Config {
+        let msg_cfg = Config {
             rndv_threshold: cfg.rndv_threshold,
             rdma_rndv_threshold: cfg.rdma_rndv_threshold,
             window_threshold: cfg.window_threshold,
@@ -270,7 +278,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         let placeholder = device.local_addr();
         Endpoint {
             device,
-            engine: MsgEngine::new(Engine::new(rdm), msg),
+            rdm: Engine::new(rdm_cfg),
+            msg: MsgEngine::new(msg_cfg),
             mem,
             clock,
             cfg,
@@ -292,12 +301,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// Where registrations for paths that need keys come from (the domain's
     /// registration cache).
     pub fn set_registrations(&mut self, r: Box<dyn Registrations>) {
-        self.engine.set_registrations(r);
+        self.msg.set_registrations(r);
     }
 
     pub fn set_min_multi_recv(&mut self, n: usize) {
         self.cfg.min_multi_recv = n;
-        self.engine.set_min_multi_recv(n);
+        self.msg.set_min_multi_recv(n);
     }
 
     pub fn device(&self) -> &D {
@@ -330,28 +339,28 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// offers toward it, fixed from now on.
     pub fn peer(&mut self, addr: DevAddr) -> PeerId {
         let path = self.device.caps_for(&addr);
-        self.engine.peer(addr, path)
+        self.rdm.peer_with_path(addr, &path)
     }
 
     /// The peer at `addr` if it exists.
     pub fn peer_id_of(&self, addr: DevAddr) -> Option<PeerId> {
-        self.engine.rdm().peer_id_of(addr)
+        self.rdm.peer_id_of(addr)
     }
 
     pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
-        self.engine.rdm().peer_addr(peer)
+        self.rdm.peer_addr(peer)
     }
 
     /// Why `peer` last failed, if it did (see [`MsgEngine::fail_reason`]).
     pub fn fail_reason(&self, peer: PeerId) -> Option<rdm::engine::FailReason> {
-        self.engine.fail_reason(peer)
+        self.msg.fail_reason(peer)
     }
 
     /// The application addresses `peer` as incarnation `inc` of its process;
     /// false if that incarnation is known to be gone (nothing sent on it may
     /// reach a newer one).
     pub fn expect_incarnation(&mut self, peer: PeerId, inc: u64) -> bool {
-        self.engine.rdm_mut().expect_incarnation(peer, inc)
+        self.rdm.expect_incarnation(peer, inc)
     }
 
     // ------------------------------------------------------------ operations
@@ -359,7 +368,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
     pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
-        if self.engine.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
+        if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
         }
@@ -368,7 +377,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // written straight into the first transmit buffer: no queue, no pooled
         // copy; `settle` hands it to the device ahead of anything else.
         let stage = if self.staged == 0 { Some(&mut self.stage[0][..]) } else { None };
-        match self.engine.send_staged(t, peer, header, payload, user, meta, stage) {
+        match self.msg.send_staged(&mut self.rdm, t, peer, header, payload, user, meta, stage) {
             Ok((id, staged)) => {
                 if let Some(tx) = staged {
                     self.stage_dst[0] = tx.dst;
@@ -396,15 +405,15 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// arrivals of a round of progress.
     pub fn post_recv(&mut self, spec: RecvSpec) -> Result<(), PostError> {
         let limit = self.cfg.rx_size.max(1) * 4;
-        if self.engine.posted_recvs() >= limit {
+        if self.msg.posted_recvs() >= limit {
             // Arrivals may complete posted receives: count again after them.
             self.progress();
-            if self.engine.posted_recvs() >= limit {
+            if self.msg.posted_recvs() >= limit {
                 return Err(PostError::Again);
             }
         }
         let t = self.clock.now();
-        self.engine.post_recv(t, spec, &mut self.mem);
+        self.msg.post_recv(&mut self.rdm, t, spec, &mut self.mem);
         self.settle(t);
         Ok(())
     }
@@ -415,7 +424,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     pub fn peek(&mut self, spec: RecvSpec, claim: bool, discard: bool) {
         self.progress();
         let t = self.clock.now();
-        self.engine.peek(t, spec, claim, discard);
+        self.msg.peek(&mut self.rdm, t, spec, claim, discard);
         self.settle(t);
     }
 
@@ -423,14 +432,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     pub fn claim(&mut self, spec: RecvSpec, discard: bool) -> Result<(), PostError> {
         self.progress();
         let t = self.clock.now();
-        self.engine.claim(t, spec, discard, &mut self.mem)?;
+        self.msg.claim(&mut self.rdm, t, spec, discard, &mut self.mem)?;
         self.settle(t);
         Ok(())
     }
 
     /// Cancels the posted receive with this context; false if there is none.
     pub fn cancel(&mut self, context: u64) -> bool {
-        if !self.engine.cancel(context) {
+        if !self.msg.cancel(context) {
             return false;
         }
         self.progress();
@@ -439,14 +448,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     pub fn rma_write(&mut self, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.engine.rma_write(t, peer, key, addr, payload, data, meta)?;
+        let id = self.msg.rma_write(&mut self.rdm, t, peer, key, addr, payload, data, meta)?;
         self.progress();
         Ok(id)
     }
 
     pub fn rma_read(&mut self, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.engine.rma_read(t, peer, key, addr, dst, meta)?;
+        let id = self.msg.rma_read(&mut self.rdm, t, peer, key, addr, dst, meta)?;
         self.progress();
         Ok(id)
     }
@@ -467,7 +476,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         meta: OpMeta,
     ) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.engine.atomic(t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
+        let id = self.msg.atomic(&mut self.rdm, t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
         self.progress();
         Ok(id)
     }
@@ -476,20 +485,20 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// The next completion of an operation.
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.engine.poll_completion()
+        self.msg.poll_completion()
     }
 
     /// The next event (failed peers, device failures).
     pub fn poll_event(&mut self) -> Option<EndpointEvent> {
-        if let Some(peer) = self.engine.poll_failed_peer() {
-            return Some(EndpointEvent::PeerFailed { peer, addr: self.engine.rdm().peer_addr(peer) });
+        if let Some(peer) = self.msg.poll_failed_peer() {
+            return Some(EndpointEvent::PeerFailed { peer, addr: self.rdm.peer_addr(peer) });
         }
         self.events.pop_front()
     }
 
     /// Whether a completion or event is waiting to be pulled.
     pub fn has_output(&self) -> bool {
-        !self.events.is_empty() || self.engine.has_completions() || self.engine.has_failed_peers()
+        !self.events.is_empty() || self.msg.has_completions() || self.msg.has_failed_peers()
     }
 
     /// When the endpoint next needs a round of progress without input.
@@ -498,8 +507,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // still not end the linger: then only its bound (and the rdm timers,
         // for the retransmissions) can, never a deadline already gone, which
         // would wake the caller at once, again and again.
-        let linger = self.linger.as_ref().map(|l| if self.engine.rdm().has_unacked() { l.start + LINGER_MAX } else { (l.last_rx + LINGER_IDLE).min(l.start + LINGER_MAX) });
-        [self.engine.rdm().poll_timeout(), self.engine.poll_timeout(), linger].into_iter().flatten().min()
+        let linger = self.linger.as_ref().map(|l| if self.rdm.has_unacked() { l.start + LINGER_MAX } else { (l.last_rx + LINGER_IDLE).min(l.start + LINGER_MAX) });
+        [self.rdm.poll_timeout(), self.msg.poll_timeout(), linger].into_iter().flatten().min()
     }
 
     /// Before a sleep: arms the device's wait fd and says what to sleep on.
@@ -509,19 +518,19 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // that never does is given up by the device when polled: wake now
         // and then while any is out.
         let reads = (!self.reads.is_empty()).then(|| self.clock.now() + READ_POLL);
-        let deadline = [self.engine.rdm().poll_timeout(), self.engine.poll_timeout(), reads].into_iter().flatten().min();
+        let deadline = [self.rdm.poll_timeout(), self.msg.poll_timeout(), reads].into_iter().flatten().min();
         WaitOn { fd: self.device.wait_fd(), deadline, ready }
     }
 
     pub fn stats(&self) -> EndpointStats {
-        EndpointStats { rdm: *self.engine.rdm().stats(), msg: self.engine.stats(), unexpected_bytes: self.engine.unexpected_bytes(), read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default() }
+        EndpointStats { rdm: *self.rdm.stats(), msg: self.msg.stats(), unexpected_bytes: self.msg.unexpected_bytes(), read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default() }
     }
 
     /// A snapshot of every peer that carried reliable traffic (reads only:
     /// for stats, never on the data path).
     pub fn peer_stats(&self) -> impl Iterator<Item = PeerStats> + '_ {
         use crate::engine::peer_counter as pc;
-        self.engine.rdm().peer_snapshots().map(|p| {
+        self.rdm.peer_snapshots().map(|p| {
             let u = &p.counters.upper;
             let mb = |i: usize| MsgBytes { messages: u[i], bytes: u[i + 1] };
             PeerStats {
@@ -543,28 +552,28 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     }
 
     pub fn pending_sends(&self) -> usize {
-        self.engine.pending_sends()
+        self.msg.pending_sends()
     }
 
     pub fn posted_recvs(&self) -> usize {
-        self.engine.posted_recvs()
+        self.msg.posted_recvs()
     }
 
     pub fn unexpected_bytes(&self) -> usize {
-        self.engine.unexpected_bytes()
+        self.msg.unexpected_bytes()
     }
 
     /// Bytes `peer` costs the reliable-datagram engine (its own estimate:
     /// cold entry, and hot state with the buffers it holds once the peer
     /// carried traffic; see [`rdm::engine::Engine::peer_bytes`]).
     pub fn peer_bytes(&self, peer: PeerId) -> usize {
-        self.engine.rdm().peer_bytes(peer)
+        self.rdm.peer_bytes(peer)
     }
 
     /// Bytes the reliable-datagram engine keeps for reuse (buffer pools,
     /// spare queues; see [`rdm::engine::Engine::pooled_bytes`]).
     pub fn pooled_bytes(&self) -> usize {
-        self.engine.rdm().pooled_bytes()
+        self.rdm.pooled_bytes()
     }
 
     /// Bytes of the transmit staging buffers the device lent.
@@ -574,7 +583,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Peers with hot state in the reliable-datagram engine.
     pub fn hot_peers(&self) -> usize {
-        self.engine.rdm().hot_peers()
+        self.rdm.hot_peers()
     }
 
     // ------------------------------------------------------------ progress
@@ -586,9 +595,9 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         let mut clock: Option<Instant> = None;
         let mut active = false;
         {
-            let Endpoint { device, engine, clock: source, events, mem, .. } = self;
+            let Endpoint { device, rdm, msg, clock: source, events, mem, .. } = self;
             for _ in 0..RX_ROUNDS {
-                match device.recv_batch(RX_BATCH, &mut |from, bytes| engine.receive_datagram(*clock.get_or_insert_with(|| source.now()), from, bytes, mem)) {
+                match device.recv_batch(RX_BATCH, &mut |from, bytes| msg.receive_datagram(rdm, *clock.get_or_insert_with(|| source.now()), from, bytes, mem)) {
                     Ok(0) => break,
                     Ok(_) => active = true,
                     Err(error) => {
@@ -599,37 +608,36 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             }
             // Senders heard for the first time get their path now, before
             // the message engine answers any of them.
-            let rdm = engine.rdm_mut();
             while let Some(p) = rdm.poll_pathless_peer() {
                 let addr = rdm.peer_addr(p);
                 rdm.peer_with_path(addr, &device.caps_for(&addr));
             }
             while let Some(addr) = device.poll_unreachable() {
-                engine.handle_unreachable(addr);
+                msg.handle_unreachable(rdm, addr);
                 active = true;
             }
         }
-        if let Some(deadline) = self.engine.rdm_mut().next_timeout() {
+        if let Some(deadline) = self.rdm.next_timeout() {
             let t = *clock.get_or_insert_with(|| self.clock.now());
             if deadline <= t {
-                self.engine.rdm_mut().handle_timeout(t);
+                self.rdm.handle_timeout(t);
                 active = true;
             }
         }
-        if let Some(deadline) = self.engine.poll_timeout() {
+        if let Some(deadline) = self.msg.poll_timeout() {
             let t = *clock.get_or_insert_with(|| self.clock.now());
             if deadline <= t {
-                self.engine.handle_timeout(t);
+                self.msg.handle_timeout(&mut self.rdm, t);
             }
         }
         // A receive posted for an announced (rendezvous) message queues a remote
         // read with no datagram arriving: run it now, not at the next input;
         // and a posted read may have finished.
-        if active || self.engine.rdm().has_events() || self.engine.has_actions() || !self.reads.is_empty() {
+        if active || self.rdm.has_events() || self.msg.has_actions() || !self.reads.is_empty() {
             let t = *clock.get_or_insert_with(|| self.clock.now());
             self.run_engine(t);
         }
-        if self.staged > 0 || self.engine.rdm().wants_transmit() {
+        if self.staged > 0 || self.rdm.wants_transmit() {
             let t = clock.unwrap_or_else(|| self.clock.now());
             self.flush(t);
         }
@@ -641,15 +649,15 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// full round per posted operation would cost a device poll and the timer
     /// checks on every send and receive.
     fn settle(&mut self, t: Instant) {
-        if self.engine.rdm().has_events() || self.engine.has_actions() {
+        if self.rdm.has_events() || self.msg.has_actions() {
             self.run_engine(t);
         }
-        if self.staged > 0 || self.engine.rdm().wants_transmit() {
+        if self.staged > 0 || self.rdm.wants_transmit() {
             self.flush(t);
             // A DIRECT message completes as it is written out: report it now,
             // so the application's next completion read finds it.
-            if self.engine.rdm().has_events() {
-                self.engine.handle_events(t, &mut self.mem);
+            if self.rdm.has_events() {
+                self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
             }
         }
     }
@@ -658,12 +666,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// reads it asks for, takes in the reads that finished, and runs it again
     /// on their outcome.
     fn run_engine(&mut self, t: Instant) {
-        self.engine.handle_events(t, &mut self.mem);
-        if self.engine.has_actions() || !self.reads.is_empty() || self.engine.has_device_control() {
+        self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
+        if self.msg.has_actions() || !self.reads.is_empty() || self.msg.has_device_control() {
             self.exchange_control(t);
             self.post_reads(t);
             self.finish_reads(t);
-            self.engine.handle_events(t, &mut self.mem);
+            self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
             self.exchange_control(t);
         }
     }
@@ -674,36 +682,36 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     fn exchange_control(&mut self, t: Instant) {
         // A failed peer's connections go, and its reads in flight fail (they
         // are taken in as failed: the peer is gone).
-        while let Some(peer) = self.engine.poll_gone_peer() {
-            let addr = self.engine.rdm().peer_addr(peer);
+        while let Some(peer) = self.msg.poll_gone_peer() {
+            let addr = self.rdm.peer_addr(peer);
             if let Some(r) = self.device.remote_reads() {
                 r.peer_failed(addr);
             }
         }
-        while let Some((peer, m)) = self.engine.poll_device_control() {
-            let addr = self.engine.rdm().peer_addr(peer);
+        while let Some((peer, m)) = self.msg.poll_device_control() {
+            let addr = self.rdm.peer_addr(peer);
             if let Some(r) = self.device.remote_reads() {
                 r.handle_control(t, addr, m.bytes());
             }
         }
         while let Some((addr, m)) = self.device.remote_reads().and_then(|r| r.poll_control()) {
             let peer = self.peer(addr);
-            self.engine.send_device_control(t, peer, m.bytes());
+            self.msg.send_device_control(&mut self.rdm, t, peer, m.bytes());
         }
     }
 
     /// Turns the message engine's read requests into posted device reads.
     fn post_reads(&mut self, t: Instant) {
-        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = self.engine.poll_action() {
+        while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = self.msg.poll_action() {
             let path = self.device.caps_for(&addr);
             if !self.cfg.remote_reads || !path.remote_read {
-                self.engine.remote_read_done(t, id, ReadOutcome::NotPermitted);
+                self.msg.remote_read_done(&mut self.rdm, t, id, ReadOutcome::NotPermitted);
                 continue;
             }
             self.runs.clear();
             let mut held: [Option<RegHandle>; READ_RUNS_MAX] = [None; READ_RUNS_MAX];
             let mut nameable = true;
-            let (mem, runs, engine) = (&mut self.mem, &mut self.runs, &mut self.engine);
+            let (mem, runs, engine) = (&mut self.mem, &mut self.runs, &mut self.msg);
             for_each_read_run(&src[..src_count], &dst, |remote_key, from, to, len| {
                 let Some(mut local) = mem.read_target(to, len) else {
                     nameable = false;
@@ -763,7 +771,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                             ReadOutcome::Failed(0)
                         }
                     };
-                    self.engine.remote_read_done(t, id, outcome);
+                    self.msg.remote_read_done(&mut self.rdm, t, id, outcome);
                 }
             }
         }
@@ -776,24 +784,24 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let Some(r) = self.reads.try_remove(key) else { continue };
             self.release_regs(&r.local_regs);
             let id = self.read_pull[key];
-            let failed_peer = self.engine.pull_peer(id).is_some_and(|p| self.engine.fail_reason(p).is_some());
+            let failed_peer = self.msg.pull_peer(id).is_some_and(|p| self.msg.fail_reason(p).is_some());
             let outcome = match done.error {
                 None => ReadOutcome::Done(done.bytes),
                 // The connection broke under the read (the peer lives): the
                 // sender still holds the message, so it pushes it whole.
                 Some(DeviceError::NotConnected) if !failed_peer => ReadOutcome::NotNow,
                 Some(error) => {
-                    let addr = self.engine.pull_peer(id).map(|p| self.engine.rdm().peer_addr(p)).unwrap_or(DevAddr::NONE);
+                    let addr = self.msg.pull_peer(id).map(|p| self.rdm.peer_addr(p)).unwrap_or(DevAddr::NONE);
                     self.events.push_back(EndpointEvent::ReadFailed { addr, bytes: done.bytes, error: Some(error) });
                     ReadOutcome::Failed(done.bytes)
                 }
             };
-            self.engine.remote_read_done(t, id, outcome);
+            self.msg.remote_read_done(&mut self.rdm, t, id, outcome);
         }
     }
 
     fn release_regs(&mut self, held: &[Option<RegHandle>]) {
-        if let Some(regs) = self.engine.registrations() {
+        if let Some(regs) = self.msg.registrations() {
             for h in held.iter().flatten() {
                 regs.release(*h);
             }
@@ -809,7 +817,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         loop {
             while self.staged < TX_BATCH {
                 let i = self.staged;
-                match self.engine.rdm_mut().poll_transmit(t, &mut self.stage[i]) {
+                match self.rdm.poll_transmit(t, &mut self.stage[i]) {
                     Some(tx) => {
                         self.stage_dst[i] = tx.dst;
                         self.stage_len[i] = tx.len;
@@ -845,10 +853,10 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     // the peer now, anything else is retransmitted or times the
                     // peer out.
                     match error {
-                        DeviceError::Unreachable(a) => self.engine.handle_unreachable(a),
+                        DeviceError::Unreachable(a) => self.msg.handle_unreachable(&mut self.rdm, a),
                         // A run the device can no longer send whole (its offload
                         // was refused): single datagrams from now on.
-                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.engine.rdm_mut().disable_runs(),
+                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.rdm.disable_runs(),
                         _ => {}
                     }
                     self.events.push_back(EndpointEvent::DeviceFailed { op: "send", error });
@@ -912,10 +920,10 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// destroys when it is dropped at close.
     pub fn close(&mut self) {
         self.progress();
-        self.engine.rdm_mut().flush_acks();
+        self.rdm.flush_acks();
         let t = self.clock.now();
         self.flush(t);
-        let rdm = self.engine.rdm();
+        let rdm = &self.rdm;
         if rdm.has_lossy_peers() && rdm.stats().received > 0 {
             self.linger = Some(Linger { start: t, last_rx: t, seen: rdm.stats().received });
         } else {
@@ -939,11 +947,11 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             return self.closed;
         }
         self.progress();
-        self.engine.rdm_mut().flush_acks();
+        self.rdm.flush_acks();
         let t = self.clock.now();
         self.flush(t);
-        let received = self.engine.rdm().stats().received;
-        let unacked = self.engine.rdm().has_unacked();
+        let received = self.rdm.stats().received;
+        let unacked = self.rdm.has_unacked();
         let Some(l) = self.linger.as_mut() else { return true };
         if received != l.seen {
             l.seen = received;

@@ -3,7 +3,7 @@
 use crate::matching::{Arrived, RecvPost};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
-use rdm::engine::PeerId;
+use rdm::engine::{Engine, PeerId};
 use rdm::Instant;
 use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op};
 use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError, RxId, Token, TxId};
@@ -14,8 +14,9 @@ impl MsgEngine {
     /// Sends a message. `user` lists where the payload lies in application
     /// memory (used only if the message goes by rendezvous); `payload` the same
     /// bytes as slices.
-    pub fn send(&mut self, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
-        self.send_staged(now, peer, header, payload, user, meta, None).map(|(id, _)| id)
+    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
+    pub fn send(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+        self.send_staged(rdm, now, peer, header, payload, user, meta, None).map(|(id, _)| id)
     }
 
     /// [`MsgEngine::send`], given the caller's empty transmit buffer: a
@@ -25,6 +26,7 @@ impl MsgEngine {
     #[allow(clippy::too_many_arguments)]
     pub fn send_staged(
         &mut self,
+        rdm: &mut Engine,
         now: Instant,
         peer: PeerId,
         header: MsgHeader,
@@ -35,13 +37,13 @@ impl MsgEngine {
     ) -> Result<(TxId, Option<rdm::engine::Transmit>), PostError> {
         let mut staged = None;
         let len: usize = payload.iter().map(|p| p.len()).sum();
-        let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(peer, len);
+        let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(rdm, peer, len);
         // A registration the device refused even after the cache gave back
         // what it could: the message still goes by rendezvous, announced
         // without keys, so the receiver cannot read it and grants windows
         // instead. Never eagerly: a long message nobody has posted a receive
         // for would then fill the receiver's unexpected storage.
-        let keys = if long { self.rendezvous_keys(peer, &user).unwrap_or(None) } else { None };
+        let keys = if long { self.rendezvous_keys(rdm, peer, &user).unwrap_or(None) } else { None };
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);
         if long {
@@ -65,7 +67,7 @@ impl MsgEngine {
             let rts = Rts { header, req: id.0 as u64, total: len as u64, iov: remote, iov_count: iov.count };
             let mut wire = [0u8; RTS_MAX];
             let n = rts.encode(&mut wire);
-            if let Err(e) = self.rdm.send(now, peer, &[&wire[..n]], Token::Rts(id).encode()) {
+            if let Err(e) = rdm.send(now, peer, &[&wire[..n]], Token::Rts(id).encode()) {
                 if let Some(r) = self.registrations.as_mut() {
                     regs.iter().flatten().for_each(|h| r.release(*h));
                 }
@@ -74,7 +76,7 @@ impl MsgEngine {
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: Some(iov), regs, gathered: 0, fin: None });
             self.await_answer(now, peer);
             self.stats.rts_sent += 1;
-            self.count_peer(peer, super::ops::peer_counter::SENT_RNDV_MSGS, len as u64);
+            self.count_peer(rdm, peer, super::ops::peer_counter::SENT_RNDV_MSGS, len as u64);
         } else {
             let hdr = header.encode();
             let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -82,19 +84,19 @@ impl MsgEngine {
             let n = payload.len().min(MAX_IOV);
             parts[1..=n].copy_from_slice(&payload[..n]);
             if self.cfg.datagram {
-                self.rdm.send_datagram(peer, &parts[..=n], Token::Msg(id).encode())?;
+                rdm.send_datagram(peer, &parts[..=n], Token::Msg(id).encode())?;
             } else if meta.delivery_complete {
-                self.rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
+                rdm.send(now, peer, &parts[..=n], Token::Msg(id).encode())?;
             } else {
                 let token = Token::Msg(id).encode();
-                staged = stage.and_then(|buf| self.rdm.transmit_direct_now(peer, &parts[..=n], token, buf));
+                staged = stage.and_then(|buf| rdm.transmit_direct_now(peer, &parts[..=n], token, buf));
                 if staged.is_none() {
-                    self.rdm.send_transmit_complete(now, peer, &parts[..=n], token)?;
+                    rdm.send_transmit_complete(now, peer, &parts[..=n], token)?;
                 }
             }
             entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV], gathered: 0, fin: None });
             self.stats.eager_sent += 1;
-            self.count_peer(peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
+            self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
         }
         Ok((id, staged))
     }
@@ -105,8 +107,8 @@ impl MsgEngine {
     /// error when a registration failed: the message then goes by a windowed
     /// rendezvous, announced without keys (and nothing stays acquired).
     #[allow(clippy::type_complexity)]
-    fn rendezvous_keys(&mut self, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
-        if !self.path(peer).is_some_and(|p| p.registration) {
+    fn rendezvous_keys(&mut self, rdm: &mut Engine, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
+        if !self.path(rdm, peer).is_some_and(|p| p.registration) {
             return Ok(None);
         }
         let mut out = [(0u64, None); MAX_IOV];
@@ -163,7 +165,7 @@ impl MsgEngine {
 
     /// Posts a receive: it completes at once from an unexpected message, or
     /// waits for one.
-    pub fn post_recv(&mut self, now: Instant, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
+    pub fn post_recv(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
         let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: spec.meta, multi_offset: spec.multi.then_some(0) }) as u32);
         let post = RecvPost { token: id.0 as u64, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: spec.multi };
         if spec.multi {
@@ -171,7 +173,7 @@ impl MsgEngine {
             // posted (in order) if room remains.
             while self.rx.contains(id.0 as usize) {
                 match self.matcher.take_unexpected(&post) {
-                    Some(arrived) => self.land(now, id, arrived, mem),
+                    Some(arrived) => self.land(rdm, now, id, arrived, mem),
                     None => {
                         self.matcher.post_only(post);
                         break;
@@ -179,16 +181,16 @@ impl MsgEngine {
                 }
             }
         } else if let Some(arrived) = self.matcher.post(post) {
-            self.land(now, id, arrived, mem);
+            self.land(rdm, now, id, arrived, mem);
         }
-        self.update_backpressure();
+        self.update_backpressure(rdm);
         id
     }
 
     /// FI_PEEK, optionally with FI_CLAIM (reserve the message for a later
     /// claiming receive with the same context) or FI_DISCARD (drop it). Reports
     /// the message's attributes, or [`OpError::NoMessage`], as a completion.
-    pub fn peek(&mut self, now: Instant, spec: RecvSpec, claim: bool, discard: bool) {
+    pub fn peek(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, claim: bool, discard: bool) {
         let probe = RecvPost { token: 0, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: false };
         let Some(m) = self.matcher.peek(&probe) else {
             self.completions.push_back(Completion { tag: spec.tag, err: Some(OpError::NoMessage), ..recv_op(spec.meta, spec.kind) });
@@ -198,38 +200,38 @@ impl MsgEngine {
         if claim || discard {
             if let Some(m) = self.matcher.take_unexpected(&probe) {
                 if discard {
-                    self.discard(now, m);
+                    self.discard(rdm, now, m);
                 } else {
                     self.claimed.insert(spec.meta.context, m);
                 }
             }
         }
         self.completions.push_back(c);
-        self.update_backpressure();
+        self.update_backpressure(rdm);
     }
 
     /// FI_CLAIM: receives (or with `discard` drops) the message an earlier
     /// FI_PEEK|FI_CLAIM reserved for `spec.meta.context`.
-    pub fn claim(&mut self, now: Instant, spec: RecvSpec, discard: bool, mem: &mut dyn Memory) -> Result<(), PostError> {
+    pub fn claim(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, discard: bool, mem: &mut dyn Memory) -> Result<(), PostError> {
         let arrived = self.claimed.remove(&spec.meta.context).ok_or(PostError::NotClaimed)?;
         if discard {
             let c = Completion { tag: arrived.tag, data: arrived.data, ..recv_op(spec.meta, arrived.kind) };
-            self.discard(now, arrived);
+            self.discard(rdm, now, arrived);
             self.completions.push_back(c);
         } else {
             let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: OpMeta { wanted: true, ..spec.meta }, multi_offset: None }) as u32);
-            self.land(now, id, arrived, mem);
+            self.land(rdm, now, id, arrived, mem);
         }
         Ok(())
     }
 
     /// A dropped unexpected message: an announced one still needs its Fin, or
     /// the sender would wait forever.
-    fn discard(&mut self, now: Instant, m: Arrived) {
+    fn discard(&mut self, rdm: &mut Engine, now: Instant, m: Arrived) {
         let (peer, rts) = (m.peer, m.rndv);
-        self.rdm.recycle(m.msg);
+        rdm.recycle(m.msg);
         if let Some(rts) = rts {
-            self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Discarded, 0)]);
+            self.reply(rdm, now, peer, &[&encode_fin(rts.req, FinStatus::Discarded, 0)]);
         }
     }
 
@@ -244,17 +246,17 @@ impl MsgEngine {
     }
 
     /// A message matched receive `id`: place it (eager) or start pulling it.
-    pub(super) fn land(&mut self, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
+    pub(super) fn land(&mut self, rdm: &mut Engine, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
         let Some(landing) = self.landing(id, arrived.peer, arrived.kind, arrived.tag, arrived.data, arrived.len()) else { return };
         match arrived.rndv {
             None => {
                 let written = landing.target.scatter(mem, arrived.payload());
-                self.rdm.recycle(arrived.msg);
+                rdm.recycle(arrived.msg);
                 self.finish_recv(&landing, written, None);
             }
             Some(rts) => {
-                self.rdm.recycle(arrived.msg);
-                self.start_pull(now, arrived.peer, rts, landing);
+                rdm.recycle(arrived.msg);
+                self.start_pull(rdm, now, arrived.peer, rts, landing);
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The per-endpoint message engine: every protocol decision of rdmx's message
 //! layer, sans-IO.
 //!
-//! [`MsgEngine`] owns the endpoint's `rdm` [`Engine`] (reliable, ordered delivery
-//! per peer) and runs on top of it what libfabric's RDM semantics need: sends and
+//! [`MsgEngine`] runs on top of the endpoint's `rdm` [`Engine`] (reliable, ordered
+//! delivery per peer) what libfabric's RDM semantics need: sends and
 //! posted receives with tag matching ([`crate::matching`]), the protocol of each
 //! message chosen from the peer's [`Path`] (eager, or a rendezvous the receiver
 //! pulls where the path can read remotely, with a push fallback), RMA and atomics
@@ -20,7 +20,13 @@
 //! Inputs are calls with the time as an argument; outputs are pulled:
 //! [`MsgEngine::poll_completion`] (what the provider reports on CQs and
 //! counters), [`MsgEngine::poll_action`] (work for the layer below: remote reads)
-//! and the `rdm` engine's datagrams ([`MsgEngine::rdm_mut`]). Application memory is
+//! and the `rdm` engine's datagrams (pulled from that engine by its owner).
+//!
+//! It does not own the `rdm` engine: the endpoint holds both side by side, and
+//! every call that sends or reads per-peer state takes the `rdm` engine as its
+//! first argument. Either engine can then be driven, tested and fuzzed with
+//! the other in plain view, and the endpoint decides what runs in which order
+//! (see `crate::endpoint`). Application memory is
 //! reached only through the [`Memory`] trait, which the provider implements with
 //! raw pointers and tests implement with a vector: this crate holds no `unsafe`.
 //!
@@ -119,7 +125,6 @@ struct WindowRx {
 
 /// The message engine of one endpoint. See the module docs.
 pub struct MsgEngine {
-    rdm: Engine,
     cfg: Config,
     matcher: Matcher,
     tx: Slab<TxEntry>,
@@ -159,9 +164,8 @@ fn recv_op(meta: OpMeta, msg: MsgKind) -> Completion {
 }
 
 impl MsgEngine {
-    pub fn new(rdm: Engine, cfg: Config) -> MsgEngine {
+    pub fn new(cfg: Config) -> MsgEngine {
         MsgEngine {
-            rdm,
             cfg,
             matcher: Matcher::new(),
             tx: Slab::new(),
@@ -213,15 +217,6 @@ impl MsgEngine {
         !self.failed_peers.is_empty()
     }
 
-    /// The reliable-datagram engine below (datagrams in and out, timers).
-    pub fn rdm(&self) -> &Engine {
-        &self.rdm
-    }
-
-    pub fn rdm_mut(&mut self) -> &mut Engine {
-        &mut self.rdm
-    }
-
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -238,29 +233,24 @@ impl MsgEngine {
     /// (see [`ops::peer_counter`]): plain integers in the peer's rdm hot
     /// state; nothing for a peer without one (datagram endpoints).
     #[inline]
-    pub(crate) fn count_peer(&mut self, peer: PeerId, idx: usize, bytes: u64) {
-        if let Some(c) = self.rdm.upper_counters_mut(peer) {
+    pub(crate) fn count_peer(&mut self, rdm: &mut Engine, peer: PeerId, idx: usize, bytes: u64) {
+        if let Some(c) = rdm.upper_counters_mut(peer) {
             c[idx] += 1;
             c[idx + 1] += bytes;
         }
     }
 
-    /// The peer at `addr`, reached over `path` (recorded the first time).
-    pub fn peer(&mut self, addr: DevAddr, path: Path) -> PeerId {
-        self.rdm.peer_with_path(addr, &path)
-    }
-
     /// The path recorded for `peer`, kept once by the rdm engine.
-    fn path(&self, peer: PeerId) -> Option<PeerPath> {
-        self.rdm.path(peer)
+    fn path(&self, rdm: &Engine, peer: PeerId) -> Option<PeerPath> {
+        rdm.path(peer)
     }
 
     /// The protocol of a message of `len` bytes to `peer`, from its path:
     /// rendezvous pulled by the receiver from `rndv_threshold` where the path can
     /// read remotely (and the peer never refused), windowed rendezvous from
     /// `window_threshold` where it cannot; eager below.
-    fn use_rendezvous(&self, peer: PeerId, len: usize) -> bool {
-        let Some(path) = self.path(peer) else { return false };
+    fn use_rendezvous(&self, rdm: &Engine, peer: PeerId, len: usize) -> bool {
+        let Some(path) = self.path(rdm, peer) else { return false };
         if path.remote_read && !self.refused.contains(&peer) {
             let threshold = if path.registration { self.cfg.rdma_rndv_threshold.unwrap_or(self.cfg.rndv_threshold) } else { self.cfg.rndv_threshold };
             len >= threshold
@@ -272,10 +262,10 @@ impl MsgEngine {
     /// The layer below reports `addr` unreachable (ICMP, a dead process): the
     /// rdm engine fails it if data is in flight, and so does this engine if it
     /// waits on an answer from it.
-    pub fn handle_unreachable(&mut self, addr: DevAddr) {
-        match self.rdm.peer_id_of(addr) {
-            Some(peer) if self.waits_on(peer) => self.rdm.fail_unreachable(addr),
-            _ => self.rdm.handle_unreachable(addr),
+    pub fn handle_unreachable(&mut self, rdm: &mut Engine, addr: DevAddr) {
+        match rdm.peer_id_of(addr) {
+            Some(peer) if self.waits_on(peer) => rdm.fail_unreachable(addr),
+            _ => rdm.handle_unreachable(addr),
         }
     }
 
@@ -298,11 +288,11 @@ impl MsgEngine {
     }
 
     /// Sends the keepalives that are due, and forgets peers nothing waits on.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, rdm: &mut Engine, now: Instant) {
         let due: Vec<PeerId> = self.awaiting.iter().filter(|(_, t)| **t <= now).map(|(p, _)| *p).collect();
         for peer in due {
             if self.waits_on(peer) {
-                let _ = self.rdm.send(now, peer, &[&crate::wire::KEEPALIVE], Token::Reply.encode());
+                let _ = rdm.send(now, peer, &[&crate::wire::KEEPALIVE], Token::Reply.encode());
                 self.awaiting.insert(peer, now + self.cfg.keepalive);
             } else {
                 self.awaiting.remove(&peer);
@@ -314,9 +304,9 @@ impl MsgEngine {
 
     /// Runs the protocols on everything the rdm engine delivered or reported
     /// since the last call. Call after feeding it datagrams and timeouts.
-    pub fn handle_events(&mut self, now: Instant, mem: &mut dyn Memory) {
-        self.retry_pushes(now, mem);
-        while let Some(ev) = self.rdm.poll_event() {
+    pub fn handle_events(&mut self, rdm: &mut Engine, now: Instant, mem: &mut dyn Memory) {
+        self.retry_pushes(rdm, now, mem);
+        while let Some(ev) = rdm.poll_event() {
             match ev {
                 Event::Delivered { peer, msg } if !self.cfg.datagram => {
                     // The peer talks again (a new incarnation, or a path that
@@ -324,12 +314,12 @@ impl MsgEngine {
                     if !self.fail_reasons.is_empty() {
                         self.fail_reasons.remove(&peer);
                     }
-                    self.handle_message(now, peer, msg, mem)
+                    self.handle_message(rdm, now, peer, msg, mem)
                 }
-                Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(now, peer, msg, mem),
+                Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(rdm, now, peer, msg, mem),
                 Event::Delivered { msg, .. } | Event::Datagram { msg, .. } => {
                     self.stats.stray += 1;
-                    self.rdm.recycle(msg);
+                    rdm.recycle(msg);
                 }
                 Event::SendComplete { token } => {
                     // An RTS and its pushes complete on the receiver's Fin
@@ -369,7 +359,7 @@ impl MsgEngine {
                 }
             }
         }
-        self.update_backpressure();
+        self.update_backpressure(rdm);
     }
 
     /// One datagram from the device. A whole eager message in one DIRECT
@@ -377,12 +367,12 @@ impl MsgEngine {
     /// from the device's buffer ([`rdm::engine::Engine::handle_datagram_lending`]):
     /// no copy into a pooled buffer, no trip through the event queue. The
     /// rest goes the usual way, through the events [`MsgEngine::handle_events`] takes.
-    pub fn receive_datagram(&mut self, now: Instant, from: DevAddr, bytes: &[u8], mem: &mut dyn Memory) {
+    pub fn receive_datagram(&mut self, rdm: &mut Engine, now: Instant, from: DevAddr, bytes: &[u8], mem: &mut dyn Memory) {
         if self.cfg.datagram {
-            self.rdm.handle_datagram(now, from, bytes);
+            rdm.handle_datagram(now, from, bytes);
             return;
         }
-        let Some(peer) = self.rdm.handle_datagram_lending(now, from, bytes) else { return };
+        let Some(peer) = rdm.handle_datagram_lending(now, from, bytes) else { return };
         let msg = &bytes[rdm::engine::HEADER_LEN..];
         // As for a Delivered event (see handle_events).
         if !self.fail_reasons.is_empty() {
@@ -390,7 +380,7 @@ impl MsgEngine {
         }
         if let Ok(Packet::Msg(h, payload)) = Packet::decode(msg) {
             if let Some(post) = self.matcher.match_posted(peer, h.kind, h.tag) {
-                self.count_peer(peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
+                self.count_peer(rdm, peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
                 self.land_lent(RxId(post.token as u32), peer, h, payload, mem);
                 return;
             }
@@ -399,18 +389,18 @@ impl MsgEngine {
         // have, and handled in order by handle_events (after the senders
         // heard for the first time got their paths).
         let _ = now;
-        let mut owned = self.rdm.take_buffer();
+        let mut owned = rdm.take_buffer();
         owned.extend_from_slice(msg);
-        self.rdm.deliver_later(peer, owned);
+        rdm.deliver_later(peer, owned);
     }
 
-    fn handle_message(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+    fn handle_message(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
         // Parsed once; the typed fields are all that is used below.
         let pkt = match Packet::decode(&msg) {
             Ok(p) => p,
             Err(_) => {
                 self.stats.dropped_malformed += 1;
-                self.rdm.recycle(msg);
+                rdm.recycle(msg);
                 return;
             }
         };
@@ -420,19 +410,19 @@ impl MsgEngine {
             _ => None,
         };
         if let Packet::Msg(_, payload) = &pkt {
-            self.count_peer(peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
+            self.count_peer(rdm, peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
         }
         if let Some((h, rndv)) = matched {
             let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
             if let Some((post, arrived)) = self.matcher.arrive(arrived) {
-                self.land(now, RxId(post.token as u32), arrived, mem);
+                self.land(rdm, now, RxId(post.token as u32), arrived, mem);
             }
             return;
         }
         match pkt {
             Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, now),
-            Packet::Push { req, offset, payload } => self.handle_push(now, peer, req, offset, payload, mem),
-            Packet::Cts { req, offset, len } => self.handle_cts(now, peer, req, offset, len, mem),
+            Packet::Push { req, offset, payload } => self.handle_push(rdm, now, peer, req, offset, payload, mem),
+            Packet::Cts { req, offset, len } => self.handle_cts(rdm, now, peer, req, offset, len, mem),
             Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => self.finish_rma(peer, req, status, payload, mem),
             Packet::WriteAck { req, status } => self.finish_rma(peer, req, status, &[], mem),
             Packet::Keepalive => {}
@@ -441,35 +431,35 @@ impl MsgEngine {
                     self.device_ctl.push_back((peer, m));
                 }
             }
-            other => self.serve_rma(now, peer, other, mem),
+            other => self.serve_rma(rdm, now, peer, other, mem),
         }
-        self.rdm.recycle(msg);
+        rdm.recycle(msg);
     }
 
     /// Datagram mode: a message lands in the oldest posted receive it matches,
     /// or is dropped (counted); only plain messages are expected.
-    fn handle_datagram(&mut self, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+    fn handle_datagram(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
         let h = match Packet::decode(&msg) {
             Ok(Packet::Msg(h, _)) => h,
             Ok(_) => {
                 self.stats.stray += 1;
-                self.rdm.recycle(msg);
+                rdm.recycle(msg);
                 return;
             }
             Err(_) => {
                 self.stats.dropped_malformed += 1;
-                self.rdm.recycle(msg);
+                rdm.recycle(msg);
                 return;
             }
         };
         match self.matcher.match_posted(peer, h.kind, h.tag) {
             Some(post) => {
                 let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
-                self.land(now, RxId(post.token as u32), arrived, mem);
+                self.land(rdm, now, RxId(post.token as u32), arrived, mem);
             }
             None => {
                 self.stats.dropped_unmatched += 1;
-                self.rdm.recycle(msg);
+                rdm.recycle(msg);
             }
         }
     }
@@ -524,14 +514,14 @@ impl MsgEngine {
     /// Unexpected messages are held without a count limit but with a memory
     /// limit: above it the rdm engine stops accepting new messages (senders keep
     /// them and wait); below half of it, it resumes.
-    fn update_backpressure(&mut self) {
+    fn update_backpressure(&mut self, rdm: &mut Engine) {
         let held = self.matcher.unexpected_bytes();
         self.stats.unexpected_bytes_max = self.stats.unexpected_bytes_max.max(held as u64);
         let limit = self.cfg.unexpected_limit;
-        if !self.rdm.is_paused() && held > limit {
-            self.rdm.set_paused(true);
-        } else if self.rdm.is_paused() && held <= limit / 2 {
-            self.rdm.set_paused(false);
+        if !rdm.is_paused() && held > limit {
+            rdm.set_paused(true);
+        } else if rdm.is_paused() && held <= limit / 2 {
+            rdm.set_paused(false);
         }
     }
 
@@ -570,9 +560,9 @@ impl MsgEngine {
 
     /// Sends control bytes of our device to `peer`'s device, reliably and in
     /// order with everything else to it.
-    pub fn send_device_control(&mut self, now: Instant, peer: PeerId, bytes: &[u8]) {
+    pub fn send_device_control(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, bytes: &[u8]) {
         let hdr = [crate::wire::Kind::DeviceCtl as u8, 0, 0, 0, 0, 0, 0, 0];
-        self.reply(now, peer, &[&hdr, bytes]);
+        self.reply(rdm, now, peer, &[&hdr, bytes]);
     }
 
     /// A peer declared unreachable since the last call.

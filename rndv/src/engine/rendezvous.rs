@@ -2,7 +2,7 @@
 //! pushes, and [`for_each_read_run`] for the provider's remote reads.
 use crate::iov::zip_pieces;
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
-use rdm::engine::PeerId;
+use rdm::engine::{Engine, PeerId};
 use rdm::Instant;
 use super::{MsgEngine, Landing, Pull, WindowRx};
 use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
@@ -15,10 +15,10 @@ const PUSH_CHUNK: u64 = 1 << 20;
 impl MsgEngine {
     // ------------------------------------------------------------ rendezvous
 
-    pub(super) fn start_pull(&mut self, now: Instant, peer: PeerId, rts: Rts, landing: Landing) {
+    pub(super) fn start_pull(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, rts: Rts, landing: Landing) {
         if landing.target.total() == 0 {
             // Nothing to read into: finish at once.
-            self.reply(now, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
+            self.reply(rdm, now, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
             self.finish_recv(&landing, 0, None);
             return;
         }
@@ -26,24 +26,24 @@ impl MsgEngine {
         // (it answers NotPermitted, and the bytes are pushed): the sender only
         // announces where its path can read, and a peer that sent first has no
         // path recorded here.
-        let addr = self.rdm.peer_addr(peer);
+        let addr = rdm.peer_addr(peer);
         let id = PullId(self.pulls.insert(Pull { peer, req: rts.req, landing }) as u32);
         self.actions.push_back(Action::RemoteRead { id, peer, addr, src: rts.iov, src_count: rts.iov_count, dst: landing.target });
     }
 
     /// The layer below finished [`Action::RemoteRead`] `id`.
-    pub fn remote_read_done(&mut self, now: Instant, id: PullId, outcome: ReadOutcome) {
+    pub fn remote_read_done(&mut self, rdm: &mut Engine, now: Instant, id: PullId, outcome: ReadOutcome) {
         let Some(p) = self.pulls.try_remove(id.0 as usize) else { return };
         match outcome {
             ReadOutcome::Done(n) => {
                 self.stats.pulled += 1;
-                self.count_peer(p.peer, super::ops::peer_counter::RECV_PULLED_MSGS, n);
-                self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
+                self.count_peer(rdm, p.peer, super::ops::peer_counter::RECV_PULLED_MSGS, n);
+                self.reply(rdm, now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
                 self.finish_recv(&p.landing, n as usize, None);
             }
-            ReadOutcome::NotPermitted | ReadOutcome::NotNow => self.start_window(now, p.peer, p.req, p.landing),
+            ReadOutcome::NotPermitted | ReadOutcome::NotNow => self.start_window(rdm, now, p.peer, p.req, p.landing),
             ReadOutcome::Failed(n) => {
-                self.reply(now, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
+                self.reply(rdm, now, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
                 self.finish_recv(&p.landing, n as usize, Some(OpError::Io));
             }
         }
@@ -80,28 +80,29 @@ impl MsgEngine {
     }
 
     /// The receiver cannot pull: grant the first window.
-    fn start_window(&mut self, now: Instant, peer: PeerId, req: u64, landing: Landing) {
+    fn start_window(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, landing: Landing) {
         let take = (landing.msg_len as u64).min(landing.target.total());
         let mut w = WindowRx { landing, take, granted: 0, received: 0 };
-        self.grant(now, peer, req, &mut w);
+        self.grant(rdm, now, peer, req, &mut w);
         self.windows.insert((peer, req), w);
         self.await_answer(now, peer);
     }
 
     /// Grants the next window while at most half of the granted bytes are
     /// still outstanding: the sender never waits for a grant round trip.
-    fn grant(&mut self, now: Instant, peer: PeerId, req: u64, w: &mut WindowRx) {
+    fn grant(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, w: &mut WindowRx) {
         let window = self.cfg.window.max(1);
         while w.granted < w.take && w.granted - w.received <= window / 2 {
             let len = (w.take - w.granted).min(window);
-            self.reply(now, peer, &[&encode_cts(req, w.granted, len)]);
+            self.reply(rdm, now, peer, &[&encode_cts(req, w.granted, len)]);
             w.granted += len;
             self.stats.windows_granted += 1;
         }
     }
 
     /// A `Push` of a granted range landed.
-    pub(super) fn handle_push(&mut self, now: Instant, peer: PeerId, req: u64, offset: u64, payload: &[u8], mem: &mut dyn Memory) {
+    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
+    pub(super) fn handle_push(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, offset: u64, payload: &[u8], mem: &mut dyn Memory) {
         let Some(mut w) = self.windows.remove(&(peer, req)) else {
             self.stats.stray += 1;
             return;
@@ -117,17 +118,18 @@ impl MsgEngine {
         w.received += written as u64;
         if w.received >= w.take {
             self.stats.pushed += 1;
-            self.count_peer(peer, super::ops::peer_counter::RECV_WINDOWED_MSGS, w.received);
-            self.reply(now, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
+            self.count_peer(rdm, peer, super::ops::peer_counter::RECV_WINDOWED_MSGS, w.received);
+            self.reply(rdm, now, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
             self.finish_recv(&w.landing, w.received as usize, None);
         } else {
-            self.grant(now, peer, req, &mut w);
+            self.grant(rdm, now, peer, req, &mut w);
             self.windows.insert((peer, req), w);
         }
     }
 
     /// A window grant for one of our rendezvous sends.
-    pub(super) fn handle_cts(&mut self, now: Instant, peer: PeerId, req: u64, offset: u64, len: u64, mem: &dyn Memory) {
+    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
+    pub(super) fn handle_cts(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, offset: u64, len: u64, mem: &dyn Memory) {
         let id = TxId(req as u32);
         let fits = u32::try_from(req).is_ok()
             && self.tx.get(id.0 as usize).is_some_and(|t| t.peer == peer && t.rndv.is_some() && offset.checked_add(len).is_some_and(|e| e <= t.len as u64));
@@ -141,16 +143,16 @@ impl MsgEngine {
         // connection for reads yet, one broke, our registration failed and
         // the announcement carried no keys) as often as "never", and the
         // receiver decides per message, so keep announcing.
-        if self.path(peer).is_some_and(|p| p.remote_read && !p.registration) {
+        if self.path(rdm, peer).is_some_and(|p| p.remote_read && !p.registration) {
             self.refused.insert(peer);
         }
         self.push_backlog.push_back((id, offset, offset + len));
-        self.retry_pushes(now, mem);
+        self.retry_pushes(rdm, now, mem);
     }
 
     /// Sends the granted ranges as `Push` messages of at most [`PUSH_CHUNK`]
     /// bytes, in order, while the rdm engine takes them.
-    pub(super) fn retry_pushes(&mut self, now: Instant, mem: &dyn Memory) {
+    pub(super) fn retry_pushes(&mut self, rdm: &mut Engine, now: Instant, mem: &dyn Memory) {
         while let Some(&(id, offset, end)) = self.push_backlog.front() {
             let Some((peer, iov)) = self.tx.get(id.0 as usize).and_then(|t| t.rndv.map(|iov| (t.peer, iov))) else {
                 self.push_backlog.pop_front();
@@ -165,10 +167,10 @@ impl MsgEngine {
             // On a path that registers (an RDMA NIC), a chunk within one
             // piece announced with a key goes from the application's memory
             // as it is: the NIC gathers it behind the header, nothing copies.
-            let gather = if self.path(peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
+            let gather = if self.path(rdm, peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
                 .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
             // (a path that turns out not to gather takes the copy)
-            let gathered = gather.map(|g| self.rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode())).filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
+            let gathered = gather.map(|g| rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode())).filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
             let was_gathered = gathered.is_some();
             let sent = gathered.unwrap_or_else(|| {
                 let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -178,7 +180,7 @@ impl MsgEngine {
                     parts[k] = mem.bytes(piece.addr, piece.len as usize);
                     k += 1;
                 }
-                self.rdm.send(now, peer, &parts[..k], Token::Push(id).encode())
+                rdm.send(now, peer, &parts[..k], Token::Push(id).encode())
             });
             match sent {
                 Ok(()) => {

@@ -4,7 +4,7 @@ use crate::atomic::{self, Datatype, Op};
 use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::rma::{self as rma_wire, Status};
 use crate::wire::{Packet, MAX_HEADER_LEN};
-use rdm::engine::PeerId;
+use rdm::engine::{Engine, PeerId};
 use rdm::Instant;
 use super::{MsgEngine, RmaEntry};
 use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RmaId, Token};
@@ -22,7 +22,7 @@ impl MsgEngine {
     // ------------------------------------------------------------------ RMA
 
     #[allow(clippy::too_many_arguments)] // one request's parts, as the RMA calls take them
-    fn start_rma(&mut self, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, request: impl FnOnce(u64) -> Packet<'static>, extra: &[&[u8]]) -> Result<RmaId, PostError> {
+    fn start_rma(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, request: impl FnOnce(u64) -> Packet<'static>, extra: &[&[u8]]) -> Result<RmaId, PostError> {
         let entry = self.rma.vacant_entry();
         let id = RmaId(entry.key() as u32);
         // The request names its id, for the answer to echo; its payload follows as `extra`.
@@ -32,7 +32,7 @@ impl MsgEngine {
         parts[0] = &hdr[..hdr_len];
         let n = extra.len().min(2 * MAX_IOV);
         parts[1..=n].copy_from_slice(&extra[..n]);
-        self.rdm.send(now, peer, &parts[..=n], Token::Rma(id).encode())?;
+        rdm.send(now, peer, &parts[..=n], Token::Rma(id).encode())?;
         entry.insert(RmaEntry { kind, meta, peer, result, len });
         self.await_answer(now, peer);
         self.stats.rma_started += 1;
@@ -41,17 +41,18 @@ impl MsgEngine {
 
     /// fi_write: `payload` to `addr` under `key` at `peer`, with remote CQ data.
     #[allow(clippy::too_many_arguments)] // fi_writedata's own arguments
-    pub fn rma_write(&mut self, now: Instant, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
+    pub fn rma_write(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
         let len = payload.iter().map(|p| p.len()).sum();
         let request = |req| Packet::Write { req, key, addr, data, payload: &[] };
-        self.start_rma(now, peer, OpKind::Write, meta, IoList::default(), len, request, payload)
+        self.start_rma(rdm, now, peer, OpKind::Write, meta, IoList::default(), len, request, payload)
     }
 
     /// fi_read: `dst.total()` bytes at `addr` under `key` at `peer` into `dst`.
-    pub fn rma_read(&mut self, now: Instant, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
+    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
+    pub fn rma_read(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
         let len = dst.total();
         let request = |req| Packet::ReadReq { req, key, addr, len };
-        self.start_rma(now, peer, OpKind::Read, meta, dst, len as usize, request, &[])
+        self.start_rma(rdm, now, peer, OpKind::Read, meta, dst, len as usize, request, &[])
     }
 
     /// An atomic of `count` elements; `fetch` returns the old values into
@@ -59,6 +60,7 @@ impl MsgEngine {
     #[allow(clippy::too_many_arguments)]
     pub fn atomic(
         &mut self,
+        rdm: &mut Engine,
         now: Instant,
         peer: PeerId,
         key: u64,
@@ -97,7 +99,7 @@ impl MsgEngine {
             extra[n] = p;
             n += 1;
         }
-        self.start_rma(now, peer, OpKind::Atomic { fetch }, meta, result, bytes, request, &extra[..n])
+        self.start_rma(rdm, now, peer, OpKind::Atomic { fetch }, meta, result, bytes, request, &extra[..n])
     }
 
     pub(super) fn finish_rma(&mut self, peer: PeerId, req: u64, status: Status, payload: &[u8], mem: &mut dyn Memory) {
@@ -114,7 +116,7 @@ impl MsgEngine {
         self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err, ..Completion::new(e.meta, e.kind) });
     }
 
-    pub(super) fn serve_rma(&mut self, now: Instant, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
+    pub(super) fn serve_rma(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
         match pkt {
             Packet::Write { req, key, addr, data, payload } => {
                 let status = match mem.rma_target(key, addr, payload.len() as u64, Access::RemoteWrite) {
@@ -131,7 +133,7 @@ impl MsgEngine {
                 if status == Status::Ok {
                     self.served(OpKind::RemoteWrite, payload.len(), data);
                 }
-                self.reply(now, peer, &[&rma_wire::encode_write_ack(req, status)]);
+                self.reply(rdm, now, peer, &[&rma_wire::encode_write_ack(req, status)]);
             }
             Packet::ReadReq { req, key, addr, len } => {
                 let mut data = Vec::new();
@@ -147,7 +149,7 @@ impl MsgEngine {
                 if status == Status::Ok {
                     self.served(OpKind::RemoteRead, data.len(), None);
                 }
-                self.reply(now, peer, &[&rma_wire::encode_read_resp(req, status), &data]);
+                self.reply(rdm, now, peer, &[&rma_wire::encode_read_resp(req, status), &data]);
             }
             Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload } => {
                 let mut old = Vec::new();
@@ -177,7 +179,7 @@ impl MsgEngine {
                     Err(s) => s,
                 };
                 let back: &[u8] = if fetch && status == Status::Ok { &old } else { &[] };
-                self.reply(now, peer, &[&rma_wire::encode_atomic_resp(req, status), back]);
+                self.reply(rdm, now, peer, &[&rma_wire::encode_atomic_resp(req, status), back]);
             }
             _ => {}
         }
@@ -193,7 +195,7 @@ impl MsgEngine {
 
     /// An answer nothing waits on: lost only if the rdm engine refuses it, and
     /// then the initiator fails with the peer.
-    pub(super) fn reply(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]]) {
-        let _ = self.rdm.send(now, peer, parts, Token::Reply.encode());
+    pub(super) fn reply(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, parts: &[&[u8]]) {
+        let _ = rdm.send(now, peer, parts, Token::Reply.encode());
     }
 }
