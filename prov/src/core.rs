@@ -30,11 +30,10 @@ use parking_lot::Mutex;
 use rdm::device::{DeviceContext, OpenSpec};
 use rdm::engine::PeerId;
 use rdm::Device;
-use rndv::{Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src};
+use rndv::{BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 /// The endpoint below libfabric, over the device its domain opened, the
 /// process's memory and the monotonic clock.
@@ -135,30 +134,26 @@ fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dy
     Ok((dev, local))
 }
 
-/// The progress thread's loop: while the application does not call in, sleep on
-/// the device and the engines' next timer, then progress.
+/// The progress thread's loop: what to do when is [`rndv::BackgroundProgress`]'s
+/// decision, from whether the application called in (`app_active`); this
+/// thread only sleeps and progresses as it says.
 fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
-    // The application counts as active if it called in during the last
-    // period; the thread then leaves progress to it.
-    const APP_ACTIVE: Duration = Duration::from_millis(2);
+    let policy = rndv::BackgroundProgress;
     let stopped = || stop.load(Ordering::Acquire) || CLEANUPS.load(Ordering::Acquire) != cleanups;
     while !stopped() {
         let Some(ep) = weak.upgrade() else { break };
-        if ep.app_active.swap(false, Ordering::Relaxed) {
-            drop(ep);
-            std::thread::sleep(APP_ACTIVE);
-            continue;
+        match policy.next(ep.app_active.swap(false, Ordering::Relaxed)) {
+            BackgroundStep::StandBy(period) => {
+                drop(ep);
+                std::thread::sleep(period);
+            }
+            BackgroundStep::Wait(max) => {
+                wait_any(std::slice::from_ref(&ep), max);
+                if !stopped() && policy.after_wait(ep.app_active.load(Ordering::Relaxed)) {
+                    ep.progress_background();
+                }
+            }
         }
-        wait_any(std::slice::from_ref(&ep), Duration::from_millis(10));
-        if stopped() {
-            break;
-        }
-        // The application called in while this thread slept (it was woken
-        // by the same input): it progresses; stay out of its way.
-        if ep.app_active.load(Ordering::Relaxed) {
-            continue;
-        }
-        ep.progress_background();
     }
 }
 
@@ -546,7 +541,13 @@ impl EpState {
                 break;
             }
             self.drain_outputs();
-            std::thread::sleep(Duration::from_micros(200));
+            // How long the linger lasts is the endpoint's decision: sleep on
+            // what it says (input, its timers, the linger's end).
+            let Some(r) = self.running.as_mut() else { return };
+            let w = r.ep.prepare_wait();
+            if !w.ready {
+                crate::progress::sleep_on(w.fd, w.deadline, rndv::BackgroundProgress::MAX_WAIT);
+            }
         }
         self.drain_outputs();
         self.log_close_stats();

@@ -180,6 +180,18 @@ pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>
             wait = wait.min(d.saturating_duration_since(t));
         }
     }
+    sleep_on_fds(&mut fds, wait);
+}
+
+/// Sleeps until `fd` turns readable, `deadline` passes, or `max` has passed
+/// (one endpoint, its state already locked: a close's linger).
+pub fn sleep_on(fd: Option<RawFd>, deadline: Option<rdm::Instant>, max: Duration) {
+    let wait = deadline.map_or(max, |d| max.min(d.saturating_duration_since(crate::clock::now())));
+    let mut fds: Vec<libc::pollfd> = fd.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).into_iter().collect();
+    sleep_on_fds(&mut fds, wait);
+}
+
+fn sleep_on_fds(fds: &mut [libc::pollfd], wait: Duration) {
     if fds.is_empty() {
         // Nothing to sleep on: yield briefly so a polling-only device still moves.
         std::thread::sleep(wait.min(Duration::from_micros(50)));

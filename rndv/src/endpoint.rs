@@ -518,7 +518,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // that never does is given up by the device when polled: wake now
         // and then while any is out.
         let reads = (!self.reads.is_empty()).then(|| self.clock.now() + READ_POLL);
-        let deadline = [self.rdm.poll_timeout(), self.msg.poll_timeout(), reads].into_iter().flatten().min();
+        // A lingering close wakes at the linger's end too (poll_timeout).
+        let deadline = [self.poll_timeout(), reads].into_iter().flatten().min();
         WaitOn { fd: self.device.wait_fd(), deadline, ready }
     }
 

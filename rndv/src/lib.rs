@@ -4,8 +4,11 @@
 //! order") and gives them libfabric's message semantics:
 //!
 //! * [`endpoint`]: [`Endpoint`], what the provider calls: it owns the device, the
-//!   message engine, the transmit staging and the posted remote reads, and runs one
-//!   progress round in a fixed order;
+//!   `rdm` engine and the message engine side by side, the transmit staging and the
+//!   posted remote reads, and runs one progress round in a fixed order, and a
+//!   close's linger;
+//! * [`background`]: when a background thread progresses an endpoint (the
+//!   provider owns the thread and asks this policy);
 //! * [`engine`]: [`MsgEngine`], the protocol of each message (eager, rendezvous
 //!   pulled by the receiver where the path can read remotely, pushed in granted
 //!   windows where it cannot), RMA and atomics emulated as messages, peer failure;
@@ -21,6 +24,7 @@
 #![forbid(unsafe_code)]
 
 pub mod atomic;
+pub mod background;
 pub mod endpoint;
 pub mod engine;
 pub mod iov;
@@ -30,6 +34,7 @@ pub mod matching;
 pub mod sim;
 pub mod wire;
 
+pub use background::{BackgroundProgress, BackgroundStep};
 pub use endpoint::{Clock, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, MsgBytes, PeerStats, WaitOn};
 pub use engine::{Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations};
 pub use matching::{Arrived, Matcher, RecvPost, Src};
