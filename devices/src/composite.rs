@@ -18,6 +18,7 @@
 
 use crate::shm::ShmDevice;
 use crate::udp::UdpDevice;
+use rdm::Instant;
 use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -94,10 +95,10 @@ impl<N: Device> AutoDevice<N> {
     }
 
     /// Sends `run` (all to the same half) through that half.
-    fn send_run(&mut self, shm: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_run(&mut self, now: Instant, shm: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         match (shm, &mut self.shm, &mut self.net) {
-            (true, Some(s), _) => s.send_batch(run),
-            (false, _, Some(n)) => n.send_batch(run),
+            (true, Some(s), _) => s.send_batch(now, run),
+            (false, _, Some(n)) => n.send_batch(now, run),
             _ => Err(DeviceError::Unreachable(run[0].dst)),
         }
     }
@@ -142,8 +143,8 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(shm, run))
+    fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(now, shm, run))
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
@@ -383,11 +384,11 @@ impl<A: Device, B: Device> NetPair<A, B> {
         &self.fallback
     }
 
-    fn send_run(&mut self, preferred: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_run(&mut self, now: Instant, preferred: bool, run: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         if preferred {
-            self.preferred.send_batch(run)
+            self.preferred.send_batch(now, run)
         } else {
-            self.fallback.send_batch(run)
+            self.fallback.send_batch(now, run)
         }
     }
 }
@@ -429,8 +430,8 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
         self.preferred.owns(addr) || self.fallback.owns(addr)
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        send_in_runs(self, batch, |d, a| d.preferred.owns(a), |d, preferred, run| d.send_run(preferred, run))
+    fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        send_in_runs(self, batch, |d, a| d.preferred.owns(a), |d, preferred, run| d.send_run(now, preferred, run))
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

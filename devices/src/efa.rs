@@ -124,6 +124,7 @@
 #![allow(unsafe_code)]
 
 use crate::ib::{last_err, mr_keys, nonblocking_channel, qkey_for, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
+use rdm::Instant;
 use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
@@ -1363,7 +1364,7 @@ impl Device for EfaDevice {
     /// the domain's table, AHs made where missing: kernel calls), then
     /// posts them in one `ibv_wr_*` session, which holds the send queue's
     /// lock and so makes no kernel call.
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         self.reap_sends();
         // Each request takes at most one bounce slot, claimed in the middle
         // of a work-request session that cannot be abandoned: a batch never

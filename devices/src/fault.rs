@@ -22,6 +22,7 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
+use rdm::Instant;
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, RemoteReads, TxDatagram};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -114,6 +115,9 @@ pub struct FaultDevice<D: Device = Box<dyn Device>> {
     rng: Rng,
     /// Datagrams held back for reordering, oldest first.
     held: VecDeque<(DevAddr, Vec<u8>)>,
+    /// The time of the last send: held datagrams released by a receive or a
+    /// sleep go out with it (the seam passes time to sends only).
+    now: Instant,
     pub stats: FaultStats,
 }
 
@@ -199,7 +203,7 @@ impl<D: Device> FaultDevice<D> {
                     )
                 })
                 .collect();
-            self.inner.send_batch(&tx)
+            self.inner.send_batch(self.now, &tx)
         };
         let k = *sent.as_ref().unwrap_or(&0);
         let taken = ends.iter().take_while(|&&e| e <= k).count();
@@ -242,7 +246,7 @@ impl<D: Device> FaultDevice<D> {
     }
 
     pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
-        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), stats: FaultStats::default() }
+        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), now: Instant::from_nanos(0), stats: FaultStats::default() }
     }
 
     pub fn config(&self) -> &FaultConfig {
@@ -265,7 +269,7 @@ impl<D: Device> FaultDevice<D> {
     /// inner device does not take stay held.
     pub fn flush_held(&mut self) -> Result<(), DeviceError> {
         while let Some((dst, data)) = self.held.front() {
-            match self.inner.send_batch(&[TxDatagram::new(*dst, data)]) {
+            match self.inner.send_batch(self.now, &[TxDatagram::new(*dst, data)]) {
                 Ok(1) => {
                     self.held.pop_front();
                 }
@@ -291,7 +295,8 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.local_addr()
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.now = now;
         if batch.iter().any(|d| d.gather.is_some()) {
             // Held, duplicated or corrupted datagrams outlive the call (and
             // are edited): the gathered ones go as copies.
@@ -377,7 +382,7 @@ mod tests {
         fn local_addr(&self) -> DevAddr {
             rdm::simnet::addr(0)
         }
-        fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
             let mut n = 0;
             for d in batch {
                 if n == self.room {
@@ -411,7 +416,7 @@ mod tests {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(n);
         let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
-        let taken = d.send_batch(&tx).unwrap();
+        let taken = d.send_batch(Instant::ZERO, &tx).unwrap();
         d.recv_batch(1, &mut |_, _| {}).unwrap();
         (d, taken)
     }
@@ -449,7 +454,7 @@ mod tests {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
         let msgs = data(3);
         for m in &msgs {
-            assert_eq!(d.send_batch(&[TxDatagram::new(rdm::simnet::addr(1), m)]).unwrap(), 1);
+            assert_eq!(d.send_batch(Instant::ZERO, &[TxDatagram::new(rdm::simnet::addr(1), m)]).unwrap(), 1);
         }
         // Everything is held (up to MAX_HELD) until the receive side runs.
         assert!(d.inner.sent.is_empty());
@@ -462,11 +467,11 @@ mod tests {
         let mut d = FaultDevice::new(Recorder { sent: vec![], room: 3 }, FaultConfig::default());
         let msgs = data(5);
         let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
-        assert_eq!(d.send_batch(&tx).unwrap(), 3);
+        assert_eq!(d.send_batch(Instant::ZERO, &tx).unwrap(), 3);
         let big = vec![0u8; 101];
         d.inner.room = 10;
-        assert!(matches!(d.send_batch(&[TxDatagram::new(rdm::simnet::addr(1), &big)]), Err(DeviceError::TooLarge { .. })));
-        assert_eq!(d.send_batch(&[tx[0], TxDatagram::new(rdm::simnet::addr(1), &big)]).unwrap(), 1);
+        assert!(matches!(d.send_batch(Instant::ZERO, &[TxDatagram::new(rdm::simnet::addr(1), &big)]), Err(DeviceError::TooLarge { .. })));
+        assert_eq!(d.send_batch(Instant::ZERO, &[tx[0], TxDatagram::new(rdm::simnet::addr(1), &big)]).unwrap(), 1);
     }
 
     #[test]

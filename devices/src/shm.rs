@@ -53,6 +53,7 @@
 #![allow(unsafe_code)]
 
 pub use crate::host::host_id;
+use rdm::Instant;
 use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
 use std::fs::{File, OpenOptions};
@@ -486,8 +487,10 @@ struct Peer {
     fifo: Option<File>,
     /// Cached result of [`ShmDevice::probe_remote_read`].
     can_read: Option<bool>,
-    /// When the peer's process was last seen alive.
-    alive_at: std::time::Instant,
+    /// When the peer's process was last seen alive, by the endpoint's clock
+    /// passed to `send_batch`; `None` until the first send after the ring was
+    /// mapped (its owner was checked alive at mapping).
+    alive_at: Option<Instant>,
     /// The peer's process, as a pidfd (readable once it has exited): one
     /// `poll` per liveness check instead of reading `/proc/<pid>/stat`, and
     /// never fooled by a reused pid. `None` where `pidfd_open` is refused
@@ -529,7 +532,8 @@ fn pidfd_alive(fd: &std::os::fd::OwnedFd) -> bool {
 /// there is reported sent, and a message that needs no acknowledgement
 /// (DIRECT) would complete. Checking on send at most this often (one `poll`
 /// of the peer's pidfd per peer per millisecond, nothing per message in a
-/// busy exchange) reports such a peer unreachable within a millisecond.
+/// busy exchange) reports such a peer unreachable within a millisecond. The
+/// time is the endpoint's clock, passed to `send_batch`: the device reads none.
 const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// A shared-memory endpoint.
@@ -1079,7 +1083,7 @@ impl ShmDevice {
             // Opened after the pid was checked alive and its ring found with
             // its pid and id: a pid reused since would not own that ring.
             let pidfd = pidfd_open(a.pid);
-            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: std::time::Instant::now(), pidfd });
+            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd });
         }
         self.peers.get_mut(a).ok_or_else(unreachable)
     }
@@ -1117,14 +1121,13 @@ impl Device for ShmDevice {
         DevAddr::Shm(self.addr)
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
         let batch = rdm::device::until_gathered(batch)?;
         let me = self.addr;
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         let mut result = Ok(batch.len());
-        let now = std::time::Instant::now();
         for (i, d) in batch.iter().enumerate() {
             let fail = |e: DeviceError| if i == 0 { Err(e) } else { Ok(i) };
             let DevAddr::Shm(a) = d.dst else {
@@ -1142,14 +1145,18 @@ impl Device for ShmDevice {
                     break;
                 }
             };
-            if now.saturating_duration_since(peer.alive_at) > ALIVE_FOR {
-                if !peer.alive(a.pid) {
-                    self.peers.remove(&a);
-                    self.dead.push_back(DevAddr::Shm(a));
-                    result = fail(DeviceError::Unreachable(d.dst));
-                    break;
+            match peer.alive_at {
+                Some(at) if now.saturating_duration_since(at) > ALIVE_FOR => {
+                    if !peer.alive(a.pid) {
+                        self.peers.remove(&a);
+                        self.dead.push_back(DevAddr::Shm(a));
+                        result = fail(DeviceError::Unreachable(d.dst));
+                        break;
+                    }
+                    peer.alive_at = Some(now);
                 }
-                peer.alive_at = now;
+                Some(_) => {}
+                None => peer.alive_at = Some(now),
             }
             let ring = &peer.seg.ring;
             if d.data.len() > ring.mtu {
@@ -1448,7 +1455,7 @@ mod tests {
             let s = ShmDevice::new().unwrap();
             let from = s.local_addr();
             if mapped {
-                assert_eq!(r.send_batch(&[TxDatagram::new(from, b"x")]).unwrap(), 1);
+                assert_eq!(r.send_batch(Instant::ZERO, &[TxDatagram::new(from, b"x")]).unwrap(), 1);
             }
             let mut dst = vec![0u8; src.len()];
             let done = read_all(&mut r, 1, from, &src, &mut dst);

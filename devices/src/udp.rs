@@ -21,6 +21,7 @@
 //! non-loopback interface by the order documented in [`crate::iface`], else loopback.
 #![allow(unsafe_code)]
 
+use rdm::Instant;
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
 use nix::sys::socket::{setsockopt, sockopt};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -883,7 +884,7 @@ impl Device for UdpDevice {
         DevAddr::Udp(self.local)
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
         let batch = rdm::device::until_gathered(batch)?;
         let mut total = 0;
@@ -1002,7 +1003,7 @@ mod tests {
             eprintln!("kernel without UDP GSO: runs are never formed here");
             return;
         }
-        assert_eq!(tx.send_batch(&[TxDatagram::run(dst, &data, 1400)]).unwrap(), 1);
+        assert_eq!(tx.send_batch(Instant::ZERO, &[TxDatagram::run(dst, &data, 1400)]).unwrap(), 1);
         let mut got: Vec<Vec<u8>> = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while got.len() < 4 && std::time::Instant::now() < deadline {
@@ -1012,7 +1013,7 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(tx.stats.gso_sends, 1);
         tx.gso = false;
-        assert!(matches!(tx.send_batch(&[TxDatagram::run(dst, &data, 1400)]), Err(DeviceError::Unsupported)));
+        assert!(matches!(tx.send_batch(Instant::ZERO, &[TxDatagram::run(dst, &data, 1400)]), Err(DeviceError::Unsupported)));
     }
 
     /// A datagram to a port nobody listens on draws an ICMP port unreachable;
@@ -1029,7 +1030,7 @@ mod tests {
         let batch = [TxDatagram::new(DevAddr::Udp(closed), &data), TxDatagram::new(DevAddr::Udp(live.local_addr().unwrap()), &data)];
         let mut sent = 0;
         while sent < batch.len() {
-            sent += dev.send_batch(&batch[sent..]).unwrap_or(1);
+            sent += dev.send_batch(Instant::ZERO, &batch[sent..]).unwrap_or(1);
         }
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         let mut found = Vec::new();

@@ -105,6 +105,7 @@
 #![allow(unsafe_code)]
 
 use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
+use rdm::Instant;
 use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
 use crate::ib::{last_err, nonblocking_channel, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
 /// Memory keys, access bits and Q_Keys, as the verbs device builds them (shared with EFA: [`crate::ib`]).
@@ -1486,7 +1487,7 @@ impl Device for VerbsDevice {
         parse_ud_addr(addr).is_some()
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         self.reap_sends();
         let room = (self.sq_depth as usize).saturating_sub(self.inflight.len());
         if room < batch.len() {

@@ -79,7 +79,7 @@ fn send_all(dev: &mut dyn Device, batch: &[TxDatagram<'_>]) {
     let mut done = 0;
     let deadline = Instant::now() + PATIENCE;
     while done < batch.len() {
-        done += dev.send_batch(&batch[done..]).expect("send_batch");
+        done += dev.send_batch(now(), &batch[done..]).expect("send_batch");
         assert!(Instant::now() < deadline, "device never took the batch");
     }
 }
@@ -123,14 +123,14 @@ fn mtu_edges((mut a, mut b): Pair) {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].1, big);
     let too_big = payload(2, mtu + 1);
-    match a.send_batch(&[TxDatagram::new(dst, &too_big)]) {
+    match a.send_batch(now(), &[TxDatagram::new(dst, &too_big)]) {
         Err(DeviceError::TooLarge { len, mtu: m }) => assert_eq!((len, m), (mtu + 1, mtu)),
         other => panic!("mtu + 1 must be rejected with TooLarge, got {other:?}"),
     }
     // An oversized datagram in the middle stops the batch there.
     let ok = payload(3, 10);
     let n = a
-        .send_batch(&[TxDatagram::new(dst, &ok), TxDatagram::new(dst, &too_big), TxDatagram::new(dst, &ok)])
+        .send_batch(now(), &[TxDatagram::new(dst, &ok), TxDatagram::new(dst, &too_big), TxDatagram::new(dst, &ok)])
         .expect("a valid head is sent");
     assert_eq!(n, 1);
     assert_eq!(recv_n(b.as_mut(), 1).len(), 1);
@@ -205,7 +205,7 @@ fn flood_never_errors((mut a, b): Pair) {
     let batch: Vec<TxDatagram> = (0..4096).map(|_| TxDatagram::new(dst, &data)).collect();
     let mut total = 0;
     for _ in 0..4 {
-        let n = a.send_batch(&batch).expect("flooding is not an error");
+        let n = a.send_batch(now(), &batch).expect("flooding is not an error");
         assert!(n <= batch.len());
         total += n;
     }
@@ -414,8 +414,8 @@ impl Device for SrdModel {
     fn owns(&self, a: &DevAddr) -> bool {
         self.dev.owns(a)
     }
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        self.dev.send_batch(batch)
+    fn send_batch(&mut self, now: rdm::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.dev.send_batch(now, batch)
     }
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
         self.pump();
@@ -616,10 +616,10 @@ fn udp_wrong_address_kind_is_unreachable() {
     let mut a = udp("127.0.0.1:0").unwrap();
     let b = udp("127.0.0.1:0").unwrap();
     let sim = rdm::simnet::addr(3);
-    assert!(matches!(a.send_batch(&[TxDatagram::new(sim, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(sim, b"x")]), Err(DeviceError::Unreachable(_))));
     // A bad address after a good one shortens the batch instead.
     let n = a
-        .send_batch(&[TxDatagram::new(b.local_addr(), b"x"), TxDatagram::new(sim, b"x")])
+        .send_batch(now(), &[TxDatagram::new(b.local_addr(), b"x"), TxDatagram::new(sim, b"x")])
         .unwrap();
     assert_eq!(n, 1);
 }
@@ -633,7 +633,7 @@ fn udp_dead_peer_does_not_poison_the_socket() {
         d.local_addr()
     };
     for _ in 0..5 {
-        let _ = a.send_batch(&[TxDatagram::new(dead, b"to nobody")]);
+        let _ = a.send_batch(now(), &[TxDatagram::new(dead, b"to nobody")]);
         std::thread::sleep(Duration::from_millis(2));
     }
     drain(a.as_mut());
@@ -828,7 +828,7 @@ fn udp_gso_run_to_unreachable_does_not_poison() {
     let mut errors = 0;
     let deadline = Instant::now() + PATIENCE;
     while done < batch.len() {
-        match a.send_batch(&batch[done..]) {
+        match a.send_batch(now(), &batch[done..]) {
             Ok(n) => done += n,
             Err(e) => {
                 assert!(done < 10, "only the refused run fails: {e}");
@@ -885,7 +885,7 @@ fn udp_gso_refused_falls_back() {
     let data: Vec<Vec<u8>> = (0..25).map(|i| tagged(i, if i < 20 { 1000 } else { 500 })).collect();
     let dst = b.local_addr();
     let batch: Vec<TxDatagram> = data.iter().map(|m| TxDatagram::new(dst, m)).collect();
-    assert_eq!(a.send_batch(&batch).unwrap(), batch.len(), "refused GSO is resent without it, in the same call");
+    assert_eq!(a.send_batch(now(), &batch).unwrap(), batch.len(), "refused GSO is resent without it, in the same call");
     let got: Vec<Vec<u8>> = recv_n(&mut b, data.len()).into_iter().map(|(_, m)| m).collect();
     assert_eq!(sorted(got), sorted(data));
     assert!(!a.offloads().gso, "GSO is off for good");
@@ -922,7 +922,7 @@ fn udp_throughput_run(mut a: UdpDevice, mut b: UdpDevice, per_call: usize, len: 
     let start = Instant::now();
     let mut sent = 0u64;
     while start.elapsed().as_secs_f64() < secs {
-        let n = a.send_batch(&batch).unwrap();
+        let n = a.send_batch(now(), &batch).unwrap();
         sent += n as u64;
         if n == 0 {
             std::thread::yield_now();
@@ -988,10 +988,10 @@ fn shm_full_ring_is_back_pressure() {
     let mut b = ShmDevice::open(&cfg).unwrap();
     let dst = b.local_addr();
     let batch: Vec<TxDatagram> = (0..20).map(|_| TxDatagram::new(dst, b"0123456789")).collect();
-    assert_eq!(a.send_batch(&batch).unwrap(), 8);
-    assert_eq!(a.send_batch(&batch).unwrap(), 0, "full ring: short count, not an error");
+    assert_eq!(a.send_batch(now(), &batch).unwrap(), 8);
+    assert_eq!(a.send_batch(now(), &batch).unwrap(), 0, "full ring: short count, not an error");
     assert_eq!(recv_n(&mut b, 8).len(), 8);
-    assert_eq!(a.send_batch(&batch).unwrap(), 8);
+    assert_eq!(a.send_batch(now(), &batch).unwrap(), 8);
 }
 
 #[test]
@@ -1002,23 +1002,23 @@ fn shm_dead_peer_is_unreachable() {
     let dst = b.local_addr();
     send_all(&mut a, &[TxDatagram::new(dst, b"hi")]);
     drop(b);
-    assert!(matches!(a.send_batch(&[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
-    assert!(matches!(a.send_batch(&[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(dst, b"hi")]), Err(DeviceError::Unreachable(_))));
     // A peer whose process does not exist.
     let DevAddr::Shm(mut ghost) = a.local_addr() else { panic!() };
     ghost.pid = 0x3fff_fff0;
     let ghost = DevAddr::Shm(ghost);
-    assert!(matches!(a.send_batch(&[TxDatagram::new(ghost, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(ghost, b"x")]), Err(DeviceError::Unreachable(_))));
     // Another host, or another kind of address.
     let DevAddr::Shm(mut remote) = a.local_addr() else { panic!() };
     remote.host_id ^= 0x10;
     let remote = DevAddr::Shm(remote);
-    assert!(matches!(a.send_batch(&[TxDatagram::new(remote, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(remote, b"x")]), Err(DeviceError::Unreachable(_))));
     let udp: DevAddr = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
-    assert!(matches!(a.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
     // After a good datagram, the bad one shortens the batch.
     let me = a.local_addr();
-    assert_eq!(a.send_batch(&[TxDatagram::new(me, b"x"), TxDatagram::new(ghost, b"x")]).unwrap(), 1);
+    assert_eq!(a.send_batch(now(), &[TxDatagram::new(me, b"x"), TxDatagram::new(ghost, b"x")]).unwrap(), 1);
 }
 
 #[test]
@@ -1161,9 +1161,9 @@ fn auto_dead_shm_peer_stops_the_batch() {
     let dead = DevAddr::Shm(b.shm_addr().unwrap());
     let b_udp = b.local_addr();
     drop(b);
-    assert!(matches!(a.send_batch(&[TxDatagram::new(dead, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.send_batch(now(), &[TxDatagram::new(dead, b"x")]), Err(DeviceError::Unreachable(_))));
     assert_eq!(
-        a.send_batch(&[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(),
+        a.send_batch(now(), &[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(),
         1
     );
     let only_net: AutoDevice = AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
@@ -1263,7 +1263,7 @@ fn shm_cross_process() {
     }
     send_all(&mut d, &[TxDatagram::new(dst, b"bye")]);
     assert!(child.wait().unwrap().success());
-    assert!(matches!(d.send_batch(&[TxDatagram::new(dst, b"x")]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(d.send_batch(now(), &[TxDatagram::new(dst, b"x")]), Err(DeviceError::Unreachable(_))));
 }
 
 #[test]
@@ -1271,23 +1271,40 @@ fn shm_crashed_peer() {
     if let Ok(mode) = std::env::var(CHILD_ENV) {
         return shm_child(&mode);
     }
+    let mut d = ShmDevice::open(&ShmConfig { slots: 4, ..ShmConfig::default() }).unwrap();
+    let t0 = rdm::Instant::from_nanos(1_000_000_000);
+    let one = |dst| [TxDatagram::new(dst, b"x")];
+
+    // The liveness check on send runs by the time the endpoint passes in:
+    // within a millisecond of the last check, a datagram to a killed owner's
+    // ring is taken (nobody will read it); past it, the first is refused.
     let (mut child, ring_id, _) = spawn_child("shm_crashed_peer", "hang");
     let peer = ShmAddr { host_id: devices::shm::host_id(), pid: child.id(), ring_id };
     let dst = DevAddr::Shm(peer);
-    let mut d = ShmDevice::open(&ShmConfig { slots: 4, ..ShmConfig::default() }).unwrap();
-    send_all(&mut d, &[TxDatagram::new(dst, b"1")]);
+    assert_eq!(d.send_batch(t0, &one(dst)).unwrap(), 1);
     child.kill().unwrap();
     child.wait().unwrap();
     let path = std::path::Path::new(devices::shm::DEFAULT_DIR).join(devices::shm::segment_name(&peer));
     assert!(path.exists(), "a killed process leaves its ring behind");
-    // Cached mapping: the dead owner's ring fills (nobody drains it), then the
-    // dead owner is noticed.
+    assert_eq!(d.send_batch(t0 + Duration::from_micros(500), &one(dst)).unwrap(), 1, "checked again before a millisecond passed");
+    let late = d.send_batch(t0 + Duration::from_millis(2), &one(dst));
+    assert!(matches!(late, Err(DeviceError::Unreachable(_))), "{late:?}");
+
+    // Time standing still (a burst of sends): the dead owner's ring fills
+    // (nobody drains it), and a full ring has its owner checked.
+    let (mut child, ring_id, _) = spawn_child("shm_crashed_peer", "hang");
+    let peer = ShmAddr { host_id: devices::shm::host_id(), pid: child.id(), ring_id };
+    let dst = DevAddr::Shm(peer);
+    assert_eq!(d.send_batch(t0, &one(dst)).unwrap(), 1);
+    child.kill().unwrap();
+    child.wait().unwrap();
     let batch = [TxDatagram::new(dst, b"2"); 8];
-    let err = (0..10_000).find_map(|_| d.send_batch(&batch).err());
+    let err = (0..10_000).find_map(|_| d.send_batch(t0, &batch).err());
     assert!(matches!(err, Some(DeviceError::Unreachable(_))), "{err:?}");
-    // The next open removes the stale ring.
+    // The next open removes the stale rings.
     let _e = ShmDevice::new().unwrap();
     assert!(!path.exists(), "stale ring cleaned at open");
+    assert!(!std::path::Path::new(devices::shm::DEFAULT_DIR).join(devices::shm::segment_name(&peer)).exists());
 }
 
 // ---- verbs UD: skips on a host without an RDMA device, unless
@@ -1518,7 +1535,7 @@ mod verbs {
         assert!(matches!(n.remote_reads().unwrap().post_read(now(), 1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
         // A datagram of the wrong kind is refused, not sent.
         let udp = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
-        assert!(matches!(d.send_batch(&[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
+        assert!(matches!(d.send_batch(now(), &[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
     }
 
     #[test]
@@ -1579,7 +1596,7 @@ mod verbs {
         let deadline = Instant::now() + PATIENCE;
         while a.outstanding() > 0 {
             assert!(Instant::now() < deadline, "another job's sends never completed");
-            a.send_batch(&[]).unwrap();
+            a.send_batch(now(), &[]).unwrap();
         }
         send_all(&mut others_job, &[TxDatagram::new(to_other, b"control")]);
         let mut got: Vec<(DevAddr, Vec<u8>)> = Vec::new();
@@ -1604,7 +1621,7 @@ mod verbs {
         let len = (a.caps().max_inline as usize + 1).min(a.caps().mtu);
         let msgs: Vec<Vec<u8>> = (0..100).map(|i| payload(i, len)).collect();
         let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
-        let n = a.send_batch(&batch).unwrap();
+        let n = a.send_batch(now(), &batch).unwrap();
         assert!(n > 0 && n <= 16, "took {n} with a send queue of 16");
         assert!(a.outstanding() <= 16);
         send_all(&mut a, &batch[n..]);
@@ -1701,14 +1718,14 @@ mod verbs {
         let (mut p, mut q) = (dev(&ctxs[0], 12), dev(&ctxs[1], 12));
         a.refuse_next_ahs_for_test(2);
         let msg = payload(1, 200);
-        assert_eq!(a.send_batch(&[TxDatagram::new(p.local_addr(), &msg)]).unwrap(), 0, "a refused address handle is back-pressure");
+        assert_eq!(a.send_batch(now(), &[TxDatagram::new(p.local_addr(), &msg)]).unwrap(), 0, "a refused address handle is back-pressure");
         assert_eq!(a.poll_unreachable(), None);
         exchange(&mut a, &mut p, &[payload(2, 200)]);
         assert_eq!(a.stats.ah_refused, 2);
         // p's handle is cached and idle once its send completed: q's
         // creation, refused once, evicts it and succeeds.
         while a.outstanding() > 0 {
-            let _ = a.send_batch(&[]);
+            let _ = a.send_batch(now(), &[]);
         }
         a.refuse_next_ahs_for_test(1);
         let evicted = a.stats.ah_evicted;
@@ -1759,14 +1776,14 @@ mod verbs {
         let mut a = dev(&c, 12);
         let mut b = dev(&c, 12);
         let ghost = ud_addr([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 203, 0, 113, 77], 0x99, 0);
-        let res = a.send_batch(&[TxDatagram::new(ghost, b"to nobody")]);
+        let res = a.send_batch(now(), &[TxDatagram::new(ghost, b"to nobody")]);
         match res {
             Ok(1) => {
                 // The send's completion decides whether there is anything to report.
                 let deadline = Instant::now() + PATIENCE;
                 while a.outstanding() > 0 {
                     assert!(Instant::now() < deadline, "the send to the unroutable address never completed");
-                    a.send_batch(&[]).unwrap();
+                    a.send_batch(now(), &[]).unwrap();
                 }
                 assert_eq!(a.stats.ah_failed, 0);
             }
@@ -1795,7 +1812,7 @@ mod verbs {
         let dst = b.local_addr();
         let big = payload(1, (a.caps().max_inline as usize + 1).min(a.caps().mtu));
         a.corrupt_next_send_key_for_test();
-        assert_eq!(a.send_batch(&[TxDatagram::new(dst, &big)]).unwrap(), 1);
+        assert_eq!(a.send_batch(now(), &[TxDatagram::new(dst, &big)]).unwrap(), 1);
         let deadline = Instant::now() + PATIENCE;
         let mut reported = None;
         while reported.is_none() && Instant::now() < deadline {

@@ -338,7 +338,7 @@ impl Device for SimDevice {
         node_of(a).is_some()
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+    fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
         let batch = crate::device::until_gathered(batch)?;
         let mut n = self.net.lock();

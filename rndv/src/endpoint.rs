@@ -846,7 +846,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 }
                 &batch[..self.staged]
             };
-            let taken = match self.device.send_batch(datagrams) {
+            let taken = match self.device.send_batch(t, datagrams) {
                 Ok(n) => n,
                 Err(error) => {
                     // The first datagram cannot go out (peer gone, unroutable):

@@ -391,8 +391,10 @@ pub trait Device: Send {
     /// Sends as many datagrams of `batch` as the device accepts now, in order, and
     /// returns how many were taken. A short count means "try the rest later"
     /// (back-pressure), not an error. Datagrams to unreachable destinations may be
-    /// reported as an error for the first datagram only.
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError>;
+    /// reported as an error for the first datagram only. `now` is the endpoint's
+    /// clock: a device that times anything on send (shm's liveness check of a
+    /// peer) uses it and reads no clock of its own.
+    fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError>;
 
     /// Receives up to `max` datagrams that are ready now, lending each to `deliver`
     /// (source address, payload). Returns how many were delivered; 0 when none was
@@ -528,8 +530,8 @@ impl<D: Device + ?Sized> Device for Box<D> {
         (**self).local_addr()
     }
 
-    fn send_batch(&mut self, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        (**self).send_batch(batch)
+    fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        (**self).send_batch(now, batch)
     }
 
     fn recv_batch(
