@@ -472,8 +472,9 @@ pub const DIRECT_MAX: usize = 64 << 10;
 
 /// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
 /// buffers would pin memory long after a burst of long messages).
-const POOL_DEPTH: usize = 64;
-const POOL_MAX_CAPACITY: usize = 64 << 10;
+/// docs/scale.md states both (`rndv/tests/scale_alltoall.rs`).
+pub const POOL_DEPTH: usize = 64;
+pub const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
