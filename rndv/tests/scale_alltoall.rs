@@ -715,15 +715,9 @@ fn alltoall_1024_endpoints() {
 
 /// `1234567` as `1,234,567`.
 fn thousands(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    let reversed: Vec<char> = n.to_string().chars().rev().collect();
+    let groups: Vec<String> = reversed.chunks(3).map(|g| g.iter().rev().collect()).collect();
+    groups.into_iter().rev().collect::<Vec<_>>().join(",")
 }
 
 /// The phrases of docs/scale.md that state this file's constants.
