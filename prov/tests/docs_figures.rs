@@ -17,7 +17,8 @@
 //! - the oldest libfabric rdmx loads into (`rdmx_fi::version::MIN_API`) and
 //!   the package's version (the workspace's);
 //! - the versions of the README's "where it runs" table that a script pins,
-//!   and the seconds `scripts/fuzz.sh` gives each fuzz target.
+//!   the seconds `scripts/fuzz.sh` gives each fuzz target, and the entries
+//!   of the registration cache's benchmark (`benches/benches/mr_cache.rs`).
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -205,7 +206,23 @@ fn fuzz_seconds_per_target() {
 }
 
 #[test]
+fn mr_cache_benchmark_entries() {
+    let bench = read("benches/benches/mr_cache.rs");
+    let entries = number_after(&bench.replace('_', ""), "const N: u64 = ", "benches/benches/mr_cache.rs");
+    let phrase = format!("`cargo bench -p rdmx-benches --bench mr_cache` ({} cached entries", thousands(entries));
+    assert_says("docs/registrations.md", &doc("docs/registrations.md"), &phrase, "N in benches/benches/mr_cache.rs");
+}
+
+/// `10000` as `10,000`.
+fn thousands(n: u64) -> String {
+    let reversed: Vec<char> = n.to_string().chars().rev().collect();
+    let groups: Vec<String> = reversed.chunks(3).map(|g| g.iter().rev().collect()).collect();
+    groups.into_iter().rev().collect::<Vec<_>>().join(",")
+}
+
+#[test]
 fn the_checks_can_fail() {
+    assert_eq!(thousands(10_000), "10,000");
     assert_eq!(size(64 << 10), "64 KiB");
     assert_eq!(size(2 << 20), "2 MiB");
     assert_eq!(size(1 << 30), "1 GiB");
