@@ -215,8 +215,9 @@ fn rma_ordering_sizes_are_reported_and_matched() {
     assert_eq!(getinfo(None, None, 0, Some(&h)).err(), Some(neg(fi::FI_ENODATA)));
 }
 
-/// The README's Features table states the RDM `max_msg_size` ("`max_msg_size`
-/// = 1 GiB"): it is what fi_getinfo answers on every domain.
+/// The README's Features table and docs/design.md state the RDM
+/// `max_msg_size` ("`max_msg_size` = 1 GiB"): it is what fi_getinfo answers
+/// on every domain.
 #[test]
 fn the_readmes_max_msg_size_is_what_getinfo_answers() {
     let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
@@ -230,4 +231,6 @@ fn the_readmes_max_msg_size_is_what_getinfo_answers() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
     let want = format!("`max_msg_size` = {} GiB", size >> 30);
     assert!(readme.contains(&want), "README.md should say {want:?}");
+    let design = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/design.md")).unwrap();
+    assert!(design.contains(&format!("up to {want}")), "docs/design.md should say \"up to {want}\"");
 }

@@ -12,11 +12,19 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// UDP datagrams nftables drops on every host of a lossy job, in percent.
+const LOSS_PCT: u32 = 5;
+/// What rdmx's fault device adds in a lossy job (`FI_RDMX_FAULT_*`, percent).
+const FAULTS: [(&str, &str); 3] = [("FI_RDMX_FAULT_REORDER", "25"), ("FI_RDMX_FAULT_DUP", "1"), ("FI_RDMX_FAULT_CORRUPT", "0.1")];
+/// The lossy OpenMPI jobs: (hosts, ranks, fault seed).
+const LOSSY_ON_TWO: (usize, usize, u32) = (2, 4, 5);
+const LOSSY_ON_THREE: (usize, usize, u32) = (3, 6, 11);
+
 fn build(name: &str) -> Option<PathBuf> {
     procs::build_mpi(name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi"))
 }
 
-fn lossy_job(n_hosts: usize, np: usize, seed: u32) {
+fn lossy_job((n_hosts, np, seed): (usize, usize, u32)) {
     job(n_hosts, np, Some(seed), "multihost", &[], &format!("multihost: all checks passed on {n_hosts} hosts, {np} ranks"));
 }
 
@@ -26,7 +34,7 @@ fn lossy_job(n_hosts: usize, np: usize, seed: u32) {
 fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&str], want: &str) {
     fi_tests::init();
     let Some(exe) = build(program) else { return };
-    let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, if faults.is_some() { 5 } else { 0 }) else { return };
+    let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, if faults.is_some() { LOSS_PCT } else { 0 }) else { return };
     let hostfile = hosts.hostfile(np / n_hosts);
     let dir = fi_tests::provider_dir();
     // mpirun itself runs on host 0; the others are reached through the agent.
@@ -42,7 +50,7 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
         .args(["-x", "FI_PROVIDER=rdmx", "-x"])
         .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
         .args(match faults {
-            Some(seed) => vec!["-x".into(), "FI_RDMX_FAULT_REORDER=25".into(), "-x".into(), "FI_RDMX_FAULT_DUP=1".into(), "-x".into(), "FI_RDMX_FAULT_CORRUPT=0.1".into(), "-x".into(), format!("FI_RDMX_FAULT_SEED={seed}")],
+            Some(seed) => FAULTS.iter().flat_map(|(k, v)| ["-x".to_string(), format!("{k}={v}")]).chain(["-x".to_string(), format!("FI_RDMX_FAULT_SEED={seed}")]).collect::<Vec<String>>(),
             None => vec![],
         })
         .arg(&exe)
@@ -124,7 +132,7 @@ fn intel_mpi_np4_on_two_lossy_hosts_with_default_settings() {
 
 #[test]
 fn np4_on_two_lossy_hosts_with_default_settings() {
-    lossy_job(2, 4, 5);
+    lossy_job(LOSSY_ON_TWO);
 }
 
 /// 16 ranks over the two hosts (8 each, so shared memory and UDP at once),
@@ -140,5 +148,18 @@ fn np16_on_two_hosts_with_default_settings() {
 
 #[test]
 fn np6_on_three_lossy_hosts_through_a_bridge() {
-    lossy_job(3, 6, 11);
+    lossy_job(LOSSY_ON_THREE);
+}
+
+/// docs/reliability.md's item on this test states its loss, faults and jobs
+/// (no job is started: fast, and runs anywhere).
+#[test]
+fn reliability_doc_states_the_lossy_jobs() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
+    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let [(_, reorder), (_, dup), (_, corrupt)] = FAULTS;
+    let ((h2, np2, _), (h3, np3, _)) = (LOSSY_ON_TWO, LOSSY_ON_THREE);
+    let want = format!("**{LOSS_PCT} % UDP loss on every host (nftables), {reorder} % reordering, {dup} % duplication, {corrupt} % corruption (fault device), OpenMPI np {np2} on {h2} hosts and np {np3} on {h3} hosts**");
+    assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/multihost.rs)");
+    assert_eq!(FAULTS.map(|(k, _)| k), ["FI_RDMX_FAULT_REORDER", "FI_RDMX_FAULT_DUP", "FI_RDMX_FAULT_CORRUPT"], "the phrase above names them in this order");
 }

@@ -16,18 +16,21 @@ use std::time::{Duration, Instant};
 
 const SECONDS: u32 = 180;
 const GROWTH_LIMIT_KIB: i64 = 8 << 10;
+/// OpenMPI ranks, over this many hosts.
+const RANKS: usize = 4;
+const HOSTS: usize = 2;
 
 #[test]
 fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
     fi_tests::init();
     let Some(exe) = procs::build_mpi("soak", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi")) else { return };
-    let Some(hosts) = Hosts::create("rdmxsk", 197, 2, 5) else { return };
-    let hostfile = hosts.hostfile(2);
+    let Some(hosts) = Hosts::create("rdmxsk", 197, HOSTS, 5) else { return };
+    let hostfile = hosts.hostfile(RANKS / HOSTS);
     let dir = fi_tests::provider_dir();
     let mut c = Command::new(&hosts.run_on(0)[0]);
     c.arg(&hosts.run_on(0)[1])
         .arg("mpirun")
-        .args(["--allow-run-as-root", "-np", "4", "--hostfile"])
+        .args(["--allow-run-as-root", "-np", &RANKS.to_string(), "--hostfile"])
         .arg(&hostfile)
         .args(["--mca", "plm_rsh_agent"])
         .arg(&hosts.agent)
@@ -59,11 +62,37 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
     let rounds: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(rounds > 100, "only {rounds} rounds in {SECONDS} s");
     let growth: Vec<i64> = line.rsplit(": ").next().unwrap().trim().split(',').map(|g| g.parse().unwrap()).collect();
-    assert_eq!(growth.len(), 4);
+    assert_eq!(growth.len(), RANKS);
     for (rank, g) in growth.iter().enumerate() {
         assert!((0..GROWTH_LIMIT_KIB).contains(g), "rank {rank} grew {g} KiB after the warm-up:\n{t}");
     }
-    for i in 0..2 {
+    for i in 0..HOSTS {
         assert!(hosts.dropped(i) > 0, "no loss on {}", hosts.hosts[i].name);
+    }
+}
+
+/// The warm-up seconds of `fi_tests/mpi/soak.c` (`warmup = 30.0`).
+fn warmup_secs() -> u32 {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mpi/soak.c")).expect("fi_tests/mpi/soak.c");
+    let decl = "warmup = ";
+    let i = src.find(decl).unwrap_or_else(|| panic!("no `{decl}...` in fi_tests/mpi/soak.c: update this test with the program"));
+    let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|e| panic!("fi_tests/mpi/soak.c: warmup {digits:?}: {e}"))
+}
+
+/// docs/reliability.md's item on the soak states its length, ranks, hosts,
+/// warm-up and bound (nothing is started: fast, and runs anywhere).
+#[test]
+fn reliability_doc_states_the_soaks_figures() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
+    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    assert_eq!(SECONDS % 60, 0, "{SECONDS} s is not whole minutes: say it otherwise here and in the doc");
+    assert_eq!(HOSTS, 2, "docs/reliability.md says 'two lossy hosts'");
+    let phrases = [
+        format!("**{} minutes of mixed traffic, {RANKS} OpenMPI ranks on two lossy hosts", SECONDS / 60),
+        format!("resident memory after the {} s warm-up must stay within {} MiB of its level then", warmup_secs(), GROWTH_LIMIT_KIB >> 10),
+    ];
+    for want in phrases {
+        assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/soak.rs, fi_tests/mpi/soak.c)");
     }
 }

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 const MAGIC: u8 = 0xD7;
 const VERSION: u8 = 2;
 const HEADER_LEN: usize = 48;
+/// Ranks of the sprayed job.
+const RANKS: usize = 3;
 
 struct Rng(u64);
 impl Rng {
@@ -197,7 +199,7 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
     let exe = exe.canonicalize().unwrap();
     let dir = fi_tests::provider_dir();
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-np", "3"])
+    c.args(["--allow-run-as-root", "--oversubscribe", "-np", &RANKS.to_string()])
         .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "btl", "self"])
         .args(["-x", "FI_PROVIDER=rdmx", "-x", &format!("FI_PROVIDER_PATH={}", dir.display())])
         // UDP between ranks on one host (the default, auto, would use shared
@@ -230,7 +232,7 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
     for n in names {
         println!("rdmx: {n} {} (sum over endpoints)", counter(&t, n));
     }
-    assert!(sprayed.ports.len() >= 3, "found the UDP ports of only {} ranks: {:?}", sprayed.ports.len(), sprayed.ports);
+    assert!(sprayed.ports.len() >= RANKS, "found the UDP ports of only {} ranks: {:?}", sprayed.ports.len(), sprayed.ports);
     assert!(total >= 1000, "only {total} datagrams sprayed");
     let malformed = counter(&t, "dropped_malformed_packets");
     let checksum = counter(&t, "dropped_checksum");
@@ -240,4 +242,14 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
     // (some may be lost to full socket buffers, none is taken for data).
     let dropped = malformed + checksum + job;
     assert!(dropped <= total, "more drops ({dropped}) than datagrams sprayed ({total}): the job's own traffic was dropped");
+}
+
+/// The sprayed job docs/reliability.md describes is this test's (nothing is
+/// started: fast).
+#[test]
+fn reliability_doc_states_the_sprayed_job() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
+    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let want = format!("Hostile datagrams at the live UDP ports of an OpenMPI job (np {RANKS}, udp device)");
+    assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/spray.rs)");
 }

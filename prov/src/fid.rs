@@ -122,8 +122,9 @@ pub fn leak<T>(obj: T) -> *mut T {
     Box::into_raw(Box::new(obj))
 }
 
-/// Closed objects whose memory is kept as husks before it is freed.
-const QUARANTINE: usize = 1024;
+/// Closed objects whose memory is kept as husks before it is freed
+/// (`docs/reliability.md` states it: `prov/tests/docs_figures.rs`).
+pub const QUARANTINE: usize = 1024;
 
 /// Husks of closed objects, oldest first: address and layout to free.
 static CLOSED: parking_lot::Mutex<std::collections::VecDeque<(usize, std::alloc::Layout)>> = parking_lot::Mutex::new(std::collections::VecDeque::new());

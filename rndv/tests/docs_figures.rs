@@ -9,7 +9,9 @@
 //!   `rdm::engine::wire::HEADER_LEN`, and its acknowledgement delay is the
 //!   `completed_ack_delay` the endpoint sets with a progress thread; the
 //!   header bytes a datagram endpoint's message carries (`docs/design.md`)
-//!   are the two together.
+//!   are the two together;
+//! - the RTS flag bit that `docs/registrations.md` says announces keys is
+//!   `FLAG_KEYS` of `rndv/src/wire/rendezvous.rs`.
 use std::path::PathBuf;
 
 fn read(rel: &str) -> String {
@@ -72,4 +74,23 @@ fn docs_state_the_codes_header_sizes_and_ack_delay() {
     let design = read("docs/design.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let dgram = format!("minus rdmx's {} header bytes", rdm::engine::wire::HEADER_LEN + rndv::HEADER_LEN);
     assert!(design.contains(&dgram), "docs/design.md should say \"{dgram}\" (rdm's and rndv's HEADER_LEN)");
+}
+
+/// The bit `const FLAG_KEYS: u8 = N;` sets (N a power of two).
+fn keys_flag_bit(src: &str) -> u32 {
+    let decl = "const FLAG_KEYS: u8 = ";
+    let i = src.find(decl).unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/wire/rendezvous.rs: update this test with the code"));
+    let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
+    let flag: u8 = digits.parse().unwrap_or_else(|e| panic!("FLAG_KEYS: {digits:?}: {e}"));
+    assert!(flag.is_power_of_two(), "FLAG_KEYS = {flag} is not one bit");
+    flag.trailing_zeros()
+}
+
+#[test]
+fn registrations_doc_states_the_rts_keys_flag() {
+    let bit = keys_flag_bit(&read("rndv/src/wire/rendezvous.rs"));
+    let doc = read("docs/registrations.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let want = format!("It announces the keys in the RTS (`rndv/src/wire/rendezvous.rs`, flag bit {bit}).");
+    assert!(doc.contains(&want), "docs/registrations.md should say \"{want}\" (FLAG_KEYS)");
+    assert_eq!(keys_flag_bit("const FLAG_KEYS: u8 = 8;"), 3, "the check can fail");
 }

@@ -29,6 +29,9 @@
 //! minutes, so it is ignored by default:
 //! `cargo test --release -p rndv --test scale_alltoall -- --ignored --nocapture`
 //! prints its numbers. `RDMX_SIM_SEED` picks the seed.
+//!
+//! docs/scale.md describes this scenario with the constants below;
+//! `docs_state_the_scenarios_constants` fails when the two part.
 mod common;
 
 use common::BASE;
@@ -133,6 +136,20 @@ const SLOT: u64 = 4352 + (16 << 10);
 const THRESHOLD: usize = 8 << 10;
 /// Pairs in flight per node and direction.
 const W: usize = 8;
+/// Every path's datagram size.
+const PATH_MTU: usize = 1400;
+/// Datagrams every link loses, in percent.
+const LOSS_PCT: f64 = 1.0;
+/// The slow receiver (node 0): datagrams it takes a millisecond, and the
+/// backlog beyond which it drops.
+const SLOW_RX_PER_MS: u32 = 100;
+const SLOW_BACKLOG: usize = 256;
+/// Simulated time within which every send and receive must complete.
+const VIRTUAL_TIME_LIMIT: Duration = Duration::from_secs(60);
+/// Endpoints of the run `.ci/run` makes (a release build).
+const CI_ENDPOINTS: usize = 256;
+/// Processes of the job the memory model is printed for.
+const JOB_PROCS: usize = 10_000;
 
 /// The endpoints' configuration: 8 KiB thresholds both ways.
 fn config() -> EndpointConfig {
@@ -140,7 +157,7 @@ fn config() -> EndpointConfig {
 }
 
 fn link() -> Link {
-    Link { loss_pct: 1.0, ..Link::default() }
+    Link { loss_pct: LOSS_PCT, ..Link::default() }
 }
 
 /// The bytes of message `kind` from `src` to `dst`.
@@ -286,16 +303,16 @@ impl Report {
 /// The network of the all-to-all: every path 1400 bytes; remote reads only
 /// between nodes of the same parity.
 fn network(n: usize, seed: u64) -> SimNet {
-    let net = SimNet::new(n, DeviceCaps { remote_read: true, ..DeviceCaps::datagram(1400) }, link(), seed);
-    let no_read = DeviceCaps { remote_read: false, ..DeviceCaps::datagram(1400) };
+    let net = SimNet::new(n, DeviceCaps { remote_read: true, ..DeviceCaps::datagram(PATH_MTU) }, link(), seed);
+    let no_read = DeviceCaps { remote_read: false, ..DeviceCaps::datagram(PATH_MTU) };
     for i in 0..n {
         for j in (1 - i % 2..n).step_by(2) {
             net.set_path(i as u32, j as u32, no_read);
         }
     }
     // The slow receiver of the incast.
-    net.set_rx_per_ms(0, 100);
-    net.set_backlog_cap(0, 256);
+    net.set_rx_per_ms(0, SLOW_RX_PER_MS);
+    net.set_backlog_cap(0, SLOW_BACKLOG);
     net
 }
 
@@ -493,7 +510,11 @@ const AV_ENTRY: f64 = 64.8;
 /// process count; at 32 processes a node, each with a QP to every remote
 /// process, a node holds 32 x 99 x 32 = 101,376 QPs: 10-100 GB of them is
 /// about 100 KB to 1 MB per QP. These are the low and high ends.
-const RC_QP_BYTES: (f64, f64) = (10e9 / 101_376.0, 100e9 / 101_376.0);
+const RC_QP_BYTES: (f64, f64) = (10e9 / RC_QPS_PER_NODE, 100e9 / RC_QPS_PER_NODE);
+/// Processes per node assumed for [`RC_QP_BYTES`] (the seed's 100 nodes).
+const RC_PROCS_PER_NODE: usize = 32;
+const RC_NODES: usize = 100;
+const RC_QPS_PER_NODE: f64 = (RC_PROCS_PER_NODE * (RC_NODES - 1) * RC_PROCS_PER_NODE) as f64;
 
 /// What the model of one process takes from a measured run.
 #[derive(Clone, Copy, Debug)]
@@ -628,7 +649,7 @@ fn model_adds_up() {
 /// the heap per peer of the full run within `MODEL_TOLERANCE`.
 fn scale(n: usize) {
     let seed = common::seeds(&[1]).into_iter().next().unwrap();
-    let limit = Duration::from_secs(60);
+    let limit = VIRTUAL_TIME_LIMIT;
     let (a, b) = (alltoall((n / 4).max(8), seed, limit), alltoall((n / 2).max(16), seed, limit));
     let r = alltoall(n, seed, limit);
     r.print();
@@ -642,12 +663,12 @@ fn scale(n: usize) {
     // The table: fitted on the two largest runs.
     let m = ModelInputs::fit(&b, &r, &r);
     print_model(n, &m);
-    print_model(10_000, &m);
+    print_model(JOB_PROCS, &m);
     // The bounds docs/scale.md states (runs of 256 endpoints or more: smaller
     // fits are noise-dominated by the fixed per-endpoint part).
     if n >= 256 {
         let (peer, created, total) = documented_bounds();
-        let job = model(10_000, &m).total();
+        let job = model(JOB_PROCS, &m).total();
         println!("bounds: {:.0} B per peer (at most {peer:.0}), {:.1} KiB as created (at most {:.1}), {:.1} MiB per process of 10,000 (at most {:.1})", m.peer, r.created / 1024.0, created / 1024.0, job / MIB, total / MIB);
         assert!(m.peer <= peer, "{:.0} B per peer that carried traffic, above the {peer:.0} B docs/scale.md states", m.peer);
         assert!(r.created <= created, "{:.1} KiB per endpoint as created, above the {:.1} KiB docs/scale.md states", r.created / 1024.0, created / 1024.0);
@@ -680,7 +701,7 @@ fn documented_bounds() -> (f64, f64, f64) {
 #[test]
 fn alltoall_scaled_down() {
     let _serial = serial();
-    scale(std::env::var("RDMX_SCALE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) { 64 } else { 256 }));
+    scale(std::env::var("RDMX_SCALE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) { 64 } else { CI_ENDPOINTS }));
 }
 
 /// The 1024-endpoint job of docs/scale.md (minutes of wall time: run by hand,
@@ -690,4 +711,60 @@ fn alltoall_scaled_down() {
 fn alltoall_1024_endpoints() {
     let _serial = serial();
     scale(1024);
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: usize) -> String {
+    let reversed: Vec<char> = n.to_string().chars().rev().collect();
+    let groups: Vec<String> = reversed.chunks(3).map(|g| g.iter().rev().collect()).collect();
+    groups.into_iter().rev().collect::<Vec<_>>().join(",")
+}
+
+/// The phrases of docs/scale.md that state this file's constants.
+fn documented_phrases() -> Vec<String> {
+    let kib = |b: usize| b >> 10;
+    let (pool_depth, pool_max) = (rdm::engine::POOL_DEPTH, rdm::engine::POOL_MAX_CAPACITY);
+    let qps = RC_QPS_PER_NODE as usize;
+    vec![
+        format!("a simulated all-to-all of 1024 endpoints, and a memory model of a {}-process job", thousands(JOB_PROCS)),
+        format!("eager ({} B), medium ({} B, three {PATH_MTU}-byte datagrams) and rendezvous ({} KiB; the thresholds are set to {} KiB", SIZES[0], SIZES[1], kib(SIZES[2]), kib(THRESHOLD)),
+        format!("Every link loses {LOSS_PCT} % of datagrams."),
+        format!("Node 0 is a slow receiver ({SLOW_RX_PER_MS} datagrams/ms, {SLOW_BACKLOG} waiting at most, the rest dropped)"),
+        format!("Each node keeps {W} pairs in flight each way"),
+        format!("within {} s of virtual time", VIRTUAL_TIME_LIMIT.as_secs()),
+        format!("`.ci/run` runs the scenario at {CI_ENDPOINTS} endpoints (`alltoall_scaled_down`"),
+        format!("(`alltoall_scaled_down`, {CI_ENDPOINTS} endpoints; the fit on its {}- and {CI_ENDPOINTS}-endpoint runs)", CI_ENDPOINTS / 2),
+        format!("within {:.0} % (`MODEL_TOLERANCE`)", MODEL_TOLERANCE * 100.0),
+        format!("({pool_depth} buffers of at most {} KiB each per pool)", kib(pool_max)),
+        format!("one AV entry per other process ({AV_ENTRY} B:"),
+        format!("assuming {RC_PROCS_PER_NODE} processes a node, each with a QP to every remote process ({} QPs a node), that is {:.0} KB to {:.0} KB per QP", thousands(qps), RC_QP_BYTES.0 / 1e3, RC_QP_BYTES.1 / 1e3),
+        format!("\"For a {RC_NODES}-node fabric, about 10 GB - 100 GB memory is required"),
+    ]
+}
+
+/// docs/scale.md describes the scenario with this file's constants (no
+/// simulation: fast).
+#[test]
+fn docs_state_the_scenarios_constants() {
+    let _serial = serial();
+    // A 4000-byte message with rndv's header, in datagrams of PATH_MTU less rdm's header: "three".
+    let medium = (SIZES[1] + rndv::HEADER_LEN).div_ceil(PATH_MTU - rdm::engine::wire::HEADER_LEN);
+    assert_eq!(medium, 3, "the medium message takes {medium} datagrams now: docs/scale.md says three");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scale.md");
+    let doc = std::fs::read_to_string(path).expect("docs/scale.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    for phrase in documented_phrases() {
+        assert!(doc.contains(&phrase), "docs/scale.md should say \"{phrase}\" (rndv/tests/scale_alltoall.rs)");
+    }
+}
+
+#[test]
+fn documented_phrases_can_fail() {
+    let _serial = serial();
+    assert_eq!(thousands(101_376), "101,376");
+    assert_eq!(thousands(10_000), "10,000");
+    assert_eq!(thousands(999), "999");
+    let phrases = documented_phrases();
+    assert!(phrases.iter().any(|p| p == "Every link loses 1 % of datagrams."), "{phrases:?}");
+    assert!(phrases.iter().any(|p| p.contains("(101,376 QPs a node), that is 99 KB to 986 KB per QP")), "{phrases:?}");
+    assert!(!phrases.iter().any(|p| p == "Every link loses 2 % of datagrams."));
 }

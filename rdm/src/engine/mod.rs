@@ -467,12 +467,14 @@ pub struct Engine {
 
 /// Largest message sent as DIRECT fragments; larger ones (which the message
 /// layer sends by rendezvous on shared memory anyway) take the sequenced way.
-const DIRECT_MAX: usize = 64 << 10;
+/// The docs state it (`prov/tests/docs_figures.rs`).
+pub const DIRECT_MAX: usize = 64 << 10;
 
 /// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
 /// buffers would pin memory long after a burst of long messages).
-const POOL_DEPTH: usize = 64;
-const POOL_MAX_CAPACITY: usize = 64 << 10;
+/// docs/scale.md states both (`rndv/tests/scale_alltoall.rs`).
+pub const POOL_DEPTH: usize = 64;
+pub const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
