@@ -263,43 +263,50 @@ impl<N: Device> Device for AutoDevice<N> {
 /// Reads go to the half that reaches the peer: shm for peers on this host,
 /// the network device for the rest; a half that cannot read answers
 /// `Unsupported` (the sender then pushes).
+impl<N: Device> TwoHalves for AutoDevice<N> {
+    fn first_carries(&self, peer: &DevAddr) -> Option<bool> {
+        if Self::is_shm(peer) {
+            self.shm.is_some().then_some(true)
+        } else {
+            self.net.is_some().then_some(false)
+        }
+    }
+
+    fn half_reads(&mut self, first: bool) -> Option<&mut dyn RemoteReads> {
+        if first {
+            self.shm.as_mut().and_then(|s| s.remote_reads())
+        } else {
+            self.net.as_mut().and_then(|n| n.remote_reads())
+        }
+    }
+
+    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads> {
+        if first {
+            self.shm.as_ref().and_then(|s| s.remote_reads_ref())
+        } else {
+            self.net.as_ref().and_then(|n| n.remote_reads_ref())
+        }
+    }
+}
+
 impl<N: Device> RemoteReads for AutoDevice<N> {
     fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        let half: Option<&mut dyn RemoteReads> = match (Self::is_shm(&peer), &mut self.shm, &mut self.net) {
-            (true, Some(s), _) => s.remote_reads(),
-            (false, _, Some(n)) => n.remote_reads(),
-            _ => return Err(DeviceError::Unreachable(peer)),
-        };
-        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
+        routed::post_read(self, now, id, peer, runs)
     }
-
     fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {
-        let shm = self.shm.as_mut().and_then(|s| s.remote_reads()).and_then(|r| r.poll_read(now));
-        shm.or_else(|| self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_read(now)))
+        routed::poll_read(self, now)
     }
-
     fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        self.net.as_mut().and_then(|n| n.remote_reads()).and_then(|r| r.poll_control())
+        routed::poll_control(self)
     }
-
     fn handle_control(&mut self, now: rdm::time::Instant, from: DevAddr, bytes: &[u8]) {
-        if !Self::is_shm(&from) {
-            if let Some(r) = self.net.as_mut().and_then(|n| n.remote_reads()) {
-                r.handle_control(now, from, bytes);
-            }
-        }
+        routed::handle_control(self, now, from, bytes)
     }
-
     fn peer_failed(&mut self, peer: DevAddr) {
-        if !Self::is_shm(&peer) {
-            if let Some(r) = self.net.as_mut().and_then(|n| n.remote_reads()) {
-                r.peer_failed(peer);
-            }
-        }
+        routed::peer_failed(self, peer)
     }
-
     fn read_conn_stats(&self) -> ReadConnStats {
-        self.net.as_ref().and_then(|n| n.remote_reads_ref()).map(|r| r.read_conn_stats()).unwrap_or_default()
+        routed::read_conn_stats(self)
     }
 }
 
@@ -321,6 +328,59 @@ pub struct NetPair<A: Device, B: Device> {
     fallback: B,
     epoll: Option<Epoll>,
     preferred_first: bool,
+}
+
+/// A device of two halves as remote reads see it: which half carries a peer,
+/// and each half's remote reads (if it offers them). Both composites route
+/// remote reads through it, with the functions of [`routed`].
+trait TwoHalves {
+    /// Whether the first half carries `peer` (`None`: neither half does).
+    fn first_carries(&self, peer: &DevAddr) -> Option<bool>;
+    fn half_reads(&mut self, first: bool) -> Option<&mut dyn RemoteReads>;
+    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads>;
+}
+
+/// [`RemoteReads`] of a [`TwoHalves`] device: a peer's reads, control bytes
+/// and failure go to the half that carries it; completions and control
+/// bytes to send are taken from the first half, then the second.
+mod routed {
+    use super::TwoHalves;
+    use rdm::device::{ControlMsg, DevAddr, DeviceError, ReadConnStats, ReadDone, ReadRun};
+    use rdm::time::Instant;
+
+    pub(super) fn post_read(d: &mut impl TwoHalves, now: Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+        let Some(first) = d.first_carries(&peer) else { return Err(DeviceError::Unreachable(peer)) };
+        d.half_reads(first).map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
+    }
+
+    pub(super) fn poll_read(d: &mut impl TwoHalves, now: Instant) -> Option<ReadDone> {
+        let done = d.half_reads(true).and_then(|r| r.poll_read(now));
+        done.or_else(|| d.half_reads(false).and_then(|r| r.poll_read(now)))
+    }
+
+    pub(super) fn poll_control(d: &mut impl TwoHalves) -> Option<(DevAddr, ControlMsg)> {
+        let m = d.half_reads(true).and_then(|r| r.poll_control());
+        m.or_else(|| d.half_reads(false).and_then(|r| r.poll_control()))
+    }
+
+    pub(super) fn handle_control(d: &mut impl TwoHalves, now: Instant, from: DevAddr, bytes: &[u8]) {
+        if let Some(r) = d.first_carries(&from).and_then(|first| d.half_reads(first)) {
+            r.handle_control(now, from, bytes);
+        }
+    }
+
+    pub(super) fn peer_failed(d: &mut impl TwoHalves, peer: DevAddr) {
+        if let Some(r) = d.first_carries(&peer).and_then(|first| d.half_reads(first)) {
+            r.peer_failed(peer);
+        }
+    }
+
+    /// The half whose connections did something (only one half reads
+    /// through connections: verbs RC), else zeros.
+    pub(super) fn read_conn_stats(d: &impl TwoHalves) -> ReadConnStats {
+        let stats = |first| d.half_reads_ref(first).map(|r| r.read_conn_stats()).unwrap_or_default();
+        [stats(true), stats(false)].into_iter().find(|s| *s != ReadConnStats::default()).unwrap_or_default()
+    }
 }
 
 /// Sends `batch` through a device of two halves: each run of consecutive
@@ -492,38 +552,45 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
 }
 
 /// Reads go to the half that owns the peer's address.
+impl<A: Device, B: Device> TwoHalves for NetPair<A, B> {
+    fn first_carries(&self, peer: &DevAddr) -> Option<bool> {
+        Some(self.preferred.owns(peer))
+    }
+
+    fn half_reads(&mut self, first: bool) -> Option<&mut dyn RemoteReads> {
+        if first {
+            self.preferred.remote_reads()
+        } else {
+            self.fallback.remote_reads()
+        }
+    }
+
+    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads> {
+        if first {
+            self.preferred.remote_reads_ref()
+        } else {
+            self.fallback.remote_reads_ref()
+        }
+    }
+}
+
 impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
     fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
-        let half = if self.preferred.owns(&peer) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
-        half.map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
+        routed::post_read(self, now, id, peer, runs)
     }
-
     fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {
-        let first = self.preferred.remote_reads().and_then(|r| r.poll_read(now));
-        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_read(now)))
+        routed::poll_read(self, now)
     }
-
     fn poll_control(&mut self) -> Option<(DevAddr, ControlMsg)> {
-        let first = self.preferred.remote_reads().and_then(|r| r.poll_control());
-        first.or_else(|| self.fallback.remote_reads().and_then(|r| r.poll_control()))
+        routed::poll_control(self)
     }
-
     fn handle_control(&mut self, now: rdm::time::Instant, from: DevAddr, bytes: &[u8]) {
-        let half = if self.preferred.owns(&from) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
-        if let Some(r) = half {
-            r.handle_control(now, from, bytes)
-        }
+        routed::handle_control(self, now, from, bytes)
     }
-
     fn peer_failed(&mut self, peer: DevAddr) {
-        let half = if self.preferred.owns(&peer) { self.preferred.remote_reads() } else { self.fallback.remote_reads() };
-        if let Some(r) = half {
-            r.peer_failed(peer)
-        }
+        routed::peer_failed(self, peer)
     }
-
-    /// The preferred device's (the fallback, UDP, reads nothing).
     fn read_conn_stats(&self) -> ReadConnStats {
-        self.preferred.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default()
+        routed::read_conn_stats(self)
     }
 }
