@@ -147,6 +147,15 @@ impl<N: Device> Device for AutoDevice<N> {
         send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(now, shm, run))
     }
 
+    /// Through the shm half for a same-host peer; the network half writes
+    /// nothing this way.
+    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        match &mut self.shm {
+            Some(s) if Self::is_shm(&dst) => s.send_gathered(now, dst, parts),
+            _ => Ok(false),
+        }
+    }
+
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
         self.shm_first = !self.shm_first;
         let mut n = 0;

@@ -321,8 +321,15 @@ impl Ring {
     }
 
     /// Appends a datagram; false if the ring is full. `data.len() <= self.mtu`.
+    #[cfg(test)]
     fn try_push(&self, src_pid: u32, src_ring: u64, data: &[u8]) -> bool {
-        debug_assert!(data.len() <= self.mtu);
+        self.try_push_parts(src_pid, src_ring, &[data], data.len())
+    }
+
+    /// [`Ring::try_push`] of one datagram given as a gather list of `len`
+    /// bytes in all, copied back to back into the cell.
+    fn try_push_parts(&self, src_pid: u32, src_ring: u64, parts: &[&[u8]], len: usize) -> bool {
+        debug_assert!(len <= self.mtu);
         let h = self.header();
         let mut pos = h.tail.load(Ordering::Relaxed);
         loop {
@@ -341,15 +348,21 @@ impl Ring {
         }
         // Position `pos` is ours until we publish it.
         let slot = self.slot(pos);
-        slot.len.store(data.len() as u32, Ordering::Relaxed);
+        slot.len.store(len as u32, Ordering::Relaxed);
         slot.src_pid.store(src_pid, Ordering::Relaxed);
         slot.src_ring.store(src_ring, Ordering::Relaxed);
         slot.writing(|| {
-            // SAFETY: the payload area (mtu bytes after the slot header) is inside
-            // the slot; the sequence protocol gives this producer exclusive use of
-            // the slot until the release store below; `data` does not overlap shared
-            // memory we write (it is the caller's buffer).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.slot_ptr(pos).add(SLOT_HDR), data.len()) }
+            let mut at = 0;
+            for p in parts {
+                debug_assert!(at + p.len() <= len);
+                // SAFETY: the payload area (mtu bytes after the slot header) is
+                // inside the slot, and the parts add up to `len` <= mtu bytes;
+                // the sequence protocol gives this producer exclusive use of the
+                // slot until the release store below; the parts do not overlap
+                // shared memory we write (they are the caller's buffers).
+                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.slot_ptr(pos).add(SLOT_HDR + at), p.len()) }
+                at += p.len();
+            }
         });
         slot.seq.store(pos.wrapping_add(1), Ordering::Release);
         true
@@ -1112,6 +1125,59 @@ impl ShmDevice {
     }
 }
 
+impl ShmDevice {
+    /// Writes one datagram (`parts`, `len` bytes) into the ring of `a`:
+    /// `Ok(false)` when the ring is full. Checks the peer's process at most
+    /// once per [`ALIVE_FOR`] of `now`, and whenever its ring is full.
+    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize) -> Result<bool, DeviceError> {
+        if len > self.mtu {
+            return Err(DeviceError::TooLarge { len, mtu: self.mtu });
+        }
+        let me = self.addr;
+        let peer = self.peer(&a)?;
+        match peer.alive_at {
+            Some(at) if now.saturating_duration_since(at) > ALIVE_FOR => {
+                if !peer.alive(a.pid) {
+                    self.peers.remove(&a);
+                    self.dead.push_back(DevAddr::Shm(a));
+                    return Err(DeviceError::Unreachable(DevAddr::Shm(a)));
+                }
+                peer.alive_at = Some(now);
+            }
+            Some(_) => {}
+            None => peer.alive_at = Some(now),
+        }
+        let ring = &peer.seg.ring;
+        if len > ring.mtu {
+            return Err(DeviceError::TooLarge { len, mtu: ring.mtu });
+        }
+        if !ring.try_push_parts(me.pid, me.ring_id, parts, len) {
+            // Full. A ring nobody drains any more belongs to a dead process.
+            if !peer.alive(a.pid) {
+                self.peers.remove(&a);
+                return Err(DeviceError::Unreachable(DevAddr::Shm(a)));
+            }
+            self.stats.ring_full += 1;
+            return Ok(false);
+        }
+        self.stats.sent += 1;
+        Ok(true)
+    }
+
+    /// Wakes the owner of `a`'s ring if it sleeps on its FIFO (after a push;
+    /// see `send_batch`).
+    fn wake(&mut self, a: &ShmAddr) {
+        if let Some(p) = self.peers.get_mut(a) {
+            if p.seg.ring.take_armed() {
+                if let Some(f) = &mut p.fifo {
+                    let _ = f.write(&[1]);
+                    self.stats.wakeups_sent += 1;
+                }
+            }
+        }
+    }
+}
+
 impl Device for ShmDevice {
     fn caps(&self) -> DeviceCaps {
         DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false, registration: false, max_inline: 0 }
@@ -1124,7 +1190,6 @@ impl Device for ShmDevice {
     fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         // It cannot gather (only RDMA paths form such datagrams).
         let batch = rdm::device::until_gathered(batch)?;
-        let me = self.addr;
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         let mut result = Ok(batch.len());
@@ -1134,47 +1199,17 @@ impl Device for ShmDevice {
                 result = fail(DeviceError::Unreachable(d.dst));
                 break;
             };
-            if d.data.len() > self.mtu {
-                result = fail(DeviceError::TooLarge { len: d.data.len(), mtu: self.mtu });
-                break;
-            }
-            let peer = match self.peer(&a) {
-                Ok(p) => p,
+            match self.push_one(now, a, &[d.data], d.data.len()) {
+                Ok(true) => {}
+                Ok(false) => {
+                    result = Ok(i);
+                    break;
+                }
                 Err(e) => {
                     result = fail(e);
                     break;
                 }
-            };
-            match peer.alive_at {
-                Some(at) if now.saturating_duration_since(at) > ALIVE_FOR => {
-                    if !peer.alive(a.pid) {
-                        self.peers.remove(&a);
-                        self.dead.push_back(DevAddr::Shm(a));
-                        result = fail(DeviceError::Unreachable(d.dst));
-                        break;
-                    }
-                    peer.alive_at = Some(now);
-                }
-                Some(_) => {}
-                None => peer.alive_at = Some(now),
             }
-            let ring = &peer.seg.ring;
-            if d.data.len() > ring.mtu {
-                result = fail(DeviceError::TooLarge { len: d.data.len(), mtu: ring.mtu });
-                break;
-            }
-            if !ring.try_push(me.pid, me.ring_id, d.data) {
-                // Full. A ring nobody drains any more belongs to a dead process.
-                if !peer.alive(a.pid) {
-                    self.peers.remove(&a);
-                    result = fail(DeviceError::Unreachable(d.dst));
-                } else {
-                    self.stats.ring_full += 1;
-                    result = Ok(i);
-                }
-                break;
-            }
-            self.stats.sent += 1;
             if !touched.contains(&a) {
                 touched.push(a);
             }
@@ -1183,17 +1218,22 @@ impl Device for ShmDevice {
         // arm-then-recheck in prepare_wait: one of the two sees the other).
         fence(Ordering::SeqCst);
         for a in &touched {
-            if let Some(p) = self.peers.get_mut(a) {
-                if p.seg.ring.take_armed() {
-                    if let Some(f) = &mut p.fifo {
-                        let _ = f.write(&[1]);
-                        self.stats.wakeups_sent += 1;
-                    }
-                }
-            }
+            self.wake(a);
         }
         self.touched = touched;
         result
+    }
+
+    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        let DevAddr::Shm(a) = dst else { return Err(DeviceError::Unreachable(dst)) };
+        let len = parts.iter().map(|p| p.len()).sum();
+        if !self.push_one(now, a, parts, len)? {
+            return Ok(false);
+        }
+        // As after a batch (Dekker with the consumer's arm-then-recheck).
+        fence(Ordering::SeqCst);
+        self.wake(&a);
+        Ok(true)
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

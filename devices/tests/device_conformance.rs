@@ -981,6 +981,51 @@ fn shm_caps_and_names() {
     assert!(!path.exists(), "ring file removed on drop");
 }
 
+/// The gathered write of the small-message path: the parts arrive as one
+/// datagram, back to back, in order with batched sends; a full ring takes
+/// nothing (`Ok(false)`, the caller sends it another way) and takes again
+/// once drained; a destination of another kind, an oversized datagram and
+/// a gone peer are errors, as for `send_batch`.
+#[test]
+fn shm_gathered_write_is_one_datagram_and_honours_the_ring() {
+    let cfg = ShmConfig { slots: 4, ..ShmConfig::default() };
+    let mut a = ShmDevice::open(&cfg).unwrap();
+    let mut b = ShmDevice::open(&cfg).unwrap();
+    let dst = b.local_addr();
+    let me = a.local_addr();
+    send_all(&mut a, &[TxDatagram::new(dst, b"first")]);
+    assert!(a.send_gathered(now(), dst, &[b"head|", b"", b"payload"]).unwrap());
+    send_all(&mut a, &[TxDatagram::new(dst, b"third")]);
+    assert!(a.send_gathered(now(), dst, &[b"fourth"]).unwrap());
+    assert!(!a.send_gathered(now(), dst, &[b"fifth"]).unwrap(), "full ring: not taken");
+    let got = recv_n(&mut b, 4);
+    let bytes: Vec<&[u8]> = got.iter().map(|(_, d)| &d[..]).collect();
+    assert_eq!(bytes, [&b"first"[..], b"head|payload", b"third", b"fourth"]);
+    assert!(got.iter().all(|(from, _)| *from == me));
+    assert_eq!(b.recv_batch(8, &mut |_, _| {}).unwrap(), 0, "the refused write left nothing behind");
+    assert!(a.send_gathered(now(), dst, &[b"fifth"]).unwrap(), "drained: taken again");
+    assert_eq!(recv_n(&mut b, 1)[0].1, b"fifth");
+    let big = vec![0u8; a.caps().mtu + 1];
+    assert!(matches!(a.send_gathered(now(), dst, &[&big[..8], &big[8..]]), Err(DeviceError::TooLarge { .. })));
+    let udp: DevAddr = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
+    assert!(matches!(a.send_gathered(now(), udp, &[b"x"]), Err(DeviceError::Unreachable(_))));
+    drop(b);
+    assert!(matches!(a.send_gathered(now(), dst, &[b"x"]), Err(DeviceError::Unreachable(_))));
+}
+
+/// A device that does not offer gathered writes (udp; the fault decorator,
+/// whose faults must apply) takes none: the caller sends another way.
+#[test]
+fn gathered_writes_are_only_where_offered() {
+    let mut u = UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dst = u.local_addr();
+    assert!(!u.send_gathered(now(), dst, &[b"x"]).unwrap());
+    let shm = ShmDevice::new().unwrap();
+    let shm_dst = shm.local_addr();
+    let mut f = FaultDevice::new(ShmDevice::new().unwrap(), FaultConfig::default());
+    assert!(!f.send_gathered(now(), shm_dst, &[b"x"]).unwrap());
+}
+
 #[test]
 fn shm_full_ring_is_back_pressure() {
     let cfg = ShmConfig { slots: 8, ..ShmConfig::default() };

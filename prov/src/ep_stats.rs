@@ -59,6 +59,9 @@ impl EpState {
             // paths (shm): no sequence number, no acknowledgement.
             ("direct_sent", st.sent_direct),
             ("direct_received", st.received_direct),
+            // Of direct_sent, those the device wrote straight from the
+            // application's buffer into the peer's ring (shm's small-message path).
+            ("direct_written", st.sent_direct_written),
             ("acks_sent", st.sent_acks),
             ("packets_resent", st.retransmits),
             ("timeouts", st.timeouts),

@@ -71,6 +71,9 @@ struct NetState {
     /// Each domain's live registrations: key -> (addr, len).
     domains: Vec<HashMap<u64, (u64, u64)>>,
     next_key: u64,
+    /// Devices take gathered writes ([`Device::send_gathered`]) on reliable,
+    /// ordered paths, as shm does (on unless a test compares without).
+    gathered_writes: bool,
 }
 
 /// A read a node posted, waiting for the harness to serve it.
@@ -130,7 +133,14 @@ impl SimNet {
             datagrams: 0,
             domains: Vec::new(),
             next_key: 1,
+            gathered_writes: true,
         })))
+    }
+
+    /// Whether devices take gathered writes on reliable, ordered paths (the
+    /// shm fast path of the layers above); on by default.
+    pub fn set_gathered_writes(&self, on: bool) {
+        self.lock().gathered_writes = on;
     }
 
     fn lock(&self) -> MutexGuard<'_, NetState> {
@@ -336,6 +346,17 @@ impl Device for SimDevice {
 
     fn owns(&self, a: &DevAddr) -> bool {
         node_of(a).is_some()
+    }
+
+    /// As shm: on a reliable, ordered path, the datagram is put together
+    /// from its parts and sent as `send_batch` would send it.
+    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        let path = self.caps_for(&dst);
+        if !(self.net.lock().gathered_writes && path.reliable && path.ordered) {
+            return Ok(false);
+        }
+        let whole: Vec<u8> = parts.concat();
+        Ok(self.send_batch(now, &[TxDatagram::new(dst, &whole)])? == 1)
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {

@@ -42,7 +42,7 @@
 //! [`Endpoint::flush`]): the engine reports a DIRECT message (reliable path,
 //! no acknowledgement) complete as it is written out, which is true only
 //! because nothing sits between `poll_transmit` and the device.
-use crate::engine::{for_each_read_run, Action, Completion, Config, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats, TxId};
+use crate::engine::{for_each_read_run, Action, Completion, Config, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::MAX_IOV;
 use crate::engine::{Access, RmaId};
@@ -367,18 +367,29 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
-    pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+    pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<(), PostError> {
         if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
         }
         let t = self.clock.now();
+        // The small-message path of a reliable, ordered device (shm): written
+        // by the device straight into the peer's ring cell and completed
+        // now, when nothing of ours waits to go out, to be reported or to be
+        // run first (it would be overtaken: the other path runs it here).
+        if self.staged == 0 && self.reads.is_empty() && !self.rdm.wants_transmit() && !self.rdm.has_events() && !self.msg.has_actions() {
+            let device = &mut self.device;
+            let write = |dst, parts: &[&[u8]]| matches!(device.send_gathered(t, dst, parts), Ok(true));
+            if self.msg.send_direct(&mut self.rdm, peer, header, payload, user, meta, write) {
+                return Ok(());
+            }
+        }
         // With nothing staged, a message that goes as one DIRECT datagram is
         // written straight into the first transmit buffer: no queue, no pooled
         // copy; `settle` hands it to the device ahead of anything else.
         let stage = if self.staged == 0 { Some(&mut self.stage[0][..]) } else { None };
         match self.msg.send_staged(&mut self.rdm, t, peer, header, payload, user, meta, stage) {
-            Ok((id, staged)) => {
+            Ok((_, staged)) => {
                 if let Some(tx) = staged {
                     self.stage_dst[0] = tx.dst;
                     self.stage_len[0] = tx.len;
@@ -392,7 +403,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     self.flush(t);
                 }
                 self.settle(t);
-                Ok(id)
+                Ok(())
             }
             Err(e) => {
                 self.progress();

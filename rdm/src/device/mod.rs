@@ -396,6 +396,18 @@ pub trait Device: Send {
     /// peer) uses it and reads no clock of its own.
     fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError>;
 
+    /// Writes one datagram, gathered from `parts`, to `dst` at once, where the
+    /// device can without a staging buffer (shm: header and payload copied
+    /// once, into the peer's ring cell). `Ok(true)`: taken; `Ok(false)`: not
+    /// taken and nothing done (the device does not offer it, or the ring is
+    /// full): send it with `send_batch`. Errors as for `send_batch`'s first
+    /// datagram. Used only toward peers whose path is reliable and ordered;
+    /// `now` as for `send_batch`.
+    fn send_gathered(&mut self, now: crate::time::Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        let _ = (now, dst, parts);
+        Ok(false)
+    }
+
     /// Receives up to `max` datagrams that are ready now, lending each to `deliver`
     /// (source address, payload). Returns how many were delivered; 0 when none was
     /// ready.
@@ -532,6 +544,10 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         (**self).send_batch(now, batch)
+    }
+
+    fn send_gathered(&mut self, now: crate::time::Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        (**self).send_gathered(now, dst, parts)
     }
 
     fn recv_batch(

@@ -202,6 +202,10 @@ pub struct Stats {
     /// Messages sent / received as DIRECT packets (reliable, ordered paths).
     pub sent_direct: u64,
     pub received_direct: u64,
+    /// Of `sent_direct`, those written by the caller's device straight from
+    /// the application's buffers ([`Engine::send_direct_with`]: shm's
+    /// small-message path, no staging buffer, no queue, no event).
+    pub sent_direct_written: u64,
 }
 
 /// Counters the layer above keeps per peer in the peer's hot state (see
@@ -469,6 +473,10 @@ pub struct Engine {
 /// layer sends by rendezvous on shared memory anyway) take the sequenced way.
 /// The docs state it (`prov/tests/docs_figures.rs`).
 pub const DIRECT_MAX: usize = 64 << 10;
+
+/// Parts of a datagram written by [`Engine::send_direct_with`], the engine's
+/// header included.
+const DIRECT_PARTS_MAX: usize = 8;
 
 /// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
 /// buffers would pin memory long after a burst of long messages).
@@ -921,6 +929,56 @@ impl Engine {
         self.events.push_back(Event::SendComplete { token });
         self.direct_unpolled.push((token, peer));
         Some(Transmit { dst, len: n, seg: n, gather: None })
+    }
+
+    /// A DIRECT message the caller writes to the device itself: on the
+    /// conditions of [`Engine::transmit_direct_now`] (nothing queued to write
+    /// ahead of it, DIRECT allowed to the peer, one datagram of its path),
+    /// hands `write` the destination and the datagram as a gather list (this
+    /// engine's header, then `parts`), and counts it sent if `write` took it.
+    /// No `SendComplete` follows and nothing is kept: the caller completes
+    /// the message itself (a device that took a datagram on a reliable,
+    /// ordered path has delivered it as far as this engine can tell). False:
+    /// nothing was done, send it another way.
+    ///
+    /// This is the small-message path of a shared-memory peer: no staging
+    /// buffer, no queue, no event; the device copies header and payload once,
+    /// into the peer's ring cell.
+    pub fn send_direct_with(&mut self, peer: PeerId, parts: &[&[u8]], write: impl FnOnce(DevAddr, &[&[u8]]) -> bool) -> bool {
+        if !self.dgram_tx.is_empty() || parts.len() >= DIRECT_PARTS_MAX {
+            return false;
+        }
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return false };
+        let path = self.path_of(peer);
+        let hot = &self.hot[h as usize];
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if !(direct_allowed(path, hot) && len <= (path.payload_max as usize).min(DIRECT_MAX)) {
+            return false;
+        }
+        let dst = self.cold[peer.0 as usize].addr;
+        let header = Header {
+            ptype: PacketType::Direct,
+            first: true,
+            last: true,
+            job_key: self.cfg.job_key,
+            src_inc: self.cfg.incarnation,
+            dst_inc: hot.peer_inc,
+            psn_or_window: 0,
+            ack: Psn(0),
+            sack: 0,
+            header_sum: false,
+            unsummed: unsummed_to(&dst, path),
+        };
+        let head = header.encode_over(parts);
+        let mut all: [&[u8]; DIRECT_PARTS_MAX] = [&[]; DIRECT_PARTS_MAX];
+        all[0] = &head;
+        all[1..=parts.len()].copy_from_slice(parts);
+        if !write(dst, &all[..=parts.len()]) {
+            return false;
+        }
+        self.stats.sent_direct += 1;
+        self.stats.sent_direct_written += 1;
+        true
     }
 
     /// The largest payload one datagram to `peer` carries: its path's (see

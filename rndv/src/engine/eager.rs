@@ -4,7 +4,7 @@ use crate::matching::{Arrived, RecvPost};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rdm::engine::{Engine, PeerId};
-use rdm::Instant;
+use rdm::{DevAddr, Instant};
 use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op};
 use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError, RxId, Token, TxId};
 
@@ -17,6 +17,51 @@ impl MsgEngine {
     #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
     pub fn send(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
         self.send_staged(rdm, now, peer, header, payload, user, meta, None).map(|(id, _)| id)
+    }
+
+    /// A small message written by `write` straight to the device: what
+    /// [`Engine::send_direct_with`] takes (a peer reached over a reliable,
+    /// ordered path, nothing queued or in flight ahead of it), where the
+    /// message goes eagerly and completes once written (not a rendezvous, not
+    /// delivery complete, not an unreliable datagram endpoint). It completes
+    /// here at once: no send entry, no event. False: nothing was done (send it
+    /// with [`MsgEngine::send_staged`]).
+    ///
+    /// On shared memory this is the whole send of a small message: the
+    /// device copies both headers and the payload once, into the receiver's
+    /// ring cell, where the receiver matches it ([`MsgEngine::receive_datagram`]).
+    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
+    pub fn send_direct(
+        &mut self,
+        rdm: &mut Engine,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[&[u8]],
+        user: IoList,
+        meta: OpMeta,
+        write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
+    ) -> bool {
+        // Granted windows waiting for room go first (the other path retries
+        // them before it reports anything).
+        if self.cfg.datagram || meta.delivery_complete || payload.len() > MAX_IOV || !self.push_backlog.is_empty() {
+            return false;
+        }
+        let len: usize = payload.iter().map(|p| p.len()).sum();
+        // Exactly the messages send_staged sends eagerly.
+        if !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(rdm, peer, len) {
+            return false;
+        }
+        let hdr = header.encode();
+        let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
+        parts[0] = &hdr;
+        parts[1..=payload.len()].copy_from_slice(payload);
+        if !rdm.send_direct_with(peer, &parts[..=payload.len()], write) {
+            return false;
+        }
+        self.stats.eager_sent += 1;
+        self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
+        self.completions.push_back(Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) });
+        true
     }
 
     /// [`MsgEngine::send`], given the caller's empty transmit buffer: a
