@@ -90,6 +90,13 @@ const LOSSY_ITERS: usize = 10;
 /// The lossy bandwidth target's sizes (fi_pingpong `-S all` sizes from 1 to 6 MiB).
 const LOSSY_BIG: [usize; 6] = [1 << 20, 3 << 19, 2 << 20, 3 << 20, 4 << 20, 6 << 20];
 const WINDOW: usize = 64;
+/// `msg_cost` window counts of the callgrind stage (the difference is per message).
+const CALLGRIND_WINDOWS: [usize; 2] = [20, 120];
+/// Where the callgrind stage collects: rdmx's send and receive entries and
+/// the per-datagram receive closure of a progress round.
+const CALLGRIND_FUNCTIONS: [&str; 3] = ["rdmx_fi::ep_msg::do_send", "rdmx_fi::ep_msg::do_recv", "*Endpoint*progress*closure*"];
+/// Issue 35's budget: rdmx's instructions per 8 B message, send and receive.
+const CALLGRIND_BUDGET: f64 = 600.0;
 /// Runs of the stall check (issue 35: 30 in a row, each within 2x of the median).
 const STALL_RUNS: usize = 30;
 const STALL_RUNS_QUICK: usize = 3;
@@ -890,6 +897,58 @@ fn main() {
         section_secs.push(("stall check", t.elapsed().as_secs_f64()));
     }
 
+    // Instructions per small message (callgrind counts instructions: the
+    // figure repeats whatever the machine does). benches/mpi/msg_cost.c under
+    // OpenMPI pml cm over rdmx, both ranks under callgrind collecting only
+    // inside rdmx's send entry (rank 0) and its receive entry and per-datagram
+    // receive path (rank 1); two window counts, the difference per message.
+    let mut cg_note = String::new();
+    if run("callgrind") {
+        let t = Instant::now();
+        match compile(&env, "msg_cost", &root.join("benches/mpi/msg_cost.c"), "mpicc", &[]) {
+            None => failures.push("callgrind: msg_cost.c did not compile".into()),
+            Some(exe) => {
+                let mut per_run = Vec::new();
+                for windows in CALLGRIND_WINDOWS {
+                    let files = tmp.join(format!("cg.{windows}"));
+                    let mut cmd = env.cmd(&[], "mpirun");
+                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]).args(MPI[0].args);
+                    cmd.args(["-x", "FI_PROVIDER_PATH", "valgrind", "--tool=callgrind"]);
+                    cmd.args(CALLGRIND_FUNCTIONS.iter().map(|f| format!("--toggle-collect={f}")));
+                    cmd.arg(format!("--callgrind-out-file={}.%q{{OMPI_COMM_WORLD_RANK}}", files.display()));
+                    cmd.arg(&exe).arg(windows.to_string());
+                    let o = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(tmp.join("cg.err")).unwrap()).spawn();
+                    let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(600)).0).unwrap_or(false);
+                    // Inclusive instructions of each function, on the rank that counts it.
+                    let inclusive = |rank: u32, function: &str| -> Option<f64> {
+                        let out = Command::new("callgrind_annotate").args(["--inclusive=yes", "--threshold=100"]).arg(format!("{}.{rank}", files.display())).output().ok()?;
+                        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                        text.lines().filter(|l| l.contains(&format!(":{function} "))).find_map(|l| l.split_whitespace().next()?.replace(',', "").parse().ok())
+                    };
+                    let send = inclusive(0, "rdmx_fi::ep_msg::do_send");
+                    let recv = inclusive(1, "rdmx_fi::ep_msg::do_recv").zip(inclusive(1, "rndv::endpoint::Endpoint<D,M,C>::progress::{{closure}}")).map(|(a, b)| a + b);
+                    match (ok, send, recv) {
+                        (true, Some(s), Some(r)) => per_run.push((windows, s, r)),
+                        _ => failures.push(format!("callgrind run of msg_cost {windows} failed")),
+                    }
+                }
+                if let [(w1, s1, r1), (w2, s2, r2)] = per_run[..] {
+                    let messages = ((w2 - w1) * WINDOW) as f64;
+                    st.push("callgrind/send".into(), (s2 - s1) / messages);
+                    st.push("callgrind/recv".into(), (r2 - r1) / messages);
+                }
+                cg_note = format!(
+                    "`benches/mpi/msg_cost.c` (rank 0 sends windows of {WINDOW} 8 B `MPI_Isend` to rank 1, which pre-posts each window's `MPI_Irecv`), OpenMPI 4.1 `pml cm` over rdmx, np 2, both ranks under `valgrind --tool=callgrind` collecting only inside {}; {} and {} windows, the difference divided by the messages between them. Send: `do_send` on rank 0 (everything rdmx does for `fi_tsend`, the fast path's write included). Receive: `do_recv` (posting `fi_trecv`) plus the per-datagram receive path (engine header, matching, the copy into the posted buffer, the completion queued) on rank 1. Not counted: the polling of `fi_cq_read` and the CQ entry's copy out.",
+                    CALLGRIND_FUNCTIONS.iter().map(|f| format!("`{f}`")).collect::<Vec<_>>().join(", "),
+                    CALLGRIND_WINDOWS[0],
+                    CALLGRIND_WINDOWS[1]
+                );
+            }
+        }
+        eprintln!("[{:>5.0}s] callgrind", t_all.elapsed().as_secs_f64());
+        section_secs.push(("callgrind", t.elapsed().as_secs_f64()));
+    }
+
     // Lossy: two namespaces, rdmx and net, lossless then 5 % loss both ways.
     let mut lossy_note = String::new();
     if run("lossy") {
@@ -1030,6 +1089,16 @@ fn main() {
             let runs = st.stat(&key).map_or(0, |x| x.n);
             targets.push(Target { what: format!("{cfg}: worst of {runs} runs vs their median, {what} (stall check)"), ratio: worst, le, goal: if le { 2.0 } else { 0.5 } });
         }
+    }
+
+    // Issue 35: instructions per 8 B message, as a share of the budget.
+    for (fig, what) in [("send", "send"), ("recv", "receive")] {
+        targets.push(Target {
+            what: format!("callgrind: rdmx instructions per 8 B {what} under OpenMPI pml cm / budget of {CALLGRIND_BUDGET:.0} ({})", st.med(&format!("callgrind/{fig}")).map_or("—".into(), |x| format!("{x:.0}"))),
+            ratio: st.med(&format!("callgrind/{fig}")).map(|x| x / CALLGRIND_BUDGET),
+            le: true,
+            goal: 1.0,
+        });
     }
 
     let mut plots_md = String::new();
@@ -1233,6 +1302,15 @@ fn main() {
             .map(|c| std::iter::once(c.to_string()).chain(figs.iter().map(|f| cell(st.stat(&format!("stall/{c}/{}", f.0))))).collect())
             .collect();
         table(&mut md, &head, &rows);
+    }
+
+    if !cg_note.is_empty() {
+        let _ = writeln!(md, "## Instructions per message\n\n{cg_note}\n");
+        let rows: Vec<Vec<String>> = [("callgrind/send", "8 B send"), ("callgrind/recv", "8 B receive")]
+            .iter()
+            .map(|(k, what)| vec![what.to_string(), st.med(k).map_or("—".into(), |x| format!("{x:.0}")), format!("{CALLGRIND_BUDGET:.0}")])
+            .collect();
+        table(&mut md, &["".to_string(), "rdmx instructions".to_string(), "budget".to_string()], &rows);
     }
 
     if !lossy_note.is_empty() {
