@@ -1047,8 +1047,9 @@ impl ShmDevice {
     /// The mapping of `peer`'s ring, created on first use.
     fn peer(&mut self, a: &ShmAddr) -> Result<&mut Peer, DeviceError> {
         let unreachable = || DeviceError::Unreachable(DevAddr::Shm(*a));
-        if self.peers.contains_key(a) {
-            let closed = self.peers[a].seg.ring.header().closed.load(Ordering::Acquire) != 0;
+        // One lookup to learn whether the ring is mapped and open, one to lend
+        // it (not three: this runs on every send).
+        if let Some(closed) = self.peers.get(a).map(|p| p.seg.ring.header().closed.load(Ordering::Acquire) != 0) {
             if closed {
                 self.peers.remove(a);
                 return Err(unreachable());

@@ -69,9 +69,26 @@ pub fn debug(subsys: Subsys, func: &str, msg: &str) {
     emit(fi::FI_LOG_DEBUG, subsys, func, msg);
 }
 
+/// Whether debug logging is on, per subsystem: 0 not asked yet, 1 off, 2 on.
+/// libfabric reads `FI_LOG_LEVEL`, `FI_LOG_PROV` and `FI_LOG_SUBSYS` once, at
+/// its initialization, so the answer never changes: asked once, not on every
+/// message (a call into libfabric and its filter, ~40 instructions a send).
+static DEBUG_ON: [std::sync::atomic::AtomicU8; 10] = [const { std::sync::atomic::AtomicU8::new(0) }; 10];
+
 /// A debug message built only when debug logging is on (per-message paths).
+#[inline]
 pub fn debug_with(subsys: Subsys, func: &str, msg: impl FnOnce() -> String) {
-    if enabled(fi::FI_LOG_DEBUG, subsys) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let cached = &DEBUG_ON[subsys as usize];
+    let on = match cached.load(Relaxed) {
+        0 => {
+            let on = enabled(fi::FI_LOG_DEBUG, subsys);
+            cached.store(if on { 2 } else { 1 }, Relaxed);
+            on
+        }
+        v => v == 2,
+    };
+    if on {
         emit(fi::FI_LOG_DEBUG, subsys, func, &msg());
     }
 }
