@@ -38,10 +38,17 @@ struct Prov {
     /// `-d` value (rdmx's domain names choose the device).
     domain: Option<&'static str>,
     rdmx: bool,
+    /// Run with libfabric 2.1 (`scripts/setup-libfabric2.sh`'s prefix: its
+    /// fi_pingpong and library) instead of the system's 1.17.
+    lf2: bool,
 }
 
 const fn p(label: &'static str, prov: &'static str, domain: Option<&'static str>, rdmx: bool) -> Prov {
-    Prov { label, prov, domain, rdmx }
+    Prov { label, prov, domain, rdmx, lf2: false }
+}
+
+const fn p2(label: &'static str, prov: &'static str, rdmx: bool) -> Prov {
+    Prov { label, prov, domain: None, rdmx, lf2: true }
 }
 
 const RDMX: Prov = p("rdmx", "rdmx", None, true);
@@ -53,6 +60,9 @@ const NET: Prov = p("net", "net", None, false);
 const UDP_RXD: Prov = p("udp;ofi_rxd", "udp;ofi_rxd", None, false);
 
 const PINGPONG: [Prov; 7] = [RDMX, RDMX_UDP, RDMX_SHM, SHM, TCP_RXM, NET, UDP_RXD];
+/// The same under libfabric 2.1 (Debian 13's), when its prefix is built: rdmx
+/// loaded by 2.1, and 2.1's own shm, tcp and udp;ofi_rxd.
+const PINGPONG_LF2: [Prov; 4] = [p2("rdmx (lf 2.1)", "rdmx", true), p2("shm (lf 2.1)", "shm", false), p2("tcp;ofi_rxm (lf 2.1)", "tcp;ofi_rxm", false), p2("udp;ofi_rxd (lf 2.1)", "udp;ofi_rxd", false)];
 const MSGRATE: [Prov; 3] = [RDMX, RDMX_SHM, SHM];
 const LOSSY: [Prov; 2] = [RDMX, NET];
 const MODES: [&str; 2] = ["tagged", "msg"];
@@ -61,8 +71,15 @@ const MODES: [&str; 2] = ["tagged", "msg"];
 fn peers_of(label: &str) -> Vec<&'static str> {
     match label {
         "rdmx udp" => vec!["tcp;ofi_rxm", "net", "udp;ofi_rxd"],
+        "rdmx (lf 2.1)" => PINGPONG_LF2.iter().filter(|c| !c.rdmx).map(|c| c.label).collect(),
         _ => PINGPONG.iter().filter(|c| !c.rdmx).map(|c| c.label).collect(),
     }
+}
+
+/// `scripts/setup-libfabric2.sh`'s prefix, if it is built (its fi_pingpong there).
+fn lf2_prefix() -> Option<PathBuf> {
+    let p = Path::new(&std::env::var_os("HOME")?).join(".cache/rdmx-stacks/libfabric-2.1.0");
+    p.join("bin/fi_pingpong").exists().then_some(p)
 }
 
 /// An OpenMPI configuration: label, mpirun arguments.
@@ -288,8 +305,13 @@ impl Placement {
 fn pingpong(env: &Env, c: &Prov, mode: &str, size: Option<usize>, iters: usize, at: &Placement, limit: Duration) -> Option<(Vec<PpLine>, f64)> {
     let port = at.port.unwrap_or_else(free_port).to_string();
     let size_s = size.map(|s| s.to_string()).unwrap_or_else(|| "all".into());
+    let lf2 = if c.lf2 { Some(lf2_prefix()?) } else { None };
+    let prog = lf2.as_ref().map_or("fi_pingpong".to_string(), |p| p.join("bin/fi_pingpong").display().to_string());
     let mk = |prefix: &[String], extra: &[&str], out: &Path| {
-        let mut cmd = env.cmd(prefix, "fi_pingpong");
+        let mut cmd = env.cmd(prefix, &prog);
+        if let Some(p) = &lf2 {
+            cmd.env("LD_LIBRARY_PATH", p.join("lib"));
+        }
         cmd.args(["-p", c.prov, "-e", "rdm", "-m", mode, "-I", &iters.to_string(), "-S", &size_s]);
         if let Some(d) = c.domain {
             cmd.args(["-d", d]);
@@ -729,6 +751,8 @@ fn main() {
     let tmp = std::env::temp_dir().join(format!("rdmx-harness-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let env = Env { provider_dir, tmp: tmp.clone(), quick };
+    // fi_pingpong's configurations: libfabric 1.17's, then 2.1's where built.
+    let pp_configs: Vec<Prov> = PINGPONG.iter().chain(if lf2_prefix().is_some() { &PINGPONG_LF2[..] } else { &[] }).copied().collect();
     let sizes: Vec<usize> = if quick { QUICK_SIZES.to_vec() } else { FULL_SIZES.to_vec() };
     let mut mpi_sizes: Vec<usize> = sizes.iter().copied().chain(if quick { vec![] } else { MPI_EXTRA_SIZES.to_vec() }).collect();
     mpi_sizes.sort_unstable();
@@ -743,7 +767,7 @@ fn main() {
         let t = Instant::now();
         for rep in 0..reps {
             for &size in &sizes {
-                for c in &PINGPONG {
+                for c in &pp_configs {
                     for mode in MODES {
                         let r = pingpong(&env, c, mode, Some(size), pp_iters(c, size, env.quick), &Placement::loopback(), Duration::from_secs(60));
                         match r.and_then(|(l, _)| l.into_iter().find(|x| x.0 == size)) {
@@ -1016,6 +1040,15 @@ fn main() {
                 targets.push(t(&format!("{r} vs shm: {} bandwidth (-m {mode})", human(size)), ratio(pp(mode, r, size, "bw"), pp(mode, "shm", size, "bw")), false, 1.0));
             }
         }
+        // Issue 35: against libfabric 2.x's shm, both under libfabric 2.1.
+        if pp_configs.iter().any(|c| c.lf2) {
+            let (r, peer) = ("rdmx (lf 2.1)", "shm (lf 2.1)");
+            let t = |what: String, ratio, le, goal| Target { what, ratio, le, goal };
+            targets.push(t(format!("{r} vs {peer}: 8 B latency (-m {mode})"), ratio(pp(mode, r, 8, "lat"), pp(mode, peer, 8, "lat")), true, 1.0));
+            for size in [kib64, mib] {
+                targets.push(t(format!("{r} vs {peer}: {} bandwidth (-m {mode})", human(size)), ratio(pp(mode, r, size, "bw"), pp(mode, peer, size, "bw")), false, 1.0));
+            }
+        }
     }
     for r in ["rdmx", "rdmx shm"] {
         targets.push(Target {
@@ -1106,7 +1139,7 @@ fn main() {
     let mut plots = Vec::new();
     if register_font() {
         let series_pp = |mode: &str, what: &str| -> Vec<Series> {
-            PINGPONG
+            pp_configs
                 .iter()
                 .map(|c| {
                     (c.label.to_string(), sizes.iter().filter_map(|&s| st.stat(&k_pp(mode, c.label, s, what)).map(|x| (s as f64, x.med, x.min, x.max))).collect())
@@ -1202,19 +1235,19 @@ fn main() {
         for (what, title, unit) in [("lat", "latency", "µs"), ("bw", "bandwidth", "MB/s")] {
             let _ = writeln!(md, "### -m {mode}: {title} ({unit})\n");
             let mut head = vec!["size".to_string()];
-            head.extend(PINGPONG.iter().map(|c| c.label.to_string()));
+            head.extend(pp_configs.iter().map(|c| c.label.to_string()));
             let rows: Vec<Vec<String>> = sizes
                 .iter()
                 .map(|&s| {
                     let mut r = vec![human(s)];
-                    r.extend(PINGPONG.iter().map(|c| cell(st.stat(&k_pp(mode, c.label, s, what)))));
+                    r.extend(pp_configs.iter().map(|c| cell(st.stat(&k_pp(mode, c.label, s, what)))));
                     r
                 })
                 .collect();
             table(&mut md, &head, &rows);
         }
         let _ = writeln!(md, "### -m {mode}: rdmx / best peer (latency ratio, bandwidth ratio)\n");
-        let rdmxs: Vec<&Prov> = PINGPONG.iter().filter(|c| c.rdmx).collect();
+        let rdmxs: Vec<&Prov> = pp_configs.iter().filter(|c| c.rdmx).collect();
         let mut head = vec!["size".to_string()];
         head.extend(rdmxs.iter().map(|c| c.label.to_string()));
         let rows: Vec<Vec<String>> = sizes
