@@ -176,30 +176,25 @@ impl Matcher {
     /// queue is not involved (datagram endpoints drop what nothing awaits).
     pub fn match_posted(&mut self, peer: PeerId, kind: MsgKind, tag: u64) -> Option<RecvPost> {
         let accepts = |r: &RecvPost| r.accepts(peer, kind, tag);
-        let in_bin = self.posted_by_src.get(&peer).and_then(|q| first_match(q, accepts));
         let in_any = first_match(&self.posted_any, accepts);
-        let from_bin = match (in_bin, in_any) {
-            (Some((_, a)), Some((_, b))) => a < b,
-            (Some(_), None) => true,
-            (None, Some(_)) => false,
-            (None, None) => return None,
-        };
-        if from_bin {
-            let (i, _) = in_bin?;
-            let q = self.posted_by_src.get_mut(&peer)?;
-            if q[i].1.persistent {
-                return Some(q[i].1);
+        // The source's bin, looked up once (this runs for every arriving message).
+        if let Some(q) = self.posted_by_src.get_mut(&peer) {
+            if let Some((i, seq)) = first_match(q, accepts) {
+                if in_any.is_none_or(|(_, any_seq)| seq < any_seq) {
+                    if q[i].1.persistent {
+                        return Some(q[i].1);
+                    }
+                    self.posted_count -= 1;
+                    return if i == 0 { q.pop_front() } else { q.remove(i) }.map(|(_, r)| r);
+                }
             }
-            self.posted_count -= 1;
-            q.remove(i).map(|(_, r)| r)
-        } else {
-            let (i, _) = in_any?;
-            if self.posted_any[i].1.persistent {
-                return Some(self.posted_any[i].1);
-            }
-            self.posted_count -= 1;
-            self.posted_any.remove(i).map(|(_, r)| r)
         }
+        let (i, _) = in_any?;
+        if self.posted_any[i].1.persistent {
+            return Some(self.posted_any[i].1);
+        }
+        self.posted_count -= 1;
+        if i == 0 { self.posted_any.pop_front() } else { self.posted_any.remove(i) }.map(|(_, r)| r)
     }
 
     /// The oldest unexpected message `probe` would match, left in place (FI_PEEK).
