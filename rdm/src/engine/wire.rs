@@ -273,11 +273,29 @@ impl Header {
     /// of [`Header::encode_parts`], the checksum computed over the parts
     /// where one is due.
     pub fn encode_over(&self, parts: &[&[u8]]) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        self.encode_parts(&[], &mut b);
+        // Field by field into a fixed array (no slice bounds to check): this
+        // is on every small message of the shm path.
         let unsummed = self.unsummed;
         let header_sum = self.header_sum && !unsummed;
-        if !unsummed && !header_sum {
+        let mut b = [0u8; HEADER_LEN];
+        b[field::MAGIC] = MAGIC;
+        b[field::VERSION] = VERSION;
+        b[field::TYPE] = self.ptype.to_wire();
+        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 })
+            | (if self.last { F_LAST } else { 0 })
+            | (if header_sum { F_HEADER_SUM } else { 0 })
+            | (if unsummed { F_UNSUMMED } else { 0 });
+        b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
+        b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
+        b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
+        b[field::PSN_OR_WINDOW].copy_from_slice(&self.psn_or_window.to_le_bytes());
+        b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
+        b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
+        if header_sum {
+            seal(&mut b);
+            return b;
+        }
+        if !unsummed {
             let mut h = crc32fast::Hasher::new();
             h.update(&b[..field::CHECKSUM.start]);
             h.update(&[0; field::CHECKSUM.end - field::CHECKSUM.start]);

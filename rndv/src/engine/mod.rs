@@ -250,6 +250,11 @@ impl MsgEngine {
     /// read remotely (and the peer never refused), windowed rendezvous from
     /// `window_threshold` where it cannot; eager below.
     fn use_rendezvous(&self, rdm: &Engine, peer: PeerId, len: usize) -> bool {
+        // Below every threshold (most messages): no path or peer lookup.
+        let smallest = self.cfg.rndv_threshold.min(self.cfg.window_threshold).min(self.cfg.rdma_rndv_threshold.unwrap_or(usize::MAX));
+        if len < smallest {
+            return false;
+        }
         let Some(path) = self.path(rdm, peer) else { return false };
         if path.remote_read && !self.refused.contains(&peer) {
             let threshold = if path.registration { self.cfg.rdma_rndv_threshold.unwrap_or(self.cfg.rndv_threshold) } else { self.cfg.rndv_threshold };
