@@ -234,3 +234,45 @@ fn the_readmes_max_msg_size_is_what_getinfo_answers() {
     let design = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/design.md")).unwrap();
     assert!(design.contains(&format!("up to {want}")), "docs/design.md should say \"up to {want}\"");
 }
+
+/// The README's Features table states the limits fi_getinfo answers:
+/// `rma_iov_limit` = 1 and `max_ep_tx_ctx = max_ep_rx_ctx = 1` (read from
+/// every RDM entry that offers RMA), and job keys of at most 8 bytes (`auth_key` ≤ 8 bytes:
+/// an `auth_key` of that size is accepted in the hints, one byte more is not).
+#[test]
+fn the_readmes_limits_are_what_getinfo_answers() {
+    let mut rma = Hints::rdm();
+    rma.get().caps |= fi::FI_RMA as u64;
+    let info = getinfo(None, None, 0, Some(&rma)).expect("fi_getinfo");
+    let one = |what: &str, values: std::collections::BTreeSet<usize>| {
+        assert_eq!(values.len(), 1, "every RDM entry offers the same {what}: {values:?}");
+        *values.first().unwrap()
+    };
+    // SAFETY (each closure): an fi_info this test owns, with its attributes.
+    let rma_iov = one("rma_iov_limit", info.iter().map(|i| unsafe { (*i.tx_attr).rma_iov_limit }).collect());
+    let tx_ctx = one("max_ep_tx_ctx", info.iter().map(|i| unsafe { (*i.domain_attr).max_ep_tx_ctx }).collect());
+    let rx_ctx = one("max_ep_rx_ctx", info.iter().map(|i| unsafe { (*i.domain_attr).max_ep_rx_ctx }).collect());
+    assert_eq!(tx_ctx, rx_ctx);
+    let longest_key = (1..=64usize).take_while(|&n| getinfo(None, None, 0, Some(&with_auth_key(n))).is_ok()).last().unwrap_or(0);
+    assert!(longest_key >= 1, "a job key of one byte is taken");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    for want in [format!("`rma_iov_limit` = {rma_iov}"), format!("`max_ep_tx_ctx = max_ep_rx_ctx = {tx_ctx}`"), format!("`auth_key` ≤ {longest_key} bytes")] {
+        assert!(readme.contains(&want), "README.md should say {want:?}");
+    }
+}
+
+/// RDM hints asking for an `auth_key` of `n` bytes (allocated with malloc:
+/// fi_freeinfo frees it with the hints).
+fn with_auth_key(n: usize) -> Hints {
+    let mut h = Hints::rdm();
+    // SAFETY: a fresh allocation of n bytes, filled before use; the hints own
+    // it from here on (fi_freeinfo frees ep_attr->auth_key).
+    unsafe {
+        let key = libc::malloc(n) as *mut u8;
+        assert!(!key.is_null());
+        std::ptr::write_bytes(key, 7, n);
+        h.ep().auth_key = key;
+    }
+    h.ep().auth_key_size = n;
+    h
+}
