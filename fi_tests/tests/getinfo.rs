@@ -248,10 +248,35 @@ fn the_readmes_limits_are_what_getinfo_answers() {
         assert_eq!(values.len(), 1, "every RDM entry offers the same {what}: {values:?}");
         *values.first().unwrap()
     };
-    // SAFETY (each closure): an fi_info this test owns, with its attributes.
-    let rma_iov = one("rma_iov_limit", info.iter().map(|i| unsafe { (*i.tx_attr).rma_iov_limit }).collect());
-    let tx_ctx = one("max_ep_tx_ctx", info.iter().map(|i| unsafe { (*i.domain_attr).max_ep_tx_ctx }).collect());
-    let rx_ctx = one("max_ep_rx_ctx", info.iter().map(|i| unsafe { (*i.domain_attr).max_ep_rx_ctx }).collect());
+    let rma_iov = one(
+        "rma_iov_limit",
+        info.iter()
+            .map(|i| {
+                // SAFETY: an fi_info this test owns, with its attributes.
+                unsafe { (*i.tx_attr).rma_iov_limit }
+            })
+            .collect(),
+    );
+    let (tx_ctx, rx_ctx) = (
+        one(
+            "max_ep_tx_ctx",
+            info.iter()
+                .map(|i| {
+                    // SAFETY: as above.
+                    unsafe { (*i.domain_attr).max_ep_tx_ctx }
+                })
+                .collect(),
+        ),
+        one(
+            "max_ep_rx_ctx",
+            info.iter()
+                .map(|i| {
+                    // SAFETY: as above.
+                    unsafe { (*i.domain_attr).max_ep_rx_ctx }
+                })
+                .collect(),
+        ),
+    );
     assert_eq!(tx_ctx, rx_ctx);
     let longest_key = (1..=64usize).take_while(|&n| getinfo(None, None, 0, Some(&with_auth_key(n))).is_ok()).last().unwrap_or(0);
     assert!(longest_key >= 1, "a job key of one byte is taken");
