@@ -56,6 +56,7 @@ pub use crate::host::host_id;
 use rdm::Instant;
 use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -512,6 +513,21 @@ struct Peer {
 }
 
 impl Peer {
+    /// Wakes the ring's owner if it armed its wake-up (it sleeps on its
+    /// FIFO); whether a wake-up was written.
+    fn wake(&mut self) -> bool {
+        if !self.seg.ring.take_armed() {
+            return false;
+        }
+        match &mut self.fifo {
+            Some(f) => {
+                let _ = f.write(&[1]);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether the peer's process runs (see [`pid_alive`]).
     fn alive(&self, pid: u32) -> bool {
         match &self.pidfd {
@@ -1047,59 +1063,62 @@ impl ShmDevice {
     /// The mapping of `peer`'s ring, created on first use.
     fn peer(&mut self, a: &ShmAddr) -> Result<&mut Peer, DeviceError> {
         let unreachable = || DeviceError::Unreachable(DevAddr::Shm(*a));
-        // One lookup to learn whether the ring is mapped and open, one to lend
-        // it (not three: this runs on every send).
-        if let Some(closed) = self.peers.get(a).map(|p| p.seg.ring.header().closed.load(Ordering::Acquire) != 0) {
-            if closed {
-                self.peers.remove(a);
-                return Err(unreachable());
+        // One hash probe (this runs on every send): a mapped ring is lent
+        // unless its owner closed it; an unmapped one is mapped into the
+        // vacant entry.
+        let vacant = match self.peers.entry(*a) {
+            Entry::Occupied(o) => {
+                if o.get().seg.ring.header().closed.load(Ordering::Acquire) != 0 {
+                    o.remove();
+                    return Err(unreachable());
+                }
+                return Ok(o.into_mut());
             }
-        } else {
-            if a.host_id != self.addr.host_id || !pid_alive(a.pid) {
-                return Err(unreachable());
-            }
-            let path = self.dir.join(segment_name(a));
-            let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(unreachable()),
-                Err(e) => return Err(DeviceError::io("open peer shm ring", e)),
-            };
-            let len = file.metadata().map_err(|e| DeviceError::io("fstat peer shm ring", e))?.len() as usize;
-            if len < HEADER_SIZE {
-                return Err(unreachable());
-            }
-            // Not populated: that cost 0.2 ms per peer (512 page table entries
-            // for a 2 MiB ring) in the first round trip, twice (each side maps
-            // the other's ring on its first send). The owner's pages exist
-            // already; a sender touches a slot first by reading its sequence
-            // word, and such a read fault maps the pages around it too (the
-            // kernel's fault-around), so the first lap should take far fewer
-            // faults than there are pages. Measured: the first round trip of
-            // a fresh pair 350-550 -> 120-290 us, and the first 1000 no
-            // slower than libfabric shm's against their steady state (1.31x
-            // both, the harness at 4d90670).
-            let map = Mapping::map(&file, len, false).map_err(|e| DeviceError::io("mmap peer shm ring", e))?;
-            // SAFETY: `map` covers `len` bytes, page-aligned, and is kept beside the
-            // Ring in the Segment for as long as the Ring lives.
-            let ring = unsafe { Ring::attach(map.ptr, len) }.map_err(|_| unreachable())?;
-            let h = ring.header();
-            if h.owner_pid.load(Ordering::Relaxed) != a.pid
-                || h.ring_id.load(Ordering::Relaxed) != a.ring_id
-                || h.closed.load(Ordering::Acquire) != 0
-            {
-                return Err(unreachable());
-            }
-            let fifo = OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(fifo_path(&path))
-                .ok();
-            // Opened after the pid was checked alive and its ring found with
-            // its pid and id: a pid reused since would not own that ring.
-            let pidfd = pidfd_open(a.pid);
-            self.peers.insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd });
+            Entry::Vacant(v) => v,
+        };
+        if a.host_id != self.addr.host_id || !pid_alive(a.pid) {
+            return Err(unreachable());
         }
-        self.peers.get_mut(a).ok_or_else(unreachable)
+        let path = self.dir.join(segment_name(a));
+        let file = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(unreachable()),
+            Err(e) => return Err(DeviceError::io("open peer shm ring", e)),
+        };
+        let len = file.metadata().map_err(|e| DeviceError::io("fstat peer shm ring", e))?.len() as usize;
+        if len < HEADER_SIZE {
+            return Err(unreachable());
+        }
+        // Not populated: that cost 0.2 ms per peer (512 page table entries
+        // for a 2 MiB ring) in the first round trip, twice (each side maps
+        // the other's ring on its first send). The owner's pages exist
+        // already; a sender touches a slot first by reading its sequence
+        // word, and such a read fault maps the pages around it too (the
+        // kernel's fault-around), so the first lap should take far fewer
+        // faults than there are pages. Measured: the first round trip of
+        // a fresh pair 350-550 -> 120-290 us, and the first 1000 no
+        // slower than libfabric shm's against their steady state (1.31x
+        // both, the harness at 4d90670).
+        let map = Mapping::map(&file, len, false).map_err(|e| DeviceError::io("mmap peer shm ring", e))?;
+        // SAFETY: `map` covers `len` bytes, page-aligned, and is kept beside the
+        // Ring in the Segment for as long as the Ring lives.
+        let ring = unsafe { Ring::attach(map.ptr, len) }.map_err(|_| unreachable())?;
+        let h = ring.header();
+        if h.owner_pid.load(Ordering::Relaxed) != a.pid
+            || h.ring_id.load(Ordering::Relaxed) != a.ring_id
+            || h.closed.load(Ordering::Acquire) != 0
+        {
+            return Err(unreachable());
+        }
+        let fifo = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(fifo_path(&path))
+            .ok();
+        // Opened after the pid was checked alive and its ring found with
+        // its pid and id: a pid reused since would not own that ring.
+        let pidfd = pidfd_open(a.pid);
+        Ok(vacant.insert(Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd }))
     }
 
     /// Empties our FIFO.
@@ -1130,7 +1149,10 @@ impl ShmDevice {
     /// Writes one datagram (`parts`, `len` bytes) into the ring of `a`:
     /// `Ok(false)` when the ring is full. Checks the peer's process at most
     /// once per [`ALIVE_FOR`] of `now`, and whenever its ring is full.
-    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize) -> Result<bool, DeviceError> {
+    /// Pushes one datagram, gathered from `parts`, into `a`'s ring; with
+    /// `wake`, wakes its owner if it sleeps, through the same peer entry
+    /// (a lone send looks its peer up once, not twice).
+    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize, wake: bool) -> Result<bool, DeviceError> {
         if len > self.mtu {
             return Err(DeviceError::TooLarge { len, mtu: self.mtu });
         }
@@ -1161,7 +1183,13 @@ impl ShmDevice {
             self.stats.ring_full += 1;
             return Ok(false);
         }
+        // As after a batch (Dekker with the consumer's arm-then-recheck).
+        let woke = wake && {
+            fence(Ordering::SeqCst);
+            peer.wake()
+        };
         self.stats.sent += 1;
+        self.stats.wakeups_sent += woke as u64;
         Ok(true)
     }
 
@@ -1169,11 +1197,8 @@ impl ShmDevice {
     /// see `send_batch`).
     fn wake(&mut self, a: &ShmAddr) {
         if let Some(p) = self.peers.get_mut(a) {
-            if p.seg.ring.take_armed() {
-                if let Some(f) = &mut p.fifo {
-                    let _ = f.write(&[1]);
-                    self.stats.wakeups_sent += 1;
-                }
+            if p.wake() {
+                self.stats.wakeups_sent += 1;
             }
         }
     }
@@ -1200,7 +1225,7 @@ impl Device for ShmDevice {
                 result = fail(DeviceError::Unreachable(d.dst));
                 break;
             };
-            match self.push_one(now, a, &[d.data], d.data.len()) {
+            match self.push_one(now, a, &[d.data], d.data.len(), false) {
                 Ok(true) => {}
                 Ok(false) => {
                     result = Ok(i);
@@ -1228,13 +1253,7 @@ impl Device for ShmDevice {
     fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
         let DevAddr::Shm(a) = dst else { return Err(DeviceError::Unreachable(dst)) };
         let len = parts.iter().map(|p| p.len()).sum();
-        if !self.push_one(now, a, parts, len)? {
-            return Ok(false);
-        }
-        // As after a batch (Dekker with the consumer's arm-then-recheck).
-        fence(Ordering::SeqCst);
-        self.wake(&a);
-        Ok(true)
+        self.push_one(now, a, parts, len, true)
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

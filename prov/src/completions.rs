@@ -64,8 +64,8 @@ impl EpState {
             r.src_cache.clear();
             r.src_cache_gen = generation;
         }
-        if let Some(a) = r.src_cache.get(&peer) {
-            return *a;
+        if let Some(a) = r.src_cache.get(peer.index() as u64) {
+            return a;
         }
         let dev = r.ep.peer_addr(peer);
         let local = r.local;
@@ -75,7 +75,7 @@ impl EpState {
             .and_then(|av| av.read().find(|a| a.route(&local) == Some(dev)))
             .unwrap_or(FI_ADDR_NOTAVAIL);
         if found != FI_ADDR_NOTAVAIL {
-            r.src_cache.insert(peer, found);
+            r.src_cache.insert(peer.index() as u64, found);
         }
         found
     }

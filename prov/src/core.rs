@@ -15,6 +15,7 @@ use crate::args::{RecvArgs, SendArgs};
 use crate::av_table::{SharedAv, FI_ADDR_UNSPEC};
 use crate::cntr_queue::CntrShared;
 use crate::cq_queue::CqShared;
+use crate::dense_cache::DenseCache;
 use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
@@ -57,19 +58,25 @@ pub struct CqBinding {
     pub selective: bool,
 }
 
+/// Keys kept by the per-endpoint address caches: AV slots and peer ids below
+/// this. Both are dense (the AV hands out its lowest free slot; the engine
+/// numbers peers in order), so a cache holds as many slots as the AV or the
+/// peer table has entries, at most 24 MiB for a million of them.
+const PEER_CACHE_MAX: usize = 1 << 20;
+
 /// Everything an enabled endpoint needs to move data.
 pub struct Running {
     /// Device, engines, staging, reads: every protocol decision lives there.
     pub(crate) ep: RdmxEndpoint,
     pub(crate) local: RdmxAddr,
     /// Cache of sender PeerId → fi_addr for FI_SOURCE, rebuilt on miss.
-    pub(crate) src_cache: rustc_hash::FxHashMap<PeerId, u64>,
+    pub(crate) src_cache: DenseCache<u64>,
     /// The AV generation `src_cache` was built against.
     pub(crate) src_cache_gen: u64,
     /// Cache of fi_addr → (PeerId, the incarnation its AV entry names) for
     /// sends: every send would otherwise decode the AV entry, route it and
     /// look the device address up again.
-    pub(crate) peer_cache: rustc_hash::FxHashMap<u64, (PeerId, u64)>,
+    pub(crate) peer_cache: DenseCache<(PeerId, u64)>,
     /// The AV generation `peer_cache` was built against.
     pub(crate) peer_cache_gen: u64,
 }
@@ -283,7 +290,7 @@ impl EpShared {
             crate::stats_json::install_signal_handler();
             st.stats_dump = Some(crate::stats_json::DumpSchedule::new(p.stats_interval));
         }
-        st.running = Some(Running { ep, local, src_cache: Default::default(), src_cache_gen: 0, peer_cache: Default::default(), peer_cache_gen: 0 });
+        st.running = Some(Running { ep, local, src_cache: DenseCache::new(PEER_CACHE_MAX), src_cache_gen: 0, peer_cache: DenseCache::new(PEER_CACHE_MAX), peer_cache_gen: 0 });
         Ok(auto)
     }
 
@@ -365,7 +372,7 @@ impl EpState {
             r.peer_cache.clear();
             r.peer_cache_gen = generation;
         }
-        if let Some(&(peer, inc)) = r.peer_cache.get(&fi_addr) {
+        if let Some((peer, inc)) = r.peer_cache.get(fi_addr) {
             drop(av);
             return if r.ep.expect_incarnation(peer, inc) { Ok(peer) } else { Err(Error::HostUnreach) };
         }
@@ -382,9 +389,7 @@ impl EpState {
         if !r.ep.expect_incarnation(peer, a.incarnation) {
             return Err(Error::HostUnreach);
         }
-        if r.peer_cache.len() < 4096 {
-            r.peer_cache.insert(fi_addr, (peer, a.incarnation));
-        }
+        r.peer_cache.insert(fi_addr, (peer, a.incarnation));
         Ok(peer)
     }
 
@@ -412,7 +417,9 @@ impl EpState {
         }
         let peer = self.peer_for(args.dest)?;
         let delivery_complete = args.flags & fi::FI_DELIVERY_COMPLETE as u64 != 0;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete };
+        let wanted = self.tx_wanted(args.flags, args.inject);
+        let silent = !wanted && self.send_cntr.is_none();
+        let meta = OpMeta { context: args.context as u64, wanted, inject: args.inject, copy_at_post, delivery_complete, silent };
         let mut user = IoList::default();
         for s in args.payload.iter().take(user.bufs.len()) {
             user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
@@ -496,7 +503,7 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false, silent: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let posted = r.ep.rma_write(peer, args.key, args.addr, args.payload, data, meta);
         self.drain_outputs();
@@ -521,7 +528,7 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false };
+        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false, silent: false };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let posted = r.ep.atomic(peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta);
         self.drain_outputs();

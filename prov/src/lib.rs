@@ -36,6 +36,7 @@ pub mod completions;
 pub mod core;
 pub mod cq;
 pub mod cq_queue;
+pub mod dense_cache;
 pub mod devices;
 pub mod domain;
 pub mod entry;

@@ -21,7 +21,7 @@ use std::path::Path;
 /// Bottom to top.
 const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
-    ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices"]),
+    ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices", "dense_cache"]),
     ("runtime", &["process_memory", "core", "completions", "ep_stats", "stats_json"]),
     ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "ep_msg", "ep_rma", "mr", "poll", "wait"]),
 ];

@@ -438,6 +438,10 @@ pub struct Engine {
     default_path: PeerPath,
     cold: Vec<Cold>,
     by_addr: FxHashMap<DevAddr, PeerId>,
+    /// The last address [`Engine::peer`] answered for: datagrams come in runs
+    /// from one sender, and a run then costs one comparison per datagram
+    /// instead of a hash lookup. Never stale: `by_addr` only grows.
+    last_peer: Option<(DevAddr, PeerId)>,
     /// The incarnation the application's address names, for peers without hot
     /// state yet ([`Engine::expect_incarnation`]); a side map so that cold
     /// peers stay small.
@@ -493,6 +497,7 @@ impl Engine {
             default_path,
             cold: Vec::new(),
             by_addr: FxHashMap::default(),
+            last_peer: None,
             expected_inc: FxHashMap::default(),
             hot: Slab::new(),
             timers: BinaryHeap::new(),
@@ -544,12 +549,21 @@ impl Engine {
 
     /// Finds or creates the (cold) entry for `addr`. Costs no traffic.
     pub fn peer(&mut self, addr: DevAddr) -> PeerId {
-        if let Some(p) = self.by_addr.get(&addr) {
-            return *p;
+        if let Some((a, p)) = self.last_peer {
+            if a == addr {
+                return p;
+            }
         }
-        let id = PeerId(self.cold.len() as u32);
-        self.cold.push(Cold { addr, hot: None, path: None });
-        self.by_addr.insert(addr, id);
+        let id = match self.by_addr.get(&addr) {
+            Some(&p) => p,
+            None => {
+                let id = PeerId(self.cold.len() as u32);
+                self.cold.push(Cold { addr, hot: None, path: None });
+                self.by_addr.insert(addr, id);
+                id
+            }
+        };
+        self.last_peer = Some((addr, id));
         id
     }
 

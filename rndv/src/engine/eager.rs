@@ -60,7 +60,9 @@ impl MsgEngine {
         }
         self.stats.eager_sent += 1;
         self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
-        self.completions.push_back(Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) });
+        if !meta.silent {
+            self.completions.push_back(Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) });
+        }
         true
     }
 

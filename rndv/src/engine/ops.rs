@@ -255,6 +255,11 @@ pub struct OpMeta {
     /// path may complete once written out for the device (transmit complete:
     /// the path cannot lose it), with no acknowledgement at all.
     pub delivery_complete: bool,
+    /// Nothing above needs to hear that it succeeded: no CQ entry is wanted
+    /// and no counter counts it (an `fi_inject` with no send counter). A
+    /// send that completes in the call then queues no completion at all; a
+    /// failure is still reported.
+    pub silent: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
