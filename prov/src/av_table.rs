@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::log::{fi_warn, Subsys};
 use parking_lot::RwLock;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
@@ -21,8 +22,10 @@ pub struct AvTable {
     slots: Vec<[u8; ADDR_LEN]>,
     free: BTreeSet<u64>,
     /// Bumped on every insert and remove, so cached fi_addr lookups (FI_SOURCE)
-    /// know when to start over.
-    generation: u64,
+    /// know when to start over. Shared with the bound endpoints, which read it
+    /// without the table's lock ([`AvTable::generation_handle`]): a send or a
+    /// receive whose cached lookup is still good takes no lock at all.
+    generation: Arc<AtomicU64>,
 }
 
 const EMPTY: [u8; ADDR_LEN] = [0; ADDR_LEN];
@@ -52,7 +55,7 @@ impl AvTable {
 
     pub fn insert(&mut self, a: RdmxAddr) -> u64 {
         warn_if_unreachable_loopback(&a);
-        self.generation += 1;
+        self.generation.fetch_add(1, Ordering::Release);
         let bytes = a.encode();
         match self.free.pop_first() {
             Some(i) => {
@@ -74,12 +77,20 @@ impl AvTable {
             .ok_or(Error::Inval("fi_addr not in AV"))?;
         *slot = EMPTY;
         self.free.insert(fi_addr);
-        self.generation += 1;
+        self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
     pub fn generation(&self) -> u64 {
-        self.generation
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The generation counter itself, for an endpoint to check its caches
+    /// against without taking the table's lock. It is bumped under the write
+    /// lock after the change, so a reader that sees the old value acts as if
+    /// it ran before the change.
+    pub fn generation_handle(&self) -> Arc<AtomicU64> {
+        self.generation.clone()
     }
 
     /// Finds an entry by predicate (maps a sender back to its fi_addr; callers

@@ -59,7 +59,7 @@ impl EpState {
 
     pub(crate) fn src_fi_addr(&mut self, peer: PeerId) -> u64 {
         let Some(r) = self.running.as_mut() else { return FI_ADDR_NOTAVAIL };
-        let generation = self.av.as_ref().map(|av| av.read().generation()).unwrap_or(0);
+        let generation = self.av_generation.as_ref().map_or(0, |g| g.load(std::sync::atomic::Ordering::Acquire));
         if generation != r.src_cache_gen {
             r.src_cache.clear();
             r.src_cache_gen = generation;

@@ -102,6 +102,8 @@ static CLEANUPS: AtomicU64 = AtomicU64::new(0);
 pub struct EpState {
     pub profile: Profile,
     pub av: Option<SharedAv>,
+    /// The bound AV's generation ([`crate::av_table::AvTable::generation_handle`]).
+    pub av_generation: Option<Arc<std::sync::atomic::AtomicU64>>,
     pub tx_cq: Option<CqBinding>,
     pub rx_cq: Option<CqBinding>,
     pub send_cntr: Option<Arc<CntrShared>>,
@@ -171,6 +173,7 @@ impl EpShared {
             state: Mutex::new(EpState {
                 profile,
                 av: None,
+                av_generation: None,
                 tx_cq: None,
                 rx_cq: None,
                 send_cntr: None,
@@ -364,18 +367,19 @@ fn post_error(e: PostError) -> Error {
 
 impl EpState {
     pub(crate) fn peer_for(&mut self, fi_addr: u64) -> Result<PeerId> {
-        let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?;
-        let av = av.read();
-        let generation = av.generation();
+        let generation = self.av_generation.as_ref().ok_or(Error::Inval("no AV bound"))?.load(Ordering::Acquire);
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         if r.peer_cache_gen != generation {
             r.peer_cache.clear();
             r.peer_cache_gen = generation;
         }
         if let Some((peer, inc)) = r.peer_cache.get(fi_addr) {
-            drop(av);
             return if r.ep.expect_incarnation(peer, inc) { Ok(peer) } else { Err(Error::HostUnreach) };
         }
+        // A miss reads the table under its lock. Should an insert or removal
+        // land after the generation was read, the entry cached below is
+        // dropped at the next call, which sees the new generation.
+        let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?.read();
         let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         drop(av);
         let dev = a

@@ -228,6 +228,7 @@ entry! {
                 }
                 av.bound.get();
                 bound.av = Some(av);
+                st.av_generation = Some(av.table.read().generation_handle());
                 st.av = Some(av.table.clone());
             }
             fi::FI_CLASS_CQ => {
