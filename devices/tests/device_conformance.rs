@@ -1199,6 +1199,78 @@ fn auto_routes_by_address_kind() {
     assert!(b.remote_reads().unwrap().poll_read(now()).is_none());
 }
 
+/// A UDP device that counts its receive polls (each a `recvmmsg`).
+struct CountingUdp {
+    udp: UdpDevice,
+    polls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Device for CountingUdp {
+    fn caps(&self) -> rdm::device::DeviceCaps {
+        self.udp.caps()
+    }
+    fn local_addr(&self) -> DevAddr {
+        self.udp.local_addr()
+    }
+    fn send_batch(&mut self, now: rdm::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
+        self.udp.send_batch(now, batch)
+    }
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
+        self.polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.udp.recv_batch(max, deliver)
+    }
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.udp.wait_fd()
+    }
+    fn prepare_wait(&mut self) -> bool {
+        self.udp.prepare_wait()
+    }
+}
+
+/// `auto` polls its network half (a system call) by what it has heard: every
+/// call before any on-host traffic; once per 1024 calls at most while only
+/// on-host peers have spoken, yet an off-host datagram is still taken within
+/// 1024 calls; once per 64 once off-host peers have spoken too.
+#[test]
+fn auto_polls_the_network_by_what_it_has_heard() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let udp = CountingUdp { udp: UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap(), polls: polls.clone() };
+    let mut b = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(udp)).unwrap();
+    let mut a = auto();
+    let (b_shm, b_udp) = (DevAddr::Shm(b.shm_addr().unwrap()), b.local_addr());
+    let calls = |b: &mut AutoDevice<CountingUdp>, n: usize| {
+        let before = polls.load(Relaxed);
+        let mut got = 0;
+        for _ in 0..n {
+            got += b.recv_batch(64, &mut |_, _| {}).unwrap();
+        }
+        (polls.load(Relaxed) - before, got)
+    };
+    assert_eq!(calls(&mut b, 1000), (1000, 0), "nothing heard yet: the socket every call");
+    // On-host traffic.
+    send_all(&mut a, &[TxDatagram::new(b_shm, b"on-host")]);
+    assert_eq!(calls(&mut b, 1).1, 1);
+    let (n, _) = calls(&mut b, 8192);
+    // Skips of 7, 15, ... 1023, then 1023 each: 8 polls in the first 2047
+    // calls, one per 1024 after.
+    assert!((8..=16).contains(&n), "{n} network polls in 8192 calls with only on-host traffic");
+    // An off-host datagram arrives in the longest skip: taken within 1024 calls.
+    send_all(&mut a, &[TxDatagram::new(b_udp, b"off-host")]);
+    std::thread::sleep(Duration::from_millis(20));
+    let mut taken = None;
+    for i in 0..1025 {
+        if calls(&mut b, 1).1 == 1 {
+            taken = Some(i);
+            break;
+        }
+    }
+    assert!(taken.is_some(), "the off-host datagram was not taken within 1024 calls");
+    // Both heard: the skip grows to 63 at most.
+    let (n, _) = calls(&mut b, 8192);
+    assert!((8192 / 64..=8192 / 64 + 8).contains(&n), "{n} network polls in 8192 calls with off-host peers heard");
+}
+
 #[test]
 fn auto_dead_shm_peer_stops_the_batch() {
     let mut a = auto();
