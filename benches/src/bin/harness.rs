@@ -27,6 +27,66 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------
+// The README's summary
+
+/// The headline figures, for the README's speed section
+/// (`benches/readme_summary.sh` copies them there; `prov/tests/docs_quotes.rs`
+/// holds the copy to this file): a sentence, then one table.
+fn summary(st: &Store, targets: &[Target], mpi_stacks: &[MpiStack], lf2: bool, run: &str, reps: usize) -> String {
+    let pp = |label: &str, size: usize, what: &str| st.med(&k_pp("tagged", label, size, what));
+    let mpi = |label: &str, what: &str| st.med(&k_mpi(label, what, 8));
+    let met = targets.iter().filter(|t| t.met() == Some(true)).count();
+    let mut out = String::new();
+    let _ = writeln!(out, "{run}: {met} of {} speed targets met; medians of {reps} run(s), rdmx and its peers alternating in one run.\n", targets.len());
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut row = |what: &str, unit: &str, r: Option<f64>, peer: &str, p: Option<f64>, le: bool, goal: f64| {
+        let v = |x: Option<f64>| x.map_or("—".to_string(), |x| format!("{} {unit}", num(x)));
+        let judged = ratio(r, p).map_or("—".to_string(), |x| format!("{x:.2}×"));
+        rows.push(vec![what.to_string(), v(r), format!("{peer}: {}", v(p)), judged, format!("{} {goal:.1}×", if le { "≤" } else { "≥" })]);
+    };
+    row("8 B latency (fi_pingpong)", "µs", pp("rdmx", 8, "lat"), "libfabric 1.17 `shm`", pp("shm", 8, "lat"), true, 1.0);
+    row("64 KiB bandwidth (fi_pingpong)", "MB/s", pp("rdmx", 64 << 10, "bw"), "libfabric 1.17 `shm`", pp("shm", 64 << 10, "bw"), false, 1.0);
+    row("1 MiB bandwidth (fi_pingpong)", "MB/s", pp("rdmx", 1 << 20, "bw"), "libfabric 1.17 `shm`", pp("shm", 1 << 20, "bw"), false, 1.0);
+    if lf2 {
+        row("8 B latency, libfabric 2.1", "µs", pp("rdmx (lf 2.1)", 8, "lat"), "libfabric 2.1 `shm`", pp("shm (lf 2.1)", 8, "lat"), true, 1.0);
+        row("64 KiB bandwidth, libfabric 2.1", "MB/s", pp("rdmx (lf 2.1)", 64 << 10, "bw"), "libfabric 2.1 `shm`", pp("shm (lf 2.1)", 64 << 10, "bw"), false, 1.0);
+    }
+    row("8 B message rate, window 64 (fi_msgrate)", "M/s", st.med("msgrate/rdmx"), "libfabric 1.17 `shm`", st.med("msgrate/shm"), false, 1.2);
+    row("OpenMPI 4.1: 8 B latency", "µs", mpi("rdmx", "latency_us"), "`btl vader`", mpi("vader", "latency_us"), true, 1.5);
+    row("OpenMPI 4.1: 8 B message rate", "M/s", mpi("rdmx", "msgrate_Mps"), "`btl vader`", mpi("vader", "msgrate_Mps"), false, 0.5);
+    if mpi_stacks.contains(&MpiStack::Ompi5) {
+        row("OpenMPI 5: 8 B latency", "µs", mpi("ompi5 rdmx", "latency_us"), "`btl sm`", mpi("ompi5 sm", "latency_us"), true, 1.5);
+        row("OpenMPI 5: 8 B message rate", "M/s", mpi("ompi5 rdmx", "msgrate_Mps"), "`btl sm`", mpi("ompi5 sm", "msgrate_Mps"), false, 0.5);
+    }
+    if mpi_stacks.contains(&MpiStack::Mpich5) {
+        row("MPICH 5: 8 B latency", "µs", mpi("mpich5 rdmx", "latency_us"), "over libfabric `shm`", mpi("mpich5 fi shm", "latency_us"), true, 1.0);
+        row("MPICH 5: 8 B message rate", "M/s", mpi("mpich5 rdmx", "msgrate_Mps"), "over libfabric `shm`", mpi("mpich5 fi shm", "msgrate_Mps"), false, 1.0);
+    }
+    row("UDP 8 B latency (`-d udp`)", "µs", pp("rdmx udp", 8, "lat"), "raw UDP busy-poll floor", st.med("floor/udp/8/lat"), true, 1.3);
+    let best_bw = max_of([pp("net", 1 << 20, "bw"), pp("tcp;ofi_rxm", 1 << 20, "bw")]);
+    row("UDP 1 MiB bandwidth (`-d udp`)", "MB/s", pp("rdmx udp", 1 << 20, "bw"), "best of `net`, `tcp;ofi_rxm`", best_bw, false, 1.0);
+    let lossy = |loss: u32| min_of(LOSSY_BIG.iter().map(|&s| ratio(st.med(&k_lossy("rdmx", loss, &format!("bw/{s}"))), st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))))));
+    rows.push(vec![
+        format!("{LOSS_PCT} % loss: worst 1-6 MiB size"),
+        lossy(LOSS_PCT).map_or("—".to_string(), |x| format!("{x:.2}× of lossless")),
+        "—".to_string(),
+        lossy(LOSS_PCT).map_or("—".to_string(), |x| format!("{x:.2}×")),
+        "≥ 0.5×".to_string(),
+    ]);
+    let cg = |fig: &str| st.med(&format!("callgrind/{fig}"));
+    rows.push(vec![
+        "instructions per 8 B send / receive (callgrind, OpenMPI `pml cm`)".to_string(),
+        format!("{} / {}", cg("send").map_or("—".to_string(), |x| format!("{x:.0}")), cg("recv").map_or("—".to_string(), |x| format!("{x:.0}"))),
+        format!("budget: {CALLGRIND_BUDGET:.0}"),
+        ratio(max_of([cg("send"), cg("recv")]), Some(CALLGRIND_BUDGET)).map_or("—".to_string(), |x| format!("{x:.2}×")),
+        "≤ 1.0×".to_string(),
+    ]);
+    let head: Vec<String> = ["figure", "rdmx", "peer", "rdmx / peer", "target"].iter().map(|s| s.to_string()).collect();
+    table(&mut out, &head, &rows);
+    out
+}
+
+// ---------------------------------------------------------------------------
 // Configurations
 
 /// One fi_pingpong / fi_msgrate configuration.
@@ -1498,6 +1558,7 @@ fn main() {
     }
     std::fs::write(out.join("samples.csv"), csv).unwrap();
     std::fs::write(out.join("results.md"), &md).unwrap();
+    std::fs::write(out.join("summary.md"), summary(&st, &targets, &mpi_stacks, pp_configs.iter().any(|c| c.lf2), &format!("rdmx {commit}{dirty}, {date}, {host} ({} CPUs)", capture("nproc")), reps)).unwrap();
 
     // ---- Summary on stdout
     println!("\n{:<80} {:>9} {:>8}  ", "target", "measured", "goal");
