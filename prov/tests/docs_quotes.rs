@@ -93,3 +93,31 @@ fn the_check_can_fail() {
     let table = "<!-- quoted from benches/results/b.md -->\n| a | 1.21× |\n| b | 0.92× |\n\nafter\n";
     assert_eq!(quotes(table)[0].1, vec!["| a | 1.21× |".to_string(), "| b | 0.92× |".to_string()]);
 }
+
+/// The README's speed section is the whole summary of the newest harness run
+/// that wrote one (`benches/readme_summary.sh` puts it there): every line of
+/// that `summary.md`, in order, and nothing else between the markers.
+#[test]
+fn the_readme_speed_summary_is_the_newest_runs_whole_summary() {
+    let readme = read(&root().join("README.md"));
+    let begin = readme.find("<!-- speed summary: begin -->\n").expect("README.md: no speed summary begin marker");
+    let end = readme.find("<!-- speed summary: end -->").expect("README.md: no speed summary end marker");
+    let block = &readme[begin..end];
+    let quoted = quotes(block);
+    assert!(!quoted.is_empty(), "README.md: the speed summary quotes nothing (run benches/readme_summary.sh)");
+    let path = &quoted[0].0;
+    assert!(quoted.iter().all(|(p, _)| p == path) && path.ends_with("/summary.md"), "README.md: the speed summary must quote one run's summary.md, not {:?}", quoted.iter().map(|q| &q.0).collect::<Vec<_>>());
+    let source = read(&root().join(path));
+    let want: Vec<&str> = source.lines().filter(|l| !l.trim().is_empty()).collect();
+    let got: Vec<&str> = block.lines().skip(1).filter(|l| !l.trim().is_empty() && !l.trim().starts_with(MARK)).collect();
+    assert_eq!(got, want, "README.md's speed summary is not {path} (run benches/readme_summary.sh)");
+    // The newest run with a summary: results directories start with their date.
+    let mut runs: Vec<String> = std::fs::read_dir(root().join("benches/results"))
+        .expect("benches/results")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("summary.md").exists())
+        .map(|e| format!("benches/results/{}/summary.md", e.file_name().to_string_lossy()))
+        .collect();
+    runs.sort();
+    assert_eq!(Some(path), runs.last(), "README.md quotes {path}, but a newer run has a summary");
+}
