@@ -903,28 +903,21 @@ impl Engine {
         self.send(now, peer, parts, token)
     }
 
-    /// The fast path of [`Engine::send_transmit_complete`]: a message that
-    /// would go as one DIRECT datagram, written at once into `buf` (the
-    /// caller's transmit buffer) instead of being queued, copied into a pooled
-    /// buffer and written out by the next [`Engine::poll_transmit`]. Taken only
-    /// when no datagram waits in the queue (which would otherwise be
-    /// overtaken) and the message fits one datagram of the path and `buf`.
-    /// `SendComplete` follows as for a queued one; the caller must hand the
-    /// datagram to the device before anything `poll_transmit` writes later.
-    /// `None`: nothing was done (send it with `send_transmit_complete`).
-    pub fn transmit_direct_now(&mut self, peer: PeerId, parts: &[&[u8]], token: u64, buf: &mut [u8]) -> Option<Transmit> {
+    /// Where a DIRECT datagram of `len` payload bytes to `peer` goes, and
+    /// its header, if one may go now: nothing queued to write ahead of it,
+    /// DIRECT allowed to the peer, one datagram of its path. The conditions
+    /// of both ways of sending one ([`Engine::transmit_direct_now`],
+    /// [`Engine::send_direct_with`]).
+    fn direct_header(&self, peer: PeerId, len: usize) -> Option<(DevAddr, Header)> {
         if !self.dgram_tx.is_empty() {
             return None;
         }
-        let h = self.cold.get(peer.0 as usize)?.hot?;
+        let cold = self.cold.get(peer.0 as usize)?;
+        let hot = &self.hot[cold.hot? as usize];
         let path = self.path_of(peer);
-        let hot = &self.hot[h as usize];
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let fits = len <= (path.payload_max as usize).min(DIRECT_MAX) && HEADER_LEN + len <= buf.len();
-        if !(direct_allowed(path, hot) && fits) {
+        if !(direct_allowed(path, hot) && len <= (path.payload_max as usize).min(DIRECT_MAX)) {
             return None;
         }
-        let dst = self.cold[peer.0 as usize].addr;
         let header = Header {
             ptype: PacketType::Direct,
             first: true,
@@ -936,8 +929,26 @@ impl Engine {
             ack: Psn(0),
             sack: 0,
             header_sum: false,
-            unsummed: unsummed_to(&dst, path),
+            unsummed: unsummed_to(&cold.addr, path),
         };
+        Some((cold.addr, header))
+    }
+
+    /// The fast path of [`Engine::send_transmit_complete`]: a message that
+    /// would go as one DIRECT datagram, written at once into `buf` (the
+    /// caller's transmit buffer) instead of being queued, copied into a pooled
+    /// buffer and written out by the next [`Engine::poll_transmit`]. Taken only
+    /// when no datagram waits in the queue (which would otherwise be
+    /// overtaken) and the message fits one datagram of the path and `buf`.
+    /// `SendComplete` follows as for a queued one; the caller must hand the
+    /// datagram to the device before anything `poll_transmit` writes later.
+    /// `None`: nothing was done (send it with `send_transmit_complete`).
+    pub fn transmit_direct_now(&mut self, peer: PeerId, parts: &[&[u8]], token: u64, buf: &mut [u8]) -> Option<Transmit> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        if HEADER_LEN + len > buf.len() {
+            return None;
+        }
+        let (dst, header) = self.direct_header(peer, len)?;
         let n = header.encode_parts(parts, buf);
         self.stats.sent_direct += 1;
         self.events.push_back(Event::SendComplete { token });
@@ -959,30 +970,11 @@ impl Engine {
     /// buffer, no queue, no event; the device copies header and payload once,
     /// into the peer's ring cell.
     pub fn send_direct_with(&mut self, peer: PeerId, parts: &[&[u8]], write: impl FnOnce(DevAddr, &[&[u8]]) -> bool) -> bool {
-        if !self.dgram_tx.is_empty() || parts.len() >= DIRECT_PARTS_MAX {
+        if parts.len() >= DIRECT_PARTS_MAX {
             return false;
         }
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return false };
-        let path = self.path_of(peer);
-        let hot = &self.hot[h as usize];
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if !(direct_allowed(path, hot) && len <= (path.payload_max as usize).min(DIRECT_MAX)) {
-            return false;
-        }
-        let dst = self.cold[peer.0 as usize].addr;
-        let header = Header {
-            ptype: PacketType::Direct,
-            first: true,
-            last: true,
-            job_key: self.cfg.job_key,
-            src_inc: self.cfg.incarnation,
-            dst_inc: hot.peer_inc,
-            psn_or_window: 0,
-            ack: Psn(0),
-            sack: 0,
-            header_sum: false,
-            unsummed: unsummed_to(&dst, path),
-        };
+        let Some((dst, header)) = self.direct_header(peer, len) else { return false };
         let head = header.encode_over(parts);
         let mut all: [&[u8]; DIRECT_PARTS_MAX] = [&[]; DIRECT_PARTS_MAX];
         all[0] = &head;

@@ -228,13 +228,11 @@ impl Header {
         self.encode_parts(&[payload], buf)
     }
 
-    /// [`Header::encode`] with the payload given as a gather list, written
-    /// back to back (a message's header and its application bytes, copied
-    /// once, straight into a transmit buffer).
-    #[inline]
-    pub fn encode_parts(&self, parts: &[&[u8]], buf: &mut [u8]) -> usize {
-        let n = HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
-        let b = &mut buf[..n];
+    /// Writes every field but the checksum into `b` (the header's
+    /// [`HEADER_LEN`] bytes); returns (UNSUMMED, HEADER_SUM) as written.
+    #[inline(always)]
+    fn put_fields(&self, b: &mut [u8]) -> (bool, bool) {
+        debug_assert_eq!(b.len(), HEADER_LEN);
         b[field::MAGIC] = MAGIC;
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.ptype.to_wire();
@@ -252,6 +250,17 @@ impl Header {
         b[field::PSN_OR_WINDOW].copy_from_slice(&self.psn_or_window.to_le_bytes());
         b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
         b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
+        (unsummed, header_sum)
+    }
+
+    /// [`Header::encode`] with the payload given as a gather list, written
+    /// back to back (a message's header and its application bytes, copied
+    /// once, straight into a transmit buffer).
+    #[inline]
+    pub fn encode_parts(&self, parts: &[&[u8]], buf: &mut [u8]) -> usize {
+        let n = HEADER_LEN + parts.iter().map(|p| p.len()).sum::<usize>();
+        let b = &mut buf[..n];
+        let (unsummed, header_sum) = self.put_fields(&mut b[..HEADER_LEN]);
         let mut at = HEADER_LEN;
         for p in parts {
             b[at..at + p.len()].copy_from_slice(p);
@@ -273,24 +282,10 @@ impl Header {
     /// of [`Header::encode_parts`], the checksum computed over the parts
     /// where one is due.
     pub fn encode_over(&self, parts: &[&[u8]]) -> [u8; HEADER_LEN] {
-        // Field by field into a fixed array (no slice bounds to check): this
+        // Into a fixed array (inlined, no slice bounds left to check): this
         // is on every small message of the shm path.
-        let unsummed = self.unsummed;
-        let header_sum = self.header_sum && !unsummed;
         let mut b = [0u8; HEADER_LEN];
-        b[field::MAGIC] = MAGIC;
-        b[field::VERSION] = VERSION;
-        b[field::TYPE] = self.ptype.to_wire();
-        b[field::FLAGS] = (if self.first { F_FIRST } else { 0 })
-            | (if self.last { F_LAST } else { 0 })
-            | (if header_sum { F_HEADER_SUM } else { 0 })
-            | (if unsummed { F_UNSUMMED } else { 0 });
-        b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
-        b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
-        b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
-        b[field::PSN_OR_WINDOW].copy_from_slice(&self.psn_or_window.to_le_bytes());
-        b[field::ACK].copy_from_slice(&self.ack.0.to_le_bytes());
-        b[field::SACK].copy_from_slice(&self.sack.to_le_bytes());
+        let (unsummed, header_sum) = self.put_fields(&mut b);
         if header_sum {
             seal(&mut b);
             return b;
