@@ -177,6 +177,19 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
+    fn held_back(&mut self, dst: &DevAddr) -> bool {
+        match &mut self.shm {
+            Some(s) if Self::is_shm(dst) => s.held_back(dst),
+            _ => false,
+        }
+    }
+
+    fn hold_back_senders(&mut self, hold: bool) {
+        if let Some(s) = &mut self.shm {
+            s.hold_back_senders(hold);
+        }
+    }
+
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
         self.shm_first = !self.shm_first;
         let mut n = 0;

@@ -16,6 +16,12 @@
 //! * **Senders** map a peer's ring lazily on the first datagram to it and keep the
 //!   mapping until the device is dropped. A full ring is back-pressure (short
 //!   count); the device is `reliable` and `ordered` (per sender, one ring).
+//! * **Holding senders back.** A receiver whose engine paused (its
+//!   unexpected-message limit) sets `held_back` in its ring header
+//!   ([`Device::hold_back_senders`]); a sender's `send_gathered` then writes no
+//!   message straight in, and the engine sends that peer sequenced messages,
+//!   which the receiver's window holds. The zero-window ACK says the same,
+//!   but only to a sender that reads its own ring.
 //! * **Liveness.** A ring whose owner closed it, whose file is gone, or whose owner
 //!   pid no longer exists is [`DeviceError::Unreachable`]. The owner unlinks its
 //!   files on drop; files of dead processes of this host are removed by the next
@@ -115,7 +121,13 @@ struct Header {
     ring_id: AtomicU64,
     /// Where the owner mapped this header (for the remote-read probe).
     owner_hdr_addr: AtomicU64,
-    _pad0: [u8; 16],
+    /// 1 while the owner holds its senders back ([`Device::hold_back_senders`]:
+    /// its engine paused at its unexpected-message limit): senders then
+    /// write no message straight in (`send_gathered`) and send sequenced
+    /// ones only, which its window holds. Zero in a ring of an older rdmx
+    /// (the file is created zeroed), which never sets it.
+    held_back: AtomicU32,
+    _pad0: [u8; 12],
     /// 1 when the consumer wants a byte in the FIFO on the next arrival.
     armed: AtomicU32,
     _pad1: [u8; 60],
@@ -167,7 +179,8 @@ impl Header {
             closed: AtomicU32::new(0),
             ring_id: AtomicU64::new(0),
             owner_hdr_addr: AtomicU64::new(0),
-            _pad0: [0; 16],
+            held_back: AtomicU32::new(0),
+            _pad0: [0; 12],
             armed: AtomicU32::new(0),
             _pad1: [0; 60],
             tail: AtomicU64::new(0),
@@ -266,6 +279,7 @@ impl Ring {
         h.ring_id.store(ring_id, Ordering::Relaxed);
         h.owner_hdr_addr.store(base as u64, Ordering::Relaxed);
         h.armed.store(0, Ordering::Relaxed);
+        h.held_back.store(0, Ordering::Relaxed);
         h.tail.store(0, Ordering::Relaxed);
         h.head.store(0, Ordering::Relaxed);
         for i in 0..ring.slots {
@@ -492,6 +506,11 @@ pub struct ShmStats {
     /// Posted reads failed because the sender's endpoint had closed before
     /// or while they copied (see the module docs): their receives fail.
     pub reads_after_close: u64,
+    /// Messages not written straight in (`send_gathered`) because the
+    /// peer held its senders back.
+    pub held_back: u64,
+    /// Times this endpoint started or stopped holding its senders back.
+    pub held_back_changes: u64,
 }
 
 /// A peer's ring as this device sees it.
@@ -515,10 +534,16 @@ struct Peer {
 impl Peer {
     /// Wakes the ring's owner if it armed its wake-up (it sleeps on its
     /// FIFO); whether a wake-up was written.
+    #[inline]
     fn wake(&mut self) -> bool {
-        if !self.seg.ring.take_armed() {
-            return false;
-        }
+        self.seg.ring.take_armed() && self.write_wake()
+    }
+
+    /// The wake-up byte into the owner's FIFO: the rare case (a receiver
+    /// that polls never arms), kept out of line of every send.
+    #[cold]
+    #[inline(never)]
+    fn write_wake(&mut self) -> bool {
         match &mut self.fifo {
             Some(f) => {
                 let _ = f.write(&[1]);
@@ -1149,10 +1174,12 @@ impl ShmDevice {
     /// Writes one datagram (`parts`, `len` bytes) into the ring of `a`:
     /// `Ok(false)` when the ring is full. Checks the peer's process at most
     /// once per [`ALIVE_FOR`] of `now`, and whenever its ring is full.
-    /// Pushes one datagram, gathered from `parts`, into `a`'s ring; with
-    /// `wake`, wakes its owner if it sleeps, through the same peer entry
-    /// (a lone send looks its peer up once, not twice).
-    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize, wake: bool) -> Result<bool, DeviceError> {
+    /// Pushes one datagram, gathered from `parts`, into `a`'s ring. With
+    /// `direct` (a message written straight in, `send_gathered`): `Ok(false)`
+    /// also when the owner holds its senders back, and the owner is woken if
+    /// it sleeps, through the same peer entry (a lone send looks its peer up
+    /// once, not twice; a batch wakes each peer once, after it).
+    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize, direct: bool) -> Result<bool, DeviceError> {
         if len > self.mtu {
             return Err(DeviceError::TooLarge { len, mtu: self.mtu });
         }
@@ -1174,6 +1201,10 @@ impl ShmDevice {
         if len > ring.mtu {
             return Err(DeviceError::TooLarge { len, mtu: ring.mtu });
         }
+        if direct && ring.header().held_back.load(Ordering::Acquire) != 0 {
+            self.stats.held_back += 1;
+            return Ok(false);
+        }
         if !ring.try_push_parts(me.pid, me.ring_id, parts, len) {
             // Full. A ring nobody drains any more belongs to a dead process.
             if !peer.alive(a.pid) {
@@ -1184,7 +1215,7 @@ impl ShmDevice {
             return Ok(false);
         }
         // As after a batch (Dekker with the consumer's arm-then-recheck).
-        let woke = wake && {
+        let woke = direct && {
             fence(Ordering::SeqCst);
             peer.wake()
         };
@@ -1254,6 +1285,19 @@ impl Device for ShmDevice {
         let DevAddr::Shm(a) = dst else { return Err(DeviceError::Unreachable(dst)) };
         let len = parts.iter().map(|p| p.len()).sum();
         self.push_one(now, a, parts, len, true)
+    }
+
+    fn held_back(&mut self, dst: &DevAddr) -> bool {
+        let DevAddr::Shm(a) = dst else { return false };
+        self.peers.get(a).is_some_and(|p| p.seg.ring.header().held_back.load(Ordering::Acquire) != 0)
+    }
+
+    fn hold_back_senders(&mut self, hold: bool) {
+        // Before the zero-window ACK (or, resuming, the window's reopening)
+        // goes out to the senders' rings: a sender that reads that ACK and
+        // then this flag sees the flag of the same state or a later one.
+        self.seg.ring.header().held_back.store(hold as u32, Ordering::SeqCst);
+        self.stats.held_back_changes += 1;
     }
 
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {

@@ -241,6 +241,9 @@ pub struct Endpoint<D: Device, M: Memory, C: Clock> {
     events: VecDeque<EndpointEvent>,
     linger: Option<Linger>,
     closed: bool,
+    /// What the device was last told of the rdm engine's pause
+    /// ([`Endpoint::tell_senders_if_paused`]).
+    senders_held_back: bool,
 }
 
 impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
@@ -295,6 +298,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             events: VecDeque::new(),
             linger: None,
             closed: false,
+            senders_held_back: false,
         }
     }
 
@@ -379,10 +383,31 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // run first (it would be overtaken: the other path runs it here).
         if self.staged == 0 && self.reads.is_empty() && !self.rdm.wants_transmit() && !self.rdm.has_events() && !self.msg.has_actions() {
             let device = &mut self.device;
-            let write = |dst, parts: &[&[u8]]| matches!(device.send_gathered(t, dst, parts), Ok(true));
+            let mut held_back = false;
+            let write = |dst, parts: &[&[u8]]| match device.send_gathered(t, dst, parts) {
+                Ok(true) => true,
+                Ok(false) => {
+                    held_back = device.held_back(&dst);
+                    false
+                }
+                Err(_) => false,
+            };
             if self.msg.send_direct(&mut self.rdm, peer, header, payload, user, meta, write) {
                 return Ok(());
             }
+            if held_back {
+                // The receiver is at its unexpected-message limit: this
+                // message and those after it go sequenced, held by its window.
+                self.rdm.peer_holds_back(t, peer);
+            }
+        }
+        // DIRECT messages queued behind a full ring go out with the flush
+        // below, whatever their receiver said since: a receiver at its
+        // unexpected-message limit still takes DIRECT packets, and its
+        // zero-window ACK waits in our input. Read it first, so that an
+        // application that only sends stops writing DIRECT packets to it.
+        if self.rdm.direct_queued() {
+            self.progress();
         }
         // With nothing staged, a message that goes as one DIRECT datagram is
         // written straight into the first transmit buffer: no queue, no pooled
@@ -655,6 +680,18 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         }
     }
 
+    /// Tells the device when the rdm engine started or stopped pausing
+    /// (the message engine's unexpected-message limit), before the ACKs that
+    /// say so leave: the device tells senders that write straight into our
+    /// ring ([`Device::hold_back_senders`]).
+    fn tell_senders_if_paused(&mut self) {
+        let paused = self.rdm.is_paused();
+        if paused != self.senders_held_back {
+            self.senders_held_back = paused;
+            self.device.hold_back_senders(paused);
+        }
+    }
+
     /// After a post: runs what the post itself produced (a match against an
     /// unexpected message, a read to start, completions, datagrams to send)
     /// without polling the device or the timers, which the next round does. A
@@ -826,7 +863,16 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// datagram may wait here across a return to the application unless the
     /// device refused it (then it is retried first, in order).
     fn flush(&mut self, t: Instant) {
+        self.tell_senders_if_paused();
         loop {
+            // A batch of DIRECT packets is about to be pulled: not to a
+            // receiver that holds its senders back (its flag, seen before its
+            // zero-window ACK), however fast it drains its ring meanwhile.
+            if let Some((peer, dst)) = self.rdm.direct_queued_to() {
+                if self.device.held_back(&dst) {
+                    self.rdm.peer_holds_back(t, peer);
+                }
+            }
             while self.staged < TX_BATCH {
                 let i = self.staged;
                 match self.rdm.poll_transmit(t, &mut self.stage[i]) {

@@ -408,6 +408,25 @@ pub trait Device: Send {
         Ok(false)
     }
 
+    /// After [`Device::send_gathered`] to `dst` answered `Ok(false)`: whether
+    /// because `dst`'s receiver holds its senders back
+    /// ([`Device::hold_back_senders`]). The sender then sends sequenced
+    /// messages only, which the receiver's window holds.
+    fn held_back(&mut self, dst: &DevAddr) -> bool {
+        let _ = dst;
+        false
+    }
+
+    /// Receiver side: asks this endpoint's senders, where the device can
+    /// tell them without a datagram (shm: a flag in the ring's header), to
+    /// stop writing messages straight in, and then to start again. The
+    /// engine is paused (unexpected-message limit): a sender's own progress
+    /// would learn it only from our zero-window ACK, and a sender that only
+    /// sends never reads it.
+    fn hold_back_senders(&mut self, hold: bool) {
+        let _ = hold;
+    }
+
     /// Receives up to `max` datagrams that are ready now, lending each to `deliver`
     /// (source address, payload). Returns how many were delivered; 0 when none was
     /// ready.
@@ -548,6 +567,14 @@ impl<D: Device + ?Sized> Device for Box<D> {
 
     fn send_gathered(&mut self, now: crate::time::Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
         (**self).send_gathered(now, dst, parts)
+    }
+
+    fn held_back(&mut self, dst: &DevAddr) -> bool {
+        (**self).held_back(dst)
+    }
+
+    fn hold_back_senders(&mut self, hold: bool) {
+        (**self).hold_back_senders(hold)
     }
 
     fn recv_batch(

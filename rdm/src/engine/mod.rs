@@ -206,6 +206,9 @@ pub struct Stats {
     /// the application's buffers ([`Engine::send_direct_with`]: shm's
     /// small-message path, no staging buffer, no queue, no event).
     pub sent_direct_written: u64,
+    /// DIRECT messages queued to a peer that then paused, moved to its
+    /// sequenced queue instead ([`Engine::peer_holds_back`]).
+    pub direct_requeued: u64,
 }
 
 /// Counters the layer above keeps per peer in the peer's hot state (see
@@ -815,6 +818,16 @@ impl Engine {
         if !hot.tx.pending.is_empty() && hot.tx.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
+        self.enqueue_sequenced(now, h, parts, gather, token);
+        Ok(())
+    }
+
+    /// Queues a message for sequenced delivery to the peer of `hot[h]`
+    /// (whatever its queue holds: the caller checked the limit, or is
+    /// moving a message that was already accepted).
+    fn enqueue_sequenced(&mut self, now: Instant, h: u32, parts: &[&[u8]], gather: Option<LocalBuf>, token: u64) {
+        let held: usize = parts.iter().map(|p| p.len()).sum();
+        let len = held + gather.map_or(0, |g| g.len() as usize);
         let pool = &mut self.pool;
         let mut data = self.tx_pool.pop().unwrap_or_else(|| Arc::new(pool.pop().unwrap_or_default()));
         // Never clones: only unshared buffers enter the pool.
@@ -841,7 +854,66 @@ impl Engine {
         self.arm(h, timeout);
         self.fill_window(h);
         self.schedule(h);
-        Ok(())
+    }
+
+    /// The receiver of `peer` holds its senders back: its device says so
+    /// ([`crate::device::Device::held_back`]: shared memory's ring flag, set
+    /// while that receiver's engine is paused), before its zero-window ACK
+    /// arrives or when this endpoint does not read its own input in time (an
+    /// application that only sends). Taken as that ACK: no more DIRECT
+    /// packets to it, and those queued and not begun go sequenced.
+    pub fn peer_holds_back(&mut self, now: Instant, peer: PeerId) {
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
+        let hot = &mut self.hot[h as usize];
+        if hot.tx.peer_paused {
+            return;
+        }
+        hot.tx.peer_paused = true;
+        hot.tx.peer_window = 1;
+        self.requeue_direct(now, h);
+    }
+
+    /// The peer of `hot[h]` paused: its DIRECT messages still queued, and not
+    /// begun, become sequenced messages, in their order and ahead of anything
+    /// sent to it later, so that its zero window holds them back. A paused
+    /// receiver still takes DIRECT packets (nothing would resend them), so
+    /// without this every DIRECT message queued before the pause would still
+    /// land in its unexpected storage, beyond its limit. The fragments left
+    /// of a message already begun go on as DIRECT (the receiver is putting it
+    /// together). Sequenced delivery is only ever chosen for a peer with
+    /// nothing DIRECT ahead of it, so nothing overtakes: the sequenced queue
+    /// of a peer that took DIRECT packets was empty.
+    fn requeue_direct(&mut self, now: Instant, h: u32) {
+        let peer = self.hot[h as usize].peer;
+        if !self.dgram_tx.iter().any(|d| d.peer == peer && d.ptype == PacketType::Direct) {
+            return;
+        }
+        let queued = std::mem::take(&mut self.dgram_tx);
+        let mut begun = true;
+        let mut message: Vec<u8> = Vec::new();
+        let mut moved: Vec<(Vec<u8>, u64)> = Vec::new();
+        for d in queued {
+            if d.peer != peer || d.ptype != PacketType::Direct {
+                self.dgram_tx.push_back(d);
+                continue;
+            }
+            if begun && !d.first {
+                begun = !d.last;
+                self.dgram_tx.push_back(d);
+                continue;
+            }
+            begun = false;
+            self.dgram_bytes -= d.payload.len();
+            message.extend_from_slice(&d.payload);
+            if d.last {
+                moved.push((std::mem::take(&mut message), d.token));
+            }
+            self.recycle(d.payload);
+        }
+        for (data, token) in moved {
+            self.stats.direct_requeued += 1;
+            self.enqueue_sequenced(now, h, &[&data], None, token);
+        }
     }
 
     /// Like [`Engine::send`], but the message may complete once written out
@@ -985,6 +1057,19 @@ impl Engine {
         self.stats.sent_direct += 1;
         self.stats.sent_direct_written += 1;
         true
+    }
+
+    /// Whether a DIRECT packet waits in the queue (behind a full ring): the
+    /// next `poll_transmit` writes it out whatever its receiver said since,
+    /// so a caller about to write should first read what arrived.
+    pub fn direct_queued(&self) -> bool {
+        self.dgram_tx.front().is_some_and(|d| d.ptype == PacketType::Direct)
+    }
+
+    /// The peer, and its address, of the DIRECT packet the next
+    /// `poll_transmit` writes out, if that is one.
+    pub fn direct_queued_to(&self) -> Option<(PeerId, DevAddr)> {
+        self.dgram_tx.front().filter(|d| d.ptype == PacketType::Direct).map(|d| (d.peer, d.dst))
     }
 
     /// The largest payload one datagram to `peer` carries: its path's (see
@@ -1441,6 +1526,10 @@ impl Engine {
                 hot.tx.peer_window = hdr.psn_or_window.max(1);
                 let was_paused = hot.tx.peer_paused;
                 hot.tx.peer_paused = hdr.psn_or_window == 0;
+                if hot.tx.peer_paused && !was_paused {
+                    self.requeue_direct(now, h);
+                }
+                let hot = &mut self.hot[h as usize];
                 if was_paused && !hot.tx.peer_paused && reliable {
                     // The peer refused everything it got while paused, and a
                     // reliable path has no retransmission timer to resend it:
@@ -1463,8 +1552,10 @@ impl Engine {
                 // before it (the sender sends DIRECT only when all of that was
                 // acknowledged), and a message's fragments back to back:
                 // deliver once its last fragment is in. Accepted even while
-                // paused: the sender stops at our zero-window ACK, so what
-                // still arrives is bounded by what the path holds.
+                // paused (nothing would resend it): the sender stops at our
+                // zero-window ACK or the device's flag and requeues what it
+                // had not begun (`requeue_direct`), so what still arrives is
+                // bounded by what the path holds (PROTOCOL.md §2.2).
                 self.stats.received_direct += 1;
                 if lend && hdr.first && hdr.last && self.events.is_empty() && self.hot[h as usize].rx.assembling.is_none() {
                     self.stats.delivered_msgs += 1;
@@ -1909,6 +2000,82 @@ mod tests {
         assert!(ev.contains(&Event::SendComplete { token: 2 }), "{ev:?} {}", a.describe_peer(pb));
         a.send_transmit_complete(now, pb, &[b"three"], 3).unwrap();
         assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, now), vec![PacketType::Direct]);
+    }
+
+    /// What `b` delivered, as (first byte, length) per message.
+    fn delivered(b: &mut Engine) -> Vec<(u8, usize)> {
+        events(b).into_iter().filter_map(|e| if let Event::Delivered { msg, .. } = e { Some((msg[0], msg.len())) } else { None }).collect()
+    }
+
+    /// DIRECT messages queued to a peer that then pauses go sequenced
+    /// instead: its window holds them (a paused receiver still takes DIRECT
+    /// packets, so they would have landed beyond its limit), and once it
+    /// resumes they arrive, in order, and complete. The rest of a message
+    /// already begun still goes DIRECT, ahead of them.
+    #[test]
+    fn direct_messages_queued_to_a_peer_that_pauses_wait_for_its_window() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
+        let t = Instant::ZERO;
+        // A message of two fragments, then four small ones, all queued DIRECT.
+        a.send_transmit_complete(t, pb, &[&[9u8; 12000]], 9).unwrap();
+        for i in 0..4u8 {
+            a.send_transmit_complete(t, pb, &[&[i; 8]], 10 + i as u64).unwrap();
+        }
+        // The long message's first fragment leaves; then b pauses and its
+        // zero-window ACK reaches a.
+        let mut buf = vec![0u8; 9000];
+        let x = a.poll_transmit(t, &mut buf).unwrap();
+        assert_eq!(Header::decode(&buf[..x.len]).unwrap().0.ptype, PacketType::Direct);
+        b.handle_datagram(t, crate::simnet::addr(1), &buf[..x.len]);
+        b.set_paused(true);
+        assert_eq!(carry(&mut b, crate::simnet::addr(2), &mut a, t), vec![PacketType::Ack]);
+        assert_eq!(a.stats().direct_requeued, 4);
+        // The long message's last fragment still goes DIRECT (b is putting it
+        // together); the four small ones go sequenced and b refuses them.
+        let types = carry(&mut a, crate::simnet::addr(1), &mut b, t);
+        assert_eq!(types[0], PacketType::Direct, "{types:?}");
+        assert!(types[1..].iter().all(|p| *p == PacketType::Data), "{types:?}");
+        assert_eq!(delivered(&mut b), vec![(9, 12000)]);
+        assert_eq!(events(&mut a), vec![Event::SendComplete { token: 9 }]);
+        assert_eq!(a.stats().sent_direct, 2);
+        b.set_paused(false);
+        let mut got = Vec::new();
+        let mut done = Vec::new();
+        for _ in 0..10 {
+            carry(&mut b, crate::simnet::addr(2), &mut a, t);
+            carry(&mut a, crate::simnet::addr(1), &mut b, t);
+            got.extend(delivered(&mut b));
+            done.extend(events(&mut a));
+        }
+        assert_eq!(got, (0..4u8).map(|i| (i, 8)).collect::<Vec<_>>());
+        assert_eq!(done, (10..14u64).map(|token| Event::SendComplete { token }).collect::<Vec<_>>());
+        assert_eq!(a.stats().sent_direct, 2, "no DIRECT packet after the pause");
+    }
+
+    /// A sender told by the device that its peer holds senders back (shm's
+    /// ring flag) acts as on the zero-window ACK, before that ACK arrives.
+    #[test]
+    fn a_peer_holding_back_takes_the_queued_direct_messages_off_the_fast_path() {
+        let (mut a, mut b, pb, pa) = pair(SHM);
+        introduce(&mut a, pb, &mut b, pa);
+        let t = Instant::ZERO;
+        a.send_transmit_complete(t, pb, &[b"one"], 1).unwrap();
+        a.peer_holds_back(t, pb);
+        assert_eq!(a.stats().direct_requeued, 1);
+        let mut buf = vec![0u8; 9000];
+        assert!(a.transmit_direct_now(pb, &[b"two"], 2, &mut buf).is_none(), "no DIRECT while held back");
+        a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
+        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "one packet: the window of a paused peer");
+        let mut got = Vec::new();
+        for _ in 0..6 {
+            carry(&mut b, crate::simnet::addr(2), &mut a, t);
+            carry(&mut a, crate::simnet::addr(1), &mut b, t);
+            got.extend(delivered(&mut b));
+        }
+        assert_eq!(got, vec![(b'o', 3), (b't', 3)], "b never paused: its ACKs open the window again");
+        a.send_transmit_complete(t, pb, &[b"three"], 3).unwrap();
+        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Direct], "DIRECT again once everything was acknowledged");
     }
 
     #[test]
