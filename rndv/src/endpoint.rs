@@ -636,7 +636,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             for _ in 0..RX_ROUNDS {
                 match device.recv_batch(RX_BATCH, &mut |from, bytes| msg.receive_datagram(rdm, *clock.get_or_insert_with(|| source.now()), from, bytes, mem)) {
                     Ok(0) => break,
-                    Ok(_) => active = true,
+                    Ok(n) => {
+                        active = true;
+                        // A short batch is all the device had ready: asking
+                        // again would cost UDP an empty recvmmsg per round.
+                        if n < RX_BATCH {
+                            break;
+                        }
+                    }
                     Err(error) => {
                         events.push_back(EndpointEvent::DeviceFailed { op: "receive", error });
                         break;
