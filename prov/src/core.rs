@@ -444,8 +444,16 @@ impl EpState {
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post));
-        let sent = r.ep.send(peer, header, args.payload, user, meta);
-        self.drain_outputs();
+        let sent = r.ep.send_reporting(peer, header, args.payload, user, meta);
+        let has_output = r.ep.has_output();
+        // A small message completed in the call: reported now, ahead of
+        // nothing (the endpoint queues it instead when completions wait).
+        if let Ok(Some(c)) = sent {
+            self.report(c);
+        }
+        if has_output {
+            self.drain_outputs();
+        }
         sent.map(|_| ()).map_err(post_error)
     }
 

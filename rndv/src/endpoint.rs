@@ -42,7 +42,7 @@
 //! [`Endpoint::flush`]): the engine reports a DIRECT message (reliable path,
 //! no acknowledgement) complete as it is written out, which is true only
 //! because nothing sits between `poll_transmit` and the device.
-use crate::engine::{for_each_read_run, Action, Completion, Config, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats};
+use crate::engine::{for_each_read_run, Action, Completion, Config, DirectSend, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::MAX_IOV;
 use crate::engine::{Access, RmaId};
@@ -372,6 +372,17 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
     pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<(), PostError> {
+        if let Some(c) = self.send_reporting(peer, header, payload, user, meta)? {
+            self.msg.push_completion(c);
+        }
+        Ok(())
+    }
+
+    /// [`Endpoint::send`], except that a message that completes in the call
+    /// (the small-message path) while no completion waits to be pulled
+    /// returns its completion instead of queueing it: the caller reports it
+    /// at once, in order, and saves the queue's round trip.
+    pub fn send_reporting(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<Option<Completion>, PostError> {
         if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
@@ -392,8 +403,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 }
                 Err(_) => false,
             };
-            if self.msg.send_direct(&mut self.rdm, peer, header, payload, user, meta, write) {
-                return Ok(());
+            if let DirectSend::Sent(c) = self.msg.send_direct(&mut self.rdm, peer, header, payload, user, meta, write) {
+                return Ok(match c {
+                    Some(c) if self.msg.has_completions() => {
+                        self.msg.push_completion(c);
+                        None
+                    }
+                    c => c,
+                });
             }
             if held_back {
                 // The receiver is at its unexpected-message limit: this
@@ -428,7 +445,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     self.flush(t);
                 }
                 self.settle(t);
-                Ok(())
+                Ok(None)
             }
             Err(e) => {
                 self.progress();

@@ -5,7 +5,7 @@ use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rdm::engine::{Engine, PeerId};
 use rdm::{DevAddr, Instant};
-use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op};
+use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op, DirectSend};
 use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError, RxId, Token, TxId};
 
 impl MsgEngine {
@@ -25,7 +25,9 @@ impl MsgEngine {
     /// message goes eagerly and completes once written (not a rendezvous, not
     /// delivery complete, not an unreliable datagram endpoint). It completes
     /// here at once: no send entry, no event. False: nothing was done (send it
-    /// with [`MsgEngine::send_staged`]).
+    /// with [`MsgEngine::send_staged`]). Its completion (none for a
+    /// `silent` operation) is the caller's to report or queue
+    /// ([`MsgEngine::push_completion`]): nothing is queued here.
     ///
     /// On shared memory this is the whole send of a small message: the
     /// device copies both headers and the payload once, into the receiver's
@@ -40,30 +42,33 @@ impl MsgEngine {
         user: IoList,
         meta: OpMeta,
         write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
-    ) -> bool {
+    ) -> DirectSend {
         // Granted windows waiting for room go first (the other path retries
         // them before it reports anything).
         if self.cfg.datagram || meta.delivery_complete || payload.len() > MAX_IOV || !self.push_backlog.is_empty() {
-            return false;
+            return DirectSend::NotTaken;
         }
         let len: usize = payload.iter().map(|p| p.len()).sum();
         // Exactly the messages send_staged sends eagerly.
         if !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(rdm, peer, len) {
-            return false;
+            return DirectSend::NotTaken;
         }
         let hdr = header.encode();
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         parts[0] = &hdr;
         parts[1..=payload.len()].copy_from_slice(payload);
         if !rdm.send_direct_with(peer, &parts[..=payload.len()], write) {
-            return false;
+            return DirectSend::NotTaken;
         }
         self.stats.eager_sent += 1;
         self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
-        if !meta.silent {
-            self.completions.push_back(Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) });
-        }
-        true
+        DirectSend::Sent((!meta.silent).then(|| Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) }))
+    }
+
+    /// Queues a completion the caller did not report itself (see
+    /// [`MsgEngine::send_direct`]).
+    pub fn push_completion(&mut self, c: Completion) {
+        self.completions.push_back(c);
     }
 
     /// [`MsgEngine::send`], given the caller's empty transmit buffer: a

@@ -51,6 +51,16 @@ mod rma;
 
 pub use ops::{Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId};
 pub use rendezvous::for_each_read_run;
+
+/// What [`MsgEngine::send_direct`] did.
+#[derive(Debug)]
+pub enum DirectSend {
+    /// Nothing: send the message the other way.
+    NotTaken,
+    /// Written and complete; its completion, unless the operation asked
+    /// for none.
+    Sent(Option<Completion>),
+}
 pub(crate) use ops::peer_counter;
 
 /// What the engine and the protocols know about the way to one peer, fixed
