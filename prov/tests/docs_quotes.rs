@@ -111,7 +111,9 @@ fn the_readme_speed_summary_is_the_newest_runs_whole_summary() {
     let want: Vec<&str> = source.lines().filter(|l| !l.trim().is_empty()).collect();
     let got: Vec<&str> = block.lines().skip(1).filter(|l| !l.trim().is_empty() && !l.trim().starts_with(MARK)).collect();
     assert_eq!(got, want, "README.md's speed summary is not {path} (run benches/readme_summary.sh)");
-    // The newest run with a summary: results directories start with their date.
+    // The newest run with a summary: results directories start with their
+    // date (and, from 2026-11-27T19 on, the time: `<date>T<HHMM>` sorts after
+    // the same date's older names).
     let mut runs: Vec<String> = std::fs::read_dir(root().join("benches/results"))
         .expect("benches/results")
         .filter_map(|e| e.ok())

@@ -8,7 +8,7 @@
 //! cargo run --release -p rdmx-benches --bin harness -- --quick    # smoke test: 3 sizes, 1 run
 //! ```
 //! Options: `--quick`, `--reps N` (default 3), `--out DIR` (default
-//! `benches/results/<date>-<host>`, quick: `target/harness-quick`), `--skip
+//! `benches/results/<date>T<HHMM>-<host>`, quick: `target/harness-quick`), `--skip
 //! pingpong,floor,msgrate,mpi,stall,callgrind,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
 //! See `benches/README.md` for what each section measures and the targets.
 //!
@@ -866,7 +866,10 @@ fn main() {
     assert!(Path::new(&provider_dir).join("librdmx-fi.so").exists(), "no librdmx-fi.so in {provider_dir}: run ./scripts/build.sh");
     let date = capture("date -u +%Y-%m-%d");
     let host = capture("hostname -s");
-    let out = out.unwrap_or_else(|| if quick { root.join("target/harness-quick") } else { root.join(format!("benches/results/{date}-{host}")) });
+    // Named by date and time, so that run directories sort in the order they
+    // ran (prov/tests/docs_quotes.rs takes the last as the newest).
+    let time = capture("date -u +%H%M");
+    let out = out.unwrap_or_else(|| if quick { root.join("target/harness-quick") } else { root.join(format!("benches/results/{date}T{time}-{host}")) });
     std::fs::create_dir_all(&out).unwrap();
     let tmp = std::env::temp_dir().join(format!("rdmx-harness-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
