@@ -492,7 +492,9 @@ impl EpState {
         } else {
             r.ep.post_recv(spec)
         };
-        self.drain_outputs();
+        if r.ep.has_output() {
+            self.drain_outputs();
+        }
         posted.map_err(post_error)
     }
 

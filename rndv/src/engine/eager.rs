@@ -234,6 +234,10 @@ impl MsgEngine {
             }
         } else if let Some(arrived) = self.matcher.post(post) {
             self.land(rdm, now, id, arrived, mem);
+        } else {
+            // Nothing unexpected was taken: the bytes held, and so the
+            // back-pressure, are as the last change left them.
+            return id;
         }
         self.update_backpressure(rdm);
         id
@@ -316,9 +320,26 @@ impl MsgEngine {
     /// An eager message that arrived in one DIRECT datagram lands in the
     /// posted receive `id` matched to it, straight from the device's buffer.
     pub(super) fn land_lent(&mut self, id: RxId, peer: PeerId, header: MsgHeader, payload: &[u8], mem: &mut dyn Memory) {
+        // The usual receive (not multi-receive) lands from its entry as it
+        // leaves the table: no `Landing` copied out of it first.
+        if let Some(e) = self.rx.get(id.0 as usize).filter(|e| e.multi_offset.is_none()) {
+            let (written, meta) = (e.iov.scatter(mem, payload), e.meta);
+            self.rx.remove(id.0 as usize);
+            self.push_recv_completion(meta, header.kind, payload.len(), written, header.data, header.tag, peer);
+            return;
+        }
         let Some(landing) = self.landing(id, peer, header.kind, header.tag, header.data, payload.len()) else { return };
         let written = landing.target.scatter(mem, payload);
         self.finish_recv(&landing, written, None);
+    }
+
+    /// The completion of a plain receive (not multi-receive) of a message
+    /// of `msg_len` bytes, `written` of which landed: what
+    /// [`MsgEngine::finish_recv`] reports for such a receive without an error.
+    #[allow(clippy::too_many_arguments)] // the fields of the completion
+    fn push_recv_completion(&mut self, meta: OpMeta, kind: crate::wire::msg::MsgKind, msg_len: usize, written: usize, data: Option<u64>, tag: u64, src: PeerId) {
+        let err = (msg_len > written).then_some(OpError::Truncated { olen: msg_len - written });
+        self.completions.push_back(Completion { len: written, data, tag, src: Some(src), err, ..recv_op(meta, kind) });
     }
 
     /// Where a message of `msg_len` bytes matched to the posted receive `id`
