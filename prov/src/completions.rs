@@ -109,7 +109,7 @@ impl EpState {
                 } else if c.meta.wanted || err.is_some() {
                     let cerr = c.err.map(|e| self.error_entry(&c, e));
                     if let Some(b) = &self.tx_cq {
-                        b.cq.push(Completion { op_context: c.meta.context as usize, flags, len: c.len, err: cerr, ..Completion::default() });
+                        b.cq.push(Completion { op_context: c.meta.context as usize, flags, len: c.len, err: cerr.map(Box::new), ..Completion::default() });
                     }
                 }
             }
@@ -142,7 +142,7 @@ impl EpState {
                         data: c.data.unwrap_or(0),
                         tag: c.tag,
                         src,
-                        err: cerr,
+                        err: cerr.map(Box::new),
                     });
                 }
             }
@@ -224,7 +224,7 @@ impl EpState {
         let cerr = self.error_entry(c, e);
         fi_warn!(Subsys::EpData, "inject failed: {} (reported on the CQ without a context)", std::io::Error::from_raw_os_error(cerr.err));
         if let Some(b) = &self.tx_cq {
-            b.cq.push(Completion { op_context: 0, flags, len: c.len, err: Some(cerr), ..Completion::default() });
+            b.cq.push(Completion { op_context: 0, flags, len: c.len, err: Some(Box::new(cerr)), ..Completion::default() });
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 /// One completion, successful or not. Pointers are the application's opaque
 /// values, carried as integers.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Completion {
     pub op_context: usize,
     pub flags: u64,
@@ -21,7 +21,9 @@ pub struct Completion {
     pub data: u64,
     pub tag: u64,
     pub src: u64,
-    pub err: Option<CompletionError>,
+    /// Boxed: errors are rare, and every successful completion is copied
+    /// into and out of the queue at a third of the size.
+    pub err: Option<Box<CompletionError>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -118,8 +120,7 @@ impl CqShared {
         while n < count {
             match q.front() {
                 Some(c) if c.err.is_none() => {
-                    let c = *c;
-                    q.pop_front();
+                    let Some(c) = q.pop_front() else { break };
                     // SAFETY: the application's buffer holds `count` entries of the
                     // CQ's format, and `src` (if given) `count` fi_addr_t.
                     unsafe {
