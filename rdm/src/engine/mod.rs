@@ -1490,30 +1490,29 @@ impl Engine {
         let peer = self.peer_heard(from);
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
-        {
-            let hot = &mut self.hot[h as usize];
-            if hot.retired.contains(&hdr.src_inc) && hdr.src_inc != 0 {
-                self.stats.dropped_stale += 1;
-                hot.counters.dropped_stale += 1;
-                return None;
-            }
+        let mut hot = &mut self.hot[h as usize];
+        if hot.retired.contains(&hdr.src_inc) && hdr.src_inc != 0 {
+            self.stats.dropped_stale += 1;
+            hot.counters.dropped_stale += 1;
+            return None;
         }
-        if self.hot[h as usize].peer_inc == 0 {
-            self.hot[h as usize].peer_inc = hdr.src_inc;
-        } else if self.hot[h as usize].peer_inc != hdr.src_inc {
+        if hot.peer_inc == 0 {
+            hot.peer_inc = hdr.src_inc;
+        } else if hot.peer_inc != hdr.src_inc {
             self.reset_for_restart(h, hdr.src_inc);
+            hot = &mut self.hot[h as usize];
         }
-        self.hot[h as usize].inc_heard = true;
+        hot.inc_heard = true;
         if hdr.dst_inc != 0 && hdr.dst_inc != my_inc {
             // Addressed to an earlier incarnation of this endpoint: drop it, and
             // answer so the peer learns our new incarnation.
             self.stats.dropped_stale += 1;
-            self.hot[h as usize].counters.dropped_stale += 1;
-            self.hot[h as usize].rx.ack_now = true;
+            hot.counters.dropped_stale += 1;
+            hot.rx.ack_now = true;
             self.schedule(h);
             return None;
         }
-        self.hot[h as usize].last_heard = now;
+        hot.last_heard = now;
         if hdr.ptype != PacketType::Direct {
             // DIRECT packets carry no acknowledgement state (§2.2).
             self.process_ack(h, now, &hdr);
@@ -1557,9 +1556,10 @@ impl Engine {
                 // had not begun (`requeue_direct`), so what still arrives is
                 // bounded by what the path holds (PROTOCOL.md §2.2).
                 self.stats.received_direct += 1;
-                if lend && hdr.first && hdr.last && self.events.is_empty() && self.hot[h as usize].rx.assembling.is_none() {
+                let hot = &self.hot[h as usize];
+                if lend && hdr.first && hdr.last && self.events.is_empty() && hot.rx.assembling.is_none() {
                     self.stats.delivered_msgs += 1;
-                    lent = Some(self.hot[h as usize].peer);
+                    lent = Some(hot.peer);
                 } else {
                     self.assemble(h, hdr.first, hdr.last, payload);
                 }
