@@ -5,7 +5,7 @@
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -112,7 +112,16 @@ const SHARED_CORE: Duration = Duration::from_micros(10);
 pub struct EmptyReads {
     /// Clock of the first empty read of the current streak, 0 outside one.
     since_ns: AtomicU64,
+    /// Empty reads, counted roughly (a plain load and store: readers of one
+    /// CQ on several threads may lose a count, which only shifts when the
+    /// clock is next read).
+    reads: AtomicU32,
 }
+
+/// The clock is read on one empty read in this many: a poll loop's empty
+/// read then costs no clock read, and the streak's start and its yield come
+/// at most this many reads (a few µs) later than [`YIELD_AFTER`] says.
+const CLOCK_EVERY: u32 = 16;
 
 impl EmptyReads {
     /// A read returned something: the streak ends.
@@ -126,6 +135,11 @@ impl EmptyReads {
     /// A read found nothing: starts or extends the streak, and yields the CPU
     /// once per [`YIELD_AFTER`] of it.
     pub fn empty(&self) {
+        let n = self.reads.load(Ordering::Relaxed).wrapping_add(1);
+        self.reads.store(n, Ordering::Relaxed);
+        if !n.is_multiple_of(CLOCK_EVERY) {
+            return;
+        }
         self.empty_at(crate::clock::now().as_nanos(), &mut || {
             std::thread::yield_now();
             crate::clock::now().as_nanos()
