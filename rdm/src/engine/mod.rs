@@ -818,15 +818,15 @@ impl Engine {
         if !hot.tx.pending.is_empty() && hot.tx.queued_bytes + len > self.cfg.max_queued_bytes {
             return Err(SendError::WouldBlock);
         }
-        self.enqueue_sequenced(now, h, parts, gather, token);
+        self.enqueue_sequenced(now, h, parts, held, gather, token);
         Ok(())
     }
 
     /// Queues a message for sequenced delivery to the peer of `hot[h]`
     /// (whatever its queue holds: the caller checked the limit, or is
     /// moving a message that was already accepted).
-    fn enqueue_sequenced(&mut self, now: Instant, h: u32, parts: &[&[u8]], gather: Option<LocalBuf>, token: u64) {
-        let held: usize = parts.iter().map(|p| p.len()).sum();
+    /// `held` is the bytes of `parts`.
+    fn enqueue_sequenced(&mut self, now: Instant, h: u32, parts: &[&[u8]], held: usize, gather: Option<LocalBuf>, token: u64) {
         let len = held + gather.map_or(0, |g| g.len() as usize);
         let pool = &mut self.pool;
         let mut data = self.tx_pool.pop().unwrap_or_else(|| Arc::new(pool.pop().unwrap_or_default()));
@@ -912,7 +912,7 @@ impl Engine {
         }
         for (data, token) in moved {
             self.stats.direct_requeued += 1;
-            self.enqueue_sequenced(now, h, &[&data], None, token);
+            self.enqueue_sequenced(now, h, &[&data], data.len(), None, token);
         }
     }
 
@@ -1063,7 +1063,7 @@ impl Engine {
     /// next `poll_transmit` writes it out whatever its receiver said since,
     /// so a caller about to write should first read what arrived.
     pub fn direct_queued(&self) -> bool {
-        self.dgram_tx.front().is_some_and(|d| d.ptype == PacketType::Direct)
+        self.direct_queued_to().is_some()
     }
 
     /// The peer, and its address, of the DIRECT packet the next
@@ -2007,6 +2007,20 @@ mod tests {
         events(b).into_iter().filter_map(|e| if let Event::Delivered { msg, .. } = e { Some((msg[0], msg.len())) } else { None }).collect()
     }
 
+    /// `rounds` of b's packets to a and a's to b: what b delivered, and a's
+    /// events.
+    fn exchange(a: &mut Engine, b: &mut Engine, rounds: usize) -> (Vec<(u8, usize)>, Vec<Event>) {
+        let t = Instant::ZERO;
+        let (mut got, mut done) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            carry(b, crate::simnet::addr(2), a, t);
+            carry(a, crate::simnet::addr(1), b, t);
+            got.extend(delivered(b));
+            done.extend(events(a));
+        }
+        (got, done)
+    }
+
     /// DIRECT messages queued to a peer that then pauses go sequenced
     /// instead: its window holds them (a paused receiver still takes DIRECT
     /// packets, so they would have landed beyond its limit), and once it
@@ -2040,14 +2054,7 @@ mod tests {
         assert_eq!(events(&mut a), vec![Event::SendComplete { token: 9 }]);
         assert_eq!(a.stats().sent_direct, 2);
         b.set_paused(false);
-        let mut got = Vec::new();
-        let mut done = Vec::new();
-        for _ in 0..10 {
-            carry(&mut b, crate::simnet::addr(2), &mut a, t);
-            carry(&mut a, crate::simnet::addr(1), &mut b, t);
-            got.extend(delivered(&mut b));
-            done.extend(events(&mut a));
-        }
+        let (got, done) = exchange(&mut a, &mut b, 10);
         assert_eq!(got, (0..4u8).map(|i| (i, 8)).collect::<Vec<_>>());
         assert_eq!(done, (10..14u64).map(|token| Event::SendComplete { token }).collect::<Vec<_>>());
         assert_eq!(a.stats().sent_direct, 2, "no DIRECT packet after the pause");
@@ -2067,12 +2074,7 @@ mod tests {
         assert!(a.transmit_direct_now(pb, &[b"two"], 2, &mut buf).is_none(), "no DIRECT while held back");
         a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
         assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "one packet: the window of a paused peer");
-        let mut got = Vec::new();
-        for _ in 0..6 {
-            carry(&mut b, crate::simnet::addr(2), &mut a, t);
-            carry(&mut a, crate::simnet::addr(1), &mut b, t);
-            got.extend(delivered(&mut b));
-        }
+        let (got, _) = exchange(&mut a, &mut b, 6);
         assert_eq!(got, vec![(b'o', 3), (b't', 3)], "b never paused: its ACKs open the window again");
         a.send_transmit_complete(t, pb, &[b"three"], 3).unwrap();
         assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Direct], "DIRECT again once everything was acknowledged");

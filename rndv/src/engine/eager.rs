@@ -325,21 +325,13 @@ impl MsgEngine {
         if let Some(e) = self.rx.get(id.0 as usize).filter(|e| e.multi_offset.is_none()) {
             let (written, meta) = (e.iov.scatter(mem, payload), e.meta);
             self.rx.remove(id.0 as usize);
-            self.push_recv_completion(meta, header.kind, payload.len(), written, header.data, header.tag, peer);
+            let c = recv_completion(meta, header.kind, payload.len(), written, header.data, header.tag, peer, None);
+            self.completions.push_back(c);
             return;
         }
         let Some(landing) = self.landing(id, peer, header.kind, header.tag, header.data, payload.len()) else { return };
         let written = landing.target.scatter(mem, payload);
         self.finish_recv(&landing, written, None);
-    }
-
-    /// The completion of a plain receive (not multi-receive) of a message
-    /// of `msg_len` bytes, `written` of which landed: what
-    /// [`MsgEngine::finish_recv`] reports for such a receive without an error.
-    #[allow(clippy::too_many_arguments)] // the fields of the completion
-    fn push_recv_completion(&mut self, meta: OpMeta, kind: crate::wire::msg::MsgKind, msg_len: usize, written: usize, data: Option<u64>, tag: u64, src: PeerId) {
-        let err = (msg_len > written).then_some(OpError::Truncated { olen: msg_len - written });
-        self.completions.push_back(Completion { len: written, data, tag, src: Some(src), err, ..recv_op(meta, kind) });
     }
 
     /// Where a message of `msg_len` bytes matched to the posted receive `id`
@@ -373,16 +365,16 @@ impl MsgEngine {
 
     /// Reports a receive whose bytes have landed (`written` of `msg_len`).
     pub(super) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<OpError>) {
-        let err = err.or((l.msg_len > written).then_some(OpError::Truncated { olen: l.msg_len - written }));
-        self.completions.push_back(Completion {
-            len: written,
-            buf: l.buf,
-            data: l.data,
-            tag: l.tag,
-            src: Some(l.src),
-            multi_done: l.multi_done,
-            err,
-            ..recv_op(l.meta, l.msg)
-        });
+        let c = recv_completion(l.meta, l.msg, l.msg_len, written, l.data, l.tag, l.src, err);
+        self.completions.push_back(Completion { buf: l.buf, multi_done: l.multi_done, ..c });
     }
+}
+
+/// The completion of a receive of a message of `msg_len` bytes, `written` of
+/// which landed: failed with `err`, else truncated if fewer landed. A
+/// multi-receive's buffer and release are the caller's to add.
+#[allow(clippy::too_many_arguments)] // the fields of the completion
+fn recv_completion(meta: OpMeta, kind: crate::wire::msg::MsgKind, msg_len: usize, written: usize, data: Option<u64>, tag: u64, src: PeerId, err: Option<OpError>) -> Completion {
+    let err = err.or((msg_len > written).then_some(OpError::Truncated { olen: msg_len - written }));
+    Completion { len: written, data, tag, src: Some(src), err, ..recv_op(meta, kind) }
 }
