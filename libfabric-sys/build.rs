@@ -62,7 +62,8 @@ fn main() {
 
 /// Whether bindgen's `pub struct NAME { ... }` has a direct field `field`.
 fn struct_has_field(bindings: &str, name: &str, field: &str) -> bool {
-    let start = bindings.find(&format!("pub struct {name} {{")).unwrap_or_else(|| panic!("no struct {name} in the bindings"));
+    let start =
+        bindings.find(&format!("pub struct {name} {{")).unwrap_or_else(|| panic!("no struct {name} in the bindings"));
     let body = &bindings[start..];
     let end = body.find("\n}").expect("struct end");
     body[..end].contains(&format!("pub {field}:"))

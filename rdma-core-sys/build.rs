@@ -19,9 +19,7 @@ fn main() {
         .wrap_static_fns_path(&inline_c)
         .generate()
         .expect("bindgen failed on the rdma-core headers: is libibverbs-dev installed?");
-    bindings
-        .write_to_file(out.join("bindings.rs"))
-        .expect("writing bindings");
+    bindings.write_to_file(out.join("bindings.rs")).expect("writing bindings");
     cc::Build::new()
         .file(&inline_c)
         .include(env::current_dir().expect("cwd"))

@@ -50,4 +50,8 @@ if ! cargo clippy --version >/dev/null 2>&1; then
   echo "setup: adding clippy to the Rust toolchain"
   rustup component add clippy
 fi
-echo "setup: $(cargo --version), $(cargo clippy --version)"
+if ! cargo fmt --version >/dev/null 2>&1; then
+  echo "setup: adding rustfmt to the Rust toolchain"
+  rustup component add rustfmt
+fi
+echo "setup: $(cargo --version), $(cargo clippy --version), $(cargo fmt --version)"

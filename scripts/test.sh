@@ -31,6 +31,11 @@ trap stage_report EXIT
 
 stage setup
 ./scripts/setup.sh
+stage "cargo fmt --check"
+# The formatting of every crate and of the fuzz targets (rustfmt.toml: 120 columns),
+# checked before anything builds: an unformatted change fails in seconds.
+PATH="$HOME/.cargo/bin:$PATH" cargo fmt --all --check
+(cd fuzz && PATH="$HOME/.cargo/bin:$PATH" cargo fmt --check)
 stage "build the provider (scripts/build.sh)"
 ./scripts/build.sh
 stage "Intel MPI (scripts/setup-impi.sh)"

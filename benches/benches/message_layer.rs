@@ -5,10 +5,10 @@
 //! `cargo bench -p rdmx-benches`.
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rdm::engine::PeerId;
-use rndv::atomic::{apply, Datatype, Op};
 use rdm::sim::Link;
 use rdm::simnet::SimNet;
 use rdm::DeviceCaps;
+use rndv::atomic::{apply, Datatype, Op};
 use rndv::engine::{Access, IoBuf, IoList, Memory, OpMeta, RecvSpec};
 use rndv::sim::{EndpointSim, SimMemory};
 use rndv::wire::rma::Status;
@@ -32,13 +32,29 @@ fn matching(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("arrive_then_post", depth), &depth, |b, &depth| {
             let mut m = Matcher::new();
             for i in 0..depth {
-                let post = RecvPost { token: i as u64, kind: MsgKind::Tagged, src: Src::Any, tag: 1 << 40 | i as u64, ignore: 0, persistent: false };
+                let post = RecvPost {
+                    token: i as u64,
+                    kind: MsgKind::Tagged,
+                    src: Src::Any,
+                    tag: 1 << 40 | i as u64,
+                    ignore: 0,
+                    persistent: false,
+                };
                 m.post(post);
             }
             b.iter(|| {
-                let a = Arrived { peer: PeerId::from_index(1), kind: MsgKind::Tagged, tag: 5, data: None, msg: Vec::new(), offset: 0, rndv: None };
+                let a = Arrived {
+                    peer: PeerId::from_index(1),
+                    kind: MsgKind::Tagged,
+                    tag: 5,
+                    data: None,
+                    msg: Vec::new(),
+                    offset: 0,
+                    rndv: None,
+                };
                 black_box(m.arrive(a));
-                let post = RecvPost { token: 9, kind: MsgKind::Tagged, src: Src::Any, tag: 5, ignore: 0, persistent: false };
+                let post =
+                    RecvPost { token: 9, kind: MsgKind::Tagged, src: Src::Any, tag: 5, ignore: 0, persistent: false };
                 black_box(m.post(post));
             });
         });
@@ -92,7 +108,10 @@ impl SimMemory for BenchMem {
 fn endpoint_message(c: &mut Criterion) {
     let mut g = c.benchmark_group("endpoint_8B_message");
     g.throughput(Throughput::Elements(1));
-    for (name, caps) in [("direct", DeviceCaps { reliable: true, ordered: true, ..DeviceCaps::datagram(8192) }), ("sequenced", DeviceCaps::datagram(1472))] {
+    for (name, caps) in [
+        ("direct", DeviceCaps { reliable: true, ordered: true, ..DeviceCaps::datagram(8192) }),
+        ("sequenced", DeviceCaps::datagram(1472)),
+    ] {
         g.bench_function(name, |b| {
             let net = SimNet::new(2, caps, Link { delay: Duration::ZERO, ..Link::default() }, 1);
             let mems = (0..2).map(|_| BenchMem(vec![0; 4096])).collect();
@@ -103,7 +122,15 @@ fn endpoint_message(c: &mut Criterion) {
             b.iter(|| {
                 context += 1;
                 let meta = OpMeta { context, wanted: true, ..OpMeta::default() };
-                let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 5, ignore: 0, iov: IoList::one(BASE + 2048, 8), multi: false, meta };
+                let spec = RecvSpec {
+                    kind: MsgKind::Tagged,
+                    src: Src::Any,
+                    tag: 5,
+                    ignore: 0,
+                    iov: IoList::one(BASE + 2048, 8),
+                    multi: false,
+                    meta,
+                };
                 sim.nodes[1].ep.post_recv(spec).unwrap();
                 let h = MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None };
                 sim.nodes[0].ep.send(to1, h, &[&payload], IoList::one(BASE, 8), meta).unwrap();

@@ -37,14 +37,32 @@ const N: u64 = 10_000;
 /// Address space for the entries (untouched, so it costs no memory).
 fn region(bytes: u64) -> u64 {
     // SAFETY: a fresh anonymous mapping nobody else knows about.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
     assert_ne!(p, libc::MAP_FAILED);
     p as u64
 }
 
 fn remap_page(addr: u64) {
     // SAFETY: replaces one page of the bench's own mapping (an implicit unmap).
-    let p = unsafe { libc::mmap(addr as *mut _, PAGE as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut _,
+            PAGE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
     assert_eq!(p as u64, addr);
 }
 
@@ -53,7 +71,11 @@ fn remap_page(addr: u64) {
 fn filled(base: u64) -> MrCache<Null> {
     let monitor = Monitor::global();
     assert_eq!(monitor.unavailable_reason(), None, "the bench needs userfaultfd");
-    let mut c = MrCache::new(Null(0), CacheConfig { enabled: true, max_count: N as usize, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, monitor);
+    let mut c = MrCache::new(
+        Null(0),
+        CacheConfig { enabled: true, max_count: N as usize, max_bytes: u64::MAX, max_entry_bytes: u64::MAX },
+        monitor,
+    );
     for i in 0..N {
         let id = c.acquire(base + i * 4 * PAGE, 2 * PAGE, 3).unwrap();
         c.release(id);

@@ -101,7 +101,12 @@ impl UdAddr {
         }
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[..16]);
-        Some(UdAddr { gid, qpn: u32::from_le_bytes([b[16], b[17], b[18], b[19]]), lid: u16::from_le_bytes([b[20], b[21]]), srd: false })
+        Some(UdAddr {
+            gid,
+            qpn: u32::from_le_bytes([b[16], b[17], b[18], b[19]]),
+            lid: u16::from_le_bytes([b[20], b[21]]),
+            srd: false,
+        })
     }
 }
 
@@ -136,7 +141,9 @@ impl RdmxAddr {
     pub fn of_sender(dev: DevAddr) -> RdmxAddr {
         match dev {
             DevAddr::Udp(sa) => RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY },
-            DevAddr::Shm(s) => RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY },
+            DevAddr::Shm(s) => {
+                RdmxAddr { host_id: s.host_id, incarnation: s.ring_id, pid: s.pid, has_shm: true, ..RdmxAddr::EMPTY }
+            }
             // A queue pair's, or nothing for a family without a slot.
             DevAddr::Raw(_) => RdmxAddr { ud: UdAddr::from_dev_addr(&dev), ..RdmxAddr::EMPTY },
         }
@@ -213,7 +220,12 @@ impl RdmxAddr {
             if flags & UDP_V6 != 0 {
                 let mut ip = [0u8; 16];
                 ip.copy_from_slice(&b[8..24]);
-                SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, u16::from_le_bytes([b[44], b[45]]) as u32))
+                SocketAddr::V6(SocketAddrV6::new(
+                    Ipv6Addr::from(ip),
+                    port,
+                    0,
+                    u16::from_le_bytes([b[44], b[45]]) as u32,
+                ))
             } else {
                 SocketAddr::new(IpAddr::V4(Ipv4Addr::new(b[8], b[9], b[10], b[11])), port)
             }
@@ -227,7 +239,12 @@ impl RdmxAddr {
             ud: (flags & HAS_UD != 0).then(|| {
                 let mut gid = [0u8; 16];
                 gid.copy_from_slice(&b[48..64]);
-                UdAddr { gid, qpn: u32::from_le_bytes([b[3], b[4], b[5], 0]), lid: u16::from_le_bytes([b[46], b[47]]), srd: flags & UD_IS_SRD != 0 }
+                UdAddr {
+                    gid,
+                    qpn: u32::from_le_bytes([b[3], b[4], b[5], 0]),
+                    lid: u16::from_le_bytes([b[46], b[47]]),
+                    srd: flags & UD_IS_SRD != 0,
+                }
             }),
         })
     }
@@ -281,12 +298,13 @@ mod tests {
 
     #[test]
     fn roundtrip_v4_v6_and_rejects_garbage() {
-        for udp in [
-            Some("10.1.2.3:4567".parse().unwrap()),
-            Some("[fe80::1%3]:99".parse::<SocketAddr>().unwrap()),
-            None,
-        ] {
-            for ud in [None, Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 9, srd: false }), Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 0, srd: true })] {
+        for udp in [Some("10.1.2.3:4567".parse().unwrap()), Some("[fe80::1%3]:99".parse::<SocketAddr>().unwrap()), None]
+        {
+            for ud in [
+                None,
+                Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 9, srd: false }),
+                Some(UdAddr { gid: [0xfe; 16], qpn: 0xff_2233, lid: 0, srd: true }),
+            ] {
                 let a = RdmxAddr { udp, host_id: 7, incarnation: 0xdead_beef, pid: 42, has_shm: true, ud };
                 assert_eq!(RdmxAddr::decode(&a.encode()), Some(a));
             }

@@ -18,9 +18,12 @@
 
 use crate::shm::ShmDevice;
 use crate::udp::UdpDevice;
-use rdm::Instant;
-use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use rdm::device::{
+    ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, RemoteReads, ShmAddr,
+    TxDatagram,
+};
+use rdm::Instant;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
 /// Shared memory plus a network device `N` (UDP by default).
@@ -70,9 +73,19 @@ impl<N: Device> AutoDevice<N> {
         if shm.is_none() && net.is_none() {
             return Err(DeviceError::Config("auto device needs a shared-memory or a network device".into()));
         }
-        let fds: Vec<RawFd> = shm.iter().filter_map(|d| d.wait_fd()).chain(net.iter().filter_map(|d| d.wait_fd())).collect();
+        let fds: Vec<RawFd> =
+            shm.iter().filter_map(|d| d.wait_fd()).chain(net.iter().filter_map(|d| d.wait_fd())).collect();
         let epoll = epoll_over(&fds)?;
-        Ok(AutoDevice { shm, net, epoll, shm_first: false, net_skip: 0, net_backoff: NET_SKIP_AFTER_EMPTY, shm_heard: false, net_heard: false })
+        Ok(AutoDevice {
+            shm,
+            net,
+            epoll,
+            shm_first: false,
+            net_skip: 0,
+            net_backoff: NET_SKIP_AFTER_EMPTY,
+            shm_heard: false,
+            net_heard: false,
+        })
     }
 
     pub fn shm(&self) -> Option<&ShmDevice> {
@@ -125,7 +138,10 @@ impl<N: Device> AutoDevice<N> {
 impl AutoDevice<UdpDevice> {
     /// Opens the shm half (if `shm` is `Some`; a failure to open it leaves the
     /// device network-only, see [`AutoDevice::shm`]) and the UDP half.
-    pub fn open(shm: Option<&crate::shm::ShmConfig>, udp: &crate::udp::UdpConfig) -> Result<AutoDevice<UdpDevice>, DeviceError> {
+    pub fn open(
+        shm: Option<&crate::shm::ShmConfig>,
+        udp: &crate::udp::UdpConfig,
+    ) -> Result<AutoDevice<UdpDevice>, DeviceError> {
         let shm = shm.and_then(|c| ShmDevice::open(c).ok());
         AutoDevice::new(shm, Some(UdpDevice::open(udp)?))
     }
@@ -149,7 +165,15 @@ impl<N: Device> Device for AutoDevice<N> {
                     max_inline: s.max_inline.min(n.max_inline),
                 }
             }
-            (None, None) => DeviceCaps { reliable: false, ordered: false, mtu: 0, remote_read: false, gso: false, registration: false, max_inline: 0 },
+            (None, None) => DeviceCaps {
+                reliable: false,
+                ordered: false,
+                mtu: 0,
+                remote_read: false,
+                gso: false,
+                registration: false,
+                max_inline: 0,
+            },
         }
     }
 
@@ -285,7 +309,10 @@ impl<N: Device> Device for AutoDevice<N> {
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
-        self.shm.as_mut().and_then(|s| s.poll_unreachable()).or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()))
+        self.shm
+            .as_mut()
+            .and_then(|s| s.poll_unreachable())
+            .or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()))
     }
 
     fn max_mtu(&self) -> usize {
@@ -339,7 +366,13 @@ impl<N: Device> TwoHalves for AutoDevice<N> {
 }
 
 impl<N: Device> RemoteReads for AutoDevice<N> {
-    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         routed::post_read(self, now, id, peer, runs)
     }
     fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {
@@ -397,7 +430,13 @@ mod routed {
     use rdm::device::{ControlMsg, DevAddr, DeviceError, ReadConnStats, ReadDone, ReadRun};
     use rdm::time::Instant;
 
-    pub(super) fn post_read(d: &mut impl TwoHalves, now: Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    pub(super) fn post_read(
+        d: &mut impl TwoHalves,
+        now: Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         let Some(first) = d.first_carries(&peer) else { return Err(DeviceError::Unreachable(peer)) };
         d.half_reads(first).map_or(Err(DeviceError::Unsupported), |r| r.post_read(now, id, peer, runs))
     }
@@ -471,7 +510,8 @@ fn epoll_over(fds: &[RawFd]) -> Result<Option<Epoll>, DeviceError> {
         // SAFETY: the fd belongs to a device owned by the value being built,
         // and is open for this call; epoll keeps no borrow of it.
         let bfd = unsafe { BorrowedFd::borrow_raw(*fd) };
-        ep.add(bfd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64)).map_err(|e| DeviceError::io("epoll_ctl", e.into()))?;
+        ep.add(bfd, EpollEvent::new(EpollFlags::EPOLLIN, i as u64))
+            .map_err(|e| DeviceError::io("epoll_ctl", e.into()))?;
     }
     Ok(Some(ep))
 }
@@ -624,7 +664,13 @@ impl<A: Device, B: Device> TwoHalves for NetPair<A, B> {
 }
 
 impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
-    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         routed::post_read(self, now, id, peer, runs)
     }
     fn poll_read(&mut self, now: rdm::time::Instant) -> Option<ReadDone> {

@@ -123,9 +123,15 @@
 //! comes).
 #![allow(unsafe_code)]
 
-use crate::ib::{last_err, mr_keys, nonblocking_channel, qkey_for, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
+use crate::ib::{
+    last_err, mr_keys, nonblocking_channel, qkey_for, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev,
+    PdRegistrar, ProtectionDomain, ReceiveSlots,
+};
+use rdm::device::{
+    DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar,
+    RemoteReads, TxDatagram,
+};
 use rdm::Instant;
-use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -200,7 +206,13 @@ pub struct EfaLimits {
 impl EfaLimits {
     /// The limits for queues of `want_sq` / `want_rq` entries (0: the
     /// defaults), cut to what the device and its CQs (`max_cqe`) take.
-    pub fn from_attr(attr: &ib::efadv_device_attr, port_max_msg: u32, max_cqe: u32, want_sq: u32, want_rq: u32) -> EfaLimits {
+    pub fn from_attr(
+        attr: &ib::efadv_device_attr,
+        port_max_msg: u32,
+        max_cqe: u32,
+        want_sq: u32,
+        want_rq: u32,
+    ) -> EfaLimits {
         let caps = attr.device_caps;
         let want_sq = if want_sq == 0 { DEFAULT_SQ_DEPTH } else { want_sq };
         let want_rq = if want_rq == 0 { DEFAULT_RQ_DEPTH } else { want_rq };
@@ -212,7 +224,8 @@ impl EfaLimits {
             rq_depth: want_rq.min(attr.max_rq_wr).min(max_cqe).max(1),
             max_inline: (attr.inline_buf_size as usize).min(mtu) as u16,
             send_sges: attr.max_sq_sge.clamp(1, 2),
-            max_rdma_size: (caps & ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ != 0 && attr.max_rdma_size > 0).then_some(attr.max_rdma_size),
+            max_rdma_size: (caps & ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ != 0 && attr.max_rdma_size > 0)
+                .then_some(attr.max_rdma_size),
             rnr_retry: caps & ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY != 0,
             cq_with_sgid: caps & ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID != 0,
         }
@@ -259,14 +272,27 @@ pub fn split_read(runs: &[ReadRun], max: u32) -> Result<Vec<ReadPiece>, DeviceEr
         if r.remote_addr.checked_add(r.local.len()).is_none() {
             return Err(DeviceError::io(
                 "efa read",
-                io::Error::new(io::ErrorKind::InvalidInput, format!("the peer's range {:#x}+{} wraps past the end of the address space", r.remote_addr, r.local.len())),
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "the peer's range {:#x}+{} wraps past the end of the address space",
+                        r.remote_addr,
+                        r.local.len()
+                    ),
+                ),
             ));
         }
         let mut off = 0;
         while off < r.local.len() {
             let len = (r.local.len() - off).min(max);
             // Cannot wrap: remote_addr + len(run) did not, and off < len(run).
-            out.push(ReadPiece { remote_addr: r.remote_addr + off, rkey, addr: r.local.addr() + off, lkey, len: len as u32 });
+            out.push(ReadPiece {
+                remote_addr: r.remote_addr + off,
+                rkey,
+                addr: r.local.addr() + off,
+                lkey,
+                len: len as u32,
+            });
             off += len;
         }
     }
@@ -584,7 +610,8 @@ impl EfaContext {
             if unsafe { ib::ibv_query_device(dev.0, &mut dattr) } != 0 {
                 return Err(last_err("ibv_query_device"));
             }
-            let limits = EfaLimits::from_attr(&attr, pattr.max_msg_sz, dattr.max_cqe.max(1) as u32, cfg.sq_depth, cfg.rq_depth);
+            let limits =
+                EfaLimits::from_attr(&attr, pattr.max_msg_sz, dattr.max_cqe.max(1) as u32, cfg.sq_depth, cfg.rq_depth);
             if !limits.cq_with_sgid {
                 return Err(DeviceError::Config(format!(
                     "efa: {name} cannot name the source GID of a receive completion (no EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID): datagrams from peers without an address handle would be nameless"
@@ -607,7 +634,8 @@ impl EfaContext {
             }
             let ctx = dev.0;
             std::mem::forget(dev);
-            let ah_cap = if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(dattr.max_ah.max(1) as usize);
+            let ah_cap =
+                if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(dattr.max_ah.max(1) as usize);
             return Ok(EfaContext {
                 inner: Arc::new(EfaCtx {
                     ctx,
@@ -832,7 +860,9 @@ impl EfaDevice {
     fn create_cqs(&mut self) -> Result<(), DeviceError> {
         let ctx = self.ctx.ctx;
         let sq = self.limits.sq_depth as i32;
-        let wc_flags = ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_BYTE_LEN | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SRC_QP | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SLID;
+        let wc_flags = ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_BYTE_LEN
+            | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SRC_QP
+            | ib::ibv_create_cq_wc_flags_IBV_WC_EX_WITH_SLID;
         let mut failure = None;
         for on_channel in [true, false] {
             if on_channel && self.channel.is_null() {
@@ -852,10 +882,18 @@ impl EfaDevice {
                 failure = Some(last_err("ibv_create_cq(send)"));
                 continue;
             }
-            let mut attr = ib::ibv_cq_init_attr_ex { cqe: self.limits.rq_depth, channel, comp_vector: 0, wc_flags: wc_flags as u64, ..Default::default() };
+            let mut attr = ib::ibv_cq_init_attr_ex {
+                cqe: self.limits.rq_depth,
+                channel,
+                comp_vector: 0,
+                wc_flags: wc_flags as u64,
+                ..Default::default()
+            };
             let mut efa = ib::efadv_cq_init_attr { comp_mask: 0, wc_flags: ib::EFADV_WC_EX_WITH_SGID as u64 };
             // SAFETY: an open context and valid attribute structs of the sizes passed.
-            self.rcq_ex = unsafe { ib::efadv_create_cq(ctx, &mut attr, &mut efa, std::mem::size_of::<ib::efadv_cq_init_attr>() as u32) };
+            self.rcq_ex = unsafe {
+                ib::efadv_create_cq(ctx, &mut attr, &mut efa, std::mem::size_of::<ib::efadv_cq_init_attr>() as u32)
+            };
             if !self.rcq_ex.is_null() {
                 break;
             }
@@ -894,14 +932,22 @@ impl EfaDevice {
             },
             qp_type: ib::ibv_qp_type_IBV_QPT_DRIVER,
             sq_sig_all: 0,
-            comp_mask: ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_PD | ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+            comp_mask: ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_PD
+                | ib::ibv_qp_init_attr_mask_IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
             pd: self.ctx.pd,
             send_ops_flags: ops as u64,
             ..Default::default()
         };
         let mut efa = ib::efadv_qp_init_attr { driver_qp_type: ib::EFADV_QP_DRIVER_TYPE_SRD, ..Default::default() };
         // SAFETY: an open context, live PD and CQs; valid in/out structs of the sizes passed.
-        self.qp = unsafe { ib::efadv_create_qp_ex(self.ctx.ctx, &mut init, &mut efa, std::mem::size_of::<ib::efadv_qp_init_attr>() as u32) };
+        self.qp = unsafe {
+            ib::efadv_create_qp_ex(
+                self.ctx.ctx,
+                &mut init,
+                &mut efa,
+                std::mem::size_of::<ib::efadv_qp_init_attr>() as u32,
+            )
+        };
         if self.qp.is_null() {
             return Err(last_err("efadv_create_qp_ex(SRD)"));
         }
@@ -918,7 +964,12 @@ impl EfaDevice {
         Ok(())
     }
 
-    fn modify(&mut self, attr: &mut ib::ibv_qp_attr, mask: ib::ibv_qp_attr_mask, what: &'static str) -> Result<(), DeviceError> {
+    fn modify(
+        &mut self,
+        attr: &mut ib::ibv_qp_attr,
+        mask: ib::ibv_qp_attr_mask,
+        what: &'static str,
+    ) -> Result<(), DeviceError> {
         // SAFETY: a live QP and a valid attribute struct.
         let rc = unsafe { ib::ibv_modify_qp(self.qp, attr, mask.0 as i32) };
         if rc != 0 {
@@ -931,8 +982,18 @@ impl EfaDevice {
     /// RNR retry forever where the device takes it).
     fn bring_up(&mut self) -> Result<(), DeviceError> {
         use ib::ibv_qp_attr_mask as m;
-        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_INIT, pkey_index: 0, port_num: PORT, qkey: self.qkey, ..Default::default() };
-        self.modify(&mut a, m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY, "ibv_modify_qp(SRD INIT)")?;
+        let mut a = ib::ibv_qp_attr {
+            qp_state: ib::ibv_qp_state_IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: PORT,
+            qkey: self.qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY,
+            "ibv_modify_qp(SRD INIT)",
+        )?;
         let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTR, ..Default::default() };
         self.modify(&mut a, m::IBV_QP_STATE, "ibv_modify_qp(SRD RTR)")?;
         let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
@@ -1023,7 +1084,12 @@ impl EfaDevice {
         } else {
             self.stats.last_error_status = wc.status;
         }
-        let local = matches!(wc.status, ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR | ib::ibv_wc_status_IBV_WC_LOC_QP_OP_ERR);
+        let local = matches!(
+            wc.status,
+            ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR
+                | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR
+                | ib::ibv_wc_status_IBV_WC_LOC_QP_OP_ERR
+        );
         if local {
             self.check_qp = true;
             if f.gathered {
@@ -1056,7 +1122,8 @@ impl EfaDevice {
             }
             Some(status) => {
                 self.stats.read_errors += 1;
-                if matches!(status, ib::ibv_wc_status_IBV_WC_RESP_TIMEOUT_ERR | ib::ibv_wc_status_IBV_WC_RETRY_EXC_ERR) {
+                if matches!(status, ib::ibv_wc_status_IBV_WC_RESP_TIMEOUT_ERR | ib::ibv_wc_status_IBV_WC_RETRY_EXC_ERR)
+                {
                     self.stats.read_timeouts += 1;
                 }
                 if status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR {
@@ -1086,14 +1153,19 @@ impl EfaDevice {
         let mut attr = ib::ibv_qp_attr::default();
         let mut init = ib::ibv_qp_init_attr::default();
         // SAFETY: a live QP and valid out-structs.
-        let rc = unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
+        let rc =
+            unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
         if rc != 0 {
             return;
         }
         use ib::ibv_qp_attr_mask as m;
         match attr.qp_state {
             ib::ibv_qp_state_IBV_QPS_SQE => {
-                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE, ..Default::default() };
+                let mut a = ib::ibv_qp_attr {
+                    qp_state: ib::ibv_qp_state_IBV_QPS_RTS,
+                    cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE,
+                    ..Default::default()
+                };
                 if self.modify(&mut a, m::IBV_QP_STATE | m::IBV_QP_CUR_STATE, "ibv_modify_qp(SQE->RTS)").is_ok() {
                     self.stats.qp_recoveries += 1;
                 }
@@ -1316,7 +1388,10 @@ impl EfaDevice {
                 // SAFETY: a gathered part is memory its sender vouched for
                 // until the message completes, after this send.
                 let part = unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) };
-                let (b, sge) = self.bounce.copy_in(&[d.data, part]).expect("send_batch took no more datagrams than free bounce slots");
+                let (b, sge) = self
+                    .bounce
+                    .copy_in(&[d.data, part])
+                    .expect("send_batch took no more datagrams than free bounce slots");
                 sges[0] = sge;
                 n = 1;
                 bounce = Some(b);
@@ -1324,7 +1399,10 @@ impl EfaDevice {
             }
             _ => {
                 if len > 0 {
-                    let (b, sge) = self.bounce.copy_in(&[d.data]).expect("send_batch took no more datagrams than free bounce slots");
+                    let (b, sge) = self
+                        .bounce
+                        .copy_in(&[d.data])
+                        .expect("send_batch took no more datagrams than free bounce slots");
                     sges[n] = sge;
                     bounce = Some(b);
                     self.stats.bounce_copies += 1;
@@ -1414,7 +1492,10 @@ impl Device for EfaDevice {
             let seq = self.tx_seq;
             self.tx_seq += 1;
             let bounce = self.post_one(d, r.ah, r.qpn, seq);
-            self.inflight.insert(seq, Inflight { dst: d.dst, gid: r.gid, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) });
+            self.inflight.insert(
+                seq,
+                Inflight { dst: d.dst, gid: r.gid, bounce, gathered: d.gather.is_some_and(|g| !g.is_empty()) },
+            );
         }
         let count = resolved.len();
         // SAFETY: ends the session started above: posts every request of it
@@ -1531,7 +1612,13 @@ impl Device for EfaDevice {
 impl RemoteReads for EfaDevice {
     /// RDMA read on the SRD queue pair itself: one request per piece of at
     /// most `max_rdma_size`, all posted in one session.
-    fn post_read(&mut self, _now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        _now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         let Some(max) = self.limits.max_rdma_size else {
             return Err(DeviceError::Unsupported);
         };
@@ -1670,7 +1757,16 @@ mod tests {
     use rdm::device::LocalBuf;
 
     fn attr(caps: u32) -> ib::efadv_device_attr {
-        ib::efadv_device_attr { max_sq_wr: 512, max_rq_wr: 8192, max_sq_sge: 2, max_rq_sge: 1, inline_buf_size: 32, device_caps: caps, max_rdma_size: 1 << 30, ..Default::default() }
+        ib::efadv_device_attr {
+            max_sq_wr: 512,
+            max_rq_wr: 8192,
+            max_sq_sge: 2,
+            max_rq_sge: 1,
+            inline_buf_size: 32,
+            device_caps: caps,
+            max_rdma_size: 1 << 30,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -1691,9 +1787,23 @@ mod tests {
 
     #[test]
     fn limits_and_caps_from_the_device_attributes() {
-        let all = ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ | ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY | ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
+        let all = ib::EFADV_DEVICE_ATTR_CAPS_RDMA_READ
+            | ib::EFADV_DEVICE_ATTR_CAPS_RNR_RETRY
+            | ib::EFADV_DEVICE_ATTR_CAPS_CQ_WITH_SGID;
         let l = EfaLimits::from_attr(&attr(all), 8928, 32768, 0, 0);
-        assert_eq!(l, EfaLimits { mtu: 8928, sq_depth: 256, rq_depth: 512, max_inline: 32, send_sges: 2, max_rdma_size: Some(1 << 30), rnr_retry: true, cq_with_sgid: true });
+        assert_eq!(
+            l,
+            EfaLimits {
+                mtu: 8928,
+                sq_depth: 256,
+                rq_depth: 512,
+                max_inline: 32,
+                send_sges: 2,
+                max_rdma_size: Some(1 << 30),
+                rnr_retry: true,
+                cq_with_sgid: true
+            }
+        );
         let c = l.caps();
         assert!(c.reliable && !c.ordered && c.remote_read && c.registration && !c.gso);
         assert_eq!((c.mtu, c.max_inline), (8928, 32));
@@ -1783,7 +1893,15 @@ mod tests {
         // What the registrar asks for, cut to the mask: never a bit
         // efa_alloc_mr refuses.
         use crate::verbs::{ibv_access, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND};
-        for access in [0, FI_SEND, FI_RECV, FI_READ, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE] {
+        for access in [
+            0,
+            FI_SEND,
+            FI_RECV,
+            FI_READ,
+            FI_REMOTE_READ,
+            FI_REMOTE_WRITE,
+            FI_SEND | FI_RECV | FI_REMOTE_READ | FI_REMOTE_WRITE,
+        ] {
             for mask in [read, lw] {
                 let got = ibv_access(access) & mask;
                 assert_eq!(got & !mask, 0);

@@ -22,11 +22,11 @@
 //! device does, but keeps its MTU, `remote_read` and wait fd.
 #![forbid(unsafe_code)]
 
-use rdm::Instant;
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, RemoteReads, TxDatagram};
+pub use rdm::rng::Rng;
+use rdm::Instant;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-pub use rdm::rng::Rng;
 
 /// Most datagrams held back for reordering at once.
 pub const MAX_HELD: usize = 4;
@@ -84,7 +84,6 @@ impl FaultConfig {
         cfg.is_active().then_some(cfg)
     }
 }
-
 
 /// What the decorator did so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -246,7 +245,14 @@ impl<D: Device> FaultDevice<D> {
     }
 
     pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
-        FaultDevice { inner, rng: Rng::new(cfg.seed), cfg, held: VecDeque::new(), now: Instant::from_nanos(0), stats: FaultStats::default() }
+        FaultDevice {
+            inner,
+            rng: Rng::new(cfg.seed),
+            cfg,
+            held: VecDeque::new(),
+            now: Instant::from_nanos(0),
+            stats: FaultStats::default(),
+        }
     }
 
     pub fn config(&self) -> &FaultConfig {
@@ -300,12 +306,20 @@ impl<D: Device> Device for FaultDevice<D> {
         if batch.iter().any(|d| d.gather.is_some()) {
             // Held, duplicated or corrupted datagrams outlive the call (and
             // are edited): the gathered ones go as copies.
-            let owned: Vec<Vec<u8>> = batch.iter().map(|d| if d.gather.is_some() { d.to_vec() } else { Vec::new() }).collect();
-            let flat: Vec<TxDatagram<'_>> = batch.iter().zip(&owned).map(|(d, o)| if d.gather.is_some() { TxDatagram::run(d.dst, o, o.len()) } else { *d }).collect();
+            let owned: Vec<Vec<u8>> =
+                batch.iter().map(|d| if d.gather.is_some() { d.to_vec() } else { Vec::new() }).collect();
+            let flat: Vec<TxDatagram<'_>> = batch
+                .iter()
+                .zip(&owned)
+                .map(|(d, o)| if d.gather.is_some() { TxDatagram::run(d.dst, o, o.len()) } else { *d })
+                .collect();
             // The transport of a gathering path (an RDMA NIC) guards the
             // payload end to end: a corruption hits only rdm's header, which
             // its checksum covers.
-            let corruptible: Vec<usize> = batch.iter().map(|d| if d.gather.is_some() { d.data.len().min(rdm::engine::HEADER_LEN) } else { usize::MAX }).collect();
+            let corruptible: Vec<usize> = batch
+                .iter()
+                .map(|d| if d.gather.is_some() { d.data.len().min(rdm::engine::HEADER_LEN) } else { usize::MAX })
+                .collect();
             return self.send_plain(&flat, Some(&corruptible));
         }
         self.send_plain(batch, None)
@@ -377,7 +391,15 @@ mod tests {
 
     impl Device for Recorder {
         fn caps(&self) -> DeviceCaps {
-            DeviceCaps { reliable: true, ordered: true, mtu: 100, remote_read: false, gso: false, registration: false, max_inline: 0 }
+            DeviceCaps {
+                reliable: true,
+                ordered: true,
+                mtu: 100,
+                remote_read: false,
+                gso: false,
+                registration: false,
+                max_inline: 0,
+            }
         }
         fn local_addr(&self) -> DevAddr {
             rdm::simnet::addr(0)
@@ -470,7 +492,10 @@ mod tests {
         assert_eq!(d.send_batch(Instant::ZERO, &tx).unwrap(), 3);
         let big = vec![0u8; 101];
         d.inner.room = 10;
-        assert!(matches!(d.send_batch(Instant::ZERO, &[TxDatagram::new(rdm::simnet::addr(1), &big)]), Err(DeviceError::TooLarge { .. })));
+        assert!(matches!(
+            d.send_batch(Instant::ZERO, &[TxDatagram::new(rdm::simnet::addr(1), &big)]),
+            Err(DeviceError::TooLarge { .. })
+        ));
         assert_eq!(d.send_batch(Instant::ZERO, &[tx[0], TxDatagram::new(rdm::simnet::addr(1), &big)]).unwrap(), 1);
     }
 

@@ -139,7 +139,8 @@ pub(crate) fn query_port(ctx: *mut ib::ibv_context, port: u8) -> Option<ib::ibv_
     // the extended op, calls the exported symbol with the full (zeroed)
     // struct cast to the compat one, exactly as here; providers fill the
     // full struct.
-    let rc = unsafe { ib::ibv_query_port(ctx, port, &mut attr as *mut ib::ibv_port_attr as *mut ib::_compat_ibv_port_attr) };
+    let rc =
+        unsafe { ib::ibv_query_port(ctx, port, &mut attr as *mut ib::ibv_port_attr as *mut ib::_compat_ibv_port_attr) };
     (rc == 0).then_some(attr)
 }
 
@@ -149,7 +150,12 @@ pub(crate) struct MrPtr(*mut ib::ibv_mr);
 // SAFETY: an MR is a handle any thread may deregister (verbs are thread-safe).
 unsafe impl Send for MrPtr {}
 
-pub(crate) fn reg_mr(pd: *mut ib::ibv_pd, addr: *mut u8, len: usize, access: u32) -> Result<*mut ib::ibv_mr, DeviceError> {
+pub(crate) fn reg_mr(
+    pd: *mut ib::ibv_pd,
+    addr: *mut u8,
+    len: usize,
+    access: u32,
+) -> Result<*mut ib::ibv_mr, DeviceError> {
     // SAFETY: the caller names memory of this process; registering it only
     // pins it (the NIC touches it only through requests naming its keys).
     let mr = unsafe { ib::ibv_reg_mr(pd, addr.cast(), len, access as i32) };
@@ -210,7 +216,8 @@ impl<C: ProtectionDomain> Registrar for PdRegistrar<C> {
         // writes them, and follows the mapping across an unmap and a new
         // mapping at the same address.
         let odp = if self.ctx.on_demand() { ib::ibv_access_flags::IBV_ACCESS_ON_DEMAND.0 } else { 0 };
-        let mr = reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, (ibv_access(access) & self.ctx.access_mask()) | odp)?;
+        let mr =
+            reg_mr(self.ctx.pd(), addr as *mut u8, len as usize, (ibv_access(access) & self.ctx.access_mask()) | odp)?;
         // SAFETY: a registered MR, readable until deregistered.
         let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
         let key = mr_key(lkey, rkey);
@@ -265,7 +272,13 @@ impl ReceiveSlots {
     pub(crate) fn new(pd: *mut ib::ibv_pd, slot_len: usize, count: u32) -> Result<ReceiveSlots, DeviceError> {
         let mut buf = vec![0u8; slot_len * count as usize].into_boxed_slice();
         let mr = reg_mr(pd, buf.as_mut_ptr(), buf.len().max(1), ib::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0)?;
-        Ok(ReceiveSlots { buf, mr, slot_len, wrs: Vec::with_capacity(count as usize), sges: Vec::with_capacity(count as usize) })
+        Ok(ReceiveSlots {
+            buf,
+            mr,
+            slot_len,
+            wrs: Vec::with_capacity(count as usize),
+            sges: Vec::with_capacity(count as usize),
+        })
     }
 
     pub(crate) fn slot_len(&self) -> usize {
@@ -286,8 +299,17 @@ impl ReceiveSlots {
         let lkey = unsafe { (*self.mr).lkey };
         let base = self.buf.as_mut_ptr() as u64;
         for s in slots {
-            self.sges.push(ib::ibv_sge { addr: base + s as u64 * self.slot_len as u64, length: self.slot_len as u32, lkey });
-            self.wrs.push(ib::ibv_recv_wr { wr_id: s as u64, next: ptr::null_mut(), sg_list: ptr::null_mut(), num_sge: 1 });
+            self.sges.push(ib::ibv_sge {
+                addr: base + s as u64 * self.slot_len as u64,
+                length: self.slot_len as u32,
+                lkey,
+            });
+            self.wrs.push(ib::ibv_recv_wr {
+                wr_id: s as u64,
+                next: ptr::null_mut(),
+                sg_list: ptr::null_mut(),
+                num_sge: 1,
+            });
         }
         if self.wrs.is_empty() {
             return Ok(());

@@ -61,17 +61,29 @@ pub fn choose(addrs: &[IfaceAddr], hostname_ips: &[IpAddr], want_v4: bool) -> Ch
         .chain(hostname_ips.iter().filter(|ip| ip.is_ipv4() != want_v4))
         .find_map(|ip| usable.iter().find(|a| a.ip == *ip))
     {
-        return Choice { ip: a.ip, iface: Some(a.name.clone()), reason: "the host name's address, on an interface that is up" };
+        return Choice {
+            ip: a.ip,
+            iface: Some(a.name.clone()),
+            reason: "the host name's address, on an interface that is up",
+        };
     }
     // Stable sort: within one interface, getifaddrs order is kept.
     usable.sort_by_key(|a| (a.index, is_link_local(&a.ip)));
     for family_v4 in [want_v4, !want_v4] {
         if let Some(a) = usable.iter().find(|a| a.ip.is_ipv4() == family_v4) {
-            return Choice { ip: a.ip, iface: Some(a.name.clone()), reason: "the first non-loopback interface that is up" };
+            return Choice {
+                ip: a.ip,
+                iface: Some(a.name.clone()),
+                reason: "the first non-loopback interface that is up",
+            };
         }
     }
     let ip = if want_v4 { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
-    Choice { ip, iface: None, reason: "no non-loopback interface is up: peers on other hosts cannot reach this endpoint" }
+    Choice {
+        ip,
+        iface: None,
+        reason: "no non-loopback interface is up: peers on other hosts cannot reach this endpoint",
+    }
 }
 
 /// Every address of every interface on this host.

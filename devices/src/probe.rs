@@ -23,7 +23,12 @@ pub struct Settings {
 /// an address; unset, the RDMA device of the netdev the UDP device would use.
 /// `None` when this host has no RDMA device at all.
 pub fn verbs_config(s: &Settings) -> Option<VerbsConfig> {
-    VerbsContext::available().then(|| VerbsConfig { iface: s.iface.clone(), rc_max_peers: s.rc_max_peers, odp: s.odp, ..Default::default() })
+    VerbsContext::available().then(|| VerbsConfig {
+        iface: s.iface.clone(),
+        rc_max_peers: s.rc_max_peers,
+        odp: s.odp,
+        ..Default::default()
+    })
 }
 
 /// The verbs device's port MTU, when one can be opened (asked once per

@@ -59,8 +59,8 @@
 #![allow(unsafe_code)]
 
 pub use crate::host::host_id;
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, RemoteReads, ShmAddr, TxDatagram};
 use rdm::Instant;
-use rdm::device::{RemoteReads, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, ShmAddr, TxDatagram};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::fs::{File, OpenOptions};
@@ -75,9 +75,9 @@ use sync::{fence, AtomicU32, AtomicU64, Ordering};
 mod sync {
     #[cfg(all(test, loom))]
     pub(super) use loom::sync::atomic::{fence, AtomicU32, AtomicU64};
+    pub(super) use std::sync::atomic::Ordering;
     #[cfg(not(all(test, loom)))]
     pub(super) use std::sync::atomic::{fence, AtomicU32, AtomicU64};
-    pub(super) use std::sync::atomic::Ordering;
 }
 
 /// Default largest datagram: 8 KiB and room for the headers (rdm's 48 bytes,
@@ -450,7 +450,9 @@ impl Mapping {
         let flags = libc::MAP_SHARED | if populate { libc::MAP_POPULATE } else { 0 };
         // SAFETY: a fresh shared mapping of an open file; no existing memory is
         // affected. The result is checked against MAP_FAILED.
-        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0) };
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, file.as_raw_fd(), 0)
+        };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -489,7 +491,13 @@ pub struct ShmConfig {
 
 impl Default for ShmConfig {
     fn default() -> Self {
-        ShmConfig { ring_id: None, mtu: DEFAULT_MTU, slots: DEFAULT_SLOTS, dir: PathBuf::from(DEFAULT_DIR), wait_fd: true }
+        ShmConfig {
+            ring_id: None,
+            mtu: DEFAULT_MTU,
+            slots: DEFAULT_SLOTS,
+            dir: PathBuf::from(DEFAULT_DIR),
+            wait_fd: true,
+        }
     }
 }
 
@@ -650,7 +658,8 @@ fn remember_open_ring(ring_id: u64) -> Option<&'static OpenRing> {
         }
         p = e.next as *mut OpenRing;
     }
-    let e: &'static mut OpenRing = Box::leak(Box::new(OpenRing { ring_id: std::sync::atomic::AtomicU64::new(ring_id), next: std::ptr::null() }));
+    let e: &'static mut OpenRing =
+        Box::leak(Box::new(OpenRing { ring_id: std::sync::atomic::AtomicU64::new(ring_id), next: std::ptr::null() }));
     let mut head = OPEN_RINGS.load(O::Acquire);
     loop {
         e.next = head;
@@ -799,7 +808,8 @@ const LIVENESS_EVERY: u32 = 4096;
 fn random_u64() -> u64 {
     use std::sync::atomic::AtomicU64 as A;
     static COUNTER: A = A::new(0);
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let t =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
     let mut z = t ^ ((std::process::id() as u64) << 32) ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
@@ -863,7 +873,8 @@ impl ShmDevice {
         }
         let slots = cfg.slots.next_power_of_two();
         cleanup_stale(&cfg.dir);
-        let addr = ShmAddr { host_id: host_id(), pid: std::process::id(), ring_id: cfg.ring_id.unwrap_or_else(random_u64) };
+        let addr =
+            ShmAddr { host_id: host_id(), pid: std::process::id(), ring_id: cfg.ring_id.unwrap_or_else(random_u64) };
         let path = cfg.dir.join(segment_name(&addr));
         let open = || {
             OpenOptions::new()
@@ -996,7 +1007,6 @@ impl ShmDevice {
         Ok(done)
     }
 
-
     pub fn probe_remote_read(&mut self, peer: &ShmAddr) -> bool {
         if !self.cma_ok {
             return false;
@@ -1009,7 +1019,8 @@ impl ShmDevice {
         let Ok(p) = self.peer(peer) else { return false };
         let hdr = p.seg.ring.header().owner_hdr_addr.load(Ordering::Relaxed);
         let mut buf = [0u8; 8];
-        let ok = matches!(self.remote_read(DevAddr::Shm(*peer), hdr, &mut buf), Ok(8)) && u64::from_le_bytes(buf) == MAGIC;
+        let ok =
+            matches!(self.remote_read(DevAddr::Shm(*peer), hdr, &mut buf), Ok(8)) && u64::from_le_bytes(buf) == MAGIC;
         if let Some(p) = self.peers.get_mut(peer) {
             p.can_read = Some(ok);
         }
@@ -1073,7 +1084,10 @@ impl ShmDevice {
                 Ok(n) => {
                     bytes += n as u64;
                     if n < len {
-                        return Ok((bytes, Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes")))));
+                        return Ok((
+                            bytes,
+                            Some(DeviceError::Config(format!("short remote read: {n} of {len} bytes"))),
+                        ));
                     }
                 }
                 // Nothing read yet and the path cannot read: the caller asks
@@ -1135,11 +1149,8 @@ impl ShmDevice {
         {
             return Err(unreachable());
         }
-        let fifo = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(fifo_path(&path))
-            .ok();
+        let fifo =
+            OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(fifo_path(&path)).ok();
         // Opened after the pid was checked alive and its ring found with
         // its pid and id: a pid reused since would not own that ring.
         let pidfd = pidfd_open(a.pid);
@@ -1161,7 +1172,10 @@ impl ShmDevice {
     fn pop_into(&mut self, n: &mut usize, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) {
         let host_id = self.addr.host_id;
         while *n < max {
-            let ok = self.seg.ring.pop(&mut |pid, ring_id, data| deliver(DevAddr::Shm(ShmAddr { host_id, pid, ring_id }), data));
+            let ok = self
+                .seg
+                .ring
+                .pop(&mut |pid, ring_id, data| deliver(DevAddr::Shm(ShmAddr { host_id, pid, ring_id }), data));
             if !ok {
                 break;
             }
@@ -1179,7 +1193,14 @@ impl ShmDevice {
     /// also when the owner holds its senders back, and the owner is woken if
     /// it sleeps, through the same peer entry (a lone send looks its peer up
     /// once, not twice; a batch wakes each peer once, after it).
-    fn push_one(&mut self, now: Instant, a: ShmAddr, parts: &[&[u8]], len: usize, direct: bool) -> Result<bool, DeviceError> {
+    fn push_one(
+        &mut self,
+        now: Instant,
+        a: ShmAddr,
+        parts: &[&[u8]],
+        len: usize,
+        direct: bool,
+    ) -> Result<bool, DeviceError> {
         if len > self.mtu {
             return Err(DeviceError::TooLarge { len, mtu: self.mtu });
         }
@@ -1237,7 +1258,15 @@ impl ShmDevice {
 
 impl Device for ShmDevice {
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: true, ordered: true, mtu: self.mtu, remote_read: self.cma_ok, gso: false, registration: false, max_inline: 0 }
+        DeviceCaps {
+            reliable: true,
+            ordered: true,
+            mtu: self.mtu,
+            remote_read: self.cma_ok,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        }
     }
 
     fn local_addr(&self) -> DevAddr {
@@ -1363,7 +1392,13 @@ impl RemoteReads for ShmDevice {
     /// receiver sees (MPI reports it), where delivering the bytes would be
     /// silent corruption and dropping the announcement would leave the
     /// receive waiting for a message that never comes.
-    fn post_read(&mut self, _now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        _now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         // The sender's ring, mapped before anything is copied (its `closed`
         // flag is read after the copy). Not our own endpoint: it is open
         // while we run. Not when this process cannot read at all: the copy
@@ -1425,8 +1460,8 @@ impl Drop for ShmDevice {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use rdm::device::LocalBuf;
     use proptest::prelude::*;
+    use rdm::device::LocalBuf;
     use std::collections::VecDeque;
 
     /// A ring in a heap buffer (8-byte aligned).
@@ -1537,7 +1572,11 @@ mod tests {
     fn read_all(r: &mut ShmDevice, id: u64, from: DevAddr, src: &[u8], dst: &mut [u8]) -> ReadDone {
         // SAFETY: `dst` outlives the read, which completes before post_read
         // returns (shm reads synchronously), and nothing else touches it.
-        let run = ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) } };
+        let run = ReadRun {
+            remote_addr: src.as_ptr() as u64,
+            remote_key: None,
+            local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) },
+        };
         r.post_read(rdm::time::Instant::ZERO, id, from, &[run]).unwrap();
         r.poll_read(rdm::time::Instant::ZERO).unwrap()
     }
@@ -1576,7 +1615,11 @@ mod tests {
             drop(s);
             let done = read_all(&mut r, 2, from, &src, &mut dst);
             assert_eq!(done.id, 2);
-            assert!(matches!(done.error, Some(DeviceError::Unreachable(a)) if a == from), "mapped {mapped}: {:?}", done.error);
+            assert!(
+                matches!(done.error, Some(DeviceError::Unreachable(a)) if a == from),
+                "mapped {mapped}: {:?}",
+                done.error
+            );
             assert_eq!(r.stats.reads_after_close, before + 1);
         }
         // Our own endpoint is readable (it is open while we run).
@@ -1600,7 +1643,11 @@ mod tests {
         let src = vec![7u8; 4096];
         let mut dst = vec![0u8; 4096];
         // SAFETY: `dst` outlives the synchronous copy and nothing else touches it.
-        let run = ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 4096) } };
+        let run = ReadRun {
+            remote_addr: src.as_ptr() as u64,
+            remote_key: None,
+            local: unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 4096) },
+        };
         assert!(matches!(r.copy_runs(s.local_addr(), &[run]), Ok((4096, None))));
         assert!(!r.sender_closed(&a), "an open sender");
         s.seg.ring.header().closed.store(1, Ordering::SeqCst);
@@ -1797,7 +1844,11 @@ mod loom_tests {
             // succeed once the consumer let go of that one.
             let mut i = 2;
             while i < 4 && r.try_push(1, &datagram(1, i)) {
-                assert!(popped.load(Ordering::Relaxed) >= i - 1, "slot of datagram {} reused before its pop finished", i - 2);
+                assert!(
+                    popped.load(Ordering::Relaxed) >= i - 1,
+                    "slot of datagram {} reused before its pop finished",
+                    i - 2
+                );
                 i += 1;
             }
             consumer.join().unwrap();
@@ -1853,7 +1904,10 @@ mod loom_tests {
                 t.join().unwrap();
             }
             if sleeps {
-                assert!(fifo.load(Ordering::Relaxed) > 0, "lost wake-up: the consumer sleeps on a non-empty ring and an empty FIFO");
+                assert!(
+                    fifo.load(Ordering::Relaxed) > 0,
+                    "lost wake-up: the consumer sleeps on a non-empty ring and an empty FIFO"
+                );
             }
         });
     }

@@ -21,9 +21,9 @@
 //! non-loopback interface by the order documented in [`crate::iface`], else loopback.
 #![allow(unsafe_code)]
 
-use rdm::Instant;
-use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
 use nix::sys::socket::{setsockopt, sockopt};
+use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, TxDatagram};
+use rdm::Instant;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -305,7 +305,8 @@ impl RxScratch {
             hdr.msg_name = &mut self.addrs[i] as *mut libc::sockaddr_storage as *mut libc::c_void;
             hdr.msg_iov = &mut self.iovs[i];
             hdr.msg_iovlen = 1;
-            hdr.msg_control = if gro { &mut self.cmsgs[i] as *mut CmsgBuf as *mut libc::c_void } else { std::ptr::null_mut() };
+            hdr.msg_control =
+                if gro { &mut self.cmsgs[i] as *mut CmsgBuf as *mut libc::c_void } else { std::ptr::null_mut() };
         }
         self.rearm(RX_BATCH, gro);
     }
@@ -422,9 +423,7 @@ fn with_port(ip: IpAddr, port: u16, iface: Option<&str>) -> SocketAddr {
 pub fn resolve_bind_addr(cfg: &UdpConfig) -> Result<SocketAddr, DeviceError> {
     let mut port = cfg.bind.port();
     if let Some(s) = &cfg.service {
-        port = s
-            .parse()
-            .map_err(|_| config_err(format!("UDP service {s:?} is not a port number")))?;
+        port = s.parse().map_err(|_| config_err(format!("UDP service {s:?} is not a port number")))?;
     }
     let want_v4 = cfg.bind.is_ipv4();
     if let Some(node) = &cfg.node {
@@ -472,7 +471,13 @@ fn enable_recverr(sock: &Socket, v4: bool) {
     for &(level, name) in opts {
         // SAFETY: a valid socket fd and a c_int option value of the size given.
         unsafe {
-            libc::setsockopt(sock.as_raw_fd(), level, name, &on as *const libc::c_int as *const libc::c_void, size_of::<libc::c_int>() as libc::socklen_t)
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                level,
+                name,
+                &on as *const libc::c_int as *const libc::c_void,
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
         };
     }
 }
@@ -605,7 +610,11 @@ impl UdpDevice {
                 // whole: report it, and the sender falls back to single datagrams.
                 let segments = len.div_ceil(d.seg);
                 if !self.gso || d.seg > self.mtu || segments > GSO_MAX_SEGMENTS || len > GSO_MAX_BYTES {
-                    bad = Some(if self.gso { DeviceError::TooLarge { len, mtu: self.mtu } } else { DeviceError::Unsupported });
+                    bad = Some(if self.gso {
+                        DeviceError::TooLarge { len, mtu: self.mtu }
+                    } else {
+                        DeviceError::Unsupported
+                    });
                     break;
                 }
                 if entries == BATCH {
@@ -702,7 +711,9 @@ impl UdpDevice {
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => return Ok(None),
-                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) if async_left > 0 => {
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN)
+                    if async_left > 0 =>
+                {
                     async_left -= 1;
                     self.stats.async_errors += 1;
                     self.errq_pending = true;
@@ -753,9 +764,11 @@ impl UdpDevice {
                 if is_err && c.cmsg_len as usize >= size_of::<libc::cmsghdr>() + size_of::<libc::sock_extended_err>() {
                     // SAFETY: the kernel wrote a sock_extended_err as this cmsg's data
                     // (length checked); read unaligned to be safe.
-                    let ee = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err) };
+                    let ee =
+                        unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err) };
                     let icmp = ee.ee_origin == libc::SO_EE_ORIGIN_ICMP || ee.ee_origin == libc::SO_EE_ORIGIN_ICMP6;
-                    let unreachable = matches!(ee.ee_errno as i32, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH);
+                    let unreachable =
+                        matches!(ee.ee_errno as i32, libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH);
                     if icmp && unreachable {
                         if let Some(dst) = from_sockaddr(&name) {
                             self.stats.icmp_unreachable += 1;
@@ -797,7 +810,13 @@ impl UdpDevice {
             // when the device was opened; all boxed (the heap memory never moves),
             // not otherwise borrowed during the call.
             let r = unsafe {
-                libc::recvmmsg(self.sock.as_raw_fd(), rxs.msgs.as_mut_ptr(), want as u32, libc::MSG_DONTWAIT, std::ptr::null_mut())
+                libc::recvmmsg(
+                    self.sock.as_raw_fd(),
+                    rxs.msgs.as_mut_ptr(),
+                    want as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
             };
             if r >= 0 {
                 break r as usize;
@@ -877,7 +896,15 @@ impl Device for UdpDevice {
     }
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu: self.mtu, remote_read: false, gso: self.gso, registration: false, max_inline: 0 }
+        DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu: self.mtu,
+            remote_read: false,
+            gso: self.gso,
+            registration: false,
+            max_inline: 0,
+        }
     }
 
     fn local_addr(&self) -> DevAddr {
@@ -996,7 +1023,8 @@ mod tests {
     #[test]
     fn a_run_leaves_as_its_datagrams() {
         let mut tx = UdpDevice::open(&UdpConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut rx = UdpDevice::open(&UdpConfig { gro: false, ..UdpConfig::new("127.0.0.1:0".parse().unwrap()) }).unwrap();
+        let mut rx =
+            UdpDevice::open(&UdpConfig { gro: false, ..UdpConfig::new("127.0.0.1:0".parse().unwrap()) }).unwrap();
         let dst = rx.local_addr();
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
         if !tx.offloads().gso {
@@ -1013,7 +1041,10 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(tx.stats.gso_sends, 1);
         tx.gso = false;
-        assert!(matches!(tx.send_batch(Instant::ZERO, &[TxDatagram::run(dst, &data, 1400)]), Err(DeviceError::Unsupported)));
+        assert!(matches!(
+            tx.send_batch(Instant::ZERO, &[TxDatagram::run(dst, &data, 1400)]),
+            Err(DeviceError::Unsupported)
+        ));
     }
 
     /// A datagram to a port nobody listens on draws an ICMP port unreachable;
@@ -1027,7 +1058,10 @@ mod tests {
         };
         let live = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let data = [7u8; 32];
-        let batch = [TxDatagram::new(DevAddr::Udp(closed), &data), TxDatagram::new(DevAddr::Udp(live.local_addr().unwrap()), &data)];
+        let batch = [
+            TxDatagram::new(DevAddr::Udp(closed), &data),
+            TxDatagram::new(DevAddr::Udp(live.local_addr().unwrap()), &data),
+        ];
         let mut sent = 0;
         while sent < batch.len() {
             sent += dev.send_batch(Instant::ZERO, &batch[sent..]).unwrap_or(1);

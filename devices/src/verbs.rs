@@ -104,12 +104,20 @@
 //! connection and completes `NotConnected` (pushed instead).
 #![allow(unsafe_code)]
 
-use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
-use rdm::Instant;
-use rdm::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar, TxDatagram};
-use crate::ib::{last_err, nonblocking_channel, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar, ProtectionDomain, ReceiveSlots};
 /// Memory keys, access bits and Q_Keys, as the verbs device builds them (shared with EFA: [`crate::ib`]).
-pub use crate::ib::{ibv_access, mr_key, mr_keys, qkey_for, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND, FI_WRITE};
+pub use crate::ib::{
+    ibv_access, mr_key, mr_keys, qkey_for, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND, FI_WRITE,
+};
+use crate::ib::{
+    last_err, nonblocking_channel, query_port, ret_err, AhError, BounceSlots, DeviceList, OpenDev, PdRegistrar,
+    ProtectionDomain, ReceiveSlots,
+};
+use rdm::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
+use rdm::device::{
+    ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadRun, Registrar,
+    RemoteReads, TxDatagram,
+};
+use rdm::Instant;
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -165,11 +173,6 @@ const RC_CQ_DEPTH: u32 = 4096;
 /// retry 7 (infinite).
 const RC_TIMEOUT: u8 = 14;
 const RC_RETRY: u8 = 7;
-
-
-
-
-
 
 /// A verbs UD address (see the module docs for the layout).
 pub fn ud_addr(gid: [u8; 16], qpn: u32, lid: u16) -> DevAddr {
@@ -259,8 +262,6 @@ fn posted_before(bad: *const ib::ibv_send_wr, wrs: &[ib::ibv_send_wr]) -> usize 
     }
 }
 
-
-
 /// How to open a [`VerbsContext`].
 #[derive(Clone, Debug, Default)]
 pub struct VerbsConfig {
@@ -345,20 +346,17 @@ fn gid_matches_ip(gid: &[u8; 16], ip: &IpAddr) -> bool {
 /// The best GID of `entries` for `netdev` / `ips`: RoCE v2, the address
 /// asked for, IPv4-mapped, not link-local, in that order of importance.
 fn rank_gid<'a>(entries: &'a [GidEntry], netdev: Option<&str>, ips: &[IpAddr]) -> Option<&'a GidEntry> {
-    entries
-        .iter()
-        .filter(|e| netdev.is_none() || e.ndev.is_none() || e.ndev.as_deref() == netdev)
-        .min_by_key(|e| {
-            let link_local = e.gid[0] == 0xfe && e.gid[1] & 0xc0 == 0x80;
-            (
-                !e.roce_v2,
-                !ips.iter().any(|ip| gid_matches_ip(&e.gid, ip)),
-                ipv4_mapped(&e.gid).is_none(),
-                link_local,
-                e.index == 0,
-                e.index,
-            )
-        })
+    entries.iter().filter(|e| netdev.is_none() || e.ndev.is_none() || e.ndev.as_deref() == netdev).min_by_key(|e| {
+        let link_local = e.gid[0] == 0xfe && e.gid[1] & 0xc0 == 0x80;
+        (
+            !e.roce_v2,
+            !ips.iter().any(|ip| gid_matches_ip(&e.gid, ip)),
+            ipv4_mapped(&e.gid).is_none(),
+            link_local,
+            e.index == 0,
+            e.index,
+        )
+    })
 }
 
 /// What the configuration asks for.
@@ -399,12 +397,6 @@ fn want_of(cfg: &VerbsConfig) -> Result<(Want, bool), DeviceError> {
         }
     }
 }
-
-
-
-
-
-
 
 fn gid_entries(ctx: *mut ib::ibv_context, dev: &str, port: u8, tbl_len: usize) -> Vec<GidEntry> {
     let mut out = Vec::new();
@@ -518,9 +510,14 @@ impl VerbsContext {
         let found = match (found, &want, explicit) {
             (Some(f), _, _) => f,
             // The default netdev has no RDMA device: any active port will do.
-            (None, Want::Netdev(..), false) => Self::find(&list, &Want::Any)?.ok_or_else(|| DeviceError::Config("verbs: no active RDMA port".into()))?,
-            (None, Want::Netdev(n, _), true) => return Err(DeviceError::Config(format!("verbs: no active RDMA port on netdev {n:?}"))),
-            (None, Want::Device(d), _) => return Err(DeviceError::Config(format!("verbs: RDMA device {d:?} has no active port"))),
+            (None, Want::Netdev(..), false) => Self::find(&list, &Want::Any)?
+                .ok_or_else(|| DeviceError::Config("verbs: no active RDMA port".into()))?,
+            (None, Want::Netdev(n, _), true) => {
+                return Err(DeviceError::Config(format!("verbs: no active RDMA port on netdev {n:?}")))
+            }
+            (None, Want::Device(d), _) => {
+                return Err(DeviceError::Config(format!("verbs: RDMA device {d:?} has no active port")))
+            }
             (None, Want::Any, _) => return Err(DeviceError::Config("verbs: no active RDMA port".into())),
         };
         let mut found = found;
@@ -546,7 +543,9 @@ impl VerbsContext {
             // it rejects unsignaled sends): EFA is the efa device's.
             if crate::efa::is_efa_device(dev.0) {
                 if let Want::Device(d) = want {
-                    return Err(DeviceError::Config(format!("verbs: {d:?} is an EFA device, on which verbs UD does not work (FI_RDMX_DEVICE=efa uses it)")));
+                    return Err(DeviceError::Config(format!(
+                        "verbs: {d:?} is an EFA device, on which verbs UD does not work (FI_RDMX_DEVICE=efa uses it)"
+                    )));
                 }
                 continue;
             }
@@ -673,10 +672,6 @@ impl DeviceContext for VerbsContext {
     }
 }
 
-
-
-
-
 impl ProtectionDomain for Ctx {
     fn pd(&self) -> *mut ib::ibv_pd {
         self.pd
@@ -685,10 +680,6 @@ impl ProtectionDomain for Ctx {
         self.odp && self.cfg.odp == Some(true)
     }
 }
-
-
-
-
 
 // ---- the endpoint's queue pair ----
 
@@ -746,7 +737,6 @@ pub struct VerbsStats {
 
 type AhKey = ([u8; 16], u16);
 
-
 struct AhEntry {
     ah: *mut ib::ibv_ah,
     last_use: u64,
@@ -763,11 +753,6 @@ struct Inflight {
     /// Part of it is gathered from application memory.
     gathered: bool,
 }
-
-
-
-
-
 
 /// One endpoint's UD queue pair (see the module docs).
 pub struct VerbsDevice {
@@ -860,7 +845,12 @@ struct RcRead {
 }
 
 impl RcFactory {
-    fn modify(qp: *mut ib::ibv_qp, attr: &mut ib::ibv_qp_attr, mask: ib::ibv_qp_attr_mask, what: &'static str) -> Result<(), DeviceError> {
+    fn modify(
+        qp: *mut ib::ibv_qp,
+        attr: &mut ib::ibv_qp_attr,
+        mask: ib::ibv_qp_attr_mask,
+        what: &'static str,
+    ) -> Result<(), DeviceError> {
         // SAFETY: a live QP and a valid attribute struct.
         let rc = unsafe { ib::ibv_modify_qp(qp, attr, mask.0 as i32) };
         if rc != 0 {
@@ -896,7 +886,13 @@ impl QueueFactory for RcFactory {
         let mut init = ib::ibv_qp_init_attr {
             send_cq: self.cq,
             recv_cq: self.cq,
-            cap: ib::ibv_qp_cap { max_send_wr: RC_SQ_DEPTH.min(self.ctx.max_qp_wr), max_recv_wr: 1, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            cap: ib::ibv_qp_cap {
+                max_send_wr: RC_SQ_DEPTH.min(self.ctx.max_qp_wr),
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
             qp_type: ib::ibv_qp_type_IBV_QPT_RC,
             sq_sig_all: 0,
             ..Default::default()
@@ -919,7 +915,12 @@ impl QueueFactory for RcFactory {
             qp_access_flags: ib::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0,
             ..Default::default()
         };
-        if let Err(e) = Self::modify(qp, &mut a, m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS, "ibv_modify_qp(RC INIT)") {
+        if let Err(e) = Self::modify(
+            qp,
+            &mut a,
+            m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_ACCESS_FLAGS,
+            "ibv_modify_qp(RC INIT)",
+        ) {
             Self::destroy(&q);
             return Err(e);
         }
@@ -952,7 +953,13 @@ impl QueueFactory for RcFactory {
         Self::modify(
             q.qp,
             &mut a,
-            m::IBV_QP_STATE | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER,
+            m::IBV_QP_STATE
+                | m::IBV_QP_AV
+                | m::IBV_QP_PATH_MTU
+                | m::IBV_QP_DEST_QPN
+                | m::IBV_QP_RQ_PSN
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC
+                | m::IBV_QP_MIN_RNR_TIMER,
             "ibv_modify_qp(RC RTR)",
         )?;
         let mut a = ib::ibv_qp_attr {
@@ -964,7 +971,17 @@ impl QueueFactory for RcFactory {
             max_rd_atomic: self.ctx.rd_atomic,
             ..Default::default()
         };
-        Self::modify(q.qp, &mut a, m::IBV_QP_STATE | m::IBV_QP_TIMEOUT | m::IBV_QP_RETRY_CNT | m::IBV_QP_RNR_RETRY | m::IBV_QP_SQ_PSN | m::IBV_QP_MAX_QP_RD_ATOMIC, "ibv_modify_qp(RC RTS)")
+        Self::modify(
+            q.qp,
+            &mut a,
+            m::IBV_QP_STATE
+                | m::IBV_QP_TIMEOUT
+                | m::IBV_QP_RETRY_CNT
+                | m::IBV_QP_RNR_RETRY
+                | m::IBV_QP_SQ_PSN
+                | m::IBV_QP_MAX_QP_RD_ATOMIC,
+            "ibv_modify_qp(RC RTS)",
+        )
     }
 
     /// To the error state (the device stops touching memory for it and
@@ -985,8 +1002,10 @@ unsafe impl Send for VerbsDevice {}
 impl VerbsDevice {
     fn open(ctx: Arc<Ctx>, spec: &OpenSpec) -> Result<VerbsDevice, DeviceError> {
         let cfg = &ctx.cfg;
-        let sq_depth = if cfg.sq_depth == 0 { DEFAULT_SQ_DEPTH } else { cfg.sq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(2);
-        let rq_depth = if cfg.rq_depth == 0 { DEFAULT_RQ_DEPTH } else { cfg.rq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(1);
+        let sq_depth =
+            if cfg.sq_depth == 0 { DEFAULT_SQ_DEPTH } else { cfg.sq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(2);
+        let rq_depth =
+            if cfg.rq_depth == 0 { DEFAULT_RQ_DEPTH } else { cfg.rq_depth }.min(ctx.max_qp_wr).min(ctx.max_cqe).max(1);
         let ah_cap = if cfg.ah_cache == 0 { DEFAULT_AH_CACHE } else { cfg.ah_cache }.min(ctx.max_ah).max(1);
         let mtu = ctx.mtu;
         let mut dev = VerbsDevice {
@@ -1018,7 +1037,15 @@ impl VerbsDevice {
             corrupt_next_key: false,
             refuse_ahs: 0,
             conns: ConnTable::new(cfg.rc_max_peers.unwrap_or(DEFAULT_RC_MAX_PEERS), RC_IDLE, spec.incarnation),
-            rc: RcFactory { ctx: ctx.clone(), cq: ptr::null_mut(), outstanding: FxHashMap::default(), total_outstanding: 0, retiring: Vec::new(), psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15, live: 0 },
+            rc: RcFactory {
+                ctx: ctx.clone(),
+                cq: ptr::null_mut(),
+                outstanding: FxHashMap::default(),
+                total_outstanding: 0,
+                retiring: Vec::new(),
+                psn_seed: spec.incarnation ^ 0x9e37_79b9_7f4a_7c15,
+                live: 0,
+            },
             rc_reads: slab::Slab::new(),
             rc_done: VecDeque::new(),
             now: rdm::time::Instant::from_nanos(0),
@@ -1043,7 +1070,9 @@ impl VerbsDevice {
             // One completion queue for the reads of every connection, on
             // the same channel as receives: a sleeper wakes for either.
             // SAFETY: an open context; the channel outlives the CQ.
-            dev.rc.cq = unsafe { ib::ibv_create_cq(dev.ctx.ctx, RC_CQ_DEPTH.min(dev.ctx.max_cqe) as i32, ptr::null_mut(), dev.channel, 0) };
+            dev.rc.cq = unsafe {
+                ib::ibv_create_cq(dev.ctx.ctx, RC_CQ_DEPTH.min(dev.ctx.max_cqe) as i32, ptr::null_mut(), dev.channel, 0)
+            };
             if dev.rc.cq.is_null() {
                 return Err(last_err("ibv_create_cq(rc)"));
             }
@@ -1052,7 +1081,13 @@ impl VerbsDevice {
             let mut init = ib::ibv_qp_init_attr {
                 send_cq: dev.scq,
                 recv_cq: dev.rcq,
-                cap: ib::ibv_qp_cap { max_send_wr: sq_depth, max_recv_wr: rq_depth, max_send_sge: 2, max_recv_sge: 1, max_inline_data: inline },
+                cap: ib::ibv_qp_cap {
+                    max_send_wr: sq_depth,
+                    max_recv_wr: rq_depth,
+                    max_send_sge: 2,
+                    max_recv_sge: 1,
+                    max_inline_data: inline,
+                },
                 qp_type: ib::ibv_qp_type_IBV_QPT_UD,
                 sq_sig_all: 0,
                 ..Default::default()
@@ -1087,8 +1122,18 @@ impl VerbsDevice {
     /// RESET -> INIT (port, P_Key index 0, Q_Key) -> RTR -> RTS.
     fn bring_up(&mut self) -> Result<(), DeviceError> {
         use ib::ibv_qp_attr_mask as m;
-        let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_INIT, pkey_index: 0, port_num: self.ctx.port, qkey: self.qkey, ..Default::default() };
-        self.modify(&mut a, (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY).0, "ibv_modify_qp(INIT)")?;
+        let mut a = ib::ibv_qp_attr {
+            qp_state: ib::ibv_qp_state_IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: self.ctx.port,
+            qkey: self.qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &mut a,
+            (m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT | m::IBV_QP_QKEY).0,
+            "ibv_modify_qp(INIT)",
+        )?;
         let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTR, ..Default::default() };
         self.modify(&mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(RTR)")?;
         let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, sq_psn: 0, ..Default::default() };
@@ -1137,7 +1182,10 @@ impl VerbsDevice {
                     // error of a gathered send (application memory whose
                     // registration went away: rdmx's matter, not the
                     // peer's; the message is resent or has completed).
-                    let local = matches!(wc.status, ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR);
+                    let local = matches!(
+                        wc.status,
+                        ib::ibv_wc_status_IBV_WC_LOC_PROT_ERR | ib::ibv_wc_status_IBV_WC_LOC_LEN_ERR
+                    );
                     let blame = wc.status != ib::ibv_wc_status_IBV_WC_WR_FLUSH_ERR;
                     if let Some(f) = self.inflight.iter().find(|f| f.seq == wc.wr_id) {
                         let dst = f.dst;
@@ -1179,14 +1227,19 @@ impl VerbsDevice {
         let mut attr = ib::ibv_qp_attr::default();
         let mut init = ib::ibv_qp_init_attr::default();
         // SAFETY: a live QP and valid out-structs.
-        let rc = unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
+        let rc =
+            unsafe { ib::ibv_query_qp(self.qp, &mut attr, ib::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32, &mut init) };
         if rc != 0 {
             return;
         }
         use ib::ibv_qp_attr_mask as m;
         match attr.qp_state {
             ib::ibv_qp_state_IBV_QPS_SQE => {
-                let mut a = ib::ibv_qp_attr { qp_state: ib::ibv_qp_state_IBV_QPS_RTS, cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE, ..Default::default() };
+                let mut a = ib::ibv_qp_attr {
+                    qp_state: ib::ibv_qp_state_IBV_QPS_RTS,
+                    cur_qp_state: ib::ibv_qp_state_IBV_QPS_SQE,
+                    ..Default::default()
+                };
                 if self.modify(&mut a, (m::IBV_QP_STATE | m::IBV_QP_CUR_STATE).0, "ibv_modify_qp(SQE->RTS)").is_ok() {
                     self.stats.qp_recoveries += 1;
                 }
@@ -1409,7 +1462,11 @@ impl VerbsDevice {
                         self.stats.rc_read_errors += 1;
                         let now = self.now;
                         self.conns.broken(now, r.peer, &mut self.rc);
-                        self.rc_done.push_back(rdm::device::ReadDone { id: r.id, bytes: r.bytes, error: Some(DeviceError::NotConnected) });
+                        self.rc_done.push_back(rdm::device::ReadDone {
+                            id: r.id,
+                            bytes: r.bytes,
+                            error: Some(DeviceError::NotConnected),
+                        });
                     } else {
                         self.stats.rc_read_bytes += r.bytes;
                         self.rc_done.push_back(rdm::device::ReadDone { id: r.id, bytes: r.bytes, error: None });
@@ -1435,7 +1492,12 @@ impl VerbsDevice {
         }
         let now = self.now;
         let limit = self.ctx.cfg.rc_read_timeout.unwrap_or(RC_READ_TIMEOUT);
-        while let Some((slot, peer)) = self.rc_reads.iter().find(|(_, r)| !r.reported && now.saturating_duration_since(r.last_progress) >= limit).map(|(k, r)| (k, r.peer)) {
+        while let Some((slot, peer)) = self
+            .rc_reads
+            .iter()
+            .find(|(_, r)| !r.reported && now.saturating_duration_since(r.last_progress) >= limit)
+            .map(|(k, r)| (k, r.peer))
+        {
             let r = &mut self.rc_reads[slot];
             r.reported = true;
             let (id, bytes) = (r.id, r.bytes);
@@ -1724,7 +1786,13 @@ impl RemoteReads for VerbsDevice {
     /// of at most the port's `max_msg_sz`, all posted at once. No
     /// connection yet (it is being made), or no room: `NotConnected`, and
     /// the sender pushes this message.
-    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         if !self.conns.enabled() {
             return Err(DeviceError::Unsupported);
         }
@@ -1764,7 +1832,13 @@ impl RemoteReads for VerbsDevice {
             loop {
                 let len = (r.local.len() - off).min(max_msg);
                 self.rc_sges.push(ib::ibv_sge { addr: r.local.addr() + off, length: len as u32, lkey });
-                let mut wr = ib::ibv_send_wr { wr_id: slot, num_sge: 1, opcode: ib::ibv_wr_opcode_IBV_WR_RDMA_READ, send_flags: ib::ibv_send_flags::IBV_SEND_SIGNALED.0, ..Default::default() };
+                let mut wr = ib::ibv_send_wr {
+                    wr_id: slot,
+                    num_sge: 1,
+                    opcode: ib::ibv_wr_opcode_IBV_WR_RDMA_READ,
+                    send_flags: ib::ibv_send_flags::IBV_SEND_SIGNALED.0,
+                    ..Default::default()
+                };
                 wr.wr.rdma = ib::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr: r.remote_addr + off, rkey };
                 self.rc_wrs.push(wr);
                 off += len;
@@ -1789,7 +1863,15 @@ impl RemoteReads for VerbsDevice {
         }
         // Requests that did not post count as failed; the read is given up
         // (pushed) when the posted ones complete.
-        let key = self.rc_reads.insert(RcRead { id, peer, wrs_left: posted as u32, bytes: 0, failed: posted < n, last_progress: now, reported: false });
+        let key = self.rc_reads.insert(RcRead {
+            id,
+            peer,
+            wrs_left: posted as u32,
+            bytes: 0,
+            failed: posted < n,
+            last_progress: now,
+            reported: false,
+        });
         debug_assert_eq!(key as u64, slot);
         *self.rc.outstanding.entry(qpn).or_insert(0) += posted as u32;
         self.rc.total_outstanding += posted as u32;
@@ -1915,7 +1997,11 @@ mod tests {
 
     #[test]
     fn on_demand_needs_rc_read_and_ud_send() {
-        let (gen, read, send) = (ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ, ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND);
+        let (gen, read, send) = (
+            ib::ibv_odp_general_caps_IBV_ODP_SUPPORT as u64,
+            ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_READ,
+            ib::ibv_odp_transport_cap_bits_IBV_ODP_SUPPORT_SEND,
+        );
         // Soft-RoCE in Debian's 7.3 kernel: RC send/recv/write/read/atomic/srq, UD send/recv/srq.
         assert!(odp_offered(gen, 0x3f | 0xc0, 0x23));
         assert!(!odp_offered(0, read | send, send), "no general ODP");

@@ -5,8 +5,8 @@ use devices::composite::{AutoDevice, NetPair};
 use devices::fault::{FaultConfig, FaultDevice};
 use devices::shm::{ShmConfig, ShmDevice};
 use devices::udp::{UdpConfig, UdpDevice, UdpOffloads};
-use rdm::device::{LocalBuf, ReadRun, RemoteReads, TxDatagram};
 use rdm::device::ShmAddr;
+use rdm::device::{LocalBuf, ReadRun, RemoteReads, TxDatagram};
 use rdm::{DevAddr, Device, DeviceError};
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -40,9 +40,7 @@ fn recv_n(dev: &mut dyn Device, n: usize) -> Vec<(DevAddr, Vec<u8>)> {
     let mut out = Vec::new();
     let deadline = Instant::now() + PATIENCE;
     while out.len() < n && Instant::now() < deadline {
-        let got = dev
-            .recv_batch(n - out.len(), &mut |src, data| out.push((src, data.to_vec())))
-            .expect("recv_batch");
+        let got = dev.recv_batch(n - out.len(), &mut |src, data| out.push((src, data.to_vec()))).expect("recv_batch");
         if got == 0 {
             sleep_on(dev, 10);
         }
@@ -361,7 +359,13 @@ struct SrdModel {
 
 impl SrdModel {
     fn caps() -> rdm::DeviceCaps {
-        rdm::DeviceCaps { reliable: true, ordered: false, remote_read: true, registration: true, ..rdm::DeviceCaps::datagram(8192) }
+        rdm::DeviceCaps {
+            reliable: true,
+            ordered: false,
+            remote_read: true,
+            registration: true,
+            ..rdm::DeviceCaps::datagram(8192)
+        }
     }
 
     /// Two endpoints, each opened from its own domain (protection domain),
@@ -435,7 +439,13 @@ impl Device for SrdModel {
 }
 
 impl RemoteReads for SrdModel {
-    fn post_read(&mut self, now: rdm::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        now: rdm::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         self.dev.remote_reads().unwrap().post_read(now, id, peer, runs)
     }
 
@@ -459,7 +469,8 @@ fn srd_model_is_reliable_and_unordered() {
     let msgs: Vec<Vec<u8>> = (0..500u32).map(|i| i.to_le_bytes().to_vec()).collect();
     let batch: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(dst, m)).collect();
     send_all(&mut a, &batch);
-    let got: Vec<u32> = recv_n(&mut b, msgs.len()).into_iter().map(|(_, d)| u32::from_le_bytes(d.try_into().unwrap())).collect();
+    let got: Vec<u32> =
+        recv_n(&mut b, msgs.len()).into_iter().map(|(_, d)| u32::from_le_bytes(d.try_into().unwrap())).collect();
     assert_eq!(got.len(), 500, "every datagram arrives");
     assert!(got.windows(2).any(|w| w[0] > w[1]), "some arrive out of order");
     let mut sorted = got.clone();
@@ -483,7 +494,11 @@ fn srd_model_reads_through_keys_only() {
     let half = src.len() as u64 / 2;
     let runs = [
         ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.sub(0, half).unwrap() },
-        ReadRun { remote_addr: src.as_ptr() as u64 + half, remote_key: Some(skey), local: local.sub(half, half).unwrap() },
+        ReadRun {
+            remote_addr: src.as_ptr() as u64 + half,
+            remote_key: Some(skey),
+            local: local.sub(half, half).unwrap(),
+        },
     ];
     a.remote_reads().unwrap().post_read(now(), 1, b.local_addr(), &runs).unwrap();
     let done = a.remote_reads().unwrap().poll_read(now()).expect("served");
@@ -498,7 +513,10 @@ fn srd_model_reads_through_keys_only() {
     let skey = rb.register(src.as_ptr() as u64, src.len() as u64, 0).unwrap();
     let foreign = rb.register(dst.as_mut_ptr() as u64, dst.len() as u64, 0).unwrap();
     let bad = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local: local.with_key(foreign) }];
-    assert!(matches!(a.remote_reads().unwrap().post_read(now(), 3, b.local_addr(), &bad), Err(DeviceError::Config(_))), "a local key of another domain");
+    assert!(
+        matches!(a.remote_reads().unwrap().post_read(now(), 3, b.local_addr(), &bad), Err(DeviceError::Config(_))),
+        "a local key of another domain"
+    );
     assert!(a.remote_reads().unwrap().poll_read(now()).is_none());
     drop(b);
 }
@@ -523,7 +541,10 @@ fn net_pair() -> NetPair<ShmDevice, UdpDevice> {
     NetPair::new(ShmDevice::new().unwrap(), UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap()).unwrap()
 }
 
-conformance!(net_pair_fallback_route, Some((Box::new(net_pair()) as Box<dyn Device>, Box::new(net_pair()) as Box<dyn Device>)));
+conformance!(
+    net_pair_fallback_route,
+    Some((Box::new(net_pair()) as Box<dyn Device>, Box::new(net_pair()) as Box<dyn Device>))
+);
 
 #[test]
 fn net_pair_routes_each_address_to_the_device_that_owns_it() {
@@ -618,9 +639,7 @@ fn udp_wrong_address_kind_is_unreachable() {
     let sim = rdm::simnet::addr(3);
     assert!(matches!(a.send_batch(now(), &[TxDatagram::new(sim, b"x")]), Err(DeviceError::Unreachable(_))));
     // A bad address after a good one shortens the batch instead.
-    let n = a
-        .send_batch(now(), &[TxDatagram::new(b.local_addr(), b"x"), TxDatagram::new(sim, b"x")])
-        .unwrap();
+    let n = a.send_batch(now(), &[TxDatagram::new(b.local_addr(), b"x"), TxDatagram::new(sim, b"x")]).unwrap();
     assert_eq!(n, 1);
 }
 
@@ -671,7 +690,8 @@ fn gso_groups(a: &mut UdpDevice, b: &mut UdpDevice, c: &mut UdpDevice, groups: &
             })
             .collect();
         let (db, dc) = (b.local_addr(), c.local_addr());
-        let batch: Vec<TxDatagram> = msgs.iter().map(|(to_b, m)| TxDatagram::new(if *to_b { db } else { dc }, m)).collect();
+        let batch: Vec<TxDatagram> =
+            msgs.iter().map(|(to_b, m)| TxDatagram::new(if *to_b { db } else { dc }, m)).collect();
         send_all(a, &batch);
         sent += batch.len() as u64;
         for (dev, want_b) in [(&mut *b, true), (&mut *c, false)] {
@@ -706,7 +726,8 @@ fn gso_test_groups(mtu: usize) -> Vec<Vec<(bool, usize)>> {
 
 fn udp_gso_boundaries(addr: &str) {
     for (gso, gro) in [(true, true), (true, false), (false, true), (false, false)] {
-        let (Some(mut a), Some(mut b), Some(mut c)) = (udp_with(addr, gso, false), udp_with(addr, false, gro), udp_with(addr, false, gro))
+        let (Some(mut a), Some(mut b), Some(mut c)) =
+            (udp_with(addr, gso, false), udp_with(addr, false, gro), udp_with(addr, false, gro))
         else {
             return;
         };
@@ -727,7 +748,10 @@ fn udp_gso_boundaries(addr: &str) {
         // On loopback the kernel hands a GSO send whole to a GRO socket; it is
         // counted only if the kernel did coalesce (the bytes were checked above).
         let coalesced = rb.gro_segments + rc.gro_segments;
-        eprintln!("{addr} gso {gso} gro {gro}: {} GSO sends of {} datagrams; {coalesced} datagrams arrived coalesced", st.gso_sends, st.gso_segments);
+        eprintln!(
+            "{addr} gso {gso} gro {gro}: {} GSO sends of {} datagrams; {coalesced} datagrams arrived coalesced",
+            st.gso_sends, st.gso_segments
+        );
         if !b.offloads().gro {
             assert_eq!(coalesced, 0);
         }
@@ -779,7 +803,10 @@ fn udp_gro_split(addr: &str) {
             assert!(n <= 3, "recv_batch honours max");
             let coalesced = d.stats.gro_messages > before.gro_messages;
             if n == 3 && got.len() < want.len() && coalesced {
-                assert!(d.prepare_wait() || readable(fd, 0), "round {round}: held-back datagrams are reported before a sleep");
+                assert!(
+                    d.prepare_wait() || readable(fd, 0),
+                    "round {round}: held-back datagrams are reported before a sleep"
+                );
             }
             if n == 0 {
                 sleep_on(&mut d, 10);
@@ -896,7 +923,13 @@ fn udp_gso_refused_falls_back() {
 /// One throughput run: `a` sends `per_call` datagrams of `len` bytes per
 /// `send_batch` for `secs` while another thread receives on `b`. Returns
 /// (sent/s, received/s, received MB/s, GSO sends, coalesced receives).
-fn udp_throughput_run(mut a: UdpDevice, mut b: UdpDevice, per_call: usize, len: usize, secs: f64) -> (f64, f64, f64, u64, u64) {
+fn udp_throughput_run(
+    mut a: UdpDevice,
+    mut b: UdpDevice,
+    per_call: usize,
+    len: usize,
+    secs: f64,
+) -> (f64, f64, f64, u64, u64) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let dst = b.local_addr();
     let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -945,7 +978,9 @@ fn udp_offload_throughput() {
     const ROUNDS: usize = 3;
     let configs: Vec<(usize, bool, bool)> = [32, 256]
         .into_iter()
-        .flat_map(|per_call| [(false, false), (true, false), (false, true), (true, true)].map(|(gso, gro)| (per_call, gso, gro)))
+        .flat_map(|per_call| {
+            [(false, false), (true, false), (false, true), (true, true)].map(|(gso, gro)| (per_call, gso, gro))
+        })
         .collect();
     let mut results = vec![Vec::new(); configs.len()];
     for _ in 0..ROUNDS {
@@ -956,7 +991,9 @@ fn udp_offload_throughput() {
             results[i].push((udp_throughput_run(a, b, per_call, 1472, 1.0), used));
         }
     }
-    println!("per call | GSO | GRO | sent dgrams/s | received dgrams/s | received MB/s | GSO sends | coalesced receives");
+    println!(
+        "per call | GSO | GRO | sent dgrams/s | received dgrams/s | received MB/s | GSO sends | coalesced receives"
+    );
     for (i, &(per_call, _, _)) in configs.iter().enumerate() {
         let r = &mut results[i];
         r.sort_by(|x, y| x.0 .1.total_cmp(&y.0 .1));
@@ -1092,8 +1129,16 @@ fn shm_remote_read_own_process() {
     // nothing else touches them.
     let runs = unsafe {
         [
-            ReadRun { remote_addr: src.as_ptr() as u64 + 10, remote_key: None, local: LocalBuf::new(lo.as_mut_ptr() as u64, 100) },
-            ReadRun { remote_addr: src.as_ptr() as u64 + 5000, remote_key: None, local: LocalBuf::new(hi.as_mut_ptr() as u64, 200) },
+            ReadRun {
+                remote_addr: src.as_ptr() as u64 + 10,
+                remote_key: None,
+                local: LocalBuf::new(lo.as_mut_ptr() as u64, 100),
+            },
+            ReadRun {
+                remote_addr: src.as_ptr() as u64 + 5000,
+                remote_key: None,
+                local: LocalBuf::new(hi.as_mut_ptr() as u64, 200),
+            },
         ]
     };
     b.remote_reads().unwrap().post_read(now(), 1, a.local_addr(), &runs).unwrap();
@@ -1104,7 +1149,11 @@ fn shm_remote_read_own_process() {
     // SAFETY: as above.
     let runs = unsafe {
         [
-            ReadRun { remote_addr: src.as_ptr() as u64, remote_key: None, local: LocalBuf::new(two.as_mut_ptr() as u64, 100) },
+            ReadRun {
+                remote_addr: src.as_ptr() as u64,
+                remote_key: None,
+                local: LocalBuf::new(two.as_mut_ptr() as u64, 100),
+            },
             ReadRun { remote_addr: 8, remote_key: None, local: LocalBuf::new(two.as_mut_ptr() as u64 + 100, 8) },
         ]
     };
@@ -1157,20 +1206,13 @@ fn auto_routes_by_address_kind() {
     let fd = b.wait_fd().expect("epoll fd");
     assert!(!b.prepare_wait());
     assert!(!readable(fd, 0));
-    let batch = [
-        TxDatagram::new(b_shm, b"s1"),
-        TxDatagram::new(b_udp, b"u1"),
-        TxDatagram::new(b_shm, b"s2"),
-    ];
+    let batch = [TxDatagram::new(b_shm, b"s1"), TxDatagram::new(b_udp, b"u1"), TxDatagram::new(b_shm, b"s2")];
     send_all(&mut a, &batch);
     assert!(readable(fd, 2000));
     let mut got = recv_n(&mut b, 3);
     got.sort_by(|x, y| x.1.cmp(&y.1));
     let a_shm = DevAddr::Shm(a.shm_addr().unwrap());
-    assert_eq!(
-        got,
-        vec![(a_shm, b"s1".to_vec()), (a_shm, b"s2".to_vec()), (a.local_addr(), b"u1".to_vec())]
-    );
+    assert_eq!(got, vec![(a_shm, b"s1".to_vec()), (a_shm, b"s2".to_vec()), (a.local_addr(), b"u1".to_vec())]);
     // The epoll fd also wakes for the shm half alone.
     drain(&mut b);
     assert!(!b.prepare_wait());
@@ -1185,7 +1227,10 @@ fn auto_routes_by_address_kind() {
         // SAFETY: `dst` outlives the read, which shm completes before
         // post_read returns, and nothing else touches it meanwhile.
         let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, 64) };
-        b.remote_reads().unwrap().post_read(now(), 7, a_shm, &[ReadRun { remote_addr: buf.as_ptr() as u64, remote_key: None, local }]).unwrap();
+        b.remote_reads()
+            .unwrap()
+            .post_read(now(), 7, a_shm, &[ReadRun { remote_addr: buf.as_ptr() as u64, remote_key: None, local }])
+            .unwrap();
         let done = b.remote_reads().unwrap().poll_read(now()).expect("a synchronous read completes at once");
         assert_eq!((done.id, done.bytes, done.error.is_none()), (7, 64, true));
         assert_eq!(dst, buf);
@@ -1195,7 +1240,15 @@ fn auto_routes_by_address_kind() {
     let mut one = [0u8; 1];
     // SAFETY: `one` outlives the call; a refused post touches nothing.
     let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 1) };
-    assert!(matches!(b.remote_reads().unwrap().post_read(now(), 8, a.local_addr(), &[ReadRun { remote_addr: 0, remote_key: None, local }]), Err(DeviceError::Unsupported)));
+    assert!(matches!(
+        b.remote_reads().unwrap().post_read(
+            now(),
+            8,
+            a.local_addr(),
+            &[ReadRun { remote_addr: 0, remote_key: None, local }]
+        ),
+        Err(DeviceError::Unsupported)
+    ));
     assert!(b.remote_reads().unwrap().poll_read(now()).is_none());
 }
 
@@ -1279,11 +1332,9 @@ fn auto_dead_shm_peer_stops_the_batch() {
     let b_udp = b.local_addr();
     drop(b);
     assert!(matches!(a.send_batch(now(), &[TxDatagram::new(dead, b"x")]), Err(DeviceError::Unreachable(_))));
-    assert_eq!(
-        a.send_batch(now(), &[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(),
-        1
-    );
-    let only_net: AutoDevice = AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
+    assert_eq!(a.send_batch(now(), &[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(), 1);
+    let only_net: AutoDevice =
+        AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
     assert!(!only_net.caps().reliable);
     assert!(AutoDevice::<UdpDevice>::new(None, None).is_err());
 }
@@ -1403,7 +1454,11 @@ fn shm_crashed_peer() {
     child.wait().unwrap();
     let path = std::path::Path::new(devices::shm::DEFAULT_DIR).join(devices::shm::segment_name(&peer));
     assert!(path.exists(), "a killed process leaves its ring behind");
-    assert_eq!(d.send_batch(t0 + Duration::from_micros(500), &one(dst)).unwrap(), 1, "checked again before a millisecond passed");
+    assert_eq!(
+        d.send_batch(t0 + Duration::from_micros(500), &one(dst)).unwrap(),
+        1,
+        "checked again before a millisecond passed"
+    );
     let late = d.send_batch(t0 + Duration::from_millis(2), &one(dst));
     assert!(matches!(late, Err(DeviceError::Unreachable(_))), "{late:?}");
 
@@ -1429,7 +1484,9 @@ fn shm_crashed_peer() {
 
 mod verbs {
     use super::*;
-    use devices::verbs::{mr_keys, parse_ud_addr, ud_addr, VerbsConfig, VerbsContext, VerbsDevice, FI_REMOTE_READ, FI_SEND};
+    use devices::verbs::{
+        mr_keys, parse_ud_addr, ud_addr, VerbsConfig, VerbsContext, VerbsDevice, FI_REMOTE_READ, FI_SEND,
+    };
     use rdm::device::{DeviceContext, OpenSpec};
 
     fn required() -> bool {
@@ -1536,26 +1593,46 @@ mod verbs {
         let whole = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, LEN as u64) }.with_key(dkey);
         let runs = |off: u64| {
             [
-                ReadRun { remote_addr: src.as_ptr() as u64 + off, remote_key: Some(skey), local: whole.sub(off, (LEN as u64 / 2) - off).unwrap() },
-                ReadRun { remote_addr: src.as_ptr() as u64 + LEN as u64 / 2, remote_key: Some(skey), local: whole.sub(LEN as u64 / 2, LEN as u64 / 2).unwrap() },
+                ReadRun {
+                    remote_addr: src.as_ptr() as u64 + off,
+                    remote_key: Some(skey),
+                    local: whole.sub(off, (LEN as u64 / 2) - off).unwrap(),
+                },
+                ReadRun {
+                    remote_addr: src.as_ptr() as u64 + LEN as u64 / 2,
+                    remote_key: Some(skey),
+                    local: whole.sub(LEN as u64 / 2, LEN as u64 / 2).unwrap(),
+                },
             ]
         };
         let peer = owner.local_addr();
-        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 1, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        assert!(matches!(
+            reader.remote_reads().unwrap().post_read(now(), 1, peer, &runs(0)),
+            Err(DeviceError::NotConnected)
+        ));
         pump_control(&mut reader, &mut owner);
         let (st, active, _) = reader.rc_stats();
         assert_eq!((st.requested, st.established, active), (1, 1, 1), "{st:?}");
         assert_eq!(owner.rc_stats().2, 1, "the owner keeps the passive end");
         for round in 0..3u64 {
             dst.fill(0);
-            reader.remote_reads().unwrap().post_read(now(), 10 + round, peer, &runs(round * 4096)).expect("a read through the connection");
+            reader
+                .remote_reads()
+                .unwrap()
+                .post_read(now(), 10 + round, peer, &runs(round * 4096))
+                .expect("a read through the connection");
             let t0 = std::time::Instant::now();
             let done = loop {
                 if let Some(d) = reader.remote_reads().unwrap().poll_read(now()) {
                     break d;
                 }
                 // The owner's side needs no call: the NIC serves the read.
-                assert!(t0.elapsed() < std::time::Duration::from_secs(20), "the read never completed: {:?} {:?}", reader.stats, reader.rc_stats());
+                assert!(
+                    t0.elapsed() < std::time::Duration::from_secs(20),
+                    "the read never completed: {:?} {:?}",
+                    reader.stats,
+                    reader.rc_stats()
+                );
             };
             assert_eq!(done.id, 10 + round);
             assert!(done.error.is_none(), "{:?}", done.error);
@@ -1567,7 +1644,10 @@ mod verbs {
         // The owner fails: its connection goes; the next read asks anew.
         reader.remote_reads().unwrap().peer_failed(peer);
         assert_eq!(reader.rc_stats().1, 0);
-        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 20, peer, &runs(0)), Err(DeviceError::NotConnected)));
+        assert!(matches!(
+            reader.remote_reads().unwrap().post_read(now(), 20, peer, &runs(0)),
+            Err(DeviceError::NotConnected)
+        ));
         assert!(matches!(reader.remote_reads().unwrap().poll_control(), Some((to, _)) if to == peer));
         rreg.deregister(dkey);
         oreg.deregister(skey);
@@ -1586,7 +1666,10 @@ mod verbs {
             return;
         }
         let timeout = std::time::Duration::from_secs(2);
-        let at = |d: &str| ctx(&VerbsConfig { iface: Some(d.into()), rc_read_timeout: Some(timeout), ..VerbsConfig::default() }).unwrap();
+        let at = |d: &str| {
+            ctx(&VerbsConfig { iface: Some(d.into()), rc_read_timeout: Some(timeout), ..VerbsConfig::default() })
+                .unwrap()
+        };
         let (c0, c1) = (at("rxe2"), at("rxe1"));
         let (mut reader, mut owner) = (dev(&c0, 6), dev(&c1, 6));
         let (mut rreg, mut oreg) = (c0.registrar().unwrap(), c1.registrar().unwrap());
@@ -1598,7 +1681,10 @@ mod verbs {
         let local = unsafe { LocalBuf::new(dst.as_mut_ptr() as u64, dst.len() as u64) }.with_key(dkey);
         let run = [ReadRun { remote_addr: src.as_ptr() as u64, remote_key: Some(skey), local }];
         let peer = owner.local_addr();
-        assert!(matches!(reader.remote_reads().unwrap().post_read(now(), 1, peer, &run), Err(DeviceError::NotConnected)));
+        assert!(matches!(
+            reader.remote_reads().unwrap().post_read(now(), 1, peer, &run),
+            Err(DeviceError::NotConnected)
+        ));
         pump_control(&mut reader, &mut owner);
         reader.remote_reads().unwrap().post_read(now(), 2, peer, &run).expect("posted on the connection");
         let t0 = std::time::Instant::now();
@@ -1612,7 +1698,10 @@ mod verbs {
         assert_eq!(done.id, 2);
         assert!(matches!(done.error, Some(DeviceError::NotConnected)), "{:?}", done.error);
         assert_eq!(reader.rc_stats().1, 0, "the connection is closed");
-        assert!(matches!(reader.remote_reads().unwrap().poll_control(), Some((to, _)) if to == peer), "the owner is told to free its end");
+        assert!(
+            matches!(reader.remote_reads().unwrap().poll_control(), Some((to, _)) if to == peer),
+            "the owner is told to free its end"
+        );
         drop(reader);
         rreg.deregister(dkey);
         oreg.deregister(skey);
@@ -1642,14 +1731,30 @@ mod verbs {
         let local = unsafe { LocalBuf::new(one.as_mut_ptr() as u64, 8) };
         let me = d.local_addr();
         // No connection to anyone yet: the first read asks for one.
-        assert!(matches!(d.remote_reads().unwrap().post_read(now(), 1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::NotConnected)));
+        assert!(matches!(
+            d.remote_reads().unwrap().post_read(
+                now(),
+                1,
+                me,
+                &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]
+            ),
+            Err(DeviceError::NotConnected)
+        ));
         assert!(d.remote_reads().unwrap().poll_read(now()).is_none());
         assert!(d.remote_reads().unwrap().poll_control().is_some(), "a connection request for the peer");
         // Without RC connections, UD cannot read at all.
         let no_rc = ctx(&VerbsConfig { rc_max_peers: Some(0), ..VerbsConfig::default() }).unwrap();
         let mut n = dev(&no_rc, 1);
         assert!(!n.caps().remote_read);
-        assert!(matches!(n.remote_reads().unwrap().post_read(now(), 1, me, &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]), Err(DeviceError::Unsupported)));
+        assert!(matches!(
+            n.remote_reads().unwrap().post_read(
+                now(),
+                1,
+                me,
+                &[ReadRun { remote_addr: 0, remote_key: Some(1), local }]
+            ),
+            Err(DeviceError::Unsupported)
+        ));
         // A datagram of the wrong kind is refused, not sent.
         let udp = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
         assert!(matches!(d.send_batch(now(), &[TxDatagram::new(udp, b"x")]), Err(DeviceError::Unreachable(_))));
@@ -1723,7 +1828,11 @@ mod verbs {
                 sleep_on(&mut other, 10);
             }
         }
-        assert_eq!(got, vec![(others_job.local_addr(), b"control".to_vec())], "the control of other's own job arrives, and before it none of another job's: the NIC drops them");
+        assert_eq!(
+            got,
+            vec![(others_job.local_addr(), b"control".to_vec())],
+            "the control of other's own job arrives, and before it none of another job's: the NIC drops them"
+        );
         assert_eq!(drain(&mut other), 0, "nor after it");
         exchange(&mut a, &mut same, &[b"same job".to_vec()]);
         assert_eq!(a.stats.send_errors, 0, "a dropped UD datagram is no send error");
@@ -1783,14 +1892,25 @@ mod verbs {
         let ips = ["10.11.13.1", "10.11.13.2", "10.11.13.3", "10.11.13.4", "10.11.12.1", "10.11.12.2"];
         let ctxs: Vec<VerbsContext> = ips
             .iter()
-            .filter_map(|ip| VerbsContext::open(&VerbsConfig { iface: Some((*ip).into()), ..VerbsConfig::default() }).ok())
+            .filter_map(|ip| {
+                VerbsContext::open(&VerbsConfig { iface: Some((*ip).into()), ..VerbsConfig::default() }).ok()
+            })
             .filter(|p| p.gid() != c.gid())
             // Soft-RoCE on one host cannot carry datagrams between two of
             // its devices (see `two_devices`): peers on the sender's device.
             .filter(|p| p.device_name() == c.device_name())
             .collect();
         let mut seen = Vec::new();
-        ctxs.into_iter().filter(|p| if seen.contains(&p.gid()) { false } else { seen.push(p.gid()); true }).collect()
+        ctxs.into_iter()
+            .filter(|p| {
+                if seen.contains(&p.gid()) {
+                    false
+                } else {
+                    seen.push(p.gid());
+                    true
+                }
+            })
+            .collect()
     }
 
     #[test]
@@ -1835,7 +1955,11 @@ mod verbs {
         let (mut p, mut q) = (dev(&ctxs[0], 12), dev(&ctxs[1], 12));
         a.refuse_next_ahs_for_test(2);
         let msg = payload(1, 200);
-        assert_eq!(a.send_batch(now(), &[TxDatagram::new(p.local_addr(), &msg)]).unwrap(), 0, "a refused address handle is back-pressure");
+        assert_eq!(
+            a.send_batch(now(), &[TxDatagram::new(p.local_addr(), &msg)]).unwrap(),
+            0,
+            "a refused address handle is back-pressure"
+        );
         assert_eq!(a.poll_unreachable(), None);
         exchange(&mut a, &mut p, &[payload(2, 200)]);
         assert_eq!(a.stats.ah_refused, 2);
@@ -1865,7 +1989,7 @@ mod verbs {
         assert_eq!(k1, (r1 as u64) << 32 | l1 as u64);
         r.deregister(k1);
         r.deregister(k1); // unknown now: ignored
-        // Unmapped memory cannot be registered.
+                          // Unmapped memory cannot be registered.
         assert!(r.register(8, 4096, FI_REMOTE_READ).is_err());
         // A registration survives its registrar's siblings and endpoints.
         let d = dev(&c, 1);
@@ -1914,7 +2038,12 @@ mod verbs {
         let reported = a.poll_unreachable();
         eprintln!("send to an unroutable GID: {res:?}, reported: {reported:?}, {:?}", a.stats);
         assert!(failed <= 1, "one send, at most one failure: {:?}", a.stats);
-        assert_eq!(reported, (failed == 1).then_some(ghost), "reported exactly when the device saw a failure, and only the destination it failed: {:?}", a.stats);
+        assert_eq!(
+            reported,
+            (failed == 1).then_some(ghost),
+            "reported exactly when the device saw a failure, and only the destination it failed: {:?}",
+            a.stats
+        );
         exchange(&mut a, &mut b, &[b"still alive".to_vec()]);
         exchange(&mut b, &mut a, &[b"both ways".to_vec()]);
         assert_eq!(a.poll_unreachable(), None, "nothing else was reported");

@@ -39,7 +39,9 @@ impl Hosts {
     /// host names and addresses live inside the namespaces, so they may repeat.
     pub fn create(prefix: &str, net: u8, n: usize, drop_pct: u32) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 || !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null") {
+        if unsafe { libc::geteuid() } != 0
+            || !sh("command -v ip >/dev/null && command -v nft >/dev/null && command -v unshare >/dev/null")
+        {
             crate::skip("multi-host test needs root, iproute2, nftables and unshare");
             return None;
         }
@@ -52,8 +54,17 @@ impl Hosts {
                 ip: format!("10.{net}.0.{}", i + 1),
             })
             .collect();
-        let me = Hosts { switch: format!("{prefix}_{tag}_sw"), agent: std::env::temp_dir().join(format!("{prefix}-{tag}-agent.sh")), hostfile: std::env::temp_dir().join(format!("{prefix}-{tag}-hostfile")), tag, hosts };
-        let mut script = format!("set -e\nip netns add {sw}\nip -n {sw} link add br0 type bridge\nip -n {sw} link set br0 up\n", sw = me.switch);
+        let me = Hosts {
+            switch: format!("{prefix}_{tag}_sw"),
+            agent: std::env::temp_dir().join(format!("{prefix}-{tag}-agent.sh")),
+            hostfile: std::env::temp_dir().join(format!("{prefix}-{tag}-hostfile")),
+            tag,
+            hosts,
+        };
+        let mut script = format!(
+            "set -e\nip netns add {sw}\nip -n {sw} link add br0 type bridge\nip -n {sw} link set br0 up\n",
+            sw = me.switch
+        );
         let all_hosts: String = me.hosts.iter().map(|h| format!("{} {}\\n", h.ip, h.name)).collect();
         for (i, h) in me.hosts.iter().enumerate() {
             script += &format!(
@@ -95,7 +106,11 @@ impl Hosts {
     /// slots=<n>` lines, as OpenMPI reads), named for this run like the
     /// agent and removed with it; returns its path.
     pub fn hostfile(&self, slots: usize) -> PathBuf {
-        std::fs::write(&self.hostfile, self.hosts.iter().map(|h| format!("{} slots={slots}\n", h.name)).collect::<String>()).unwrap();
+        std::fs::write(
+            &self.hostfile,
+            self.hosts.iter().map(|h| format!("{} slots={slots}\n", h.name)).collect::<String>(),
+        )
+        .unwrap();
         self.hostfile.clone()
     }
 
@@ -106,7 +121,8 @@ impl Hosts {
 
     /// UDP datagrams nftables dropped on host `i` so far.
     pub fn dropped(&self, i: usize) -> u64 {
-        let out = Command::new("ip").args(["netns", "exec", &self.hosts[i].ns, "nft", "list", "ruleset"]).output().unwrap();
+        let out =
+            Command::new("ip").args(["netns", "exec", &self.hosts[i].ns, "nft", "list", "ruleset"]).output().unwrap();
         String::from_utf8_lossy(&out.stdout)
             .split("counter packets ")
             .nth(1)
@@ -120,7 +136,11 @@ impl Hosts {
         // left in the root namespace goes by its own (unique) name.
         let mut cmd = format!("ip netns del {} 2>/dev/null;", self.switch);
         for h in &self.hosts {
-            cmd += &format!(" ip netns del {ns} 2>/dev/null; ip link del {dev} 2>/dev/null; rm -rf /etc/netns/{ns};", ns = h.ns, dev = h.dev);
+            cmd += &format!(
+                " ip netns del {ns} 2>/dev/null; ip link del {dev} 2>/dev/null; rm -rf /etc/netns/{ns};",
+                ns = h.ns,
+                dev = h.dev
+            );
         }
         sh(&format!("{cmd} true"));
     }

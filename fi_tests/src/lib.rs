@@ -70,10 +70,7 @@ pub fn unique_tag() -> String {
 
 /// Environment for child processes (fi_pingpong, fi_info, MPI programs).
 pub fn child_env() -> Vec<(String, String)> {
-    vec![
-        ("FI_PROVIDER_PATH".into(), provider_dir().display().to_string()),
-        ("FI_PROVIDER".into(), "rdmx".into()),
-    ]
+    vec![("FI_PROVIDER_PATH".into(), provider_dir().display().to_string()), ("FI_PROVIDER".into(), "rdmx".into())]
 }
 
 /// An owned `fi_info` list (freed with fi_freeinfo).
@@ -268,7 +265,13 @@ impl Stack {
         Stack::open_full(info, av_type, cq_bind_flags, cq_attr, false)
     }
 
-    fn open_full(info: Info, av_type: fi::fi_av_type, cq_bind_flags: u64, mut cq_attr: fi::fi_cq_attr, with_eq: bool) -> Stack {
+    fn open_full(
+        info: Info,
+        av_type: fi::fi_av_type,
+        cq_bind_flags: u64,
+        mut cq_attr: fi::fi_cq_attr,
+        with_eq: bool,
+    ) -> Stack {
         // SAFETY: libfabric calls on objects opened here in order, each from the one before; every attr and out-pointer outlives its call.
         unsafe {
             let mut fabric = null_mut();
@@ -390,7 +393,10 @@ impl Drop for Stack {
 pub fn verbs_device_present() -> bool {
     let present = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
     if !present {
-        assert!(std::env::var("RDMX_VERBS_REQUIRED").map_or(true, |v| v != "1"), "RDMX_VERBS_REQUIRED=1 and no RDMA device in /sys/class/infiniband");
+        assert!(
+            std::env::var("RDMX_VERBS_REQUIRED").map_or(true, |v| v != "1"),
+            "RDMX_VERBS_REQUIRED=1 and no RDMA device in /sys/class/infiniband"
+        );
         eprintln!("skip: no RDMA device (the verbs tests run in the Soft-RoCE VM: scripts/test-verbs.sh)");
     }
     present
@@ -410,7 +416,10 @@ pub struct Netem(&'static str);
 
 impl Netem {
     pub fn loss(dev: &'static str, pct: u32) -> Netem {
-        let st = std::process::Command::new("tc").args(["qdisc", "add", "dev", dev, "root", "netem", "loss", &format!("{pct}%")]).status().expect("tc");
+        let st = std::process::Command::new("tc")
+            .args(["qdisc", "add", "dev", dev, "root", "netem", "loss", &format!("{pct}%")])
+            .status()
+            .expect("tc");
         assert!(st.success(), "tc qdisc add dev {dev} root netem loss {pct}% failed (sch_netem missing?)");
         Netem(dev)
     }
@@ -437,7 +446,8 @@ pub fn rxe_packets_sent() -> u64 {
 /// which groff 1.23 cannot select on a terminal): what `FI_RDMX_STATS=1`
 /// prints, `endpoint` included.
 pub fn documented_stats() -> std::collections::BTreeSet<String> {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
     let start = page.find(".SH RUNTIME STATS\n").expect("RUNTIME STATS section");
     let sec = &page[start + 1..];
     let sec = &sec[..sec.find("\n.SH ").unwrap_or(sec.len())];
@@ -446,7 +456,8 @@ pub fn documented_stats() -> std::collections::BTreeSet<String> {
     while let Some(l) = lines.next() {
         if l == ".TP" {
             for part in lines.next().unwrap_or_default().split(", ") {
-                let n = part.trim().trim_start_matches("\\f[CR]").trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
+                let n =
+                    part.trim().trim_start_matches("\\f[CR]").trim_start_matches("\\f[C]").trim_end_matches("\\f[R]");
                 names.insert(n.replace("\\-", "-"));
             }
         }

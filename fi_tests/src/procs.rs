@@ -67,14 +67,17 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
                     .skip(1)
                     .filter_map(|l| {
                         let cols: Vec<&str> = l.split_whitespace().collect();
-                        (cols.len() > 9 && cols[1].ends_with(&want) && cols[3] == "0A").then(|| format!("socket:[{}]", cols[9]))
+                        (cols.len() > 9 && cols[1].ends_with(&want) && cols[3] == "0A")
+                            .then(|| format!("socket:[{}]", cols[9]))
                     })
                     .collect::<Vec<_>>()
             })
             .collect();
         !inodes.is_empty()
             && std::fs::read_dir(format!("/proc/{p}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str())))
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+                })
             })
     })
 }
@@ -215,14 +218,18 @@ mod tests {
     /// background and waits; both are killed, by pid.
     #[test]
     fn kill_tree_kills_what_the_child_started() {
-        let mut child = Command::new("sh").args(["-c", "sleep 30 & echo $!; wait"]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child =
+            Command::new("sh").args(["-c", "sleep 30 & echo $!; wait"]).stdout(Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
         let grandchild: u32 = line.trim().parse().unwrap();
         assert!(process_tree(child.id()).contains(&grandchild), "{:?}", process_tree(child.id()));
         kill_tree(&mut child);
         // Dead: gone, or a zombie until whoever inherited it reaps it.
-        let alive = || std::fs::read_to_string(format!("/proc/{grandchild}/stat")).is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')));
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
+                .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
+        };
         let t0 = Instant::now();
         while alive() {
             assert!(t0.elapsed() < Duration::from_secs(5), "the grandchild survived");

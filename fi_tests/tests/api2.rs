@@ -130,7 +130,8 @@ fn cancelled_error_entry(s: &Stack) -> ([u64; 12], fi::fi_cq_err_entry) {
     // which would hide what rdmx writes.
     // SAFETY: the stack's open CQ, whose ops table has readerr; `raw` (96
     // bytes) is at least as long as any version's entry.
-    let r = unsafe { ((*(*s.cq).ops).readerr.expect("readerr"))(s.cq, raw.as_mut_ptr() as *mut fi::fi_cq_err_entry, 0) };
+    let r =
+        unsafe { ((*(*s.cq).ops).readerr.expect("readerr"))(s.cq, raw.as_mut_ptr() as *mut fi::fi_cq_err_entry, 0) };
     assert_eq!(r, 1);
     let mut e = fi::fi_cq_err_entry::default();
     // SAFETY: the 1.17 part of the entry rdmx just wrote, into an entry at
@@ -194,7 +195,13 @@ fn mem_tag_formats_below_2_0_are_bit_fields_and_echoed() {
 fn av_open_flags_rdmx_does_not_implement_are_refused() {
     let s = Stack::open(Some("udp"), fi::FI_AV_TABLE);
     // Defined by fi_av(3), not implemented: -FI_ENOSYS. Not defined: -FI_EINVAL.
-    for (flags, want) in [(fi::FI_AV_USER_ID, fi::FI_ENOSYS), (fi::FI_EVENT as u64, fi::FI_ENOSYS), (fi::FI_SYMMETRIC, fi::FI_ENOSYS), (1 << 1, fi::FI_EINVAL), (fi::FI_AV_USER_ID | 1 << 1, fi::FI_EINVAL)] {
+    for (flags, want) in [
+        (fi::FI_AV_USER_ID, fi::FI_ENOSYS),
+        (fi::FI_EVENT as u64, fi::FI_ENOSYS),
+        (fi::FI_SYMMETRIC, fi::FI_ENOSYS),
+        (1 << 1, fi::FI_EINVAL),
+        (fi::FI_AV_USER_ID | 1 << 1, fi::FI_EINVAL),
+    ] {
         let mut attr = fi::fi_av_attr { type_: fi::FI_AV_TABLE, flags, ..Default::default() };
         let mut av = null_mut();
         // SAFETY: the stack's open domain; `attr` and `av` outlive the call.
@@ -222,7 +229,9 @@ fn cuda_and_shared_memory_options_are_not_rdmx_options() {
     let permitted = false;
     for opt in [OPT_CUDA_API_PERMITTED, OPT_SHARED_MEMORY_PERMITTED] {
         // SAFETY: the stack's endpoint; the bool outlives the call.
-        let r = unsafe { fi::fi_setopt(&mut (*s.ep).fid, fi::FI_OPT_ENDPOINT as i32, opt, &permitted as *const bool as *const _, 1) };
+        let r = unsafe {
+            fi::fi_setopt(&mut (*s.ep).fid, fi::FI_OPT_ENDPOINT as i32, opt, &permitted as *const bool as *const _, 1)
+        };
         assert_eq!(r, neg(fi::FI_ENOPROTOOPT), "option {opt}");
     }
 }
@@ -288,7 +297,11 @@ fn control_unified_progress_from_1_21() {
         let info = getinfo_at(v(1, 21), &h).unwrap_or_else(|e| panic!("{field}_progress unified: {e}"));
         // SAFETY: an answer's domain attr.
         let d = unsafe { &*info.first().domain_attr };
-        assert_eq!((d.control_progress, d.get_data_progress()), (PROGRESS_CONTROL_UNIFIED, PROGRESS_CONTROL_UNIFIED), "{field}");
+        assert_eq!(
+            (d.control_progress, d.get_data_progress()),
+            (PROGRESS_CONTROL_UNIFIED, PROGRESS_CONTROL_UNIFIED),
+            "{field}"
+        );
         // The answer works as hints again, and opens a domain and endpoint.
         drop(Stack::open_with(info, fi::FI_AV_TABLE, 0));
     }
@@ -338,8 +351,14 @@ fn exact_directed_recv_refuses_receives_from_any_source() {
     // SAFETY: the stack's endpoint; the buffer and context outlive the
     // receives (the one posted is cancelled before they go).
     unsafe {
-        assert_eq!(fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, ctx), neg(fi::FI_EINVAL) as isize);
-        assert_eq!(fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 5, 0, ctx), neg(fi::FI_EINVAL) as isize);
+        assert_eq!(
+            fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, ctx),
+            neg(fi::FI_EINVAL) as isize
+        );
+        assert_eq!(
+            fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 5, 0, ctx),
+            neg(fi::FI_EINVAL) as isize
+        );
         assert_eq!(fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), me, 5, 0, ctx), 0);
         assert_eq!(fi::fi_cancel(&mut (*s.ep).fid, ctx), 0);
     }
@@ -389,7 +408,22 @@ fn sub_mrs_are_not_offered() {
     let mut mem = vec![0u8; 4096];
     let mut base = null_mut();
     // SAFETY: the stack's domain; `mem` outlives the registration (closed below).
-    unsafe { assert_eq!(fi::fi_mr_reg(s.domain, mem.as_mut_ptr() as *const _, mem.len(), fi::FI_REMOTE_READ as u64, 0, 1, 0, &mut base, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_mr_reg(
+                s.domain,
+                mem.as_mut_ptr() as *const _,
+                mem.len(),
+                fi::FI_REMOTE_READ as u64,
+                0,
+                1,
+                0,
+                &mut base,
+                null_mut()
+            ),
+            0
+        )
+    };
     let iov = libc::iovec { iov_base: mem.as_mut_ptr() as *mut _, iov_len: 64 };
     // A 2.x fi_mr_attr (112 bytes) built by offset: mr_iov at 0, then the
     // 1.17 fields the bindings name, then base_mr.
@@ -437,7 +471,13 @@ fn getwaitobj_names_the_cq_wait_object() {
         (fi::FI_WAIT_SET, fi::FI_WAIT_FD as i32),
     ] {
         let wait_set = if asked == fi::FI_WAIT_SET { set } else { null_mut() };
-        let mut attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_CONTEXT, size: 16, wait_obj: asked, wait_set, ..Default::default() };
+        let mut attr = fi::fi_cq_attr {
+            format: fi::FI_CQ_FORMAT_CONTEXT,
+            size: 16,
+            wait_obj: asked,
+            wait_set,
+            ..Default::default()
+        };
         let mut cq = null_mut();
         // SAFETY: the stack's open domain; `attr` and `cq` outlive the call.
         assert_eq!(unsafe { fi::fi_cq_open(s.domain, &mut attr, &mut cq, null_mut()) }, 0, "wait_obj {asked}");
@@ -466,7 +506,11 @@ fn getwaitobj_names_the_cq_wait_object() {
         if want != NONE {
             // A NULL argument is refused, not written through.
             // SAFETY: as above; rdmx checks the argument before writing.
-            assert_eq!(unsafe { fi::fi_control(&mut (*cq).fid, fi::FI_GETWAITOBJ as i32, null_mut()) }, neg(fi::FI_EINVAL), "wait_obj {asked}: NULL");
+            assert_eq!(
+                unsafe { fi::fi_control(&mut (*cq).fid, fi::FI_GETWAITOBJ as i32, null_mut()) },
+                neg(fi::FI_EINVAL),
+                "wait_obj {asked}: NULL"
+            );
         }
         // SAFETY: the CQ opened above, closed once (before its wait set).
         assert_eq!(unsafe { fi::fi_close(&mut (*cq).fid) }, 0);
@@ -485,7 +529,13 @@ fn getwaitobj_names_the_cq_wait_object() {
 fn library_runs_on(want: u32, what: &str) -> bool {
     let have = running();
     if have < want {
-        eprintln!("note: {what}: needs libfabric >= {}.{} (running {}.{}); not checked here", want >> 16, want & 0xffff, have >> 16, have & 0xffff);
+        eprintln!(
+            "note: {what}: needs libfabric >= {}.{} (running {}.{}); not checked here",
+            want >> 16,
+            want & 0xffff,
+            have >> 16,
+            have & 0xffff
+        );
     }
     have >= want
 }
@@ -569,7 +619,8 @@ fn cq_error_words(s: &Stack, limit: std::time::Duration) -> Option<[u64; 12]> {
     raw[9] = 0;
     // SAFETY: the stack's open CQ, whose ops table has readerr; `raw` (96
     // bytes) is at least as long as any version's entry.
-    let r = unsafe { ((*(*s.cq).ops).readerr.expect("readerr"))(s.cq, raw.as_mut_ptr() as *mut fi::fi_cq_err_entry, 0) };
+    let r =
+        unsafe { ((*(*s.cq).ops).readerr.expect("readerr"))(s.cq, raw.as_mut_ptr() as *mut fi::fi_cq_err_entry, 0) };
     assert_eq!(r, 1);
     Some(raw)
 }
@@ -606,7 +657,8 @@ fn a_failed_inject_writes_a_cq_error_entry_from_2_5() {
             }
         };
         assert_eq!(r, 0, "{name}");
-        let raw = cq_error_words(&s, std::time::Duration::from_secs(5)).unwrap_or_else(|| panic!("{name}: no CQ error entry"));
+        let raw = cq_error_words(&s, std::time::Duration::from_secs(5))
+            .unwrap_or_else(|| panic!("{name}: no CQ error entry"));
         assert_eq!(raw[0], 0, "{name}: op_context NULL");
         assert_eq!(raw[1] & flags, flags, "{name}: flags {:#x}", raw[1]);
         assert_eq!(raw[7] as u32 as i32, fi::FI_EHOSTUNREACH as i32, "{name}: err");
@@ -637,7 +689,12 @@ fn a_failed_inject_below_2_5_goes_to_the_eq_not_the_cq() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let mut eq_errs = Vec::new();
     while eq_errs.len() < 2 && std::time::Instant::now() < deadline {
-        assert!(cq_error_words(&s, std::time::Duration::ZERO).is_none(), "a CQ entry for an inject under {}.{}", version >> 16, version & 0xffff);
+        assert!(
+            cq_error_words(&s, std::time::Duration::ZERO).is_none(),
+            "a CQ entry for an inject under {}.{}",
+            version >> 16,
+            version & 0xffff
+        );
         eq_errs.extend(eq_error(&s));
         std::thread::sleep(std::time::Duration::from_millis(2));
     }

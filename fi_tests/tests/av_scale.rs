@@ -30,7 +30,9 @@ fn a_million_av_entries_cost_at_most_72_bytes_each() {
             a[32..40].copy_from_slice(&(k as u64 + 1).to_le_bytes());
         }
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        let n = unsafe { fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, BATCH, out.as_mut_ptr(), 0, std::ptr::null_mut()) };
+        let n = unsafe {
+            fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, BATCH, out.as_mut_ptr(), 0, std::ptr::null_mut())
+        };
         assert_eq!(n, BATCH as i32);
         assert_eq!(out[BATCH - 1], (b * BATCH + BATCH - 1) as u64, "FI_AV_TABLE indices");
     }

@@ -129,7 +129,9 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
     let mut resumed = false;
     for (i, body) in bodies.iter().enumerate() {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        unsafe { assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0) };
+        unsafe {
+            assert_eq!(fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0)
+        };
         let c = b.wait_cq(&[&a]).expect("receive");
         assert_eq!(c.len, LEN);
         assert!(buf == *body, "message {i} corrupted or out of order");

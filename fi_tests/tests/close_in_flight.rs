@@ -57,7 +57,16 @@ fn peek(s: &Stack, others: &[&Stack]) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut ctx = 0u64;
     loop {
-        let msg = fi::fi_msg_tagged { msg_iov: std::ptr::null(), desc: null_mut(), iov_count: 0, addr: FI_ADDR_UNSPEC, tag: TAG, ignore: 0, context: &mut ctx as *mut _ as *mut _, data: 0 };
+        let msg = fi::fi_msg_tagged {
+            msg_iov: std::ptr::null(),
+            desc: null_mut(),
+            iov_count: 0,
+            addr: FI_ADDR_UNSPEC,
+            tag: TAG,
+            ignore: 0,
+            context: &mut ctx as *mut _ as *mut _,
+            data: 0,
+        };
         // SAFETY: a libfabric call on objects this test opened and still holds; `msg` and `ctx` outlive it (a peek completes before it returns or at the next CQ read below).
         unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64), 0) };
         match s.wait_cq(others) {
@@ -80,7 +89,9 @@ fn receive_after_close(s: &Stack, len: usize, what: &str) {
     let mut rctx = 77u64;
     let rctx_ptr = &mut rctx as *mut u64 as *mut libc::c_void;
     // SAFETY: a libfabric call on objects this test opened and still holds; `buf` and `rctx` outlive the receive (its completion is read below, or the stack closes first).
-    unsafe { assert_eq!(fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, len, null_mut(), FI_ADDR_UNSPEC, TAG, 0, rctx_ptr), 0) };
+    unsafe {
+        assert_eq!(fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, len, null_mut(), FI_ADDR_UNSPEC, TAG, 0, rctx_ptr), 0)
+    };
     match s.poll_cq(Duration::from_secs(10)) {
         Some(Ok(c)) => {
             let kind = if buf == overwritten(len) {
@@ -110,7 +121,20 @@ fn one_process(domain: &str, len: usize) {
         let a = Stack::open(Some(domain), fi::FI_AV_MAP);
         let pb = a.insert(&b.name());
         // SAFETY: a libfabric call on objects this test opened and still holds; `data` outlives the send (it is not touched until `a` is closed).
-        unsafe { assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, len, null_mut(), pb, TAG, &mut sctx as *mut u64 as *mut _), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_tsend(
+                    a.ep,
+                    data.as_ptr() as *const _,
+                    len,
+                    null_mut(),
+                    pb,
+                    TAG,
+                    &mut sctx as *mut u64 as *mut _
+                ),
+                0
+            )
+        };
         assert_eq!(peek(&b, &[&a]), len);
         // `a` drops here: fi_close(ep) (and the rest) returns, the send never completed.
     }
@@ -133,7 +157,12 @@ fn control_open_sender_delivers_the_original() {
     assert_eq!(peek(&b, &[&a]), len);
     let mut buf = vec![0u8; len];
     // SAFETY: as above; `buf` outlives the receive (its completion is awaited below).
-    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, len, null_mut(), FI_ADDR_UNSPEC, TAG, 0, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, len, null_mut(), FI_ADDR_UNSPEC, TAG, 0, null_mut()),
+            0
+        )
+    };
     let c = b.wait_cq(&[&a]).expect("receive");
     assert_eq!((c.len, c.tag), (len, TAG));
     assert!(buf == data, "control: data corrupted");

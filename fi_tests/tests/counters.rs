@@ -89,7 +89,10 @@ fn injects_over_shared_memory_count_on_the_send_counter() {
     let mut bufs = [[0u8; 8]; 10];
     for buf in bufs.iter_mut() {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        assert_eq!(unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()) }, 0);
+        assert_eq!(
+            unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
+            0
+        );
     }
     // One at a time, each received and the sender's progress driven before
     // the next: the small-message path is taken only by a send with nothing
@@ -122,7 +125,10 @@ fn send_and_receive_counters_without_a_cq() {
     let mut bufs = vec![[0u8; 32]; 10];
     for buf in bufs.iter_mut() {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        assert_eq!(unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 32, null_mut(), FI_ADDR_UNSPEC, null_mut()) }, 0);
+        assert_eq!(
+            unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 32, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
+            0
+        );
     }
     for i in 0..10u8 {
         let body = [i; 32];
@@ -146,7 +152,10 @@ fn send_and_receive_counters_without_a_cq() {
     // A truncated receive counts as an error.
     let mut small = [0u8; 4];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    assert_eq!(unsafe { fi::fi_recv(b.ep, small.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()) }, 0);
+    assert_eq!(
+        unsafe { fi::fi_recv(b.ep, small.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
+        0
+    );
     let body = [9u8; 32];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, 32, null_mut(), b_at_a, null_mut()) }, 0);
@@ -191,7 +200,11 @@ fn counter_wait_fd_wakes_when_the_counter_moves() {
             }
         }
         assert!(woke, "the counter fd never became readable");
-        assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), -(fi::FI_EAGAIN as i32), "counter moved since last read");
+        assert_eq!(
+            fi::fi_trywait(fabric, fids.as_mut_ptr(), 1),
+            -(fi::FI_EAGAIN as i32),
+            "counter moved since last read"
+        );
         assert_eq!(fi::fi_cntr_read(b.rx), 1);
         assert_eq!(&buf, b"counted!");
         assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), 0);
@@ -217,7 +230,12 @@ fn every_way_to_change_a_counter_wakes_its_fd_and_its_wait_set() {
     h.set_domain_name("udp");
     let info = getinfo(None, None, 0, Some(&h)).unwrap();
     type Change = unsafe extern "C" fn(*mut fi::fid_cntr, u64) -> i32;
-    let changes: [(&str, Change, bool); 4] = [("fi_cntr_add", fi::fi_cntr_add, false), ("fi_cntr_set", fi::fi_cntr_set, false), ("fi_cntr_adderr", fi::fi_cntr_adderr, true), ("fi_cntr_seterr", fi::fi_cntr_seterr, true)];
+    let changes: [(&str, Change, bool); 4] = [
+        ("fi_cntr_add", fi::fi_cntr_add, false),
+        ("fi_cntr_set", fi::fi_cntr_set, false),
+        ("fi_cntr_adderr", fi::fi_cntr_adderr, true),
+        ("fi_cntr_seterr", fi::fi_cntr_seterr, true),
+    ];
     // SAFETY: libfabric calls on objects this test opens here and closes at the end.
     unsafe {
         let (mut fabric, mut domain, mut set) = (null_mut(), null_mut(), null_mut());
@@ -227,8 +245,14 @@ fn every_way_to_change_a_counter_wakes_its_fd_and_its_wait_set() {
         assert_eq!(fi::fi_wait_open(fabric, &mut wa, &mut set), 0);
         let mut set_fd: libc::c_int = -1;
         assert_eq!(fi::fi_control(&mut (*set).fid, fi::FI_GETWAIT as i32, &mut set_fd as *mut _ as *mut _), 0);
-        let mut with_fd = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
-        let mut in_set = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_SET, wait_set: set, ..Default::default() };
+        let mut with_fd =
+            fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+        let mut in_set = fi::fi_cntr_attr {
+            events: fi::FI_CNTR_EVENTS_COMP,
+            wait_obj: fi::FI_WAIT_SET,
+            wait_set: set,
+            ..Default::default()
+        };
         let (mut c, mut s) = (null_mut(), null_mut());
         assert_eq!(fi::fi_cntr_open(domain, &mut with_fd, &mut c, null_mut()), 0);
         assert_eq!(fi::fi_cntr_open(domain, &mut in_set, &mut s, null_mut()), 0);
@@ -243,11 +267,16 @@ fn every_way_to_change_a_counter_wakes_its_fd_and_its_wait_set() {
             assert_eq!(change(c, value), 0);
             assert_eq!(change(s, value), 0);
             assert!(readable(fd, 1000), "{name}: the counter's fd stayed quiet");
-            assert_eq!(fi::fi_trywait(fabric, fids.as_mut_ptr(), 1), neg(fi::FI_EAGAIN), "{name}: fi_trywait would let a waiter sleep through it");
+            assert_eq!(
+                fi::fi_trywait(fabric, fids.as_mut_ptr(), 1),
+                neg(fi::FI_EAGAIN),
+                "{name}: fi_trywait would let a waiter sleep through it"
+            );
             assert!(readable(set_fd, 1000), "{name}: the wait set's fd stayed quiet");
             assert_eq!(fi::fi_wait(set, 1000), 0, "{name}: fi_wait missed it");
             // Reading the counter clears both.
-            let read: unsafe extern "C" fn(*mut fi::fid_cntr) -> u64 = if errors { fi::fi_cntr_readerr } else { fi::fi_cntr_read };
+            let read: unsafe extern "C" fn(*mut fi::fid_cntr) -> u64 =
+                if errors { fi::fi_cntr_readerr } else { fi::fi_cntr_read };
             assert!(read(c) >= value && read(s) >= value, "{name}: the value");
             assert!(!readable(fd, 0), "{name}: still readable after the read");
         }

@@ -26,7 +26,11 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     let mut buf = vec![0 as libc::c_char; 256];
     let mut len = buf.len();
     // SAFETY: a libfabric call on the AV this test opened, with a buffer of `len` bytes and a whole address.
-    let uri = unsafe { std::ffi::CStr::from_ptr(fi::fi_av_straddr(a.av, dead_name.as_ptr() as *const _, buf.as_mut_ptr(), &mut len)) }.to_string_lossy().into_owned();
+    let uri = unsafe {
+        std::ffi::CStr::from_ptr(fi::fi_av_straddr(a.av, dead_name.as_ptr() as *const _, buf.as_mut_ptr(), &mut len))
+    }
+    .to_string_lossy()
+    .into_owned();
     let (mut rctx, mut sctx) = (11u64, 22u64);
     let mut rbuf = vec![0u8; 64];
     let started = Instant::now();
@@ -46,7 +50,10 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     // fi_cq_strerror names the peer, from the last error entry's err_data.
     let last = errs.last().unwrap();
     // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
-    let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(a.cq, last.prov_errno, last.err_data, null_mut(), 0)) }.to_string_lossy().into_owned();
+    let text =
+        unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(a.cq, last.prov_errno, last.err_data, null_mut(), 0)) }
+            .to_string_lossy()
+            .into_owned();
     // It says why, and names the whole peer (its AV address: host id and
     // incarnation included, not only what its datagrams came from).
     assert!(text.contains(&format!("(peer {uri})")), "strerror does not name {uri}: {text}");

@@ -162,7 +162,18 @@ impl Completions<'_> {
 fn post_recv(s: &Stack, p: u64, tag: u64, buf: &mut [u8]) {
     // SAFETY: a libfabric call on objects this test opened; `buf` outlives the
     // receive (every caller waits for its completion before `buf` goes).
-    let ret = unsafe { fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, buf.len(), null_mut(), p, tag, 0, (RECV | tag) as usize as *mut _) };
+    let ret = unsafe {
+        fi::fi_trecv(
+            s.ep,
+            buf.as_mut_ptr() as *mut _,
+            buf.len(),
+            null_mut(),
+            p,
+            tag,
+            0,
+            (RECV | tag) as usize as *mut _,
+        )
+    };
     assert_eq!(ret, 0, "fi_trecv of tag {tag:#x}");
 }
 
@@ -171,7 +182,16 @@ fn post_recv(s: &Stack, p: u64, tag: u64, buf: &mut [u8]) {
 fn send(s: &Stack, p: u64, tag: u64, buf: &[u8], delivery_complete: bool, ask: Ask) {
     let ctx = tag as usize as *mut libc::c_void;
     let iov = fi::iovec { iov_base: buf.as_ptr() as *mut _, iov_len: buf.len() };
-    let msg = fi::fi_msg_tagged { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: p, tag, ignore: 0, context: ctx, data: 0 };
+    let msg = fi::fi_msg_tagged {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: p,
+        tag,
+        ignore: 0,
+        context: ctx,
+        data: 0,
+    };
     let by_op_flags = match ask {
         Ask::Flag => !delivery_complete,
         Ask::OpFlags => delivery_complete,
@@ -248,7 +268,10 @@ fn run(ask: Ask) {
     send(&s, p, 8, &out8, false, ask);
     assert!(c.arrived(8, Duration::from_secs(5)), "a plain send to a stopped peer did not complete within 5 s: it should have completed once written into the peer's ring (DIRECT, FI_TRANSMIT_COMPLETE)");
     send(&s, p, 9, &out9, true, ask);
-    assert!(!c.arrived(9, Duration::from_millis(500)), "an FI_DELIVERY_COMPLETE send completed while the peer was stopped: the peer cannot have processed it");
+    assert!(
+        !c.arrived(9, Duration::from_millis(500)),
+        "an FI_DELIVERY_COMPLETE send completed while the peer was stopped: the peer cannot have processed it"
+    );
     peer.signal(libc::SIGCONT);
     c.expect(9, "FI_DELIVERY_COMPLETE send once the peer runs again");
     c.expect(RECV | 8, "echo of the plain send");

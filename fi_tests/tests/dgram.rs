@@ -23,7 +23,8 @@ fn max_msg_size(i: &fi::fi_info) -> usize {
 fn getinfo_offers_dgram_endpoints_of_one_datagram() {
     // FI_RDMX_UDP_MTU unset: 1472-byte UDP datagrams; shm slots of 8 KiB and 128 bytes (an 8 KiB message and its headers).
     for (domain, want) in [("udp", 1472 - HEADERS), ("shm", 8192 + 128 - HEADERS), ("auto", 1472 - HEADERS)] {
-        let info = getinfo(None, None, 0, Some(&Hints::dgram(Some(domain)))).unwrap_or_else(|e| panic!("{domain}: {e}"));
+        let info =
+            getinfo(None, None, 0, Some(&Hints::dgram(Some(domain)))).unwrap_or_else(|e| panic!("{domain}: {e}"));
         let i = info.first();
         assert_eq!(info.iter().count(), 1, "{domain}");
         // SAFETY: attrs of an fi_info this test owns.
@@ -34,15 +35,27 @@ fn getinfo_offers_dgram_endpoints_of_one_datagram() {
         assert_eq!(i.mode, 0, "{domain}");
         assert!(tx.inject_size <= want, "{domain}: inject_size {}", tx.inject_size);
         // The documentation states these sizes (fi_rdmx(7) and docs/design.md).
-        let doc = |rel: &str| std::fs::read_to_string(format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR"))).unwrap().split_whitespace().collect::<Vec<_>>().join(" ");
+        let doc = |rel: &str| {
+            std::fs::read_to_string(format!("{}/../{rel}", env!("CARGO_MANIFEST_DIR")))
+                .unwrap()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         let (man, design) = (doc("docs/fi_rdmx.7"), doc("docs/design.md"));
         match domain {
             "shm" => {
-                assert!(man.contains(&format!("and {want} over shared memory")), "fi_rdmx(7) should state shm's {want}");
+                assert!(
+                    man.contains(&format!("and {want} over shared memory")),
+                    "fi_rdmx(7) should state shm's {want}"
+                );
                 assert!(design.contains(&format!("`shm` {want})")), "docs/design.md should state shm's {want}");
             }
             "udp" => {
-                assert!(man.contains(&format!("{want} bytes over UDP with the default MTU")), "fi_rdmx(7) should state UDP's {want}");
+                assert!(
+                    man.contains(&format!("{want} bytes over UDP with the default MTU")),
+                    "fi_rdmx(7) should state UDP's {want}"
+                );
                 assert!(design.contains(&format!("`auto` {want} with")), "docs/design.md should state UDP's {want}");
             }
             _ => {}
@@ -84,7 +97,13 @@ impl Peer {
         }
         // Info level: the endpoint logs at close how many datagrams it dropped.
         c.env("FI_LOG_LEVEL", "info").env("FI_LOG_PROV", "rdmx");
-        let mut child = c.arg(domain).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("rdmx_dgram_peer");
+        let mut child = c
+            .arg(domain)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rdmx_dgram_peer");
         let out = BufReader::new(child.stdout.take().unwrap());
         let mut p = Peer { child, out };
         let line = p.line();
@@ -120,9 +139,15 @@ fn exchange(domain: &str) {
     let big = vec![7u8; max + 1];
     // SAFETY: libfabric calls on objects this test opened; `big` outlives them (they fail).
     unsafe {
-        assert_eq!(fi::fi_send(s.ep, big.as_ptr() as *const _, max + 1, null_mut(), p, tx_ctx), neg(fi::FI_EMSGSIZE) as isize);
+        assert_eq!(
+            fi::fi_send(s.ep, big.as_ptr() as *const _, max + 1, null_mut(), p, tx_ctx),
+            neg(fi::FI_EMSGSIZE) as isize
+        );
         assert_eq!(fi::fi_inject(s.ep, big.as_ptr() as *const _, max + 1, p), neg(fi::FI_EMSGSIZE) as isize);
-        assert_eq!(fi::fi_senddata(s.ep, big.as_ptr() as *const _, max + 1, null_mut(), 1, p, tx_ctx), neg(fi::FI_EMSGSIZE) as isize);
+        assert_eq!(
+            fi::fi_senddata(s.ep, big.as_ptr() as *const _, max + 1, null_mut(), 1, p, tx_ctx),
+            neg(fi::FI_EMSGSIZE) as isize
+        );
     }
 
     // Echo of every size up to max_msg_size, the peer's receive posted first.
@@ -193,7 +218,13 @@ fn two_processes_over_auto() {
 
 fn pingpong_dgram(device: &str) {
     init();
-    let (s, c) = procs::pingpong(&["-e", "dgram", "-c", "-I", "20", "-S", "all"], &[("FI_RDMX_DEVICE", device)], "127.0.0.1", &[], &[]);
+    let (s, c) = procs::pingpong(
+        &["-e", "dgram", "-c", "-I", "20", "-S", "all"],
+        &[("FI_RDMX_DEVICE", device)],
+        "127.0.0.1",
+        &[],
+        &[],
+    );
     let (st, ct) = (text(&s), text(&c));
     assert!(c.status.success(), "client failed on {device}:\n{ct}\nserver:\n{st}");
     assert!(s.status.success(), "server failed on {device}:\n{st}");

@@ -19,7 +19,8 @@ fn eq_with_fi_write_and_a_wait_fd() {
     let mut fabric = null_mut();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     assert_eq!(unsafe { fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()) }, 0);
-    let mut attr = fi::fi_eq_attr { size: 8, flags: fi::FI_WRITE as u64, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+    let mut attr =
+        fi::fi_eq_attr { size: 8, flags: fi::FI_WRITE as u64, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
     let mut eq = null_mut();
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call.
     assert_eq!(unsafe { fi::fi_eq_open(fabric, &mut attr, &mut eq, null_mut()) }, 0, "FI_WRITE | FI_WAIT_FD");
@@ -58,7 +59,8 @@ fn eq_flags_other_than_fi_write_are_refused() {
     let mut fabric = null_mut();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     assert_eq!(unsafe { fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()) }, 0);
-    let mut attr = fi::fi_eq_attr { size: 8, flags: fi::FI_READ as u64, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+    let mut attr =
+        fi::fi_eq_attr { size: 8, flags: fi::FI_READ as u64, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
     let mut eq = null_mut();
     // SAFETY: a libfabric call on objects this test opened and still holds.
     assert_eq!(unsafe { fi::fi_eq_open(fabric, &mut attr, &mut eq, null_mut()) }, neg(fi::FI_EBADFLAGS));
@@ -76,7 +78,8 @@ fn trywait_on_an_eq() {
     let mut fabric = null_mut();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     assert_eq!(unsafe { fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()) }, 0);
-    let mut attr = fi::fi_eq_attr { size: 8, flags: fi::FI_WRITE as u64, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
+    let mut attr =
+        fi::fi_eq_attr { size: 8, flags: fi::FI_WRITE as u64, wait_obj: fi::FI_WAIT_FD, ..Default::default() };
     let mut eq = null_mut();
     // SAFETY: libfabric calls on objects this test opened and still holds; every buffer passed outlives the call.
     unsafe {

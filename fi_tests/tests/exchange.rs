@@ -28,7 +28,10 @@ fn msg_roundtrip(domain: &str) {
         let (mut rctx, mut sctx) = (1u64, 2u64);
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
-            assert_eq!(fi::fi_recv(b.ep, rbuf.as_mut_ptr() as *mut _, rbuf.len(), null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)), 0);
+            assert_eq!(
+                fi::fi_recv(b.ep, rbuf.as_mut_ptr() as *mut _, rbuf.len(), null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)),
+                0
+            );
             assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, len, null_mut(), b_at_a, ctx(&mut sctx)), 0);
         }
         let rc = b.wait_cq(&[&a]).expect("recv completion");
@@ -46,7 +49,10 @@ fn msg_roundtrip(domain: &str) {
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(fi::fi_recv(a.ep, rbuf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, ctx(&mut rctx)), 0);
-        assert_eq!(fi::fi_senddata(b.ep, b"12345678".as_ptr() as *const _, 8, null_mut(), 0xfeed_beef, a_at_b, null_mut()), 0);
+        assert_eq!(
+            fi::fi_senddata(b.ep, b"12345678".as_ptr() as *const _, 8, null_mut(), 0xfeed_beef, a_at_b, null_mut()),
+            0
+        );
     }
     let rc = a.wait_cq(&[&b]).unwrap();
     assert_ne!(rc.flags & fi::FI_REMOTE_CQ_DATA as u64, 0);
@@ -95,16 +101,31 @@ fn tagged_matching_with_ignore_mask_and_unexpected_messages_on(dev: &str) {
     // Exact match takes 0x21 even though 0x10 is older.
     let mut buf = [0u8; 8];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x21, 0, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x21, 0, null_mut()),
+            0
+        )
+    };
     let c = b.wait_cq(&[&a]).unwrap();
     assert_eq!((c.tag, u64::from_le_bytes(buf)), (0x21, 0x21));
     assert_ne!(c.flags & fi::FI_TAGGED as u64, 0);
     // Wildcard on the low nibble takes the oldest remaining one (0x10).
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x30, 0x3f, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0x30, 0x3f, null_mut()),
+            0
+        )
+    };
     assert_eq!(b.wait_cq(&[&a]).unwrap().tag, 0x10);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()),
+            0
+        )
+    };
     assert_eq!(b.wait_cq(&[&a]).unwrap().tag, 0x32);
     // An untagged receive never matches a tagged send.
     let mut rctx = 9u64;
@@ -142,7 +163,10 @@ fn truncation_reports_etrunc_with_olen_on(dev: &str) {
     let mut rctx = 5u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
-        assert_eq!(fi::fi_trecv(b.ep, small.as_mut_ptr() as *mut _, 100, null_mut(), FI_ADDR_UNSPEC, 1, 0, ctx(&mut rctx)), 0);
+        assert_eq!(
+            fi::fi_trecv(b.ep, small.as_mut_ptr() as *mut _, 100, null_mut(), FI_ADDR_UNSPEC, 1, 0, ctx(&mut rctx)),
+            0
+        );
         assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, 1, null_mut()), 0);
     }
     let err = b.wait_cq(&[&a]).unwrap_err();
@@ -203,7 +227,8 @@ fn selective_completion_only_reports_flagged_operations() {
         // fi_send uses the EP's default op_flags (no FI_COMPLETION): silent.
         assert_eq!(fi::fi_send(a.ep, b"abcd".as_ptr() as *const _, 4, null_mut(), b_at_a, ctx(&mut c1)), 0);
         let iov = fi::iovec { iov_base: b"efgh".as_ptr() as *mut _, iov_len: 4 };
-        let msg = fi::fi_msg { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: b_at_a, context: ctx(&mut c2), data: 0 };
+        let msg =
+            fi::fi_msg { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: b_at_a, context: ctx(&mut c2), data: 0 };
         assert_eq!(fi::fi_sendmsg(a.ep, &msg, fi::FI_COMPLETION as u64), 0);
     }
     b.wait_cq(&[&a]).unwrap();
@@ -279,7 +304,16 @@ fn peek_claim_discard_and_multi_recv_on(dev: &str) {
     let mut ctx1 = 1u64;
     let peek = |tag: u64, flags: u64, ctx: *mut libc::c_void, buf: *mut u8| {
         let iov = fi::iovec { iov_base: buf as *mut _, iov_len: if buf.is_null() { 0 } else { 5 } };
-        let msg = fi::fi_msg_tagged { msg_iov: &iov, desc: null_mut(), iov_count: if buf.is_null() { 0 } else { 1 }, addr: FI_ADDR_UNSPEC, tag, ignore: 0, context: ctx, data: 0 };
+        let msg = fi::fi_msg_tagged {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: if buf.is_null() { 0 } else { 1 },
+            addr: FI_ADDR_UNSPEC,
+            tag,
+            ignore: 0,
+            context: ctx,
+            data: 0,
+        };
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_trecvmsg(b.ep, &msg, flags) }
     };
@@ -309,12 +343,28 @@ fn peek_claim_discard_and_multi_recv_on(dev: &str) {
     let min: usize = 16;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
-        assert_eq!(fi::fi_setopt(&mut (*b.ep).fid, fi::FI_OPT_ENDPOINT as i32, fi::FI_OPT_MIN_MULTI_RECV as i32, &min as *const _ as *const _, 8), 0);
+        assert_eq!(
+            fi::fi_setopt(
+                &mut (*b.ep).fid,
+                fi::FI_OPT_ENDPOINT as i32,
+                fi::FI_OPT_MIN_MULTI_RECV as i32,
+                &min as *const _ as *const _,
+                8
+            ),
+            0
+        );
     }
     let mut big = [0u8; 64];
     let mut mctx = 5u64;
     let iov = fi::iovec { iov_base: big.as_mut_ptr() as *mut _, iov_len: 64 };
-    let msg = fi::fi_msg { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: FI_ADDR_UNSPEC, context: ctx(&mut mctx), data: 0 };
+    let msg = fi::fi_msg {
+        msg_iov: &iov,
+        desc: null_mut(),
+        iov_count: 1,
+        addr: FI_ADDR_UNSPEC,
+        context: ctx(&mut mctx),
+        data: 0,
+    };
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe { assert_eq!(fi::fi_recvmsg(b.ep, &msg, fi::FI_MULTI_RECV as u64), 0) };
     for i in 0..4u8 {

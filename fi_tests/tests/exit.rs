@@ -15,7 +15,11 @@ const RUNS_PER_DEVICE: u64 = 15;
 
 fn spawn(domain: &str, after_ms: u64) -> (Child, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rdmx_exit_peer"));
-    c.args([domain, &after_ms.to_string()]).envs(child_env()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.args([domain, &after_ms.to_string()])
+        .envs(child_env())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -49,7 +53,12 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
 fn rings_of(pid: u32) -> Vec<String> {
     let needle = format!("-{pid}-");
     std::fs::read_dir("/dev/shm")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("rdmx-") && n.contains(&needle)).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("rdmx-") && n.contains(&needle))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -68,15 +77,27 @@ fn exits_while_busy(domain: &str) {
                 Some(st) => {
                     let mut err = String::new();
                     let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
-                    assert_eq!(st.code(), Some(42), "{domain} run {run} peer {who}: ended with {st}, not by its handler's exit(42): {err}");
+                    assert_eq!(
+                        st.code(),
+                        Some(42),
+                        "{domain} run {run} peer {who}: ended with {st}, not by its handler's exit(42): {err}"
+                    );
                     let left = rings_of(pid);
-                    assert!(left.is_empty(), "{domain} run {run} peer {who}: its rings stayed in /dev/shm after exit: {left:?}");
+                    assert!(
+                        left.is_empty(),
+                        "{domain} run {run} peer {who}: its rings stayed in /dev/shm after exit: {left:?}"
+                    );
                 }
                 None => hung.push(format!("run {run} peer {who}")),
             }
         }
     }
-    assert!(hung.is_empty(), "{domain}: {} of {} processes never ended after exit() from a signal handler: {hung:?}", hung.len(), 2 * RUNS_PER_DEVICE);
+    assert!(
+        hung.is_empty(),
+        "{domain}: {} of {} processes never ended after exit() from a signal handler: {hung:?}",
+        hung.len(),
+        2 * RUNS_PER_DEVICE
+    );
 }
 
 #[test]

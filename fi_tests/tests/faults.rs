@@ -121,7 +121,13 @@ fn peer_timeout_env() -> (&'static str, String) {
 
 /// Runs sender (wrap_s) -> peer (wrap_p); once the first send completed,
 /// applies `fault` (given the peer); collects every completion.
-fn scenario(domain: &str, wrap_s: &[String], wrap_p: &[String], env: &[(&str, &str)], fault: impl FnOnce(&mut Proc)) -> Outcome {
+fn scenario(
+    domain: &str,
+    wrap_s: &[String],
+    wrap_p: &[String],
+    env: &[(&str, &str)],
+    fault: impl FnOnce(&mut Proc),
+) -> Outcome {
     fi_tests::init();
     let mut peer = spawn(wrap_p, env!("CARGO_BIN_EXE_rdmx_peer"), &[domain], env);
     let paddr = peer.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
@@ -169,12 +175,23 @@ fn errno_of(line: &str) -> Option<u32> {
 /// and the rdm engine's `SendFailed` other than a restart map to
 /// `OpError::PeerUnreachable`, `prov/src/core.rs` `errno_of`), naming the peer.
 fn check_err(line: &str, what: &str) {
-    assert_eq!(errno_of(line), Some(fi_tests::fi::FI_EHOSTUNREACH), "{what}: not FI_EHOSTUNREACH ({}): {line}", fi_tests::fi::FI_EHOSTUNREACH);
+    assert_eq!(
+        errno_of(line),
+        Some(fi_tests::fi::FI_EHOSTUNREACH),
+        "{what}: not FI_EHOSTUNREACH ({}): {line}",
+        fi_tests::fi::FI_EHOSTUNREACH
+    );
     assert!(line.contains("(peer rdmx://"), "{what}: the error does not name the peer: {line}");
 }
 
 fn check(o: &Outcome, within: Duration, what: &str) {
-    println!("{what}: {} completed, {} failed; the first error {:?}, the last completion {:?} after the fault", o.ok, o.errs.len(), o.first_err_after_fault, o.last_after_fault);
+    println!(
+        "{what}: {} completed, {} failed; the first error {:?}, the last completion {:?} after the fault",
+        o.ok,
+        o.errs.len(),
+        o.first_err_after_fault,
+        o.last_after_fault
+    );
     assert!(!o.errs.is_empty(), "{what}: nothing failed");
     for e in &o.errs {
         check_err(e, what);
@@ -218,7 +235,10 @@ fn the_receivers_link_goes_down() {
     check(&o, LINK_DOWN_WITHIN, "link down");
     // Not ICMP (there is none) but the timeout: nothing fails before it.
     let first = o.first_err_after_fault.expect("an error after the fault");
-    assert!(first >= LINK_DOWN_NOT_BEFORE, "link down: a send failed {first:?} after the cut, before the {PEER_TIMEOUT:?} peer timeout");
+    assert!(
+        first >= LINK_DOWN_NOT_BEFORE,
+        "link down: a send failed {first:?} after the cut, before the {PEER_TIMEOUT:?} peer timeout"
+    );
 }
 
 #[test]
@@ -283,7 +303,8 @@ fn verbs_sigkill_of_one_reader_spares_the_other() {
     let addr = |p: &Proc| p.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
     let (aaddr, baddr) = (addr(&a), addr(&b));
     const SENDS: usize = 12;
-    let mut sender = spawn(&on("rxe0"), env!("CARGO_BIN_EXE_rdmx_sender"), &["verbs", &SENDS.to_string(), SIZE, "echoes"], &env);
+    let mut sender =
+        spawn(&on("rxe0"), env!("CARGO_BIN_EXE_rdmx_sender"), &["verbs", &SENDS.to_string(), SIZE, "echoes"], &env);
     let saddr = sender.expect("ADDR", Duration::from_secs(20)).split_whitespace().nth(1).unwrap().to_string();
     a.say(&saddr);
     b.say(&saddr);
@@ -304,7 +325,12 @@ fn verbs_sigkill_of_one_reader_spares_the_other() {
     sender.expect("DONE", Duration::from_secs(5));
     let (to_a, to_b): (Vec<&String>, Vec<&String>) = lines.iter().partition(|l| index(l) % 2 == 0);
     let a_failed = to_a.iter().filter(|l| l.starts_with("ERR")).count();
-    println!("reader A killed: {a_failed} of its {} sends failed; B: {} of {} completed; all done {took:?} after the kill", to_a.len(), to_b.iter().filter(|l| l.starts_with("OK")).count(), to_b.len());
+    println!(
+        "reader A killed: {a_failed} of its {} sends failed; B: {} of {} completed; all done {took:?} after the kill",
+        to_a.len(),
+        to_b.iter().filter(|l| l.starts_with("OK")).count(),
+        to_b.len()
+    );
     for l in &to_b {
         assert!(l.starts_with("OK"), "a send to the reader that lived failed: {l}");
     }
@@ -331,7 +357,11 @@ fn bound_phrases() -> Vec<String> {
         format!("within {} of the kill", secs(KILLED_UDP_WITHIN)),
         format!("**The same over shared memory** (`faults.rs`): within {}:", secs(KILLED_SHM_WITHIN)),
         format!("**The same, receiver on another host** (`faults.rs`): within {} (ICMP", secs(KILLED_UDP_WITHIN)),
-        format!("(`FI_RDMX_PEER_TIMEOUT`; {timeout} in the test, which requires {}–{})", secs(LINK_DOWN_NOT_BEFORE).trim_end_matches(" s"), secs(LINK_DOWN_WITHIN)),
+        format!(
+            "(`FI_RDMX_PEER_TIMEOUT`; {timeout} in the test, which requires {}–{})",
+            secs(LINK_DOWN_NOT_BEFORE).trim_end_matches(" s"),
+            secs(LINK_DOWN_WITHIN)
+        ),
         format!("every send fails within {}", secs(NEVER_ANSWERED_WITHIN)),
         format!("killed while it reads the sender's {mib} MiB messages over RC"),
         format!("at the peer timeout ({timeout} in the test; it allows {})", secs(KILLED_VERBS_WITHIN)),
@@ -343,9 +373,13 @@ fn bound_phrases() -> Vec<String> {
 #[test]
 fn reliability_doc_states_these_bounds() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
-    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc =
+        std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
     for phrase in bound_phrases() {
-        assert!(doc.contains(&phrase), "docs/reliability.md should say \"{phrase}\" (the bounds of fi_tests/tests/faults.rs)");
+        assert!(
+            doc.contains(&phrase),
+            "docs/reliability.md should say \"{phrase}\" (the bounds of fi_tests/tests/faults.rs)"
+        );
     }
 }
 
@@ -355,6 +389,9 @@ fn bound_phrases_can_fail() {
     assert_eq!(secs(Duration::from_secs(2)), "2 s");
     let phrases = bound_phrases();
     assert!(phrases.contains(&"every send fails within 1.5 s".to_string()), "{phrases:?}");
-    assert!(phrases.contains(&"(`FI_RDMX_PEER_TIMEOUT`; 4 s in the test, which requires 3.5–6 s)".to_string()), "{phrases:?}");
+    assert!(
+        phrases.contains(&"(`FI_RDMX_PEER_TIMEOUT`; 4 s in the test, which requires 3.5–6 s)".to_string()),
+        "{phrases:?}"
+    );
     assert!(!phrases.contains(&"every send fails within 1 s".to_string()));
 }

@@ -187,7 +187,8 @@ fn returned_info_works_as_hints_again() {
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     unsafe {
         (*again).mode = fi::FI_CONTEXT;
-        (*(*again).domain_attr).mr_mode = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
+        (*(*again).domain_attr).mr_mode =
+            (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
         (*again).next = std::ptr::null_mut();
     }
     let h = Hints(again);
@@ -202,7 +203,10 @@ fn rma_ordering_sizes_are_reported_and_matched() {
     let info = getinfo(None, None, 0, None).unwrap();
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
     let ep = unsafe { &*info.first().ep_attr };
-    assert!(ep.max_order_raw_size > 0 && ep.max_order_war_size > 0 && ep.max_order_waw_size > 0, "ordering sizes not reported");
+    assert!(
+        ep.max_order_raw_size > 0 && ep.max_order_war_size > 0 && ep.max_order_waw_size > 0,
+        "ordering sizes not reported"
+    );
     assert_eq!(ep.max_order_raw_size, ep.max_msg_size);
     let mut h = Hints::rdm();
     h.ep().max_order_raw_size = 4096;
@@ -221,10 +225,13 @@ fn rma_ordering_sizes_are_reported_and_matched() {
 #[test]
 fn the_readmes_max_msg_size_is_what_getinfo_answers() {
     let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
-    let sizes: std::collections::BTreeSet<usize> = info.iter().map(|i| {
-        // SAFETY: an fi_info this test owns.
-        unsafe { (*i.ep_attr).max_msg_size }
-    }).collect();
+    let sizes: std::collections::BTreeSet<usize> = info
+        .iter()
+        .map(|i| {
+            // SAFETY: an fi_info this test owns.
+            unsafe { (*i.ep_attr).max_msg_size }
+        })
+        .collect();
     assert_eq!(sizes.len(), 1, "every RDM entry offers the same max_msg_size: {sizes:?}");
     let size = *sizes.first().unwrap();
     assert_eq!(size % (1 << 30), 0, "{size} is a whole number of GiB");
@@ -278,10 +285,15 @@ fn the_readmes_limits_are_what_getinfo_answers() {
         ),
     );
     assert_eq!(tx_ctx, rx_ctx);
-    let longest_key = (1..=64usize).take_while(|&n| getinfo(None, None, 0, Some(&with_auth_key(n))).is_ok()).last().unwrap_or(0);
+    let longest_key =
+        (1..=64usize).take_while(|&n| getinfo(None, None, 0, Some(&with_auth_key(n))).is_ok()).last().unwrap_or(0);
     assert!(longest_key >= 1, "a job key of one byte is taken");
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    for want in [format!("`rma_iov_limit` = {rma_iov}"), format!("`max_ep_tx_ctx = max_ep_rx_ctx = {tx_ctx}`"), format!("`auth_key` ≤ {longest_key} bytes")] {
+    for want in [
+        format!("`rma_iov_limit` = {rma_iov}"),
+        format!("`max_ep_tx_ctx = max_ep_rx_ctx = {tx_ctx}`"),
+        format!("`auth_key` ≤ {longest_key} bytes"),
+    ] {
         assert!(readme.contains(&want), "README.md should say {want:?}");
     }
 }

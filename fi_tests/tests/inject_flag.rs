@@ -22,9 +22,21 @@ fn check(domain: &str) {
     // SAFETY: libfabric calls on objects this test opened and still holds;
     // `rbuf` outlives the receive, `sbuf` the call (the point of the test).
     unsafe {
-        assert_eq!(fi::fi_trecv(b.ep, rbuf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, 9, 0, null_mut()), 0);
+        assert_eq!(
+            fi::fi_trecv(b.ep, rbuf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, 9, 0, null_mut()),
+            0
+        );
         let iov = fi::iovec { iov_base: sbuf.as_mut_ptr() as *mut _, iov_len: LEN };
-        let msg = fi::fi_msg_tagged { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: to_b, tag: 9, ignore: 0, context: &mut ctx as *mut u64 as *mut _, data: 0 };
+        let msg = fi::fi_msg_tagged {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: to_b,
+            tag: 9,
+            ignore: 0,
+            context: &mut ctx as *mut u64 as *mut _,
+            data: 0,
+        };
         assert_eq!(fi::fi_tsendmsg(a.ep, &msg, fi::FI_INJECT as u64), 0, "{domain}: fi_tsendmsg(FI_INJECT)");
     }
     // The application reuses its buffer at once.
@@ -47,14 +59,30 @@ fn check(domain: &str) {
             }
         }
     }
-    assert!(rbuf.iter().all(|&x| x == 0xAA), "{domain}: the receiver got bytes written after fi_tsendmsg(FI_INJECT) returned");
+    assert!(
+        rbuf.iter().all(|&x| x == 0xAA),
+        "{domain}: the receiver got bytes written after fi_tsendmsg(FI_INJECT) returned"
+    );
     // Beyond inject_size (4096 by default): refused, as fi_inject is.
     let big = vec![0u8; 8192];
     // SAFETY: as above.
     unsafe {
         let iov = fi::iovec { iov_base: big.as_ptr() as *mut _, iov_len: big.len() };
-        let msg = fi::fi_msg_tagged { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: to_b, tag: 9, ignore: 0, context: null_mut(), data: 0 };
-        assert_eq!(fi::fi_tsendmsg(a.ep, &msg, fi::FI_INJECT as u64), neg(fi::FI_EINVAL) as isize, "{domain}: FI_INJECT beyond inject_size");
+        let msg = fi::fi_msg_tagged {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: to_b,
+            tag: 9,
+            ignore: 0,
+            context: null_mut(),
+            data: 0,
+        };
+        assert_eq!(
+            fi::fi_tsendmsg(a.ep, &msg, fi::FI_INJECT as u64),
+            neg(fi::FI_EINVAL) as isize,
+            "{domain}: FI_INJECT beyond inject_size"
+        );
     }
 }
 

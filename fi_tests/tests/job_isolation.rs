@@ -42,7 +42,12 @@ fn window(s: &Stack) -> Window {
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
     // SAFETY: a libfabric call on objects this test opened; `buf` lives as long as the MR (closed in `close`).
-    unsafe { assert_eq!(fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut()),
+            0
+        )
+    };
     // SAFETY: the MR just opened.
     let key = unsafe { fi::fi_mr_key(mr) };
     Window { buf, mr, key }
@@ -71,9 +76,29 @@ fn four_operations(from: &Stack, to: &Stack, to_addr: u64, w: &Window, limit: Du
     unsafe {
         assert_eq!(fi::fi_recv(to.ep, rbuf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), 0);
         assert_eq!(fi::fi_send(from.ep, msg.as_ptr() as *const _, 8, null_mut(), to_addr, null_mut()), 0);
-        assert_eq!(fi::fi_write(from.ep, payload.as_ptr() as *const _, 64, null_mut(), to_addr, base + 100, w.key, null_mut()), 0);
-        assert_eq!(fi::fi_read(from.ep, back.as_mut_ptr() as *mut _, 64, null_mut(), to_addr, base + 200, w.key, null_mut()), 0);
-        assert_eq!(fi::fi_atomic(from.ep, &one as *const _ as *const _, 1, null_mut(), to_addr, base + 512, w.key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0);
+        assert_eq!(
+            fi::fi_write(from.ep, payload.as_ptr() as *const _, 64, null_mut(), to_addr, base + 100, w.key, null_mut()),
+            0
+        );
+        assert_eq!(
+            fi::fi_read(from.ep, back.as_mut_ptr() as *mut _, 64, null_mut(), to_addr, base + 200, w.key, null_mut()),
+            0
+        );
+        assert_eq!(
+            fi::fi_atomic(
+                from.ep,
+                &one as *const _ as *const _,
+                1,
+                null_mut(),
+                to_addr,
+                base + 512,
+                w.key,
+                fi::FI_UINT64,
+                fi::FI_SUM,
+                null_mut()
+            ),
+            0
+        );
     }
     let (mut ok, mut received) = (0, false);
     let deadline = Instant::now() + limit;
@@ -94,7 +119,11 @@ fn isolate(domain: &str) {
     let c = keyed(domain, 1);
     let (wb, wc) = (window(&b), window(&c));
     let (b_at_a, c_at_a) = (a.insert(&b.name()), a.insert(&c.name()));
-    assert_eq!(four_operations(&a, &c, c_at_a, &wc, Duration::from_secs(10)), (4, true), "{domain}: same job: everything works");
+    assert_eq!(
+        four_operations(&a, &c, c_at_a, &wc, Duration::from_secs(10)),
+        (4, true),
+        "{domain}: same job: everything works"
+    );
     let (ok, received) = four_operations(&a, &b, b_at_a, &wb, Duration::from_millis(1500));
     assert_eq!((ok, received), (0, false), "{domain}: another job: nothing completes, nothing is delivered");
     let untouched = wb.close();
@@ -111,7 +140,13 @@ fn isolate(domain: &str) {
 fn counter(stderr: &str, domain: &str, name: &str) -> u64 {
     let start = stderr.find(&format!("ISOLATION {domain}: closing")).unwrap_or_else(|| panic!("no marker:\n{stderr}"));
     let end = stderr[start..].find(&format!("ISOLATION {domain}: closed")).map(|e| start + e).unwrap();
-    stderr[start..end].lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} for {domain}:\n{stderr}")).trim().parse().unwrap()
+    stderr[start..end]
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("rdmx: {name} ")))
+        .unwrap_or_else(|| panic!("no {name} for {domain}:\n{stderr}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// Runs the isolation of `domains` in a child process of this test binary
@@ -153,7 +188,11 @@ fn verbs_jobs_are_isolated_by_the_nic() {
 
 #[test]
 fn endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory() {
-    let Some(stderr) = in_child_with_stats("endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory", &["udp", "shm"]) else { return };
+    let Some(stderr) =
+        in_child_with_stats("endpoints_of_different_jobs_cannot_reach_each_other_or_their_memory", &["udp", "shm"])
+    else {
+        return;
+    };
     for domain in ["udp", "shm"] {
         let dropped = counter(&stderr, domain, "dropped_job_key");
         assert!(dropped >= 4, "{domain}: job 2 counted {dropped} packets of job 1 dropped");
@@ -206,7 +245,12 @@ fn receiver() {
     let mut bufs = [[0u8; 16]; SENDS + 1];
     for b in bufs.iter_mut() {
         // SAFETY: a libfabric call on the endpoint just opened; the buffers outlive it (the stack is dropped first).
-        unsafe { assert_eq!(fi::fi_recv(s.ep, b.as_mut_ptr() as *mut _, 16, null_mut(), FI_ADDR_UNSPEC, b.as_mut_ptr() as *mut _), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_recv(s.ep, b.as_mut_ptr() as *mut _, 16, null_mut(), FI_ADDR_UNSPEC, b.as_mut_ptr() as *mut _),
+                0
+            )
+        };
     }
     let close = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = close.clone();
@@ -272,7 +316,14 @@ fn run_role() -> bool {
 
 /// A child process of this test binary running `role` (test `name`) on host
 /// `host` with job key `key`, counters on, no other rdmx variable.
-fn spawn_role(hosts: &fi_tests::hosts::Hosts, host: usize, name: &str, role: &str, key: u64, peer: &str) -> std::process::Child {
+fn spawn_role(
+    hosts: &fi_tests::hosts::Hosts,
+    host: usize,
+    name: &str,
+    role: &str,
+    key: u64,
+    peer: &str,
+) -> std::process::Child {
     let mut words = hosts.run_on(host);
     words.push(std::env::current_exe().unwrap().display().to_string());
     words.extend(["--exact", name, "--nocapture", "--test-threads=1"].map(String::from));
@@ -294,7 +345,13 @@ fn spawn_role(hosts: &fi_tests::hosts::Hosts, host: usize, name: &str, role: &st
 
 /// A counter from a process's `FI_RDMX_STATS` lines (one endpoint per process).
 fn stat(stderr: &str, name: &str) -> u64 {
-    stderr.lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} in:\n{stderr}")).trim().parse().unwrap()
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("rdmx: {name} ")))
+        .unwrap_or_else(|| panic!("no {name} in:\n{stderr}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn finished(child: std::process::Child, what: &str) -> (String, String) {
@@ -311,7 +368,11 @@ fn isolate_by_job_key(name: &str, prefix: &str, net: u8, other_host: usize) {
     use std::io::{BufRead, Write};
     let mut rx = spawn_role(&hosts, 0, name, "receiver", 7, "");
     let mut lines = std::io::BufReader::new(rx.stdout.take().unwrap()).lines();
-    let addr = lines.by_ref().map_while(Result::ok).find_map(|l| l.split_once("ADDR ").map(|(_, a)| a.trim().to_owned())).expect("the receiver's address");
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("ADDR ").map(|(_, a)| a.trim().to_owned()))
+        .expect("the receiver's address");
     let (out8, err8) = finished(spawn_role(&hosts, other_host, name, "other-sender", 8, &addr), "job 8's sender");
     assert!(out8.contains("COMPLETED 0"), "a send of job 8 completed at job 7:\n{out8}");
     let sent8 = stat(&err8, "packets_sent");
@@ -327,7 +388,10 @@ fn isolate_by_job_key(name: &str, prefix: &str, net: u8, other_host: usize) {
     let o = fi_tests::procs::wait_output(rx, Duration::from_secs(30));
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "the receiver failed:\n{rest:?}\n{err}");
-    assert!(rest.iter().any(|l| l == &format!("DONE received {SENDS} intact true")), "job 7's data, exactly and intact: {rest:?}");
+    assert!(
+        rest.iter().any(|l| l == &format!("DONE received {SENDS} intact true")),
+        "job 7's data, exactly and intact: {rest:?}"
+    );
     assert_eq!(stat(&err, "dropped_job_key"), sent8, "job 7 dropped exactly the packets job 8 sent it");
     assert_eq!(stat(&err, "messages_delivered"), SENDS as u64, "job 7 delivered job 7's messages only");
     println!("{name}: job 8 sent {sent8} packets, job 7 dropped all {sent8}; job 7's {SENDS} messages arrived intact");

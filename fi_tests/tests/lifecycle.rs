@@ -30,12 +30,26 @@ fn every_object_opens_binds_enables_and_closes_and_parents_with_children_are_bus
         let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_CONTEXT, ..Default::default() };
         let mut cq = null_mut();
         assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
-        let mut cntr_attr = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+        let mut cntr_attr =
+            fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
         let mut cntr = null_mut();
         assert_eq!(fi::fi_cntr_open(domain, &mut cntr_attr, &mut cntr, null_mut()), 0);
         let mut buf = [0u8; 64];
         let mut mr = null_mut();
-        assert_eq!(fi::fi_mr_reg(domain, buf.as_mut_ptr() as *const _, 64, (fi::FI_SEND | fi::FI_RECV) as u64, 0, 7, 0, &mut mr, null_mut()), 0);
+        assert_eq!(
+            fi::fi_mr_reg(
+                domain,
+                buf.as_mut_ptr() as *const _,
+                64,
+                (fi::FI_SEND | fi::FI_RECV) as u64,
+                0,
+                7,
+                0,
+                &mut mr,
+                null_mut()
+            ),
+            0
+        );
         let mut mr2 = null_mut();
         assert_eq!(
             fi::fi_mr_reg(domain, buf.as_mut_ptr() as *const _, 64, fi::FI_SEND as u64, 0, 7, 0, &mut mr2, null_mut()),
@@ -82,23 +96,50 @@ fn every_object_opens_binds_enables_and_closes_and_parents_with_children_are_bus
         assert_eq!(fi::fi_cancel(&mut (*ep).fid, &mut ctx as *mut _ as *mut _), -(fi::FI_ENOENT as isize));
         // Options.
         let v: usize = 4096;
-        assert_eq!(fi::fi_setopt(&mut (*ep).fid, fi::FI_OPT_ENDPOINT as i32, fi::FI_OPT_MIN_MULTI_RECV as i32, &v as *const _ as *const _, 8), 0);
+        assert_eq!(
+            fi::fi_setopt(
+                &mut (*ep).fid,
+                fi::FI_OPT_ENDPOINT as i32,
+                fi::FI_OPT_MIN_MULTI_RECV as i32,
+                &v as *const _ as *const _,
+                8
+            ),
+            0
+        );
         let mut got: usize = 0;
         let mut len: usize = 8;
-        assert_eq!(fi::fi_getopt(&mut (*ep).fid, fi::FI_OPT_ENDPOINT as i32, fi::FI_OPT_MIN_MULTI_RECV as i32, &mut got as *mut _ as *mut _, &mut len), 0);
+        assert_eq!(
+            fi::fi_getopt(
+                &mut (*ep).fid,
+                fi::FI_OPT_ENDPOINT as i32,
+                fi::FI_OPT_MIN_MULTI_RECV as i32,
+                &mut got as *mut _ as *mut _,
+                &mut len
+            ),
+            0
+        );
         assert_eq!(got, 4096);
-        assert_eq!(fi::fi_setopt(&mut (*ep).fid, fi::FI_OPT_ENDPOINT as i32, 9999, &v as *const _ as *const _, 8), neg(fi::FI_ENOPROTOOPT));
+        assert_eq!(
+            fi::fi_setopt(&mut (*ep).fid, fi::FI_OPT_ENDPOINT as i32, 9999, &v as *const _ as *const _, 8),
+            neg(fi::FI_ENOPROTOOPT)
+        );
         // Unsupported operations answer -FI_ENOSYS instead of crashing.
         assert_eq!(fi::fi_shutdown(ep, 0), neg(fi::FI_ENOSYS));
         // RMA on an endpoint whose info did not ask for FI_RMA.
-        assert_eq!(fi::fi_read(ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), 0, 0, 0, null_mut()), -(fi::FI_EOPNOTSUPP as isize));
+        assert_eq!(
+            fi::fi_read(ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), 0, 0, 0, null_mut()),
+            -(fi::FI_EOPNOTSUPP as isize)
+        );
         // getname with a short buffer.
         let mut small = [0u8; 8];
         let mut len = small.len();
         assert_eq!(fi::fi_getname(&mut (*ep).fid, small.as_mut_ptr() as *mut _, &mut len), neg(fi::FI_ETOOSMALL));
         assert_eq!(len, 64);
         // Sending to an fi_addr that is not in the AV.
-        assert_eq!(fi::fi_send(ep, buf.as_ptr() as *const _, 8, null_mut(), 1234, null_mut()), -(fi::FI_EINVAL as isize));
+        assert_eq!(
+            fi::fi_send(ep, buf.as_ptr() as *const _, 8, null_mut(), 1234, null_mut()),
+            -(fi::FI_EINVAL as isize)
+        );
 
         // EQ: write then read back.
         let msg = *b"hello-eq";
@@ -146,7 +187,12 @@ fn bad_arguments_get_errors_not_crashes() {
         assert_eq!(fi::fi_av_insert(av, std::ptr::null(), 1, &mut fa, 0, null_mut()), neg(fi::FI_EINVAL));
         // Named (shared) AVs are not supported.
         let name = c"FI_NAMED_AV_0\n";
-        let mut named = fi::fi_av_attr { type_: fi::FI_AV_TABLE, name: name.as_ptr(), flags: fi::FI_READ as u64, ..Default::default() };
+        let mut named = fi::fi_av_attr {
+            type_: fi::FI_AV_TABLE,
+            name: name.as_ptr(),
+            flags: fi::FI_READ as u64,
+            ..Default::default()
+        };
         let mut av2 = null_mut();
         assert_eq!(fi::fi_av_open(domain, &mut named, &mut av2, null_mut()), neg(fi::FI_ENOSYS));
         // Unsupported opens answer ENOSYS.

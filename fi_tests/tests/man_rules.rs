@@ -105,7 +105,8 @@ fn fi_rma_event_is_offered_with_rma_and_counts_at_the_target() {
         let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 16, ..Default::default() };
         let mut cq = null_mut();
         assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
-        let mut ca = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
+        let mut ca =
+            fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_UNSPEC, ..Default::default() };
         let mut cntr = null_mut();
         assert_eq!(fi::fi_cntr_open(domain, &mut ca, &mut cntr, null_mut()), 0);
         let mut ep = null_mut();
@@ -117,7 +118,10 @@ fn fi_rma_event_is_offered_with_rma_and_counts_at_the_target() {
         let mut mem = vec![0u8; 64];
         let mut mr = null_mut();
         let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
-        assert_eq!(fi::fi_mr_reg(domain, mem.as_mut_ptr() as *const _, mem.len(), access, 0, 7, 0, &mut mr, null_mut()), 0);
+        assert_eq!(
+            fi::fi_mr_reg(domain, mem.as_mut_ptr() as *const _, mem.len(), access, 0, 7, 0, &mut mr, null_mut()),
+            0
+        );
         let key = fi::fi_mr_key(mr);
         let mut name = vec![0u8; 64];
         let mut len = name.len();
@@ -198,7 +202,14 @@ fn av_insert_with_fi_sync_err_reports_each_address() {
     // SAFETY: three packed addresses, three fi_addr slots and three status ints,
     // all alive across the call.
     let n = unsafe {
-        fi::fi_av_insert(s.av, addrs.as_ptr() as *const _, 3, fa.as_mut_ptr(), fi::FI_SYNC_ERR, status.as_mut_ptr() as *mut _)
+        fi::fi_av_insert(
+            s.av,
+            addrs.as_ptr() as *const _,
+            3,
+            fa.as_mut_ptr(),
+            fi::FI_SYNC_ERR,
+            status.as_mut_ptr() as *mut _,
+        )
     };
     assert_eq!(n, 2, "two of three inserted");
     assert_eq!(status[0], 0);
@@ -207,7 +218,8 @@ fn av_insert_with_fi_sync_err_reports_each_address() {
     assert_eq!(status[2], 0);
     assert_eq!(fa[1], FI_ADDR_NOTAVAIL);
     // SAFETY: as above; a NULL status array with FI_SYNC_ERR is refused.
-    let r = unsafe { fi::fi_av_insert(s.av, good.as_ptr() as *const _, 1, fa.as_mut_ptr(), fi::FI_SYNC_ERR, null_mut()) };
+    let r =
+        unsafe { fi::fi_av_insert(s.av, good.as_ptr() as *const _, 1, fa.as_mut_ptr(), fi::FI_SYNC_ERR, null_mut()) };
     assert_eq!(r, neg(fi::FI_EINVAL));
 }
 
@@ -232,7 +244,11 @@ fn ep_control_gets_and_sets_the_default_operation_flags() {
         assert_eq!(fi::fi_control(&mut (*s.ep).fid, fi::FI_GETOPSFLAG as i32, &mut flags as *mut u64 as *mut _), 0);
         assert_eq!(flags, fi::FI_TRANSMIT_COMPLETE as u64, "the tx op_flags the info carried");
         let mut both = (fi::FI_TRANSMIT | fi::FI_RECV) as u64;
-        assert_eq!(fi::fi_control(&mut (*s.ep).fid, fi::FI_GETOPSFLAG as i32, &mut both as *mut u64 as *mut _), neg(fi::FI_EBADFLAGS), "one direction at a time");
+        assert_eq!(
+            fi::fi_control(&mut (*s.ep).fid, fi::FI_GETOPSFLAG as i32, &mut both as *mut u64 as *mut _),
+            neg(fi::FI_EBADFLAGS),
+            "one direction at a time"
+        );
 
         let mut tx = (fi::FI_TRANSMIT | fi::FI_COMPLETION) as u64;
         assert_eq!(fi::fi_control(&mut (*s.ep).fid, fi::FI_SETOPSFLAG as i32, &mut tx as *mut u64 as *mut _), 0);
@@ -245,7 +261,17 @@ fn ep_control_gets_and_sets_the_default_operation_flags() {
         let mut rbuf = [0u8; 8];
         let sbuf = *b"opsflags";
         let (mut rctx, mut sctx) = (fi::fi_context::default(), fi::fi_context::default());
-        assert_eq!(fi::fi_recv(s.ep, rbuf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, &mut rctx as *mut _ as *mut _), 0);
+        assert_eq!(
+            fi::fi_recv(
+                s.ep,
+                rbuf.as_mut_ptr() as *mut _,
+                8,
+                null_mut(),
+                FI_ADDR_UNSPEC,
+                &mut rctx as *mut _ as *mut _
+            ),
+            0
+        );
         assert_eq!(fi::fi_send(s.ep, sbuf.as_ptr() as *const _, 8, null_mut(), me, &mut sctx as *mut _ as *mut _), 0);
         let mut seen = Vec::new();
         for _ in 0..2 {
@@ -298,7 +324,12 @@ fn several_registrations_in_one_operation() {
     let reg = |buf: &mut [u8], access: u64| -> *mut fi::fid_mr {
         let mut mr = null_mut();
         // SAFETY: the buffer outlives the registration (closed below).
-        assert_eq!(unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut()) }, 0);
+        assert_eq!(
+            unsafe {
+                fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut())
+            },
+            0
+        );
         mr
     };
     let (mut a, mut b) = (vec![1u8; 100], vec![2u8; 300]);
@@ -316,8 +347,14 @@ fn several_registrations_in_one_operation() {
     // operation's completion (waited for below).
     unsafe {
         let mut desc: Vec<*mut libc::c_void> = mrs.iter().map(|&m| fi::fi_mr_desc(m)).collect();
-        let siov = [fi::iovec { iov_base: a.as_mut_ptr() as *mut _, iov_len: a.len() }, fi::iovec { iov_base: b.as_mut_ptr() as *mut _, iov_len: b.len() }];
-        let riov = [fi::iovec { iov_base: r1.as_mut_ptr() as *mut _, iov_len: r1.len() }, fi::iovec { iov_base: r2.as_mut_ptr() as *mut _, iov_len: r2.len() }];
+        let siov = [
+            fi::iovec { iov_base: a.as_mut_ptr() as *mut _, iov_len: a.len() },
+            fi::iovec { iov_base: b.as_mut_ptr() as *mut _, iov_len: b.len() },
+        ];
+        let riov = [
+            fi::iovec { iov_base: r1.as_mut_ptr() as *mut _, iov_len: r1.len() },
+            fi::iovec { iov_base: r2.as_mut_ptr() as *mut _, iov_len: r2.len() },
+        ];
         assert_eq!(fi::fi_recvv(s.ep, riov.as_ptr(), desc[2..4].as_mut_ptr(), 2, FI_ADDR_UNSPEC, null_mut()), 0);
         assert_eq!(fi::fi_sendv(s.ep, siov.as_ptr(), desc[0..2].as_mut_ptr(), 2, me, null_mut()), 0);
         s.wait_cq(&[]).expect("first completion");
@@ -326,7 +363,10 @@ fn several_registrations_in_one_operation() {
         let got: Vec<u8> = r1.iter().chain(r2.iter()).copied().collect();
         assert_eq!(got, want, "sendv/recvv across four registrations");
         let key = fi::fi_mr_key(mrs[4]);
-        assert_eq!(fi::fi_writev(s.ep, siov.as_ptr(), desc[0..2].as_mut_ptr(), 2, me, target.as_ptr() as u64, key, null_mut()), 0);
+        assert_eq!(
+            fi::fi_writev(s.ep, siov.as_ptr(), desc[0..2].as_mut_ptr(), 2, me, target.as_ptr() as u64, key, null_mut()),
+            0
+        );
         s.wait_cq(&[]).expect("the write completes");
         assert_eq!(target, want, "writev from two registrations into a third");
         for m in mrs {
@@ -358,14 +398,36 @@ fn fi_fence_is_offered_and_a_fenced_read_sees_the_write_before_it() {
     // messages outlive their operations' completions (waited for below).
     unsafe {
         let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
-        assert_eq!(fi::fi_mr_reg(s.domain, target.as_mut_ptr() as *const _, target.len(), access, 0, 11, 0, &mut mr, null_mut()), 0);
+        assert_eq!(
+            fi::fi_mr_reg(
+                s.domain,
+                target.as_mut_ptr() as *const _,
+                target.len(),
+                access,
+                0,
+                11,
+                0,
+                &mut mr,
+                null_mut()
+            ),
+            0
+        );
         let key = fi::fi_mr_key(mr);
         let src = [0xc3u8; 32];
         let mut back = [0u8; 32];
         assert_eq!(fi::fi_write(s.ep, src.as_ptr() as *const _, 32, null_mut(), me, 16, key, null_mut()), 0);
         let iov = fi::iovec { iov_base: back.as_mut_ptr() as *mut _, iov_len: 32 };
         let rma = fi::fi_rma_iov { addr: 16, len: 32, key };
-        let msg = fi::fi_msg_rma { msg_iov: &iov, desc: null_mut(), iov_count: 1, addr: me, rma_iov: &rma, rma_iov_count: 1, context: null_mut(), data: 0 };
+        let msg = fi::fi_msg_rma {
+            msg_iov: &iov,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: me,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: null_mut(),
+            data: 0,
+        };
         assert_eq!(fi::fi_readmsg(s.ep, &msg, (fi::FI_FENCE | fi::FI_COMPLETION) as u64), 0);
         s.wait_cq(&[]).expect("write");
         s.wait_cq(&[]).expect("fenced read");

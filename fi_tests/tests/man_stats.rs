@@ -19,14 +19,23 @@ fn runtime_stats_section_lists_what_fi_rdmx_stats_prints() {
     assert!(doc.contains("packets_sent") && doc.contains("mr_cache_hits"), "{doc:?}");
     for device in ["udp", "shm"] {
         fi_tests::init();
-        let (s, c) = procs::pingpong(&["-I", "10", "-S", "1024"], &[("FI_RDMX_DEVICE", device), ("FI_RDMX_STATS", "1")], "127.0.0.1", &[], &[]);
+        let (s, c) = procs::pingpong(
+            &["-I", "10", "-S", "1024"],
+            &[("FI_RDMX_DEVICE", device), ("FI_RDMX_STATS", "1")],
+            "127.0.0.1",
+            &[],
+            &[],
+        );
         assert!(c.status.success() && s.status.success(), "fi_pingpong on {device}:\n{}\n{}", text(&c), text(&s));
         for out in [text(&s), text(&c)] {
             let got = printed(&out);
             assert!(got.len() > 10, "no stats printed on {device}:\n{out}");
             let undocumented: Vec<_> = got.difference(&doc).collect();
             let stale: Vec<_> = doc.difference(&got).collect();
-            assert!(undocumented.is_empty(), "FI_RDMX_STATS prints counters fi_rdmx(7) does not list: {undocumented:?}");
+            assert!(
+                undocumented.is_empty(),
+                "FI_RDMX_STATS prints counters fi_rdmx(7) does not list: {undocumented:?}"
+            );
             assert!(stale.is_empty(), "fi_rdmx(7) lists counters FI_RDMX_STATS does not print: {stale:?}");
         }
     }

@@ -6,7 +6,14 @@
 //! definitely leaked block fails the test.
 use fi_tests::procs;
 
-const MEMCHECK: &[&str] = &["valgrind", "-q", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite", "--show-leak-kinds=definite"];
+const MEMCHECK: &[&str] = &[
+    "valgrind",
+    "-q",
+    "--error-exitcode=99",
+    "--leak-check=full",
+    "--errors-for-leak-kinds=definite",
+    "--show-leak-kinds=definite",
+];
 
 fn under_memcheck(domain: &str) {
     fi_tests::init();
@@ -18,9 +25,29 @@ fn under_memcheck(domain: &str) {
     let (st, ct) = (procs::text(&s), procs::text(&c));
     // valgrind cannot size userfaultfd's ioctls (the MR unmap monitor's); it
     // says so once per process, which is not an error.
-    let errors = |t: &str| t.lines().filter(|l| l.starts_with("==") && !l.contains("ioctl") && !l.contains("spurious value errors") && !l.contains("README_MISSING_SYSCALL")).map(str::to_owned).collect::<Vec<_>>();
-    assert!(c.status.success() && s.status.success(), "memcheck on {domain}: client {:?}, server {:?}\nclient:\n{ct}\nserver:\n{st}", c.status, s.status);
-    assert!(errors(&ct).is_empty() && errors(&st).is_empty(), "memcheck reports on {domain}:\n{:?}\n{:?}", errors(&ct), errors(&st));
+    let errors = |t: &str| {
+        t.lines()
+            .filter(|l| {
+                l.starts_with("==")
+                    && !l.contains("ioctl")
+                    && !l.contains("spurious value errors")
+                    && !l.contains("README_MISSING_SYSCALL")
+            })
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        c.status.success() && s.status.success(),
+        "memcheck on {domain}: client {:?}, server {:?}\nclient:\n{ct}\nserver:\n{st}",
+        c.status,
+        s.status
+    );
+    assert!(
+        errors(&ct).is_empty() && errors(&st).is_empty(),
+        "memcheck reports on {domain}:\n{:?}\n{:?}",
+        errors(&ct),
+        errors(&st)
+    );
     assert!(ct.contains("usec/xfer"), "no numbers printed:\n{ct}");
 }
 

@@ -29,32 +29,83 @@ fn data_path_misuse_gets_errors_and_the_endpoint_keeps_working() {
     let to_b = a.insert(&b.name());
     let data = [1u8; 64];
     // SAFETY: fields of an fi_info that fi_getinfo returned and this test still owns.
-    let (inject_size, max_msg) = unsafe { ((*a.info.first().tx_attr).inject_size, (*a.info.first().ep_attr).max_msg_size) };
+    let (inject_size, max_msg) =
+        unsafe { ((*a.info.first().tx_attr).inject_size, (*a.info.first().ep_attr).max_msg_size) };
     // SAFETY: libfabric calls with deliberately bad arguments on objects this test opened; rdmx must check them.
     unsafe {
         // NULL buffer with a length.
-        assert_eq!(fi::fi_send(a.ep, null(), 8, null_mut(), to_b, null_mut()), neg(fi::FI_EINVAL) as isize, "NULL send buffer");
-        assert_eq!(fi::fi_recv(b.ep, null_mut(), 8, null_mut(), FI_ADDR_UNSPEC, null_mut()), neg(fi::FI_EINVAL) as isize, "NULL receive buffer");
+        assert_eq!(
+            fi::fi_send(a.ep, null(), 8, null_mut(), to_b, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "NULL send buffer"
+        );
+        assert_eq!(
+            fi::fi_recv(b.ep, null_mut(), 8, null_mut(), FI_ADDR_UNSPEC, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "NULL receive buffer"
+        );
         // Larger than max_msg_size, and inject above inject_size.
-        assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, max_msg + 1, null_mut(), to_b, null_mut()), neg(fi::FI_EINVAL) as isize, "beyond max_msg_size");
+        assert_eq!(
+            fi::fi_send(a.ep, data.as_ptr() as *const _, max_msg + 1, null_mut(), to_b, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "beyond max_msg_size"
+        );
         let big = vec![0u8; inject_size + 1];
-        assert_eq!(fi::fi_inject(a.ep, big.as_ptr() as *const _, big.len(), to_b), neg(fi::FI_EINVAL) as isize, "inject beyond inject_size");
+        assert_eq!(
+            fi::fi_inject(a.ep, big.as_ptr() as *const _, big.len(), to_b),
+            neg(fi::FI_EINVAL) as isize,
+            "inject beyond inject_size"
+        );
         // Addresses that name nothing: -FI_EINVAL (docs/reliability.md, faults
         // table, API misuse row; prov/src/core.rs `peer_for`: "destination not in the AV", which
         // every send, inject and directed receive goes through).
-        assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), FI_ADDR_NOTAVAIL, null_mut()), neg(fi::FI_EINVAL) as isize, "FI_ADDR_NOTAVAIL");
-        assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), 12345, null_mut()), neg(fi::FI_EINVAL) as isize, "an fi_addr never inserted");
-        assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, 8, null_mut(), FI_ADDR_NOTAVAIL, 7, null_mut()), neg(fi::FI_EINVAL) as isize, "tagged send to FI_ADDR_NOTAVAIL");
-        assert_eq!(fi::fi_inject(a.ep, data.as_ptr() as *const _, 8, 12345), neg(fi::FI_EINVAL) as isize, "inject to an fi_addr never inserted");
+        assert_eq!(
+            fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), FI_ADDR_NOTAVAIL, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "FI_ADDR_NOTAVAIL"
+        );
+        assert_eq!(
+            fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), 12345, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "an fi_addr never inserted"
+        );
+        assert_eq!(
+            fi::fi_tsend(a.ep, data.as_ptr() as *const _, 8, null_mut(), FI_ADDR_NOTAVAIL, 7, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "tagged send to FI_ADDR_NOTAVAIL"
+        );
+        assert_eq!(
+            fi::fi_inject(a.ep, data.as_ptr() as *const _, 8, 12345),
+            neg(fi::FI_EINVAL) as isize,
+            "inject to an fi_addr never inserted"
+        );
         // b's AV is empty: a receive directed at any fi_addr names nothing.
-        assert_eq!(fi::fi_recv(b.ep, stray.as_mut_ptr() as *mut _, 8, null_mut(), 12345, null_mut()), neg(fi::FI_EINVAL) as isize, "receive directed at an fi_addr never inserted");
+        assert_eq!(
+            fi::fi_recv(b.ep, stray.as_mut_ptr() as *mut _, 8, null_mut(), 12345, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "receive directed at an fi_addr never inserted"
+        );
         // A flag libfabric does not define.
         let iov = libc::iovec { iov_base: data.as_ptr() as *mut _, iov_len: 8 };
-        let msg = fi::fi_msg { msg_iov: &iov as *const _ as *const _, desc: null_mut(), iov_count: 1, addr: to_b, context: null_mut(), data: 0 };
+        let msg = fi::fi_msg {
+            msg_iov: &iov as *const _ as *const _,
+            desc: null_mut(),
+            iov_count: 1,
+            addr: to_b,
+            context: null_mut(),
+            data: 0,
+        };
         assert_eq!(fi::fi_sendmsg(a.ep, &msg, 1u64 << 61), neg(fi::FI_EBADFLAGS) as isize, "unknown flag");
         // More iov entries than iov_limit.
         let many = vec![iov; 1024];
-        let msg = fi::fi_msg { msg_iov: many.as_ptr() as *const _, desc: null_mut(), iov_count: many.len(), addr: to_b, context: null_mut(), data: 0 };
+        let msg = fi::fi_msg {
+            msg_iov: many.as_ptr() as *const _,
+            desc: null_mut(),
+            iov_count: many.len(),
+            addr: to_b,
+            context: null_mut(),
+            data: 0,
+        };
         assert_eq!(fi::fi_sendmsg(a.ep, &msg, 0), neg(fi::FI_EINVAL) as isize, "iov_count beyond iov_limit");
         // NULL CQ buffer.
         assert_eq!(fi::fi_cq_read(a.cq, null_mut(), 1), neg(fi::FI_EINVAL) as isize, "NULL CQ buffer");
@@ -65,11 +116,43 @@ fn data_path_misuse_gets_errors_and_the_endpoint_keeps_working() {
         // Unknown flags at open and registration.
         let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, flags: 1u64 << 61, ..Default::default() };
         let mut cq = null_mut();
-        assert_eq!(fi::fi_cq_open(a.domain, &mut cq_attr, &mut cq, null_mut()), neg(fi::FI_EBADFLAGS), "unknown CQ flag");
+        assert_eq!(
+            fi::fi_cq_open(a.domain, &mut cq_attr, &mut cq, null_mut()),
+            neg(fi::FI_EBADFLAGS),
+            "unknown CQ flag"
+        );
         let mut mr = null_mut();
-        assert_eq!(fi::fi_mr_reg(a.domain, data.as_ptr() as *const _, 64, fi::FI_REMOTE_READ as u64, 0, 0, 1u64 << 61, &mut mr, null_mut()), neg(fi::FI_EBADFLAGS), "unknown MR flag");
+        assert_eq!(
+            fi::fi_mr_reg(
+                a.domain,
+                data.as_ptr() as *const _,
+                64,
+                fi::FI_REMOTE_READ as u64,
+                0,
+                0,
+                1u64 << 61,
+                &mut mr,
+                null_mut()
+            ),
+            neg(fi::FI_EBADFLAGS),
+            "unknown MR flag"
+        );
         // A registration whose range wraps the address space.
-        assert_eq!(fi::fi_mr_reg(a.domain, usize::MAX as *const _, 4096, fi::FI_REMOTE_READ as u64, 0, 0, 0, &mut mr, null_mut()), neg(fi::FI_EINVAL), "wrapping MR range");
+        assert_eq!(
+            fi::fi_mr_reg(
+                a.domain,
+                usize::MAX as *const _,
+                4096,
+                fi::FI_REMOTE_READ as u64,
+                0,
+                0,
+                0,
+                &mut mr,
+                null_mut()
+            ),
+            neg(fi::FI_EINVAL),
+            "wrapping MR range"
+        );
     }
     // An address removed from the AV names nothing any more, even after
     // traffic to it (the endpoint's cache of resolved addresses must forget it).
@@ -79,7 +162,11 @@ fn data_path_misuse_gets_errors_and_the_endpoint_keeps_working() {
     // SAFETY: libfabric calls on objects this test opened; `gone` is one fi_addr.
     unsafe {
         assert_eq!(fi::fi_av_remove(a.av, &mut gone, 1, 0), 0);
-        assert_eq!(fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), again, null_mut()), neg(fi::FI_EINVAL) as isize, "an fi_addr removed from the AV");
+        assert_eq!(
+            fi::fi_send(a.ep, data.as_ptr() as *const _, 8, null_mut(), again, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "an fi_addr removed from the AV"
+        );
     }
     // Zero-length messages are legal, and everything above left the endpoints working.
     exchange(&a, &b, to_b, 0);
@@ -139,7 +226,20 @@ fn wrong_close_order_and_double_close_get_errors() {
         assert_eq!(fi::fi_enable(ep), 0);
         let mut mr = null_mut();
         let buf = [0u8; 64];
-        assert_eq!(fi::fi_mr_reg(domain, buf.as_ptr() as *const _, 64, fi::FI_REMOTE_READ as u64, 0, 0, 0, &mut mr, null_mut()), 0);
+        assert_eq!(
+            fi::fi_mr_reg(
+                domain,
+                buf.as_ptr() as *const _,
+                64,
+                fi::FI_REMOTE_READ as u64,
+                0,
+                0,
+                0,
+                &mut mr,
+                null_mut()
+            ),
+            0
+        );
         // Parents before children: busy.
         assert_eq!(fi::fi_close(&mut (*domain).fid), neg(fi::FI_EBUSY), "domain with children");
         assert_eq!(fi::fi_close(&mut (*fabric).fid), neg(fi::FI_EBUSY), "fabric with a domain");
@@ -149,7 +249,11 @@ fn wrong_close_order_and_double_close_get_errors() {
         assert_eq!(fi::fi_close(&mut (*mr).fid), neg(fi::FI_EINVAL), "MR closed twice");
         assert_eq!(fi::fi_close(&mut (*ep).fid), 0);
         assert_eq!(fi::fi_close(&mut (*ep).fid), neg(fi::FI_EINVAL), "endpoint closed twice");
-        assert_eq!(fi::fi_send(ep, buf.as_ptr() as *const _, 8, null_mut(), 0, null_mut()), neg(fi::FI_EINVAL) as isize, "send on a closed endpoint");
+        assert_eq!(
+            fi::fi_send(ep, buf.as_ptr() as *const _, 8, null_mut(), 0, null_mut()),
+            neg(fi::FI_EINVAL) as isize,
+            "send on a closed endpoint"
+        );
         assert_eq!(fi::fi_enable(ep), neg(fi::FI_EINVAL), "enable a closed endpoint");
         assert_eq!(fi::fi_close(&mut (*cq).fid), 0);
         assert_eq!(fi::fi_cq_read(cq, null_mut(), 0), neg(fi::FI_EINVAL) as isize, "read a closed CQ");

@@ -85,7 +85,10 @@ fn collectives_np_2_4_8() {
 /// each, then an uneven Alltoallv), every element checked.
 #[test]
 fn np16_oversubscribed_with_no_rdmx_variable() {
-    let (Some(p2p), Some(coll), Some(rma), Some(a2a)) = (build("p2p"), build("coll"), build("rma"), build("alltoall")) else { return };
+    let (Some(p2p), Some(coll), Some(rma), Some(a2a)) = (build("p2p"), build("coll"), build("rma"), build("alltoall"))
+    else {
+        return;
+    };
     let out = mpirun(&p2p, 16, "", &[], &[]);
     assert!(out.contains("p2p: all checks passed on 16 ranks"), "{out}");
     let out = mpirun(&coll, 16, "", &[], &[]);
@@ -127,8 +130,23 @@ fn btl_ofi_selects_rdmx_for_one_sided() {
             dev,
             &[],
             &[
-                "--mca", "pml", "ob1", "--mca", "btl", "self,vader,ofi", "--mca", "btl_ofi_provider_include", "rdmx",
-                "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi", "-x", "FI_RDMX_STATS=1",
+                "--mca",
+                "pml",
+                "ob1",
+                "--mca",
+                "btl",
+                "self,vader,ofi",
+                "--mca",
+                "btl_ofi_provider_include",
+                "rdmx",
+                "--mca",
+                "osc",
+                "rdma",
+                "--mca",
+                "osc_rdma_btls",
+                "ofi",
+                "-x",
+                "FI_RDMX_STATS=1",
             ],
         );
         assert!(out.contains("rma: all checks passed"), "{out}");
@@ -181,10 +199,18 @@ fn verbs_p2p_collectives_and_one_sided() {
 
 /// Runs `exe args` through `sh -c script` under mpirun (the script ends in
 /// `exec "$0" "$@"`): a per-rank setting as a launcher script would make it.
-fn mpirun_wrapped(wrap: &[&str], exe: &std::path::Path, np: u32, device: &str, args: &[&str], extra_mca: &[&str]) -> String {
+fn mpirun_wrapped(
+    wrap: &[&str],
+    exe: &std::path::Path,
+    np: u32,
+    device: &str,
+    args: &[&str],
+    extra_mca: &[&str],
+) -> String {
     let exe_s = exe.display().to_string();
     let (prog, pre) = wrap.split_first().expect("a wrapper");
-    let all: Vec<&str> = pre.iter().copied().chain(std::iter::once(exe_s.as_str())).chain(args.iter().copied()).collect();
+    let all: Vec<&str> =
+        pre.iter().copied().chain(std::iter::once(exe_s.as_str())).chain(args.iter().copied()).collect();
     mpirun(&PathBuf::from(prog), np, device, &all, extra_mca)
 }
 
@@ -209,7 +235,11 @@ fn verbs_np4_over_two_devices_plain_under_wire_loss_and_injected_faults() {
     // is checked and nothing hangs.
     let pulled_on_every_rank = |out: &str, what: &str, min: u64| {
         let (pulled, windowed) = (stat_values(out, "rendezvous_pulled"), stat_values(out, "rendezvous_windowed"));
-        let (failures, timeouts, status) = (stat_values(out, "rc_read_failures"), stat_values(out, "rc_read_timeouts"), stat_values(out, "rc_last_read_error"));
+        let (failures, timeouts, status) = (
+            stat_values(out, "rc_read_failures"),
+            stat_values(out, "rc_read_timeouts"),
+            stat_values(out, "rc_last_read_error"),
+        );
         println!("{what}: per rank pulled {pulled:?}, windowed {windowed:?}, rc read failures {failures:?} (timeouts {timeouts:?}, last status {status:?})");
         assert_eq!(pulled.len(), 4, "{what}: one stats block per rank:\n{out}");
         assert!(pulled.iter().all(|&p| p >= min), "{what}: a rank pulled fewer than {min} messages: {pulled:?}");
@@ -262,13 +292,20 @@ fn verbs_rc_bound_of_two_with_four_peers_closes_and_reopens_without_leaking() {
     // another (1002 rounds made 112-218 connections per rank); a quarter of
     // them still churns dozens of times per rank, far past the 12 the check
     // below needs, in a quarter of the time (1002 rounds took 60-160 s).
-    let iters = std::env::var("RDMX_RC_BOUND_ITERS").unwrap_or_else(|_| if fi_tests::vm_tcg() { "250" } else { "1002" }.into());
+    let iters =
+        std::env::var("RDMX_RC_BOUND_ITERS").unwrap_or_else(|_| if fi_tests::vm_tcg() { "250" } else { "1002" }.into());
     let by_rank = ["sh", "-c", "export FI_RDMX_IFACE=rxe$((OMPI_COMM_WORLD_RANK % 2)); exec \"$0\" \"$@\""];
     let env = ["-x", "FI_RDMX_RC_MAX_PEERS=2", "-x", "FI_RDMX_STATS=1", "-x", "RDMX_A2A_COUNT_QPS=1"];
     // The third size only (64 KiB per peer: read by RDMA read).
     let out = mpirun_wrapped(&by_rank, &a2a, 4, "verbs", &[&iters, "2"], &env);
     assert!(out.contains("alltoall: all checks passed on 4 ranks"), "{out}");
-    let (est, lru, open, qps, reads) = (stat_values(&out, "rc_connections_established"), stat_values(&out, "rc_connections_closed_lru"), stat_values(&out, "rc_connections_open"), stat_values(&out, "rc_queue_pairs"), stat_values(&out, "rc_reads"));
+    let (est, lru, open, qps, reads) = (
+        stat_values(&out, "rc_connections_established"),
+        stat_values(&out, "rc_connections_closed_lru"),
+        stat_values(&out, "rc_connections_open"),
+        stat_values(&out, "rc_queue_pairs"),
+        stat_values(&out, "rc_reads"),
+    );
     println!("per rank: established {est:?}, closed_lru {lru:?}, open {open:?}, queue pairs {qps:?}, reads {reads:?}");
     assert_eq!(est.len(), 4, "one stats block per rank:\n{out}");
     assert!(lru.iter().sum::<u64>() > 0, "the bound never closed a connection");
@@ -279,7 +316,8 @@ fn verbs_rc_bound_of_two_with_four_peers_closes_and_reopens_without_leaking() {
         assert_eq!(q, o, "queue pairs left beyond the open connections");
     }
     // The kernel's count, per rank, before finalize.
-    let kernel: Vec<u64> = out.lines().filter_map(|l| l.split("holds ").nth(1)?.split_whitespace().next()?.parse().ok()).collect();
+    let kernel: Vec<u64> =
+        out.lines().filter_map(|l| l.split("holds ").nth(1)?.split_whitespace().next()?.parse().ok()).collect();
     println!("RC queue pairs the kernel lists per rank before finalize: {kernel:?}");
     assert_eq!(kernel.len(), 4, "no kernel count from every rank (rdma resource show qp):\n{out}");
     // (Not equal to rdmx's count at close: a handshake the last round
@@ -299,7 +337,8 @@ fn verbs_auto_np4_on_two_hosts_with_no_rdmx_variable() {
         return;
     }
     let (Some(p2p), Some(a2a)) = (build("p2p"), build("alltoall")) else { return };
-    let two_hosts = ["unshare", "-u", "sh", "-c", "hostname rdmx-host-$((OMPI_COMM_WORLD_RANK % 2)) && exec \"$0\" \"$@\""];
+    let two_hosts =
+        ["unshare", "-u", "sh", "-c", "hostname rdmx-host-$((OMPI_COMM_WORLD_RANK % 2)) && exec \"$0\" \"$@\""];
     let before = fi_tests::rxe_packets_sent();
     let out = mpirun_wrapped(&two_hosts, &p2p, 4, "", &p2p_max_under_tcg(), &[]);
     assert!(out.contains("p2p: all checks passed on 4 ranks"), "{out}");

@@ -71,9 +71,9 @@ struct Wheel {
 impl Wheel {
     fn find(mpi: Mpi) -> Option<Wheel> {
         let venv = std::env::var_os(mpi.var()).map(PathBuf::from).unwrap_or_else(|| {
-            let cache = std::env::var_os("RDMX_STACKS_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rdmx-stacks"));
+            let cache = std::env::var_os("RDMX_STACKS_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/rdmx-stacks")
+            });
             cache.join(format!("venv-{}", mpi.dir()))
         });
         let bin = venv.join("bin");
@@ -110,9 +110,22 @@ impl Wheel {
         std::fs::create_dir_all(out).unwrap();
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
         let exe = out.join(name);
-        let tmp = out.join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
-        let o = Command::new(self.bin("mpicc")).args(["-O2", "-Wall", "-o"]).arg(&tmp).arg(&src).arg("-lpthread").output().expect("mpicc");
-        assert!(o.status.success(), "{} mpicc {name}.c failed:\n{}{}", self.mpi.dir(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let tmp = out
+            .join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
+        let o = Command::new(self.bin("mpicc"))
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&tmp)
+            .arg(&src)
+            .arg("-lpthread")
+            .output()
+            .expect("mpicc");
+        assert!(
+            o.status.success(),
+            "{} mpicc {name}.c failed:\n{}{}",
+            self.mpi.dir(),
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
         std::fs::rename(&tmp, &exe).unwrap();
         exe
     }
@@ -177,7 +190,10 @@ impl<'a> Job<'a> {
         // Nothing of the caller's libfabric, rdmx or MPI settings reaches the job.
         for (k, _) in std::env::vars_os() {
             let k = k.to_string_lossy();
-            if ["FI_", "MPIR_", "MPICH_", "HYDRA_", "OMPI_", "PRTE_", "PMIX_", "OPAL_", "UCX_"].iter().any(|p| k.starts_with(p)) {
+            if ["FI_", "MPIR_", "MPICH_", "HYDRA_", "OMPI_", "PRTE_", "PMIX_", "OPAL_", "UCX_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+            {
                 c.env_remove(&*k);
             }
         }
@@ -221,10 +237,36 @@ impl<'a> Job<'a> {
                         c.args(["--prtemca", "oob_tcp_if_include", &format!("10.{net}.0.0/24")]);
                     }
                 }
-                c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "mtl_ofi_verbose", "1"]);
+                c.args([
+                    "--mca",
+                    "pml",
+                    "cm",
+                    "--mca",
+                    "mtl",
+                    "ofi",
+                    "--mca",
+                    "mtl_ofi_provider_include",
+                    "rdmx",
+                    "--mca",
+                    "mtl_ofi_verbose",
+                    "1",
+                ]);
                 if self.osc_over_btl_ofi {
                     // btl/ofi takes the same provider list (both are opal_common_ofi_provider_include).
-                    c.args(["--mca", "btl", "self,ofi", "--mca", "osc", "rdma", "--mca", "osc_rdma_btls", "ofi", "--mca", "osc_base_verbose", "50"]);
+                    c.args([
+                        "--mca",
+                        "btl",
+                        "self,ofi",
+                        "--mca",
+                        "osc",
+                        "rdma",
+                        "--mca",
+                        "osc_rdma_btls",
+                        "ofi",
+                        "--mca",
+                        "osc_base_verbose",
+                        "50",
+                    ]);
                 } else {
                     c.args(["--mca", "btl", "self"]);
                 }
@@ -273,11 +315,19 @@ impl<'a> Job<'a> {
 /// The proof that rdmx, and nothing else, carried the job's traffic.
 fn assert_rdmx_carried(mpi: Mpi, out: &str, np: usize, fabrics_per_rank: usize) {
     let opened: Vec<&str> = out.lines().filter(|l| l.contains("fi_fabric_") && l.contains("<info> Using ")).collect();
-    let rdmx = opened.iter().filter(|l| l.contains("<info> Using rdmx provider ") && l.contains("/librdmx-fi.so")).count();
+    let rdmx =
+        opened.iter().filter(|l| l.contains("<info> Using rdmx provider ") && l.contains("/librdmx-fi.so")).count();
     assert_eq!(rdmx, opened.len(), "a fabric of another provider was opened:\n{}", opened.join("\n"));
-    assert!(rdmx >= np * fabrics_per_rank, "{rdmx} rdmx fabrics opened, want {} per rank of {np}:\n{out}", fabrics_per_rank);
+    assert!(
+        rdmx >= np * fabrics_per_rank,
+        "{rdmx} rdmx fabrics opened, want {} per rank of {np}:\n{out}",
+        fabrics_per_rank
+    );
     match mpi {
-        Mpi::Mpich => assert!(out.lines().any(|l| l.trim().starts_with("libfabric provider: rdmx ")), "MPICH did not report rdmx as its libfabric provider:\n{out}"),
+        Mpi::Mpich => assert!(
+            out.lines().any(|l| l.trim().starts_with("libfabric provider: rdmx ")),
+            "MPICH did not report rdmx as its libfabric provider:\n{out}"
+        ),
         Mpi::Ompi5 => {
             let n = out.lines().filter(|l| l.trim_end().ends_with("mtl:ofi:provider: rdmx")).count();
             assert_eq!(n, np, "not every rank's mtl ofi selected rdmx:\n{out}");
@@ -315,7 +365,8 @@ fn run_bounded(c: &mut Command, limit: Duration, why: &str) -> (ExitStatus, Stri
     // The group's stragglers (launcher daemons) may hold the pipes: stop them too.
     // SAFETY: as above; the group may be empty by now (ESRCH, ignored).
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-    let text = format!("{}{}", String::from_utf8_lossy(&so.join().unwrap()), String::from_utf8_lossy(&se.join().unwrap()));
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&so.join().unwrap()), String::from_utf8_lossy(&se.join().unwrap()));
     match st {
         Some(st) => (st, text),
         None => panic!("timed out after {limit:?} ({why}): {c:?}\n{text}"),
@@ -332,7 +383,8 @@ fn p2p_want(np: usize) -> String {
 const ONE_HOST: Duration = Duration::from_secs(90);
 const WHY_ONE_HOST: &str = "one host: a few seconds normally; 90 s means a hang";
 const TWO_HOSTS: Duration = Duration::from_secs(150);
-const WHY_TWO_HOSTS: &str = "two hosts, 4 ranks, every pair up to 4 MiB, 5% UDP loss at most: under 15 s normally; 150 s means a hang";
+const WHY_TWO_HOSTS: &str =
+    "two hosts, 4 ranks, every pair up to 4 MiB, 5% UDP loss at most: under 15 s normally; 150 s means a hang";
 
 /// Point-to-point semantics (wildcards, probes, cancel, truncation, 0 B to
 /// 64 MiB) at np 2 and 4, and the collectives at np 2 and 4.
@@ -383,8 +435,12 @@ fn mpich_one_sided_np2_np4() {
     let Some(w) = Wheel::find(Mpi::Mpich) else { return };
     let exe = w.build("rma");
     for np in [2, 4] {
-        let out = Job::new(&w, &exe, np).pass(ONE_HOST, WHY_ONE_HOST, &format!("rma: all checks passed on {np} ranks"), 1);
-        let caps: Vec<&str> = out.lines().filter(|l| l.starts_with("MPIDI_OFI_ENABLE_RMA:") || l.starts_with("MPIDI_OFI_ENABLE_ATOMICS:")).collect();
+        let out =
+            Job::new(&w, &exe, np).pass(ONE_HOST, WHY_ONE_HOST, &format!("rma: all checks passed on {np} ranks"), 1);
+        let caps: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("MPIDI_OFI_ENABLE_RMA:") || l.starts_with("MPIDI_OFI_ENABLE_ATOMICS:"))
+            .collect();
         println!("mpich rma np {np}: {}", caps.join(", "));
         assert!(caps.contains(&"MPIDI_OFI_ENABLE_RMA: 1"), "MPICH did not enable libfabric RMA on rdmx:\n{out}");
     }
@@ -422,7 +478,11 @@ fn two_hosts(mpi: Mpi, prefix: &str, net: u8, np: usize, drop_pct: u32) {
     for i in 0..2 {
         let d = hosts.dropped(i);
         println!("{} {}: nftables dropped {d} UDP datagrams", mpi.dir(), hosts.hosts[i].name);
-        assert!(drop_pct == 0 || d > 0, "no UDP datagram dropped on {}: rdmx did not carry the cross-host pairs over UDP", hosts.hosts[i].name);
+        assert!(
+            drop_pct == 0 || d > 0,
+            "no UDP datagram dropped on {}: rdmx did not carry the cross-host pairs over UDP",
+            hosts.hosts[i].name
+        );
     }
 }
 
@@ -551,13 +611,21 @@ fn installed_in_wheel(mpi: Mpi) {
         "private".into(),
         "sh".into(),
         "-c".into(),
-        format!("mount -t tmpfs rdmx-wheel /opt && mkdir -p '{default_dir}' && cp \"$0\" '{default_dir}/' && exec \"$@\""),
+        format!(
+            "mount -t tmpfs rdmx-wheel /opt && mkdir -p '{default_dir}' && cp \"$0\" '{default_dir}/' && exec \"$@\""
+        ),
         cw.provider_dir().join("librdmx-fi.so").display().to_string(),
     ];
-    assert!(default_dir.starts_with("/opt/"), "the wheel's default provider directory {default_dir} is not under /opt: adapt the mount");
+    assert!(
+        default_dir.starts_with("/opt/"),
+        "the wheel's default provider directory {default_dir} is not under /opt: adapt the mount"
+    );
     let out = job.pass(ONE_HOST, WHY_ONE_HOST, &p2p_want(2), 1);
     let want = format!("path:{default_dir}/librdmx-fi.so");
-    assert!(out.lines().any(|l| l.contains("Using rdmx provider ") && l.trim_end().ends_with(&want)), "rdmx was not loaded from {default_dir}:\n{out}");
+    assert!(
+        out.lines().any(|l| l.contains("Using rdmx provider ") && l.trim_end().ends_with(&want)),
+        "rdmx was not loaded from {default_dir}:\n{out}"
+    );
 }
 
 #[test]

@@ -24,7 +24,8 @@ fn file_mapping(path: &std::path::Path, len: usize) -> *mut libc::c_void {
     let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path).unwrap();
     f.set_len(len as u64).unwrap();
     // SAFETY: maps the test's own file, shared, read-write.
-    let p = unsafe { libc::mmap(null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
+    let p =
+        unsafe { libc::mmap(null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0) };
     assert_ne!(p, libc::MAP_FAILED);
     p
 }
@@ -36,7 +37,10 @@ fn child() {
     let a = register(s.domain, anon.as_mut_ptr() as *mut _, anon.len(), 1);
     eprintln!("{MARK}");
     let dir = std::env::temp_dir();
-    let paths = [dir.join(format!("rdmx-unwatched-{}-a", std::process::id())), dir.join(format!("rdmx-unwatched-{}-b", std::process::id()))];
+    let paths = [
+        dir.join(format!("rdmx-unwatched-{}-a", std::process::id())),
+        dir.join(format!("rdmx-unwatched-{}-b", std::process::id())),
+    ];
     let maps: Vec<_> = paths.iter().map(|p| file_mapping(p, 1 << 16)).collect();
     let f1 = register(s.domain, maps[0], 1 << 16, 2);
     let f2 = register(s.domain, maps[1], 1 << 16, 3);
@@ -70,7 +74,8 @@ fn file_backed_memory_is_registered_with_one_warning() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the child failed: {err}");
-    let (before, after) = err.split_once(MARK).unwrap_or_else(|| panic!("the child never registered its anonymous memory: {err}"));
+    let (before, after) =
+        err.split_once(MARK).unwrap_or_else(|| panic!("the child never registered its anonymous memory: {err}"));
     assert_eq!(before.matches(WARNING).count(), 0, "anonymous memory is watched, no warning: {before}");
     assert_eq!(after.matches(WARNING).count(), 1, "one warning for the two file-backed registrations: {after}");
 }

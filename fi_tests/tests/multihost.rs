@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 /// UDP datagrams nftables drops on every host of a lossy job, in percent.
 const LOSS_PCT: u32 = 5;
 /// What rdmx's fault device adds in a lossy job (`FI_RDMX_FAULT_*`, percent).
-const FAULTS: [(&str, &str); 3] = [("FI_RDMX_FAULT_REORDER", "25"), ("FI_RDMX_FAULT_DUP", "1"), ("FI_RDMX_FAULT_CORRUPT", "0.1")];
+const FAULTS: [(&str, &str); 3] =
+    [("FI_RDMX_FAULT_REORDER", "25"), ("FI_RDMX_FAULT_DUP", "1"), ("FI_RDMX_FAULT_CORRUPT", "0.1")];
 /// The lossy OpenMPI jobs: (hosts, ranks, fault seed).
 const LOSSY_ON_TWO: (usize, usize, u32) = (2, 4, 5);
 const LOSSY_ON_THREE: (usize, usize, u32) = (3, 6, 11);
@@ -25,7 +26,14 @@ fn build(name: &str) -> Option<PathBuf> {
 }
 
 fn lossy_job((n_hosts, np, seed): (usize, usize, u32)) {
-    job(n_hosts, np, Some(seed), "multihost", &[], &format!("multihost: all checks passed on {n_hosts} hosts, {np} ranks"));
+    job(
+        n_hosts,
+        np,
+        Some(seed),
+        "multihost",
+        &[],
+        &format!("multihost: all checks passed on {n_hosts} hosts, {np} ranks"),
+    );
 }
 
 /// `np` ranks over `n_hosts` hosts; with `faults` (a seed) the network drops,
@@ -34,7 +42,9 @@ fn lossy_job((n_hosts, np, seed): (usize, usize, u32)) {
 fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&str], want: &str) {
     fi_tests::init();
     let Some(exe) = build(program) else { return };
-    let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, if faults.is_some() { LOSS_PCT } else { 0 }) else { return };
+    let Some(hosts) = Hosts::create("rdmxmh", 198, n_hosts, if faults.is_some() { LOSS_PCT } else { 0 }) else {
+        return;
+    };
     let hostfile = hosts.hostfile(np / n_hosts);
     let dir = fi_tests::provider_dir();
     // mpirun itself runs on host 0; the others are reached through the agent.
@@ -46,11 +56,28 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
         .args(["--mca", "plm_rsh_agent"])
         .arg(&hosts.agent)
         .args(["--mca", "oob_tcp_if_include", "10.198.0.0/24"]) // Hosts::create(.., 198, ..)
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "btl", "self"])
+        .args([
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "rdmx",
+            "--mca",
+            "btl",
+            "self",
+        ])
         .args(["-x", "FI_PROVIDER=rdmx", "-x"])
         .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
         .args(match faults {
-            Some(seed) => FAULTS.iter().flat_map(|(k, v)| ["-x".to_string(), format!("{k}={v}")]).chain(["-x".to_string(), format!("FI_RDMX_FAULT_SEED={seed}")]).collect::<Vec<String>>(),
+            Some(seed) => FAULTS
+                .iter()
+                .flat_map(|(k, v)| ["-x".to_string(), format!("{k}={v}")])
+                .chain(["-x".to_string(), format!("FI_RDMX_FAULT_SEED={seed}")])
+                .collect::<Vec<String>>(),
             None => vec![],
         })
         .arg(&exe)
@@ -94,7 +121,15 @@ fn intel_mpi_np4_on_two_lossy_hosts_with_default_settings() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let exe = out_dir.join("multihost");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi/multihost.c");
-    let st = Command::new(bin.join("mpicc")).args(["-O2", "-o"]).arg(&exe).arg(&src).env("I_MPI_ROOT", &impi).env("PATH", &path).env("LD_LIBRARY_PATH", &lib).status().unwrap();
+    let st = Command::new(bin.join("mpicc"))
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .env("I_MPI_ROOT", &impi)
+        .env("PATH", &path)
+        .env("LD_LIBRARY_PATH", &lib)
+        .status()
+        .unwrap();
     assert!(st.success(), "Intel MPI mpicc failed");
     let Some(hosts) = Hosts::create("rdmxim", 196, 2, 5) else { return };
     let dir = fi_tests::provider_dir();
@@ -156,10 +191,15 @@ fn np6_on_three_lossy_hosts_through_a_bridge() {
 #[test]
 fn reliability_doc_states_the_lossy_jobs() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
-    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc =
+        std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let [(_, reorder), (_, dup), (_, corrupt)] = FAULTS;
     let ((h2, np2, _), (h3, np3, _)) = (LOSSY_ON_TWO, LOSSY_ON_THREE);
     let want = format!("**{LOSS_PCT} % UDP loss on every host (nftables), {reorder} % reordering, {dup} % duplication, {corrupt} % corruption (fault device), OpenMPI np {np2} on {h2} hosts and np {np3} on {h3} hosts**");
     assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/multihost.rs)");
-    assert_eq!(FAULTS.map(|(k, _)| k), ["FI_RDMX_FAULT_REORDER", "FI_RDMX_FAULT_DUP", "FI_RDMX_FAULT_CORRUPT"], "the phrase above names them in this order");
+    assert_eq!(
+        FAULTS.map(|(k, _)| k),
+        ["FI_RDMX_FAULT_REORDER", "FI_RDMX_FAULT_DUP", "FI_RDMX_FAULT_CORRUPT"],
+        "the phrase above names them in this order"
+    );
 }

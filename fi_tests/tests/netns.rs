@@ -41,7 +41,12 @@ impl Namespaces {
         let tag = fi_tests::unique_tag();
         // The strings live as long as the test: the wrappers built from them are `&'static str`.
         let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-        let me = Namespaces { ns_a: leak(format!("rdmx_t_{tag}_a")), ns_b: leak(format!("rdmx_t_{tag}_b")), veth_a: leak(format!("rx{tag}a")), veth_b: leak(format!("rx{tag}b")) };
+        let me = Namespaces {
+            ns_a: leak(format!("rdmx_t_{tag}_a")),
+            ns_b: leak(format!("rdmx_t_{tag}_b")),
+            veth_a: leak(format!("rx{tag}a")),
+            veth_b: leak(format!("rx{tag}b")),
+        };
         let Namespaces { ns_a, ns_b, veth_a, veth_b } = me;
         let script = format!(
             "set -e
@@ -79,9 +84,18 @@ impl Drop for Namespaces {
 fn pingpong_across_namespaces_with_kernel_drops_and_injected_dup_reorder() {
     fi_tests::init();
     let Some(ns) = Namespaces::create(5) else { return };
-    let dropped_before = Command::new("ip").args(["netns", "exec", ns.ns_b, "nft", "list", "ruleset"]).output().map(|o| text(&o)).unwrap_or_default();
+    let dropped_before = Command::new("ip")
+        .args(["netns", "exec", ns.ns_b, "nft", "list", "ruleset"])
+        .output()
+        .map(|o| text(&o))
+        .unwrap_or_default();
     assert!(dropped_before.contains("numgen random mod 100"), "{dropped_before}");
-    let common = [("FI_RDMX_DEVICE", "udp"), ("FI_RDMX_FAULT_DUP", "1"), ("FI_RDMX_FAULT_REORDER", "20"), ("FI_RDMX_FAULT_SEED", "7")];
+    let common = [
+        ("FI_RDMX_DEVICE", "udp"),
+        ("FI_RDMX_FAULT_DUP", "1"),
+        ("FI_RDMX_FAULT_REORDER", "20"),
+        ("FI_RDMX_FAULT_SEED", "7"),
+    ];
     let mut env_a = common.to_vec();
     env_a.push(("FI_RDMX_IFACE", IP_A));
     let mut env_b = common.to_vec();
@@ -101,7 +115,11 @@ fn pingpong_across_namespaces_with_kernel_drops_and_injected_dup_reorder() {
     println!("{ct}");
     // The kernel really dropped packets on both sides.
     for ns in [ns.ns_a, ns.ns_b] {
-        let rules = Command::new("ip").args(["netns", "exec", ns, "nft", "list", "ruleset"]).output().map(|o| text(&o)).unwrap_or_default();
+        let rules = Command::new("ip")
+            .args(["netns", "exec", ns, "nft", "list", "ruleset"])
+            .output()
+            .map(|o| text(&o))
+            .unwrap_or_default();
         let dropped: u64 = rules
             .split("counter packets ")
             .nth(1)
@@ -116,18 +134,7 @@ fn pingpong_across_namespaces_with_kernel_drops_and_injected_dup_reorder() {
 /// `ip netns exec <ns>` into a new UTS namespace named `host`, with every
 /// `FI_RDMX_*` variable removed: the program runs as on a fresh machine.
 fn as_host(ns: &'static str, host: &'static str) -> Vec<&'static str> {
-    vec![
-        "ip",
-        "netns",
-        "exec",
-        ns,
-        "unshare",
-        "--uts",
-        "sh",
-        "-c",
-        host_script(host),
-        "sh",
-    ]
+    vec!["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", host_script(host), "sh"]
 }
 
 fn host_script(host: &'static str) -> &'static str {
@@ -144,14 +151,21 @@ fn host_script(host: &'static str) -> &'static str {
 fn pingpong_across_namespaces_with_no_rdmx_variable() {
     fi_tests::init();
     let Some(ns) = Namespaces::create(0) else { return };
-    let (s, c) = procs::pingpong(&["-c", "-S", "all", "-I", "20"], &[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "rdmx")], IP_A, &as_host(ns.ns_a, HOST_A), &as_host(ns.ns_b, HOST_B));
+    let (s, c) = procs::pingpong(
+        &["-c", "-S", "all", "-I", "20"],
+        &[("FI_LOG_LEVEL", "info"), ("FI_LOG_PROV", "rdmx")],
+        IP_A,
+        &as_host(ns.ns_a, HOST_A),
+        &as_host(ns.ns_b, HOST_B),
+    );
     let (st, ct) = (text(&s), text(&c));
     assert!(c.status.success(), "client failed:\n{ct}\nserver:\n{st}");
     assert!(s.status.success(), "server failed:\n{st}");
     // The choice was logged, and it was the veth address on both sides.
     assert!(st.contains(&format!("UDP address {IP_A} on {}", ns.veth_a)), "server log:\n{st}");
     assert!(ct.contains(&format!("UDP address {IP_B} on {}", ns.veth_b)), "client log:\n{ct}");
-    let lines = ct.lines().filter(|l| l.contains("usec/xfer")).count() + ct.lines().filter(|l| l.starts_with("bytes") || l.contains("MB/sec")).count();
+    let lines = ct.lines().filter(|l| l.contains("usec/xfer")).count()
+        + ct.lines().filter(|l| l.starts_with("bytes") || l.contains("MB/sec")).count();
     assert!(lines > 0, "no results printed:\n{ct}");
 }
 
@@ -167,7 +181,13 @@ fn closing_right_after_the_last_message_under_loss_fails_nothing() {
     fi_tests::init();
     let Some(ns) = Namespaces::create(5) else { return };
     for i in 0..12u16 {
-        let (s, c) = procs::pingpong(&["-m", "tagged", "-S", "all", "-I", "10"], &[], IP_A, &as_host(ns.ns_a, HOST_A), &as_host(ns.ns_b, HOST_B));
+        let (s, c) = procs::pingpong(
+            &["-m", "tagged", "-S", "all", "-I", "10"],
+            &[],
+            IP_A,
+            &as_host(ns.ns_a, HOST_A),
+            &as_host(ns.ns_b, HOST_B),
+        );
         let (st, ct) = (text(&s), text(&c));
         assert!(c.status.success() && s.status.success(), "run {i}: client:\n{ct}\nserver:\n{st}");
     }

@@ -83,14 +83,16 @@ fn fi_poll_reports_a_counter_that_moved() {
     // The counter's context: what fi_poll must hand back.
     let mut marker = 0xC0_u64;
     let cntr_ctx = &mut marker as *mut u64 as *mut libc::c_void;
-    let (mut fabric, mut domain, mut av, mut cntr, mut ep, mut set) = (null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut());
+    let (mut fabric, mut domain, mut av, mut cntr, mut ep, mut set) =
+        (null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut());
     // SAFETY: libfabric calls on objects this test opens here and holds until the end; every attr outlives its call.
     unsafe {
         assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
         assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
         let mut av_attr = fi::fi_av_attr { type_: fi::FI_AV_MAP, ..Default::default() };
         assert_eq!(fi::fi_av_open(domain, &mut av_attr, &mut av, null_mut()), 0);
-        let mut ca = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_NONE, ..Default::default() };
+        let mut ca =
+            fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_NONE, ..Default::default() };
         assert_eq!(fi::fi_cntr_open(domain, &mut ca, &mut cntr, cntr_ctx), 0);
         assert_eq!(fi::fi_endpoint(domain, info.0, &mut ep, null_mut()), 0);
         assert_eq!(fi::fi_ep_bind(ep, &mut (*av).fid, 0), 0);
@@ -108,7 +110,10 @@ fn fi_poll_reports_a_counter_that_moved() {
     let dest = a.insert(&name[..len]);
     let send = |body: &'static [u8; 32]| {
         // SAFETY: the sender's objects; `body` is static.
-        assert_eq!(unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, body.len(), null_mut(), dest, null_mut()) }, 0);
+        assert_eq!(
+            unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, body.len(), null_mut(), dest, null_mut()) },
+            0
+        );
     };
     // fi_poll until it reports something (it progresses the receiver; the
     // sender progresses on its CQ reads, whose send completions stay queued).

@@ -20,7 +20,9 @@ fn a_receive_posted_for_an_announced_message_completes_without_more_input() {
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
     let mut back = vec![0u8; data.len()];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, 5, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_tsend(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, 5, null_mut()), 0)
+    };
     // Let the announcement arrive at b (unexpected): progress b only.
     let until = Instant::now() + Duration::from_millis(200);
     while Instant::now() < until {
@@ -28,7 +30,12 @@ fn a_receive_posted_for_an_announced_message_completes_without_more_input() {
         unsafe { fi::fi_cq_read(b.cq, null_mut(), 0) };
     }
     // SAFETY: as above.
-    unsafe { assert_eq!(fi::fi_trecv(b.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), FI_ADDR_UNSPEC, 5, 0, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_trecv(b.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), FI_ADDR_UNSPEC, 5, 0, null_mut()),
+            0
+        )
+    };
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let mut e = fi::fi_cq_tagged_entry::default();

@@ -12,12 +12,19 @@ fn readme() -> String {
 
 /// The README's status row for the system libfabric (the one naming Debian 12).
 fn debian12_row(readme: &str) -> String {
-    readme.lines().find(|l| l.starts_with('|') && l.contains("Debian 12")).expect("a status row for Debian 12's libfabric").to_string()
+    readme
+        .lines()
+        .find(|l| l.starts_with('|') && l.contains("Debian 12"))
+        .expect("a status row for Debian 12's libfabric")
+        .to_string()
 }
 
 /// `tool args` and the word after `key` in its output.
 fn reported_version(tool: &str, args: &[&str], key: &str) -> String {
-    let out = Command::new(tool).args(args).output().unwrap_or_else(|e| panic!("{tool} {args:?}: {e} (scripts/setup.sh installs it)"));
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} {args:?}: {e} (scripts/setup.sh installs it)"));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let at = text.find(key).unwrap_or_else(|| panic!("{tool} {args:?} printed no '{key}': {text}"));
     text[at + key.len()..].split_whitespace().next().expect("a version").to_string()
@@ -27,9 +34,15 @@ fn reported_version(tool: &str, args: &[&str], key: &str) -> String {
 fn the_status_table_names_this_machines_libfabric_and_openmpi() {
     let row = debian12_row(&readme());
     let libfabric = reported_version("fi_info", &["--version"], "libfabric:");
-    assert!(row.starts_with(&format!("| {libfabric} (Debian 12")), "README's Debian 12 row should name libfabric {libfabric}: {row}");
+    assert!(
+        row.starts_with(&format!("| {libfabric} (Debian 12")),
+        "README's Debian 12 row should name libfabric {libfabric}: {row}"
+    );
     let openmpi = reported_version("mpirun", &["--version"], "(Open MPI)");
-    assert!(row.contains(&format!("OpenMPI {openmpi} ")), "README's Debian 12 row should name OpenMPI {openmpi}: {row}");
+    assert!(
+        row.contains(&format!("OpenMPI {openmpi} ")),
+        "README's Debian 12 row should name OpenMPI {openmpi}: {row}"
+    );
 }
 
 #[test]

@@ -48,7 +48,16 @@ fn peek_len(s: &Stack, p: u64, tag: u64, flags: u64) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut ctx = 0u64;
     loop {
-        let msg = fi::fi_msg_tagged { msg_iov: std::ptr::null(), desc: null_mut(), iov_count: 0, addr: p, tag, ignore: 0, context: &mut ctx as *mut _ as *mut _, data: 0 };
+        let msg = fi::fi_msg_tagged {
+            msg_iov: std::ptr::null(),
+            desc: null_mut(),
+            iov_count: 0,
+            addr: p,
+            tag,
+            ignore: 0,
+            context: &mut ctx as *mut _ as *mut _,
+            data: 0,
+        };
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64 | flags), 0) };
         match next_recv(s) {
@@ -105,7 +114,16 @@ fn run(domain: &str, cma: bool) {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
             assert_eq!(fi::fi_trecvv(s.ep, recv.as_ptr(), null_mut(), 2, p, tag, 0, null_mut()), 0);
-            let msg = fi::fi_msg_tagged { msg_iov: send.as_ptr(), desc: null_mut(), iov_count: 3, addr: p, tag, ignore: 0, context: null_mut(), data: 7 * i as u64 };
+            let msg = fi::fi_msg_tagged {
+                msg_iov: send.as_ptr(),
+                desc: null_mut(),
+                iov_count: 3,
+                addr: p,
+                tag,
+                ignore: 0,
+                context: null_mut(),
+                data: 7 * i as u64,
+            };
             assert_eq!(fi::fi_tsendmsg(s.ep, &msg, (fi::FI_REMOTE_CQ_DATA | fi::FI_COMPLETION) as u64), 0);
         }
         let c = next_recv(&s).expect("echo");
@@ -124,7 +142,9 @@ fn run(domain: &str, cma: bool) {
     assert_eq!(peek_len(&s, p, 50, 0), 200_000);
     let mut back = vec![0u8; 200_000];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), p, 50, 0, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), p, 50, 0, null_mut()), 0)
+    };
     assert_eq!(next_recv(&s).expect("unexpected long").len, 200_000);
     back.reverse();
     assert!(back == data, "unexpected long message corrupted");

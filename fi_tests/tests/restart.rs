@@ -27,7 +27,11 @@ struct Peer {
 impl Peer {
     fn spawn(domain: &str, port: u16) -> (Peer, Vec<u8>) {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rdmx_restart_peer"));
-        c.args([domain, &port.to_string()]).envs(child_env()).env("FI_RDMX_STATS", "1").stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args([domain, &port.to_string()])
+            .envs(child_env())
+            .env("FI_RDMX_STATS", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -57,7 +61,13 @@ impl Peer {
 }
 
 fn stat(stderr: &str, name: &str) -> u64 {
-    stderr.lines().find_map(|l| l.strip_prefix(&format!("rdmx: {name} "))).unwrap_or_else(|| panic!("no {name} in {stderr}")).trim().parse().unwrap()
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("rdmx: {name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {stderr}"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 fn send(s: &Stack, to: u64, tag: u64, len: usize) -> Result<(), i32> {
@@ -97,7 +107,11 @@ fn restart(domain: &str) {
     // they must fail, never be delivered.
     for (i, len) in [(3u64, 100usize), (4, 512 << 10), (5, 10)].into_iter() {
         let r = send(&s, old, OLD | i, len);
-        assert!(r == Err(fi::FI_EHOSTUNREACH as i32) || r.is_err() && i == 3, "a send to the dead incarnation (tag {:#x}): {r:?}", OLD | i);
+        assert!(
+            r == Err(fi::FI_EHOSTUNREACH as i32) || r.is_err() && i == 3,
+            "a send to the dead incarnation (tag {:#x}): {r:?}",
+            OLD | i
+        );
     }
     // A second sender that learns the old address only now (say, from a
     // stale address exchange) and never talked to either process.
@@ -113,7 +127,10 @@ fn restart(domain: &str) {
     let (tags, stderr) = second.finish();
     assert_eq!(tags, vec![NEW | 1, NEW | 2, NEW | 3], "the new process got exactly the messages sent to it");
     if domain == "udp" {
-        assert!(stat(&stderr, "dropped_stale") > 0, "the old incarnation's packets reached the new process's port and were dropped as stale:\n{stderr}");
+        assert!(
+            stat(&stderr, "dropped_stale") > 0,
+            "the old incarnation's packets reached the new process's port and were dropped as stale:\n{stderr}"
+        );
     }
 }
 

@@ -15,7 +15,9 @@ fn register(s: &Stack, buf: &mut [u8], key: u64) -> Target {
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    let ret = unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, key, 0, &mut mr, null_mut()) };
+    let ret = unsafe {
+        fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, key, 0, &mut mr, null_mut())
+    };
     assert_eq!(ret, 0);
     Target { mr }
 }
@@ -44,20 +46,35 @@ fn run(domain: &str, mr_mode: i32) {
     // Write, then read back.
     let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_write(a.ep, data.as_ptr() as *const _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()),
+            0
+        )
+    };
     let c = wait_ok();
     assert_ne!(c.flags & (fi::FI_RMA | fi::FI_WRITE) as u64, 0);
     assert_eq!(&window[100..1100], &data[..]);
     let mut back = vec![0u8; 1000];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, 1000, null_mut(), b_at_a, base + 100, key, null_mut()),
+            0
+        )
+    };
     let c = wait_ok();
     assert_ne!(c.flags & fi::FI_READ as u64, 0);
     assert_eq!(back, data);
 
     // writedata: the target sees the CQ data.
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_writedata(a.ep, data.as_ptr() as *const _, 8, null_mut(), 0xabc, b_at_a, base, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_writedata(a.ep, data.as_ptr() as *const _, 8, null_mut(), 0xabc, b_at_a, base, key, null_mut()),
+            0
+        )
+    };
     wait_ok();
     let rc = b.wait_cq(&[&a]).expect("remote write completion");
     assert_ne!(rc.flags & fi::FI_REMOTE_CQ_DATA as u64, 0);
@@ -68,14 +85,43 @@ fn run(domain: &str, mr_mode: i32) {
     window[2048..2056].copy_from_slice(&40u64.to_le_bytes());
     let two = 2u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_atomic(
+                a.ep,
+                &two as *const _ as *const _,
+                1,
+                null_mut(),
+                b_at_a,
+                off,
+                key,
+                fi::FI_UINT64,
+                fi::FI_SUM,
+                null_mut()
+            ),
+            0
+        )
+    };
     wait_ok();
     assert_eq!(u64::from_le_bytes(window[2048..2056].try_into().unwrap()), 42);
     let mut old = 0u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
-            fi::fi_fetch_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_SUM, null_mut()),
+            fi::fi_fetch_atomic(
+                a.ep,
+                &two as *const _ as *const _,
+                1,
+                null_mut(),
+                &mut old as *mut _ as *mut _,
+                null_mut(),
+                b_at_a,
+                off,
+                key,
+                fi::FI_UINT64,
+                fi::FI_SUM,
+                null_mut()
+            ),
             0
         )
     };
@@ -85,7 +131,22 @@ fn run(domain: &str, mr_mode: i32) {
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
-            fi::fi_compare_atomic(a.ep, &swap as *const _ as *const _, 1, null_mut(), &cmp as *const _ as *const _, null_mut(), &mut old as *mut _ as *mut _, null_mut(), b_at_a, off, key, fi::FI_UINT64, fi::FI_CSWAP, null_mut()),
+            fi::fi_compare_atomic(
+                a.ep,
+                &swap as *const _ as *const _,
+                1,
+                null_mut(),
+                &cmp as *const _ as *const _,
+                null_mut(),
+                &mut old as *mut _ as *mut _,
+                null_mut(),
+                b_at_a,
+                off,
+                key,
+                fi::FI_UINT64,
+                fi::FI_CSWAP,
+                null_mut()
+            ),
             0
         )
     };
@@ -103,15 +164,38 @@ fn run(domain: &str, mr_mode: i32) {
     // Wrong key, and out of range: error at the initiator, target untouched.
     let snapshot = window.clone();
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base, key + 1, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base, key + 1, null_mut()), 0)
+    };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base + 4090, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_write(a.ep, data.as_ptr() as *const _, 16, null_mut(), b_at_a, base + 4090, key, null_mut()),
+            0
+        )
+    };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_atomic(a.ep, &two as *const _ as *const _, 1, null_mut(), b_at_a, base + 4095, key, fi::FI_UINT64, fi::FI_SUM, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_atomic(
+                a.ep,
+                &two as *const _ as *const _,
+                1,
+                null_mut(),
+                b_at_a,
+                base + 4095,
+                key,
+                fi::FI_UINT64,
+                fi::FI_SUM,
+                null_mut()
+            ),
+            0
+        )
+    };
     let e = a.wait_cq(&[&b]).unwrap_err();
     assert_eq!(e.err, fi::FI_EACCES as i32);
     for _ in 0..20 {
@@ -159,7 +243,12 @@ fn gap_and_revoked_key(mr_mode: i32) {
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_mr_regv(b.domain, iov.as_ptr() as *const _, 2, access, offset, 0x99, 0, &mut mr, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_mr_regv(b.domain, iov.as_ptr() as *const _, 2, access, offset, 0x99, 0, &mut mr, null_mut()),
+            0
+        )
+    };
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let key = unsafe { fi::fi_mr_key(mr) };
     // Remote addresses of the bytes: virtual addresses, or `offset` + position in
@@ -168,7 +257,12 @@ fn gap_and_revoked_key(mr_mode: i32) {
     let seg2 = if virt { p as u64 + 2048 } else { offset + 1024 };
     let write = |addr: u64, data: &[u8], key: u64| -> Result<(), i32> {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        unsafe { assert_eq!(fi::fi_write(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_write(a.ep, data.as_ptr() as *const _, data.len(), null_mut(), b_at_a, addr, key, null_mut()),
+                0
+            )
+        };
         a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
     };
     let ones = [1u8; 64];
@@ -242,13 +336,23 @@ fn unmapped_while_registered(domain: &str) {
     let write = |addr: u64, key: u64| -> Result<(), i32> {
         let ones = [1u8; 256];
         // SAFETY: a libfabric call on objects this test opened and still holds; `ones` outlives the completion.
-        unsafe { assert_eq!(fi::fi_write(a.ep, ones.as_ptr() as *const _, ones.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_write(a.ep, ones.as_ptr() as *const _, ones.len(), null_mut(), b_at_a, addr, key, null_mut()),
+                0
+            )
+        };
         a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
     };
     let read = |addr: u64, key: u64| -> Result<(), i32> {
         let mut back = [0u8; 256];
         // SAFETY: as above; `back` outlives the completion.
-        unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), b_at_a, addr, key, null_mut()), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, back.len(), null_mut(), b_at_a, addr, key, null_mut()),
+                0
+            )
+        };
         a.wait_cq(&[&b]).map(|_| ()).map_err(|e| e.err)
     };
     let register = |at: usize| -> (*mut fi::fid_mr, u64) {
@@ -317,7 +421,9 @@ fn a_registration_stays_the_parents_across_fork() {
     let b = Stack::open_caps(Some("shm"), fi::FI_AV_MAP, RMA_CAPS, (fi::FI_MR_VIRT_ADDR | fi::FI_MR_PROV_KEY) as i32);
     let b_at_a = a.insert(&b.name());
     // SAFETY: a fresh anonymous mapping of the test's.
-    let p = unsafe { libc::mmap(null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(null_mut(), LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
     assert_ne!(p, libc::MAP_FAILED);
     let buf = p as *mut u8;
     // SAFETY: the mapping just made.
@@ -351,13 +457,23 @@ fn a_registration_stays_the_parents_across_fork() {
 
     let mut back = vec![0u8; LEN];
     // SAFETY: a libfabric call on objects this test opened; `back` outlives the completion.
-    unsafe { assert_eq!(fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, LEN, null_mut(), b_at_a, p as u64, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_read(a.ep, back.as_mut_ptr() as *mut _, LEN, null_mut(), b_at_a, p as u64, key, null_mut()),
+            0
+        )
+    };
     a.wait_cq(&[&b]).expect("the key still works after the child exited");
     assert!(back[..LEN / 2].iter().all(|&x| x == 0x22), "a remote read sees the parent's writes after the fork");
     assert!(back[LEN / 2..].iter().all(|&x| x == 0x11), "and never the child's");
     let ones = [0x5au8; 64];
     // SAFETY: as above; `ones` outlives the completion.
-    unsafe { assert_eq!(fi::fi_write(a.ep, ones.as_ptr() as *const _, 64, null_mut(), b_at_a, p as u64 + 100, key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_write(a.ep, ones.as_ptr() as *const _, 64, null_mut(), b_at_a, p as u64 + 100, key, null_mut()),
+            0
+        )
+    };
     a.wait_cq(&[&b]).expect("a remote write after the fork");
     // SAFETY: the parent's mapping.
     let now = unsafe { std::slice::from_raw_parts(buf, LEN) };

@@ -107,7 +107,11 @@ fn send(a: &Stack, to: u64, i: usize, body: &[u8]) -> bool {
 /// The `FI_RDMX_STATS` documents of `path` whose endpoint is `uri`.
 fn document_of(path: &std::path::Path, uri: &str) -> Value {
     let text = std::fs::read_to_string(path).expect("FI_RDMX_STATS file");
-    let docs: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("a JSON document")).filter(|d: &Value| d["endpoint"] == uri).collect();
+    let docs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON document"))
+        .filter(|d: &Value| d["endpoint"] == uri)
+        .collect();
     assert_eq!(docs.len(), 1, "one document for {uri} in {}", path.display());
     docs.into_iter().next().unwrap()
 }
@@ -140,7 +144,10 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
     for (to, from, at) in [(&b, &a, b_at_a), (&a, &b, a_at_b)] {
         // SAFETY: libfabric calls on objects this test opened; `one` outlives both completions (awaited below).
         unsafe {
-            assert_eq!(fi::fi_trecv(to.ep, one.as_mut_ptr() as *mut _, 1, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()), 0);
+            assert_eq!(
+                fi::fi_trecv(to.ep, one.as_mut_ptr() as *mut _, 1, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()),
+                0
+            );
             assert_eq!(fi::fi_tsend(from.ep, one.as_ptr() as *const _, 1, null_mut(), at, u64::MAX, null_mut()), 0);
         }
         to.wait_cq(&[from]).expect("warm-up receive");
@@ -155,7 +162,10 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
         sent += 1;
     }
     println!("{what}: {sent} of {N} messages accepted before the first -FI_EAGAIN, with the receiver idle");
-    assert!(sent >= RING_SLOTS, "{what}: -FI_EAGAIN after {sent} messages, before the receiver's ring ({RING_SLOTS} slots) was full");
+    assert!(
+        sent >= RING_SLOTS,
+        "{what}: -FI_EAGAIN after {sent} messages, before the receiver's ring ({RING_SLOTS} slots) was full"
+    );
     assert!(sent < N, "{what}: all {N} messages ({} bytes) accepted with the receiver at a limit of {LIMIT} bytes: queued or taken without bound", bodies.iter().map(Vec::len).sum::<usize>());
 
     // 2. The receiver's application polls its completion queue with no
@@ -182,7 +192,9 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
     let mut buf = vec![0u8; MAX_LEN];
     for (i, body) in bodies.iter().enumerate() {
         // SAFETY: a libfabric call on objects this test opened; `buf` outlives the receive's completion (awaited below).
-        let r = unsafe { fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, MAX_LEN, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()) };
+        let r = unsafe {
+            fi::fi_trecv(b.ep, buf.as_mut_ptr() as *mut _, MAX_LEN, null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut())
+        };
         assert_eq!(r, 0, "fi_trecv {i}");
         let deadline = Instant::now() + Duration::from_secs(20);
         let c = loop {
@@ -193,7 +205,10 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
             if let Some(c) = b.poll_cq(Duration::ZERO) {
                 break c.unwrap_or_else(|e| panic!("{what}: receive {i} failed: error {}", e.err));
             }
-            assert!(Instant::now() < deadline, "{what}: receive {i} not completed within 20 s ({sent} sent, {done} completed)");
+            assert!(
+                Instant::now() < deadline,
+                "{what}: receive {i} not completed within 20 s ({sent} sent, {done} completed)"
+            );
         };
         assert_eq!((c.tag, c.len), (i as u64, body.len()), "{what}: receive {i} got another message (tag, length)");
         assert!(buf[..body.len()] == body[..], "{what}: message {i} corrupted");
@@ -215,8 +230,14 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
     let most = most_held();
     println!("{what}: direct_written {written}, direct_sent {direct}, packets_sent {}, unexpected_bytes_max {held_max} (bound {most})", sender["counters"]["packets_sent"]);
     assert!(written >= RING_SLOTS as u64, "{what}: only {written} messages took the small-message path");
-    assert!(written < N as u64, "{what}: every message took the small-message path, though the receiver's ring was full");
-    assert!(held_max > LIMIT, "{what}: the receiver never held its limit ({held_max} of {LIMIT} bytes): the flood did not reach it");
+    assert!(
+        written < N as u64,
+        "{what}: every message took the small-message path, though the receiver's ring was full"
+    );
+    assert!(
+        held_max > LIMIT,
+        "{what}: the receiver never held its limit ({held_max} of {LIMIT} bytes): the flood did not reach it"
+    );
     assert!(held_max <= most, "{what}: the receiver held {held_max} unexpected bytes with a limit of {LIMIT}; the bound is {most} (the limit and {OVER} messages)");
 }
 

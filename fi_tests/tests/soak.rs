@@ -35,10 +35,32 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
         .args(["--mca", "plm_rsh_agent"])
         .arg(&hosts.agent)
         .args(["--mca", "oob_tcp_if_include", "10.197.0.0/24"])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "btl", "self"])
+        .args([
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "rdmx",
+            "--mca",
+            "btl",
+            "self",
+        ])
         .args(["-x", "FI_PROVIDER=rdmx", "-x"])
         .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
-        .args(["-x", "FI_RDMX_FAULT_REORDER=25", "-x", "FI_RDMX_FAULT_DUP=1", "-x", "FI_RDMX_FAULT_CORRUPT=0.1", "-x", "FI_RDMX_FAULT_SEED=11"])
+        .args([
+            "-x",
+            "FI_RDMX_FAULT_REORDER=25",
+            "-x",
+            "FI_RDMX_FAULT_DUP=1",
+            "-x",
+            "FI_RDMX_FAULT_CORRUPT=0.1",
+            "-x",
+            "FI_RDMX_FAULT_SEED=11",
+        ])
         .arg(&exe)
         .arg(SECONDS.to_string())
         .stdout(Stdio::piped())
@@ -55,7 +77,8 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
     // round can take seconds (a CI run had 280 rounds in 180 s, samples 11-14 s
     // apart, 16 of them; another 829 rounds), so what is asserted is that the
     // sampling went on through the whole run, not an exact count.
-    let times: Vec<f64> = t.lines().filter_map(|l| l.strip_prefix("soak: t=")?.split_whitespace().next()?.parse().ok()).collect();
+    let times: Vec<f64> =
+        t.lines().filter_map(|l| l.strip_prefix("soak: t=")?.split_whitespace().next()?.parse().ok()).collect();
     assert!(times.len() >= (SECONDS / 10) as usize - 4, "only {} samples:\n{t}", times.len());
     assert!(times.last().is_some_and(|&last| last >= (SECONDS - 30) as f64), "sampling stopped early:\n{t}");
     let line = t.lines().find(|l| l.contains("rss growth after warm-up")).unwrap_or_else(|| panic!("no summary:\n{t}"));
@@ -75,7 +98,9 @@ fn three_minutes_of_lossy_mixed_traffic_with_flat_memory() {
 fn warmup_secs() -> u32 {
     let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/mpi/soak.c")).expect("fi_tests/mpi/soak.c");
     let decl = "warmup = ";
-    let i = src.find(decl).unwrap_or_else(|| panic!("no `{decl}...` in fi_tests/mpi/soak.c: update this test with the program"));
+    let i = src
+        .find(decl)
+        .unwrap_or_else(|| panic!("no `{decl}...` in fi_tests/mpi/soak.c: update this test with the program"));
     let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
     digits.parse().unwrap_or_else(|e| panic!("fi_tests/mpi/soak.c: warmup {digits:?}: {e}"))
 }
@@ -85,14 +110,22 @@ fn warmup_secs() -> u32 {
 #[test]
 fn reliability_doc_states_the_soaks_figures() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
-    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc =
+        std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
     assert_eq!(SECONDS % 60, 0, "{SECONDS} s is not whole minutes: say it otherwise here and in the doc");
     assert_eq!(HOSTS, 2, "docs/reliability.md says 'two lossy hosts'");
     let phrases = [
         format!("**{} minutes of mixed traffic, {RANKS} OpenMPI ranks on two lossy hosts", SECONDS / 60),
-        format!("resident memory after the {} s warm-up must stay within {} MiB of its level then", warmup_secs(), GROWTH_LIMIT_KIB >> 10),
+        format!(
+            "resident memory after the {} s warm-up must stay within {} MiB of its level then",
+            warmup_secs(),
+            GROWTH_LIMIT_KIB >> 10
+        ),
     ];
     for want in phrases {
-        assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/soak.rs, fi_tests/mpi/soak.c)");
+        assert!(
+            doc.contains(&want),
+            "docs/reliability.md should say \"{want}\" (fi_tests/tests/soak.rs, fi_tests/mpi/soak.c)"
+        );
     }
 }

@@ -200,7 +200,20 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
     let dir = fi_tests::provider_dir();
     let mut c = Command::new("mpirun");
     c.args(["--allow-run-as-root", "--oversubscribe", "-np", &RANKS.to_string()])
-        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "--mca", "btl", "self"])
+        .args([
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "rdmx",
+            "--mca",
+            "btl",
+            "self",
+        ])
         .args(["-x", "FI_PROVIDER=rdmx", "-x", &format!("FI_PROVIDER_PATH={}", dir.display())])
         // UDP between ranks on one host (the default, auto, would use shared
         // memory), and the counters printed at close.
@@ -228,20 +241,39 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
     }
     let rounds = t.lines().find_map(|l| l.strip_prefix("spray: all checks passed, ")).unwrap_or("?");
     println!("job: {rounds}");
-    let names = ["packets_received", "dropped_malformed_packets", "dropped_checksum", "dropped_job_key", "dropped_stale", "dropped_malformed_messages", "packets_resent"];
+    let names = [
+        "packets_received",
+        "dropped_malformed_packets",
+        "dropped_checksum",
+        "dropped_job_key",
+        "dropped_stale",
+        "dropped_malformed_messages",
+        "packets_resent",
+    ];
     for n in names {
         println!("rdmx: {n} {} (sum over endpoints)", counter(&t, n));
     }
-    assert!(sprayed.ports.len() >= RANKS, "found the UDP ports of only {} ranks: {:?}", sprayed.ports.len(), sprayed.ports);
+    assert!(
+        sprayed.ports.len() >= RANKS,
+        "found the UDP ports of only {} ranks: {:?}",
+        sprayed.ports.len(),
+        sprayed.ports
+    );
     assert!(total >= 1000, "only {total} datagrams sprayed");
     let malformed = counter(&t, "dropped_malformed_packets");
     let checksum = counter(&t, "dropped_checksum");
     let job = counter(&t, "dropped_job_key");
-    assert!(malformed > 0 && checksum > 0 && job > 0, "drop counters did not rise: malformed {malformed}, checksum {checksum}, job key {job}\n{t}");
+    assert!(
+        malformed > 0 && checksum > 0 && job > 0,
+        "drop counters did not rise: malformed {malformed}, checksum {checksum}, job key {job}\n{t}"
+    );
     // Every sprayed datagram that reached a socket is counted by one of them
     // (some may be lost to full socket buffers, none is taken for data).
     let dropped = malformed + checksum + job;
-    assert!(dropped <= total, "more drops ({dropped}) than datagrams sprayed ({total}): the job's own traffic was dropped");
+    assert!(
+        dropped <= total,
+        "more drops ({dropped}) than datagrams sprayed ({total}): the job's own traffic was dropped"
+    );
 }
 
 /// The sprayed job docs/reliability.md describes is this test's (nothing is
@@ -249,7 +281,8 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
 #[test]
 fn reliability_doc_states_the_sprayed_job() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/reliability.md");
-    let doc = std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let doc =
+        std::fs::read_to_string(path).expect("docs/reliability.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let want = format!("Hostile datagrams at the live UDP ports of an OpenMPI job (np {RANKS}, udp device)");
     assert!(doc.contains(&want), "docs/reliability.md should say \"{want}\" (fi_tests/tests/spray.rs)");
 }

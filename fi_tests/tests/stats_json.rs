@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 /// fi_rdmx(7)'s schema: field path -> type.
 fn documented() -> BTreeMap<String, String> {
-    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
     let fields = schema_of(&page);
     assert!(fields.len() > 20, "schema list not found in fi_rdmx(7): {fields:?}");
     fields
@@ -32,7 +33,8 @@ fn schema_of(page: &str) -> BTreeMap<String, String> {
         }
         let item = lines.next().unwrap_or_default();
         let rest = item.strip_prefix("\\f[CR]").unwrap_or_else(|| panic!("a schema bullet without a field: {item}"));
-        let (path, rest) = rest.split_once("\\f[R] (").unwrap_or_else(|| panic!("a schema bullet without a type: {item}"));
+        let (path, rest) =
+            rest.split_once("\\f[R] (").unwrap_or_else(|| panic!("a schema bullet without a type: {item}"));
         let (ty, _) = rest.split_once("):").unwrap_or_else(|| panic!("a schema bullet without a type: {item}"));
         fields.insert(path.to_string(), ty.to_string());
     }
@@ -43,7 +45,10 @@ fn schema_of(page: &str) -> BTreeMap<String, String> {
 fn schema_parser_reads_the_man_pages_bullets() {
     let page = ".SS JSON documents\n.PP\ntext \\f[CR]x\\f[R]\n.IP \\(bu 2\n\\f[CR]pid\\f[R] (integer): process id\n.IP \\(bu 2\n\\f[CR]peers[].srtt_us\\f[R] (number or null): smoothed\n.SH NEXT\n.IP \\(bu 2\n\\f[CR]other\\f[R] (string): x\n";
     let s = schema_of(page);
-    assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![("peers[].srtt_us".to_string(), "number or null".to_string()), ("pid".to_string(), "integer".to_string())]);
+    assert_eq!(
+        s.into_iter().collect::<Vec<_>>(),
+        vec![("peers[].srtt_us".to_string(), "number or null".to_string()), ("pid".to_string(), "integer".to_string())]
+    );
 }
 
 /// The counter names fi_rdmx(7) lists under RUNTIME STATS (what
@@ -72,7 +77,13 @@ fn type_ok(ty: &str, v: &Value) -> bool {
 fn flatten<'a>(v: &'a Value, prefix: &str, out: &mut Vec<(String, &'a Value)>) {
     if let Value::Object(m) = v {
         for (k, x) in m {
-            let path = if prefix.is_empty() { k.clone() } else if prefix == "counters" { "counters.*".to_string() } else { format!("{prefix}.{k}") };
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else if prefix == "counters" {
+                "counters.*".to_string()
+            } else {
+                format!("{prefix}.{k}")
+            };
             out.push((path.clone(), x));
             match x {
                 Value::Array(a) => {
@@ -104,7 +115,9 @@ fn check_schema(doc: &Value, schema: &BTreeMap<String, String>, counters: &BTree
 
 fn read_docs(path: &std::path::Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON document per line ({e}): {l}"))).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON document per line ({e}): {l}")))
+        .collect()
 }
 
 fn u(v: &Value) -> u64 {
@@ -131,7 +144,8 @@ fn json_stats_of_a_real_pingpong_match_the_schema_and_each_other() {
         let p = path.display().to_string();
         // Every size fi_pingpong knows (1 B to 8 MiB with -S all): eager below
         // the thresholds, rendezvous above (pulled on shm, windowed on udp).
-        let (s, c) = procs::pingpong(&["-d", device, "-I", "5", "-S", "all"], &[("FI_RDMX_STATS", &p)], "127.0.0.1", &[], &[]);
+        let (s, c) =
+            procs::pingpong(&["-d", device, "-I", "5", "-S", "all"], &[("FI_RDMX_STATS", &p)], "127.0.0.1", &[], &[]);
         assert!(c.status.success() && s.status.success(), "fi_pingpong on {device}:\n{}\n{}", text(&c), text(&s));
         assert!(!text(&s).contains("rdmx: packets_sent"), "a path must not print the text lines");
         let docs = read_docs(&path);
@@ -148,10 +162,18 @@ fn json_stats_of_a_real_pingpong_match_the_schema_and_each_other() {
             assert_eq!(peers.len(), 1, "fi_pingpong has one peer: {d}");
             let peer = &peers[0];
             let prefix = format!("{device}:");
-            assert!(peer["address"].as_str().unwrap().starts_with(&prefix), "{device} peer address: {}", peer["address"]);
+            assert!(
+                peer["address"].as_str().unwrap().starts_with(&prefix),
+                "{device} peer address: {}",
+                peer["address"]
+            );
             let sent = &peer["sent"];
             let recv = &peer["received"];
-            for (what, mb) in [("sent eager", &sent["eager"]), ("sent rendezvous", &sent["rendezvous"]), ("received eager", &recv["eager"])] {
+            for (what, mb) in [
+                ("sent eager", &sent["eager"]),
+                ("sent rendezvous", &sent["rendezvous"]),
+                ("received eager", &recv["eager"]),
+            ] {
                 assert!(u(&mb["messages"]) > 0, "{device}: no {what} message counted: {peer}");
                 assert!(u(&mb["bytes"]) >= u(&mb["messages"]), "{device}: {what} bytes < messages: {peer}");
             }
@@ -168,7 +190,8 @@ fn json_stats_of_a_real_pingpong_match_the_schema_and_each_other() {
                     // No remote reads over UDP: long messages are pushed in windows.
                     assert_eq!(u(&recv["rendezvous_pulled"]["messages"]), 0, "{peer}");
                     assert!(u(&recv["rendezvous_windowed"]["messages"]) > 0, "{peer}");
-                    let srtt = peer["srtt_us"].as_f64().unwrap_or_else(|| panic!("udp peer without an RTT sample: {peer}"));
+                    let srtt =
+                        peer["srtt_us"].as_f64().unwrap_or_else(|| panic!("udp peer without an RTT sample: {peer}"));
                     assert!(srtt > 0.0 && srtt < 1e6, "srtt {srtt} us");
                     assert!(peer["cwnd"].as_f64().unwrap() >= 1.0, "{peer}");
                 }
@@ -223,7 +246,10 @@ fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
     // signal would kill the process.
     let t0 = Instant::now();
     while !catches_sigusr1(pid) {
-        assert!(t0.elapsed() < Duration::from_secs(20) && client.try_wait().unwrap().is_none(), "the client never installed a SIGUSR1 handler");
+        assert!(
+            t0.elapsed() < Duration::from_secs(20) && client.try_wait().unwrap().is_none(),
+            "the client never installed a SIGUSR1 handler"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     // Let some messages go, then ask.
@@ -259,7 +285,12 @@ fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
     let close = docs.last().unwrap();
     let sent_at = |d: &Value| u(&d["peers"][0]["sent"]["eager"]["messages"]);
     assert!(signal_doc["peers"].as_array().is_some_and(|p| p.len() == 1), "{signal_doc}");
-    assert!(sent_at(&signal_doc) > 0 && sent_at(&signal_doc) < sent_at(close), "signal {} close {}", sent_at(&signal_doc), sent_at(close));
+    assert!(
+        sent_at(&signal_doc) > 0 && sent_at(&signal_doc) < sent_at(close),
+        "signal {} close {}",
+        sent_at(&signal_doc),
+        sent_at(close)
+    );
     // Documents in file order never go backwards.
     for w in docs.windows(2) {
         assert!(u(&w[0]["counters"]["packets_sent"]) <= u(&w[1]["counters"]["packets_sent"]));

@@ -27,7 +27,16 @@ fn fi_info_lists_rdmx_with_full_attributes_and_parameters() {
     let (ok, out) = fi_info(&["-p", "rdmx", "-t", "FI_EP_MSG"], &[]);
     assert!(!ok, "no MSG endpoints: {out}");
     let (_, out) = fi_info(&["-e"], &[]);
-    for p in ["FI_RDMX_DEVICE", "FI_RDMX_IFACE", "FI_RDMX_PEER_TIMEOUT", "FI_RDMX_JOB_KEY", "FI_RDMX_FAULT_DROP", "FI_RDMX_MR_CACHE_ENABLE", "FI_RDMX_MR_CACHE_MAX_COUNT", "FI_RDMX_MR_CACHE_MAX_SIZE"] {
+    for p in [
+        "FI_RDMX_DEVICE",
+        "FI_RDMX_IFACE",
+        "FI_RDMX_PEER_TIMEOUT",
+        "FI_RDMX_JOB_KEY",
+        "FI_RDMX_FAULT_DROP",
+        "FI_RDMX_MR_CACHE_ENABLE",
+        "FI_RDMX_MR_CACHE_MAX_COUNT",
+        "FI_RDMX_MR_CACHE_MAX_SIZE",
+    ] {
         assert!(out.contains(p), "fi_info -e lacks {p}");
     }
 }
@@ -71,4 +80,3 @@ fn fi_pingpong_auto_all_sizes() {
 fn fi_pingpong_tagged_udp() {
     pingpong_on("udp", &["-m", "tagged", "-S", "1024"]);
 }
-

@@ -34,7 +34,12 @@ fn spawn(domain: &str) -> (Peer, BufReader<std::process::ChildStdout>) {
 
 fn run(domain: &str) {
     init();
-    let s = Stack::open_caps(Some(domain), fi::FI_AV_MAP, fi::FI_RMA as u64 | fi::FI_ATOMIC as u64 | fi::FI_DIRECTED_RECV, 0);
+    let s = Stack::open_caps(
+        Some(domain),
+        fi::FI_AV_MAP,
+        fi::FI_RMA as u64 | fi::FI_ATOMIC as u64 | fi::FI_DIRECTED_RECV,
+        0,
+    );
     let (mut peer, mut out) = spawn(domain);
     let p = s.insert(&peer.addr);
     let me: String = s.name().iter().map(|x| format!("{x:02x}")).collect();
@@ -46,8 +51,23 @@ fn run(domain: &str) {
         let mut back = vec![0u8; len];
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe {
-            assert_eq!(fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, len, null_mut(), p, 100 + i as u64, 0, null_mut()), 0);
-            assert_eq!(fi::fi_tsenddata(s.ep, data.as_ptr() as *const _, len, null_mut(), 7 * i as u64, p, 100 + i as u64, null_mut()), 0);
+            assert_eq!(
+                fi::fi_trecv(s.ep, back.as_mut_ptr() as *mut _, len, null_mut(), p, 100 + i as u64, 0, null_mut()),
+                0
+            );
+            assert_eq!(
+                fi::fi_tsenddata(
+                    s.ep,
+                    data.as_ptr() as *const _,
+                    len,
+                    null_mut(),
+                    7 * i as u64,
+                    p,
+                    100 + i as u64,
+                    null_mut()
+                ),
+                0
+            );
         }
         let mut got = None;
         while got.is_none() {
@@ -66,7 +86,9 @@ fn run(domain: &str) {
     // Unexpected replies, matched later in reverse tag order, and FI_PEEK.
     for tag in [1u64, 2, 3] {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        unsafe { assert_eq!(fi::fi_tsend(s.ep, tag.to_le_bytes().as_ptr() as *const _, 8, null_mut(), p, tag, null_mut()), 0) };
+        unsafe {
+            assert_eq!(fi::fi_tsend(s.ep, tag.to_le_bytes().as_ptr() as *const _, 8, null_mut(), p, tag, null_mut()), 0)
+        };
     }
     let mut sends = 0;
     while sends < 3 {
@@ -78,7 +100,16 @@ fn run(domain: &str) {
     let mut probe_ctx = 0u64;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let msg = fi::fi_msg_tagged { msg_iov: std::ptr::null(), desc: null_mut(), iov_count: 0, addr: p, tag: 3, ignore: 0, context: &mut probe_ctx as *mut _ as *mut _, data: 0 };
+        let msg = fi::fi_msg_tagged {
+            msg_iov: std::ptr::null(),
+            desc: null_mut(),
+            iov_count: 0,
+            addr: p,
+            tag: 3,
+            ignore: 0,
+            context: &mut probe_ctx as *mut _ as *mut _,
+            data: 0,
+        };
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64), 0) };
         match s.wait_cq(&[]) {
@@ -93,7 +124,12 @@ fn run(domain: &str) {
     for tag in [3u64, 1, 2] {
         let mut v = [0u8; 8];
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        unsafe { assert_eq!(fi::fi_trecv(s.ep, v.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, tag, 0, null_mut()), 0) };
+        unsafe {
+            assert_eq!(
+                fi::fi_trecv(s.ep, v.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, tag, 0, null_mut()),
+                0
+            )
+        };
         let c = s.wait_cq(&[]).expect("unexpected reply");
         assert_eq!(c.tag, tag);
         let mut want = tag.to_le_bytes();
@@ -124,11 +160,15 @@ fn run(domain: &str) {
     let _ = peer.base;
     let pattern: Vec<u8> = (0..16u8).collect();
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key, null_mut()), 0)
+    };
     s.wait_cq(&[]).expect("write");
     let mut readback = [0u8; 16];
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_read(s.ep, readback.as_mut_ptr() as *mut _, 16, null_mut(), p, 0, peer.key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_read(s.ep, readback.as_mut_ptr() as *mut _, 16, null_mut(), p, 0, peer.key, null_mut()), 0)
+    };
     s.wait_cq(&[]).expect("read");
     assert_eq!(&readback[..], &pattern[..]);
     let add = 5u64;
@@ -136,17 +176,37 @@ fn run(domain: &str) {
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     unsafe {
         assert_eq!(
-            fi::fi_fetch_atomic(s.ep, &add as *const _ as *const _, 1, null_mut(), &mut old as *mut _ as *mut _, null_mut(), p, 1024, peer.key, fi::FI_UINT64, fi::FI_SUM, null_mut()),
+            fi::fi_fetch_atomic(
+                s.ep,
+                &add as *const _ as *const _,
+                1,
+                null_mut(),
+                &mut old as *mut _ as *mut _,
+                null_mut(),
+                p,
+                1024,
+                peer.key,
+                fi::FI_UINT64,
+                fi::FI_SUM,
+                null_mut()
+            ),
             0
         )
     };
     s.wait_cq(&[]).expect("atomic");
     assert_eq!(old, 0);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 65530, peer.key, null_mut()), 0) };
+    unsafe {
+        assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 65530, peer.key, null_mut()), 0)
+    };
     assert_eq!(s.wait_cq(&[]).unwrap_err().err, fi::FI_EACCES as i32, "out of range");
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    unsafe { assert_eq!(fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key ^ 0xff, null_mut()), 0) };
+    unsafe {
+        assert_eq!(
+            fi::fi_write(s.ep, pattern.as_ptr() as *const _, 16, null_mut(), p, 0, peer.key ^ 0xff, null_mut()),
+            0
+        )
+    };
     assert_eq!(s.wait_cq(&[]).unwrap_err().err, fi::FI_EACCES as i32, "wrong key");
 
     // Stop the peer; it reports its window, which holds exactly our write.

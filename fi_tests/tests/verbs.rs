@@ -16,7 +16,10 @@ const CLIENT_ON_RXE1: &[&str] = &["env", "FI_RDMX_IFACE=rxe1"];
 fn two_devices_present() -> bool {
     let both = ["rxe0", "rxe1"].iter().all(|d| std::path::Path::new("/sys/class/infiniband").join(d).exists());
     if !both {
-        assert!(std::env::var("RDMX_VERBS_REQUIRED").map_or(true, |v| v != "1"), "RDMX_VERBS_REQUIRED=1 and not both rxe0 and rxe1 are here");
+        assert!(
+            std::env::var("RDMX_VERBS_REQUIRED").map_or(true, |v| v != "1"),
+            "RDMX_VERBS_REQUIRED=1 and not both rxe0 and rxe1 are here"
+        );
         eprintln!("skip: the two-device tests need rxe0 and rxe1 (the Soft-RoCE VM)");
     }
     both
@@ -30,7 +33,10 @@ fn checked_pingpong_on(args: &[&str], env: &[(&str, &str)], server: &[&str], cli
     let t0 = std::time::Instant::now();
     let (s, c) = pingpong(args, env, "127.0.0.1", server, client);
     let (st, ct) = (text(&s), text(&c));
-    assert!(s.status.success() && c.status.success(), "fi_pingpong {args:?} {env:?} failed\nserver:\n{st}\nclient:\n{ct}");
+    assert!(
+        s.status.success() && c.status.success(),
+        "fi_pingpong {args:?} {env:?} failed\nserver:\n{st}\nclient:\n{ct}"
+    );
     // fi_pingpong -c verifies the data and prints one line of figures per size.
     assert!(ct.lines().any(|l| l.starts_with("bytes")), "no result lines:\n{ct}");
     println!("{}", ct.lines().filter(|l| !l.starts_with("libfabric:")).collect::<Vec<_>>().join("\n"));
@@ -73,19 +79,32 @@ fn verbs_pingpong_between_two_devices_under_wire_loss_and_injected_faults() {
         // Loss on both ends of the pair: each direction leaves through one.
         let _loss = (Netem::loss("veth0", 5), Netem::loss("veth1", 5));
         for size in ["8", "4096", "65536", "1048576"] {
-            checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &[], SERVER_ON_RXE0, CLIENT_ON_RXE1);
+            checked_pingpong_on(
+                &["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)],
+                &[],
+                SERVER_ON_RXE0,
+                CLIENT_ON_RXE1,
+            );
         }
     }
     let faults = [("FI_RDMX_FAULT_DROP", "5"), ("FI_RDMX_FAULT_DUP", "2"), ("FI_RDMX_FAULT_REORDER", "5")];
     for size in ["8", "65536", "1048576"] {
-        checked_pingpong_on(&["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)], &faults, SERVER_ON_RXE0, CLIENT_ON_RXE1);
+        checked_pingpong_on(
+            &["-d", "verbs", "-m", "tagged", "-S", size, "-c", "-I", iters(size)],
+            &faults,
+            SERVER_ON_RXE0,
+            CLIENT_ON_RXE1,
+        );
     }
 }
 
 /// The value of `rdmx: <name> <n>` in one process's `FI_RDMX_STATS=1` output.
 fn stat(out: &str, name: &str) -> u64 {
     let key = format!("rdmx: {name} ");
-    out.lines().find_map(|l| l.trim().strip_prefix(key.as_str())).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no {name} in:\n{out}"))
+    out.lines()
+        .find_map(|l| l.trim().strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{out}"))
 }
 
 /// A rendezvous on the verbs domain goes through the registration cache and
@@ -105,7 +124,13 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         return;
     }
     init();
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1")], "127.0.0.1", &[], &[]);
+    let (s, c) = pingpong(
+        &["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"],
+        &[("FI_RDMX_STATS", "1")],
+        "127.0.0.1",
+        &[],
+        &[],
+    );
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -113,18 +138,31 @@ fn verbs_rendezvous_moves_the_registration_cache_counters() {
         let keyed = stat(out, "rendezvous_registrations") + stat(out, "rendezvous_registrations_from_desc");
         let (pulled, windowed) = (stat(out, "rendezvous_pulled"), stat(out, "rendezvous_windowed"));
         println!("{who}: mr_cache_misses {misses}, mr_cache_bytes_cached {cached}, rendezvous keys {keyed}, pulled {pulled}, windowed {windowed}");
-        assert!(misses >= 1 && cached >= 1 << 20, "{who}: the registration went around the cache (misses {misses}, {cached} bytes cached)");
+        assert!(
+            misses >= 1 && cached >= 1 << 20,
+            "{who}: the registration went around the cache (misses {misses}, {cached} bytes cached)"
+        );
         assert!(keyed >= 20, "{who}: {keyed} keys announced for at least 20 rendezvous messages");
         assert!(pulled + windowed >= 20, "{who}: fewer than 20 rendezvous received");
         assert!(pulled >= 15, "{who}: {pulled} of {} rendezvous pulled by RDMA read", pulled + windowed);
         assert!(windowed >= 1, "{who}: the first message goes by windows while the connection is made");
-        let (est, reads, failed) = (stat(out, "rc_connections_established"), stat(out, "rc_reads"), stat(out, "rc_read_failures"));
-        println!("{who}: rc_connections_established {est}, rc_reads {reads}, rc_read_failures {failed}, rc_read_bytes {}", stat(out, "rc_read_bytes"));
+        let (est, reads, failed) =
+            (stat(out, "rc_connections_established"), stat(out, "rc_reads"), stat(out, "rc_read_failures"));
+        println!(
+            "{who}: rc_connections_established {est}, rc_reads {reads}, rc_read_failures {failed}, rc_read_bytes {}",
+            stat(out, "rc_read_bytes")
+        );
         assert_eq!(est, 1, "{who}: one connection to its one peer");
         assert!(reads >= pulled, "{who}: every pull was an RDMA read ({reads} reads, {pulled} pulled)");
         assert!(stat(out, "rc_read_bytes") >= pulled << 20, "{who}: a MiB read per pulled message");
     }
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"], &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")], "127.0.0.1", &[], &[]);
+    let (s, c) = pingpong(
+        &["-d", "verbs", "-m", "tagged", "-S", "1048576", "-c", "-I", "20"],
+        &[("FI_RDMX_STATS", "1"), ("FI_RDMX_RC_MAX_PEERS", "0")],
+        "127.0.0.1",
+        &[],
+        &[],
+    );
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -149,7 +187,13 @@ fn verbs_pulls_by_rdma_read_between_two_devices() {
     }
     init();
     let env = [("FI_RDMX_STATS", "1")];
-    let (s, c) = pingpong(&["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"], &env, "127.0.0.1", SERVER_ON_RXE0, CLIENT_ON_RXE1);
+    let (s, c) = pingpong(
+        &["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"],
+        &env,
+        "127.0.0.1",
+        SERVER_ON_RXE0,
+        CLIENT_ON_RXE1,
+    );
     let (st, ct) = (text(&s), text(&c));
     assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
     for (who, out) in [("server", &st), ("client", &ct)] {
@@ -164,7 +208,10 @@ fn verbs_pulls_by_rdma_read_between_two_devices() {
 /// name), on the same kernel and the same rxe devices (which a network
 /// namespace would not reach: rxe keeps its socket in the first one).
 fn as_host(name: &str) -> Vec<String> {
-    ["unshare", "-u", "sh", "-c", &format!("hostname {name} && exec \"$@\""), "sh"].iter().map(|s| s.to_string()).collect()
+    ["unshare", "-u", "sh", "-c", &format!("hostname {name} && exec \"$@\""), "sh"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// With no rdmx variable, `fi_getinfo` offers `auto` first and the `verbs`
@@ -183,7 +230,12 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
         let names: Vec<(String, String)> = info
             .iter()
             // SAFETY: a NUL-terminated string of an fi_info this test owns.
-            .map(|i| (Info::domain_name(i), unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) }.to_string_lossy().into_owned()))
+            .map(|i| {
+                (
+                    Info::domain_name(i),
+                    unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) }.to_string_lossy().into_owned(),
+                )
+            })
             .collect();
         let want = [("auto", "rdmx"), ("verbs", "rdmx-verbs")].map(|(d, f)| (d.to_string(), f.to_string()));
         assert_eq!(names, want, "auto first, then the verbs domain on its own fabric");
@@ -192,7 +244,8 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     let iters_s = iters.to_string();
     let args = ["-m", "tagged", "-S", "8", "-c", "-I", &iters_s];
     let (a, b) = (as_host("rdmx-host-a"), as_host("rdmx-host-b"));
-    let (a, b): (Vec<&str>, Vec<&str>) = (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
+    let (a, b): (Vec<&str>, Vec<&str>) =
+        (a.iter().map(String::as_str).collect(), b.iter().map(String::as_str).collect());
     let before = rxe_packets_sent();
     checked_pingpong_on(&args, &[], &a, &b);
     let remote = rxe_packets_sent() - before;
@@ -214,7 +267,12 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
     }
     // A verbs-only endpoint and an auto one reach each other over UD, both
     // ways, rendezvous pushes gathered from the sender's memory included.
-    checked_pingpong_on(&["-m", "tagged", "-S", "1048576", "-c", "-I", "10"], &[], &["env", "FI_RDMX_DEVICE=verbs"], &[]);
+    checked_pingpong_on(
+        &["-m", "tagged", "-S", "1048576", "-c", "-I", "10"],
+        &[],
+        &["env", "FI_RDMX_DEVICE=verbs"],
+        &[],
+    );
 }
 
 /// `fork()` with registered memory: rdmx leaves it to the kernel (since 5.12
@@ -243,7 +301,19 @@ fn verbs_a_child_that_execs_leaves_the_parents_transfers_intact() {
     let reg = |s: &Stack, buf: &mut [u8], access: u64| {
         let mut mr = std::ptr::null_mut();
         // SAFETY: an open domain; the buffer outlives the registration (closed below).
-        let ret = unsafe { fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, std::ptr::null_mut()) };
+        let ret = unsafe {
+            fi::fi_mr_reg(
+                s.domain,
+                buf.as_mut_ptr() as *const _,
+                buf.len(),
+                access,
+                0,
+                0,
+                0,
+                &mut mr,
+                std::ptr::null_mut(),
+            )
+        };
         assert_eq!(ret, 0, "fi_mr_reg");
         mr
     };
@@ -257,8 +327,31 @@ fn verbs_a_child_that_execs_leaves_the_parents_transfers_intact() {
         rbuf.fill(0xee);
         // SAFETY: libfabric calls on objects this test opened; the buffers outlive the operations (waited for below).
         unsafe {
-            assert_eq!(fi::fi_trecv(b.ep, rbuf.as_mut_ptr() as *mut _, LEN, fi::fi_mr_desc(rmr), FI_ADDR_UNSPEC, 9, 0, std::ptr::null_mut()), 0);
-            assert_eq!(fi::fi_tsend(a.ep, sbuf.as_ptr() as *const _, LEN, fi::fi_mr_desc(smr), b_at_a, 9, std::ptr::null_mut()), 0);
+            assert_eq!(
+                fi::fi_trecv(
+                    b.ep,
+                    rbuf.as_mut_ptr() as *mut _,
+                    LEN,
+                    fi::fi_mr_desc(rmr),
+                    FI_ADDR_UNSPEC,
+                    9,
+                    0,
+                    std::ptr::null_mut()
+                ),
+                0
+            );
+            assert_eq!(
+                fi::fi_tsend(
+                    a.ep,
+                    sbuf.as_ptr() as *const _,
+                    LEN,
+                    fi::fi_mr_desc(smr),
+                    b_at_a,
+                    9,
+                    std::ptr::null_mut()
+                ),
+                0
+            );
         }
         let pause = libc::timespec { tv_sec: 0, tv_nsec: 100_000_000 };
         // SAFETY: the child calls only nanosleep, execv and _exit
@@ -278,7 +371,10 @@ fn verbs_a_child_that_execs_leaves_the_parents_transfers_intact() {
         let mut status = 0;
         // SAFETY: waits for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child did not exec /bin/true: {status:#x}");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child did not exec /bin/true: {status:#x}"
+        );
         if let Some(i) = (0..LEN).find(|&i| rbuf[i] != sbuf[i]) {
             panic!("round {round}: byte {i} is {:#x}, sent {:#x}", rbuf[i], sbuf[i]);
         }

@@ -28,9 +28,16 @@ fn device_offers_odp() -> bool {
     // The lines under each `<name>_odp_caps:` heading, up to the next heading.
     let section = |name: &str| -> Vec<String> {
         let head = format!("{name}_odp_caps:");
-        text.lines().skip_while(|l| l.trim() != head).skip(1).take_while(|l| !l.trim().ends_with(':') && !l.contains("odp_caps")).map(|l| l.trim().to_string()).collect()
+        text.lines()
+            .skip_while(|l| l.trim() != head)
+            .skip(1)
+            .take_while(|l| !l.trim().ends_with(':') && !l.contains("odp_caps"))
+            .map(|l| l.trim().to_string())
+            .collect()
     };
-    section("general").iter().any(|l| l == "ODP_SUPPORT") && section("rc").iter().any(|l| l == "SUPPORT_READ") && section("ud").iter().any(|l| l == "SUPPORT_SEND")
+    section("general").iter().any(|l| l == "ODP_SUPPORT")
+        && section("rc").iter().any(|l| l == "SUPPORT_READ")
+        && section("ud").iter().any(|l| l == "SUPPORT_SEND")
 }
 
 #[test]
@@ -54,7 +61,16 @@ fn verbs_a_send_buffer_unmapped_and_mapped_again_is_never_read_through_its_old_r
         let map = |at: *mut libc::c_void, flags: i32| {
             // SAFETY: an anonymous private mapping; MAP_FIXED_NOREPLACE never
             // replaces another mapping.
-            let p = unsafe { libc::mmap(at, LEN, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags, -1, 0) };
+            let p = unsafe {
+                libc::mmap(
+                    at,
+                    LEN,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+                    -1,
+                    0,
+                )
+            };
             assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
             p
         };
@@ -78,13 +94,31 @@ fn verbs_a_send_buffer_unmapped_and_mapped_again_is_never_read_through_its_old_r
                 rbuf.fill(0xee);
                 // SAFETY: open objects of this test; the buffers outlive the operations (waited for below).
                 unsafe {
-                    assert_eq!(fi::fi_trecv(b.ep, rbuf.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, tag, 0, null_mut()), 0);
-                    assert_eq!(fi::fi_tsend(a.ep, sbuf.as_ptr() as *const _, LEN, null_mut(), b_at_a, tag, null_mut()), 0);
+                    assert_eq!(
+                        fi::fi_trecv(
+                            b.ep,
+                            rbuf.as_mut_ptr() as *mut _,
+                            LEN,
+                            null_mut(),
+                            FI_ADDR_UNSPEC,
+                            tag,
+                            0,
+                            null_mut()
+                        ),
+                        0
+                    );
+                    assert_eq!(
+                        fi::fi_tsend(a.ep, sbuf.as_ptr() as *const _, LEN, null_mut(), b_at_a, tag, null_mut()),
+                        0
+                    );
                 }
                 b.wait_cq(&[&a]).expect("receive completion");
                 a.wait_cq(&[&b]).expect("send completion");
                 if let Some(i) = (0..LEN).find(|&i| rbuf[i] != sbuf[i]) {
-                    panic!("generation {generation}, message {k}: byte {i} is {:#x}, sent {:#x} (stale pages read?)", rbuf[i], sbuf[i]);
+                    panic!(
+                        "generation {generation}, message {k}: byte {i} is {:#x}, sent {:#x} (stale pages read?)",
+                        rbuf[i], sbuf[i]
+                    );
                 }
             }
         }
@@ -94,7 +128,12 @@ fn verbs_a_send_buffer_unmapped_and_mapped_again_is_never_read_through_its_old_r
     // The endpoints closed: each appended its JSON document.
     let text = std::fs::read_to_string(&stats).expect("FI_RDMX_STATS documents");
     let _ = std::fs::remove_file(&stats);
-    let (pulled, windowed, invalidations, misses) = (counter(&text, "rendezvous_pulled"), counter(&text, "rendezvous_windowed"), counter(&text, "mr_cache_invalidations"), counter(&text, "mr_cache_misses"));
+    let (pulled, windowed, invalidations, misses) = (
+        counter(&text, "rendezvous_pulled"),
+        counter(&text, "rendezvous_windowed"),
+        counter(&text, "mr_cache_invalidations"),
+        counter(&text, "mr_cache_misses"),
+    );
     let on_demand = counter(&text, "mr_on_demand");
     println!("pulled {pulled}, windowed {windowed}, mr_cache_invalidations {invalidations}, mr_cache_misses {misses}, mr_on_demand {on_demand} (of 2 endpoints)");
     // Registrations pin unless FI_RDMX_VERBS_ODP=1 asks for ODP, also where

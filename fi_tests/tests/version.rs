@@ -36,12 +36,15 @@ fn list_with(shim: &std::path::Path, version: u32) -> (bool, String) {
 fn fi_info_with(shim: &std::path::Path, version: u32, args: &[&str]) -> String {
     fi_tests::init();
     let v = format!("{version:#x}");
-    let child = procs::command("fi_info", &[("LD_PRELOAD", shim.to_str().unwrap()), ("SHIM_FI_VERSION", &v), ("FI_LOG_LEVEL", "warn")])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fi_info (libfabric-bin) is installed");
+    let child = procs::command(
+        "fi_info",
+        &[("LD_PRELOAD", shim.to_str().unwrap()), ("SHIM_FI_VERSION", &v), ("FI_LOG_LEVEL", "warn")],
+    )
+    .args(args)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("fi_info (libfabric-bin) is installed");
     text(&procs::wait_output(child, Duration::from_secs(30)))
 }
 
@@ -54,7 +57,10 @@ fn refuses_older_libfabric_and_says_why_loads_into_newer_ones_of_either_major() 
 
     let (listed, out) = list_with(&shim, v(1, 16));
     assert!(!listed, "rdmx loaded into a libfabric 1.16:\n{out}");
-    assert!(out.contains("rdmx") && out.contains("libfabric 1.16 found") && out.contains("needs libfabric >= 1.17"), "{out}");
+    assert!(
+        out.contains("rdmx") && out.contains("libfabric 1.16 found") && out.contains("needs libfabric >= 1.17"),
+        "{out}"
+    );
 
     // Newer minors and 2.x (same soname, same ABI, structs only appended) load, quietly.
     for (major, minor) in [(1, 17), (1, 18), (1, 22), (2, 0), (2, 5)] {
@@ -105,19 +111,25 @@ fn declares_the_running_api_version_up_to_what_it_implements() {
     let v = fi_tests::fi::fi_version_num;
     let ask_under = |running: u32, asks: &[&str]| -> String {
         let ver = format!("{running:#x}");
-        let child = procs::command(ask.to_str().unwrap(), &[("LD_PRELOAD", shim.to_str().unwrap()), ("SHIM_FI_VERSION", &ver), ("FI_PROVIDER", "rdmx")])
-            .args(asks)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn the fi_getinfo program");
+        let child = procs::command(
+            ask.to_str().unwrap(),
+            &[("LD_PRELOAD", shim.to_str().unwrap()), ("SHIM_FI_VERSION", &ver), ("FI_PROVIDER", "rdmx")],
+        )
+        .args(asks)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the fi_getinfo program");
         text(&procs::wait_output(child, Duration::from_secs(30)))
     };
     for (major, minor) in [(1, 17), (1, 18), (2, 0), (2, 5)] {
         let (maj, min) = (major.to_string(), minor.to_string());
         let out = ask_under(v(major, minor), &["1", "5", "1", "17", &maj, &min]);
         for asked in ["1.5".to_string(), "1.17".to_string(), format!("{major}.{minor}")] {
-            assert!(out.contains(&format!("{asked} found")), "running {major}.{minor}: a request for {asked} did not find rdmx:\n{out}");
+            assert!(
+                out.contains(&format!("{asked} found")),
+                "running {major}.{minor}: a request for {asked} did not find rdmx:\n{out}"
+            );
         }
     }
     // Under a libfabric newer than anything rdmx implements, rdmx declares what it

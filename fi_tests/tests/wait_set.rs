@@ -23,18 +23,34 @@ fn fi_wait_wakes_for_cq_counter_and_eq_members_and_times_out_otherwise() {
     let mut h = Hints::rdm();
     h.set_domain_name("udp");
     let info = getinfo(None, None, 0, Some(&h)).expect("fi_getinfo");
-    let (mut fabric, mut domain, mut set, mut av, mut cq, mut cntr, mut eq, mut ep) = (null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut());
+    let (mut fabric, mut domain, mut set, mut av, mut cq, mut cntr, mut eq, mut ep) =
+        (null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut(), null_mut());
     // SAFETY: libfabric calls on objects this test opens here and holds until the end; every attr outlives its call.
     unsafe {
         assert_eq!(fi::fi_fabric((*info.0).fabric_attr, &mut fabric, null_mut()), 0);
         assert_eq!(fi::fi_domain(fabric, info.0, &mut domain, null_mut()), 0);
         let mut wa = fi::fi_wait_attr { wait_obj: fi::FI_WAIT_MUTEX_COND, flags: 0 };
-        assert_eq!(fi::fi_wait_open(fabric, &mut wa, &mut set), neg(fi::FI_ENOSYS), "mutex/cond wait sets are not offered");
+        assert_eq!(
+            fi::fi_wait_open(fabric, &mut wa, &mut set),
+            neg(fi::FI_ENOSYS),
+            "mutex/cond wait sets are not offered"
+        );
         wa.wait_obj = fi::FI_WAIT_FD;
         assert_eq!(fi::fi_wait_open(fabric, &mut wa, &mut set), 0, "fi_wait_open");
-        let mut cq_attr = fi::fi_cq_attr { format: fi::FI_CQ_FORMAT_TAGGED, size: 64, wait_obj: fi::FI_WAIT_SET, wait_set: set, ..Default::default() };
+        let mut cq_attr = fi::fi_cq_attr {
+            format: fi::FI_CQ_FORMAT_TAGGED,
+            size: 64,
+            wait_obj: fi::FI_WAIT_SET,
+            wait_set: set,
+            ..Default::default()
+        };
         assert_eq!(fi::fi_cq_open(domain, &mut cq_attr, &mut cq, null_mut()), 0);
-        let mut ca = fi::fi_cntr_attr { events: fi::FI_CNTR_EVENTS_COMP, wait_obj: fi::FI_WAIT_SET, wait_set: set, ..Default::default() };
+        let mut ca = fi::fi_cntr_attr {
+            events: fi::FI_CNTR_EVENTS_COMP,
+            wait_obj: fi::FI_WAIT_SET,
+            wait_set: set,
+            ..Default::default()
+        };
         assert_eq!(fi::fi_cntr_open(domain, &mut ca, &mut cntr, null_mut()), 0);
         let mut ea = fi::fi_eq_attr { size: 16, wait_obj: fi::FI_WAIT_SET, wait_set: set, ..Default::default() };
         assert_eq!(fi::fi_eq_open(fabric, &mut ea, &mut eq, null_mut()), 0);

@@ -50,7 +50,11 @@ impl Mem {
 
 impl Memory for Mem {
     fn write(&mut self, addr: u64, data: &[u8]) {
-        assert!(addr >= RECV && addr + data.len() as u64 <= RECV + AREA, "write outside the receive area: {addr:#x}+{}", data.len());
+        assert!(
+            addr >= RECV && addr + data.len() as u64 <= RECV + AREA,
+            "write outside the receive area: {addr:#x}+{}",
+            data.len()
+        );
         let r = self.range(addr, data.len());
         self.bytes[r].copy_from_slice(data);
     }
@@ -86,19 +90,51 @@ impl SimMemory for Mem {
 #[derive(Arbitrary, Debug)]
 enum Step {
     /// Node `from & 1` sends `len` bytes (scaled) with `tag`.
-    Send { from: u8, len: u16, scale: u8, tag: u8, tagged: bool },
+    Send {
+        from: u8,
+        len: u16,
+        scale: u8,
+        tag: u8,
+        tagged: bool,
+    },
     /// Node `at & 1` posts a receive of `len` bytes (scaled) into a buffer of
     /// its own (`slot` is not used: kept so that the corpus stays valid).
-    Recv { at: u8, len: u16, scale: u8, slot: u8, tag: u8, tagged: bool, any_tag: bool },
-    Cancel { at: u8, context: u8 },
-    Peek { at: u8, tag: u8 },
+    Recv {
+        at: u8,
+        len: u16,
+        scale: u8,
+        slot: u8,
+        tag: u8,
+        tagged: bool,
+        any_tag: bool,
+    },
+    Cancel {
+        at: u8,
+        context: u8,
+    },
+    Peek {
+        at: u8,
+        tag: u8,
+    },
     /// Virtual time passes.
-    Run { ms: u8 },
+    Run {
+        ms: u8,
+    },
     /// Raw bytes to node `to & 1`, from its peer's address or a stranger's.
-    Raw { to: u8, from_peer: bool, bytes: Vec<u8> },
-    Loss { pct: u8 },
-    Close { at: u8 },
-    Kill { at: u8 },
+    Raw {
+        to: u8,
+        from_peer: bool,
+        bytes: Vec<u8>,
+    },
+    Loss {
+        pct: u8,
+    },
+    Close {
+        at: u8,
+    },
+    Kill {
+        at: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -114,9 +150,19 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 fuzz_target!(|input: Input| {
-    let caps = DeviceCaps { reliable: input.reliable, ordered: input.reliable, remote_read: input.remote_read, ..DeviceCaps::datagram(1400) };
+    let caps = DeviceCaps {
+        reliable: input.reliable,
+        ordered: input.reliable,
+        remote_read: input.remote_read,
+        ..DeviceCaps::datagram(1400)
+    };
     let net = SimNet::new(3, caps, Link::default(), 1);
-    let cfg = EndpointConfig { peer_timeout: Duration::from_secs(2), rndv_threshold: 4096, window_threshold: 16 << 10, ..EndpointConfig::default() };
+    let cfg = EndpointConfig {
+        peer_timeout: Duration::from_secs(2),
+        rndv_threshold: 4096,
+        window_threshold: 16 << 10,
+        ..EndpointConfig::default()
+    };
     let mems = (0..3).map(|_| Mem { bytes: vec![0; (AREA + SEND_AREA) as usize] }).collect();
     let mut send_used = [0u64; 2];
     let mut recv_used = [0u64; 2];
@@ -172,7 +218,15 @@ fuzz_target!(|input: Input| {
                 next_context += 1;
                 contexts.insert(context);
                 recv_at.insert(context, addr);
-                let spec = RecvSpec { kind, src: Src::Any, tag: tag as u64, ignore: if any_tag { u64::MAX } else { 0 }, iov: IoList::one(addr, room), multi: false, meta: OpMeta { context, wanted: true, ..OpMeta::default() } };
+                let spec = RecvSpec {
+                    kind,
+                    src: Src::Any,
+                    tag: tag as u64,
+                    ignore: if any_tag { u64::MAX } else { 0 },
+                    iov: IoList::one(addr, room),
+                    multi: false,
+                    meta: OpMeta { context, wanted: true, ..OpMeta::default() },
+                };
                 let _ = sim.nodes[i].ep.post_recv(spec);
             }
             Step::Cancel { at, context } => {
@@ -189,7 +243,15 @@ fuzz_target!(|input: Input| {
                 let context = next_context;
                 next_context += 1;
                 contexts.insert(context);
-                let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: tag as u64, ignore: 0, iov: IoList::default(), multi: false, meta: OpMeta { context, wanted: true, ..OpMeta::default() } };
+                let spec = RecvSpec {
+                    kind: MsgKind::Tagged,
+                    src: Src::Any,
+                    tag: tag as u64,
+                    ignore: 0,
+                    iov: IoList::default(),
+                    multi: false,
+                    meta: OpMeta { context, wanted: true, ..OpMeta::default() },
+                };
                 sim.nodes[i].ep.peek(spec, false, false);
             }
             Step::Run { ms } => {
@@ -205,7 +267,9 @@ fuzz_target!(|input: Input| {
             // (shm, SRD) never loses a datagram, and the engine relies on it
             // (no sequence numbers on DIRECT packets). Loss on such a path
             // is a broken device, not an input rdmx must survive.
-            Step::Loss { pct } if !input.reliable => sim.net.set_link(Link { loss_pct: (pct % 30) as f64, ..Link::default() }),
+            Step::Loss { pct } if !input.reliable => {
+                sim.net.set_link(Link { loss_pct: (pct % 30) as f64, ..Link::default() })
+            }
             Step::Loss { .. } => {}
             Step::Close { at } => {
                 let i = (at & 1) as usize;

@@ -188,7 +188,14 @@ impl Side {
     fn drain(&mut self, tainted: bool, sent_by_peer: &HashSet<u64>) {
         while let Some(ev) = self.e.poll_event() {
             if trace() {
-                eprintln!("{:?} event {:?}", self.me, match &ev { Event::Delivered { peer, msg } => format!("Delivered {peer:?} id {:?}", &msg[..8]), e => format!("{e:?}") });
+                eprintln!(
+                    "{:?} event {:?}",
+                    self.me,
+                    match &ev {
+                        Event::Delivered { peer, msg } => format!("Delivered {peer:?} id {:?}", &msg[..8]),
+                        e => format!("{e:?}"),
+                    }
+                );
             }
             match ev {
                 Event::Delivered { peer, msg } => {
@@ -199,7 +206,11 @@ impl Side {
                         let id = u64::from_le_bytes(msg[..8].try_into().unwrap());
                         assert!(sent_by_peer.contains(&id), "message {id} was never sent");
                         assert_eq!(msg, message(id, msg.len()), "message {id} corrupted");
-                        assert!(self.last_got.is_none_or(|l| id > l), "message {id} after {:?}: out of order or twice", self.last_got);
+                        assert!(
+                            self.last_got.is_none_or(|l| id > l),
+                            "message {id} after {:?}: out of order or twice",
+                            self.last_got
+                        );
                         self.last_got = Some(id);
                         self.got.insert(id);
                     }
@@ -233,7 +244,11 @@ impl Side {
         assert_eq!(s.delivered_msgs, self.delivered);
         assert_eq!(s.received_datagrams, self.datagrams);
         let l = self.last_stats;
-        assert!(s.dropped_checksum >= l.dropped_checksum && s.dropped_job_key >= l.dropped_job_key && s.received >= l.received);
+        assert!(
+            s.dropped_checksum >= l.dropped_checksum
+                && s.dropped_job_key >= l.dropped_job_key
+                && s.received >= l.received
+        );
         self.last_stats = s;
     }
 }
@@ -255,7 +270,9 @@ impl Net {
     /// is indistinguishable from the honest peer: end-to-end checks stop.
     fn feed(&mut self, to_b: bool, from: DevAddr, bytes: &[u8]) {
         let i = to_b as usize;
-        if (from == self.sides[i].other || from == self.sides[i].me) && Header::decode(bytes).is_ok_and(|(h, _)| h.job_key == JOB) {
+        if (from == self.sides[i].other || from == self.sides[i].me)
+            && Header::decode(bytes).is_ok_and(|(h, _)| h.job_key == JOB)
+        {
             self.tainted = true;
         }
         let now = self.now;
@@ -296,7 +313,10 @@ impl Net {
         }
         for i in 0..2 {
             for id in std::mem::take(&mut self.sides[i].completed) {
-                assert!(self.tainted || self.sides[1 - i].got.contains(&id), "message {id} reported complete, never delivered");
+                assert!(
+                    self.tainted || self.sides[1 - i].got.contains(&id),
+                    "message {id} reported complete, never delivered"
+                );
             }
         }
     }

@@ -56,7 +56,11 @@ impl Mem {
 
 impl Memory for Mem {
     fn write(&mut self, addr: u64, data: &[u8]) {
-        assert!(addr >= RECV && addr + data.len() as u64 <= SEND, "write outside the receive area and registration: {addr:#x}+{}", data.len());
+        assert!(
+            addr >= RECV && addr + data.len() as u64 <= SEND,
+            "write outside the receive area and registration: {addr:#x}+{}",
+            data.len()
+        );
         let r = self.range(addr, data.len());
         self.bytes[r].copy_from_slice(data);
     }
@@ -140,7 +144,13 @@ fn encode(p: &Pkt) -> Vec<u8> {
             Packet::Msg(MsgHeader { kind: kind(*tagged), tag: *tag as u64, data: *data }, &payload)
         }
         Pkt::Rts { tagged, tag, req, iov } => {
-            let mut r = Rts { header: MsgHeader { kind: kind(*tagged), tag: *tag as u64, data: None }, req: *req as u64, total: 0, iov: [RemoteIov::default(); MAX_IOV], iov_count: 0 };
+            let mut r = Rts {
+                header: MsgHeader { kind: kind(*tagged), tag: *tag as u64, data: None },
+                req: *req as u64,
+                total: 0,
+                iov: [RemoteIov::default(); MAX_IOV],
+                iov_count: 0,
+            };
             for &(addr, len) in iov.iter().take(MAX_IOV) {
                 r.iov[r.iov_count] = RemoteIov { addr: addr % (1 << 48), len: len as u64, key: None };
                 r.total += len as u64;
@@ -159,7 +169,13 @@ fn encode(p: &Pkt) -> Vec<u8> {
         Pkt::Cts { req, offset, len } => Packet::Cts { req: *req as u64, offset: *offset as u64, len: *len as u64 },
         Pkt::Write { req, key, off, data, len } => {
             payload = fill(*len);
-            Packet::Write { req: *req as u64, key: *key as u64 % 4, addr: REG + *off as u64, data: *data, payload: &payload }
+            Packet::Write {
+                req: *req as u64,
+                key: *key as u64 % 4,
+                addr: REG + *off as u64,
+                data: *data,
+                payload: &payload,
+            }
         }
         Pkt::ReadReq { req, key, off, len } => {
             let base = if key % 2 == 0 { REG } else { SEND };
@@ -179,7 +195,9 @@ fn encode(p: &Pkt) -> Vec<u8> {
             fetch: *fetch,
             payload,
         },
-        Pkt::AtomicResp { req, status: s, payload } => Packet::AtomicResp { req: *req as u64, status: status(*s), payload },
+        Pkt::AtomicResp { req, status: s, payload } => {
+            Packet::AtomicResp { req: *req as u64, status: status(*s), payload }
+        }
         Pkt::WriteAck { req, status: s } => Packet::WriteAck { req: *req as u64, status: status(*s) },
         Pkt::Keepalive => Packet::Keepalive,
         Pkt::Raw(b) => return b.clone(),
@@ -192,20 +210,67 @@ fn encode(p: &Pkt) -> Vec<u8> {
 enum Op {
     FromPeer(Pkt),
     /// A raw datagram at M's rdm engine from a stranger.
-    Stranger { n: u8, bytes: Vec<u8> },
-    PostRecv { tagged: bool, any: bool, tag: u8, ignore: u8, iov: Vec<Iov>, multi: bool },
-    Send { tagged: bool, tag: u8, iov: Vec<Iov> },
-    RmaWrite { key: u64, addr: u64, iov: Iov },
-    RmaRead { key: u64, addr: u64, iov: Vec<Iov> },
-    Atomic { datatype: u8, op: u8, count: u8, fetch: bool, compare: bool, res: Iov },
-    Peek { tagged: bool, tag: u8, claim: bool, discard: bool },
-    Claim { which: u8, discard: bool, iov: Vec<Iov> },
-    Cancel { which: u8 },
+    Stranger {
+        n: u8,
+        bytes: Vec<u8>,
+    },
+    PostRecv {
+        tagged: bool,
+        any: bool,
+        tag: u8,
+        ignore: u8,
+        iov: Vec<Iov>,
+        multi: bool,
+    },
+    Send {
+        tagged: bool,
+        tag: u8,
+        iov: Vec<Iov>,
+    },
+    RmaWrite {
+        key: u64,
+        addr: u64,
+        iov: Iov,
+    },
+    RmaRead {
+        key: u64,
+        addr: u64,
+        iov: Vec<Iov>,
+    },
+    Atomic {
+        datatype: u8,
+        op: u8,
+        count: u8,
+        fetch: bool,
+        compare: bool,
+        res: Iov,
+    },
+    Peek {
+        tagged: bool,
+        tag: u8,
+        claim: bool,
+        discard: bool,
+    },
+    Claim {
+        which: u8,
+        discard: bool,
+        iov: Vec<Iov>,
+    },
+    Cancel {
+        which: u8,
+    },
     /// Finish the oldest remote read asked for.
-    ReadDone { outcome: u8, n: u16 },
+    ReadDone {
+        outcome: u8,
+        n: u16,
+    },
     /// Deliver M's datagrams to the peer (acks flow), or lose them.
-    Flush { lose: bool },
-    Advance { millis: u16 },
+    Flush {
+        lose: bool,
+    },
+    Advance {
+        millis: u16,
+    },
     Unreachable,
 }
 
@@ -306,7 +371,11 @@ impl Harness {
                 let user = iolist(SEND, &iov);
                 let ctx = self.ctx();
                 let parts: Vec<&[u8]> = user.iter().map(|b| self.mem.bytes(b.addr, b.len as usize)).collect();
-                let h = MsgHeader { kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg }, tag: tag as u64, data: None };
+                let h = MsgHeader {
+                    kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg },
+                    tag: tag as u64,
+                    data: None,
+                };
                 if self.m.send(&mut self.rdm, now, self.p, h, &parts, user, Self::meta(ctx)).is_err() {
                     self.open.remove(&ctx);
                 }
@@ -335,7 +404,25 @@ impl Harness {
                 let result = iolist(RECV, &[res]);
                 let ctx = self.ctx();
                 let compare: Vec<&[u8]> = if compare { vec![&cmp] } else { vec![] };
-                if self.m.atomic(&mut self.rdm, now, self.p, KEY_RW, REG, dt, o, count, &[&operand], &compare, result, fetch, Self::meta(ctx)).is_err() {
+                if self
+                    .m
+                    .atomic(
+                        &mut self.rdm,
+                        now,
+                        self.p,
+                        KEY_RW,
+                        REG,
+                        dt,
+                        o,
+                        count,
+                        &[&operand],
+                        &compare,
+                        result,
+                        fetch,
+                        Self::meta(ctx),
+                    )
+                    .is_err()
+                {
                     self.open.remove(&ctx);
                 }
             }
@@ -370,7 +457,12 @@ impl Harness {
                 let Some(Action::RemoteRead { id, src, src_count, dst, .. }) = self.actions.pop_front() else { return };
                 assert!(src_count >= 1 && src_count <= MAX_IOV);
                 for b in dst.iter() {
-                    assert!(b.addr >= RECV && b.addr + b.len <= RECV + AREA, "a remote read into {:#x}+{}", b.addr, b.len);
+                    assert!(
+                        b.addr >= RECV && b.addr + b.len <= RECV + AREA,
+                        "a remote read into {:#x}+{}",
+                        b.addr,
+                        b.len
+                    );
                 }
                 let n = (n as u64).min(dst.total()).min(src[..src_count].iter().map(|v| v.len).sum());
                 let outcome = match outcome % 3 {
@@ -408,7 +500,10 @@ impl Harness {
                 assert_eq!(ctx, 0, "a served operation with a context");
                 continue;
             }
-            assert!(self.open.contains(&ctx) || (self.multi.contains(&ctx) && self.done.contains(&ctx)), "completion for context {ctx} not open: {c:?}");
+            assert!(
+                self.open.contains(&ctx) || (self.multi.contains(&ctx) && self.done.contains(&ctx)),
+                "completion for context {ctx} not open: {c:?}"
+            );
             if c.kind == OpKind::Recv && !self.peeking.remove(&ctx) {
                 let cap = self.recv_len.get(&ctx).copied().unwrap_or(0);
                 assert!(c.len as u64 <= cap, "receive {ctx} reports {} bytes in a {cap}-byte buffer", c.len);
@@ -424,12 +519,34 @@ impl Harness {
 
 fuzz_target!(|input: (bool, Vec<Op>)| {
     let (remote_read, ops) = input;
-    let cfg = EngineConfig { job_key: JOB, incarnation: 1, mtu: 1400, peer_timeout: Duration::from_secs(2), ..EngineConfig::default() };
+    let cfg = EngineConfig {
+        job_key: JOB,
+        incarnation: 1,
+        mtu: 1400,
+        peer_timeout: Duration::from_secs(2),
+        ..EngineConfig::default()
+    };
     let mut rdm = Engine::new(cfg.clone());
-    let m = MsgEngine::new(
-        Config { rndv_threshold: 512, window_threshold: 1024, window: 4096, unexpected_limit: 64 << 10, keepalive: Duration::from_millis(200), ..Config::default() },
+    let m = MsgEngine::new(Config {
+        rndv_threshold: 512,
+        window_threshold: 1024,
+        window: 4096,
+        unexpected_limit: 64 << 10,
+        keepalive: Duration::from_millis(200),
+        ..Config::default()
+    });
+    let p = rdm.peer_with_path(
+        rdm::simnet::addr(1),
+        &DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu: 1400,
+            remote_read,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        },
     );
-    let p = rdm.peer_with_path(rdm::simnet::addr(1), &DeviceCaps { reliable: false, ordered: false, mtu: 1400, remote_read, gso: false, registration: false, max_inline: 0 });
     let mut bytes = vec![0u8; 3 * AREA as usize];
     for (i, b) in bytes.iter_mut().enumerate() {
         *b = (i * 7) as u8;

@@ -194,15 +194,10 @@ impl<R: Registrar> MrCache<R> {
         let end = addr.saturating_add(len);
         if self.cfg.enabled {
             let lo = addr.saturating_sub(self.max_len);
-            let found = self
-                .by_start
-                .range((lo, 0)..=(addr, usize::MAX))
-                .rev()
-                .map(|(&(_, id), _)| id)
-                .find(|&id| {
-                    let e = &self.entries[id];
-                    e.addr <= addr && e.addr.saturating_add(e.len) >= end && e.access & access == access
-                });
+            let found = self.by_start.range((lo, 0)..=(addr, usize::MAX)).rev().map(|(&(_, id), _)| id).find(|&id| {
+                let e = &self.entries[id];
+                e.addr <= addr && e.addr.saturating_add(e.len) >= end && e.access & access == access
+            });
             if let Some(id) = found {
                 self.lru_unlink(id);
                 self.entries[id].refs += 1;
@@ -229,7 +224,18 @@ impl<R: Registrar> MrCache<R> {
         } else if self.cfg.enabled && !watched {
             self.stats.uncached += 1;
         }
-        let id = self.entries.insert(Entry { addr, len, access, handle: Some(handle), refs: 1, indexed: watched, watched, in_lru: false, prev: None, next: None });
+        let id = self.entries.insert(Entry {
+            addr,
+            len,
+            access,
+            handle: Some(handle),
+            refs: 1,
+            indexed: watched,
+            watched,
+            in_lru: false,
+            prev: None,
+            next: None,
+        });
         if watched {
             self.by_start.insert((addr, id), ());
             self.max_len = self.max_len.max(len);
@@ -484,7 +490,11 @@ mod tests {
 
     #[test]
     fn limits_evict_least_recently_released_unused_entries_only() {
-        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, manual());
+        let mut c = MrCache::new(
+            Model::default(),
+            CacheConfig { enabled: true, max_count: 2, max_bytes: u64::MAX, max_entry_bytes: u64::MAX },
+            manual(),
+        );
         let held = c.acquire(0, 10, 1).unwrap();
         let a = c.acquire(100, 10, 1).unwrap();
         let b = c.acquire(200, 10, 1).unwrap();
@@ -576,7 +586,11 @@ mod tests {
     #[test]
     fn watches_follow_the_entries() {
         let monitor = manual();
-        let mut c = MrCache::new(Model::default(), CacheConfig { enabled: true, max_count: 1, max_bytes: u64::MAX, max_entry_bytes: u64::MAX }, monitor);
+        let mut c = MrCache::new(
+            Model::default(),
+            CacheConfig { enabled: true, max_count: 1, max_bytes: u64::MAX, max_entry_bytes: u64::MAX },
+            monitor,
+        );
         let a = c.acquire(0x1000, 0x1000, 1).unwrap();
         let b = c.acquire(0x1800, 0x2000, 3).unwrap();
         assert_eq!(monitor.watched_runs(), 3, "0x1000.., 0x2000.. (both), 0x4000 end");

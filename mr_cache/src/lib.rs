@@ -176,7 +176,8 @@ impl KeyTable {
         // without userfaultfd) is registered all the same, unprotected as
         // before: unmapping it under an open registration is the
         // application's error, which libfabric leaves undefined.
-        let watched: Vec<Segment> = region.segments.iter().copied().filter(|s| self.monitor.watch(s.addr, s.len)).collect();
+        let watched: Vec<Segment> =
+            region.segments.iter().copied().filter(|s| self.monitor.watch(s.addr, s.len)).collect();
         self.regions.insert(key, Registered { region, watched, unmapped: false });
         Ok(key)
     }
@@ -207,7 +208,14 @@ impl KeyTable {
     /// none of its memory was unmapped before this check began (the monitor's
     /// log is applied first, with the argument of the monitor module).
     /// Returns the local pieces to copy to or from, in order.
-    pub fn check(&mut self, key: u64, addr: u64, len: u64, access: u64, virt_addr: bool) -> Result<Vec<Segment>, MrError> {
+    pub fn check(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: u64,
+        virt_addr: bool,
+    ) -> Result<Vec<Segment>, MrError> {
         self.sync();
         let r = self.regions.get(&key).ok_or(MrError::NoKey(key))?;
         if r.unmapped {
@@ -235,7 +243,10 @@ impl KeyTable {
             if r.unmapped {
                 continue;
             }
-            let hit = r.watched.iter().any(|s| ranges.iter().any(|&(start, end)| s.addr < end && s.addr.saturating_add(s.len) > start));
+            let hit = r
+                .watched
+                .iter()
+                .any(|s| ranges.iter().any(|&(start, end)| s.addr < end && s.addr.saturating_add(s.len) > start));
             if hit {
                 r.unmapped = true;
                 self.revoked_by_unmap += 1;
@@ -299,10 +310,18 @@ mod tests {
         let other = t.insert(Region::contiguous(0x8000, 0x1000, 3), None).unwrap();
         assert!(t.check(k, 0x1000, 0x10, 1, true).is_ok());
         monitor.record(0x3000, 0x4000); // the second segment's page
-        assert_eq!(t.check(k, 0x1000, 0x10, 1, true), Err(MrError::Unmapped(k)), "the whole key, not just that segment");
+        assert_eq!(
+            t.check(k, 0x1000, 0x10, 1, true),
+            Err(MrError::Unmapped(k)),
+            "the whole key, not just that segment"
+        );
         assert!(t.check(other, 0x8000, 0x10, 1, true).is_ok(), "other keys are untouched");
         assert_eq!(t.revoked_by_unmap(), 1);
-        assert_eq!(t.insert(Region::contiguous(0, 1, 1), Some(k)), Err(MrError::KeyInUse(k)), "still the application's key");
+        assert_eq!(
+            t.insert(Region::contiguous(0, 1, 1), Some(k)),
+            Err(MrError::KeyInUse(k)),
+            "still the application's key"
+        );
         assert!(t.remove(k).is_ok());
         assert_eq!(monitor.watched_runs(), 2, "only `other`'s pages stay watched");
     }
@@ -326,7 +345,11 @@ mod tests {
         }
         // Adjacent or overlapping segments cover their union.
         let joined = Region {
-            segments: vec![Segment { addr: 0x2000, len: 0x100 }, Segment { addr: 0x1f80, len: 0x80 }, Segment { addr: 0x2080, len: 0x100 }],
+            segments: vec![
+                Segment { addr: 0x2000, len: 0x100 },
+                Segment { addr: 0x1f80, len: 0x80 },
+                Segment { addr: 0x2080, len: 0x100 },
+            ],
             access: 3,
             offset: 0,
         };

@@ -135,7 +135,8 @@ impl Monitor {
                 if let Err(e) = spawned {
                     // Without the reader an unmap of watched memory would block
                     // forever: never watch anything then.
-                    let m: &'static Monitor = Box::leak(Box::new(Monitor::unavailable(format!("cannot start the monitor thread: {e}"))));
+                    let m: &'static Monitor =
+                        Box::leak(Box::new(Monitor::unavailable(format!("cannot start the monitor thread: {e}"))));
                     return m;
                 }
             }
@@ -155,14 +156,28 @@ impl Monitor {
     }
 
     fn with_source(source: Source) -> Monitor {
-        Monitor { source, log: Mutex::new(Log { ranges: [(0, 0); LOG_CAPACITY], head: 0 }), head: AtomicU64::new(0), reading: AtomicBool::new(false), watched: Mutex::new(WatchCounts::new()) }
+        Monitor {
+            source,
+            log: Mutex::new(Log { ranges: [(0, 0); LOG_CAPACITY], head: 0 }),
+            head: AtomicU64::new(0),
+            reading: AtomicBool::new(false),
+            watched: Mutex::new(WatchCounts::new()),
+        }
     }
 
     fn open() -> Monitor {
         let features = FeatureFlags::EVENT_UNMAP | FeatureFlags::EVENT_REMOVE | FeatureFlags::EVENT_REMAP;
-        match UffdBuilder::new().close_on_exec(true).non_blocking(true).user_mode_only(true).require_features(features).create() {
+        match UffdBuilder::new()
+            .close_on_exec(true)
+            .non_blocking(true)
+            .user_mode_only(true)
+            .require_features(features)
+            .create()
+        {
             Ok(uffd) => Monitor::with_source(Source::Uffd(uffd)),
-            Err(e) => Monitor::unavailable(format!("userfaultfd unavailable ({e}); memory registrations are not cached")),
+            Err(e) => {
+                Monitor::unavailable(format!("userfaultfd unavailable ({e}); memory registrations are not cached"))
+            }
         }
     }
 
@@ -189,7 +204,10 @@ impl Monitor {
             Source::Uffd(uffd) => {
                 // Registering pages that are already registered is allowed
                 // (same userfaultfd): each watch makes sure its whole range is.
-                if uffd.register_with_mode(start as *mut _, (end - start) as usize, RegisterMode::WRITE_PROTECT).is_err() {
+                if uffd
+                    .register_with_mode(start as *mut _, (end - start) as usize, RegisterMode::WRITE_PROTECT)
+                    .is_err()
+                {
                     return false;
                 }
             }
@@ -283,8 +301,12 @@ impl Monitor {
                         for event in iter {
                             n += 1;
                             match event {
-                                Ok(Event::Unmap { start, end } | Event::Remove { start, end }) => log.push(start as u64, end as u64),
-                                Ok(Event::Remap { from, len, .. }) => log.push(from as u64, (from as u64).saturating_add(len as u64)),
+                                Ok(Event::Unmap { start, end } | Event::Remove { start, end }) => {
+                                    log.push(start as u64, end as u64)
+                                }
+                                Ok(Event::Remap { from, len, .. }) => {
+                                    log.push(from as u64, (from as u64).saturating_add(len as u64))
+                                }
                                 // No fault can come (nothing is write-protected)
                                 // and fork events were not asked for.
                                 Ok(Event::Pagefault { .. } | Event::Fork { .. }) => {}

@@ -7,7 +7,16 @@ use mr_cache::{KeyTable, MrError, Region};
 fn unmapping_registered_memory_revokes_its_key() {
     let len = 64 << 10;
     // SAFETY: a fresh anonymous mapping.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
     assert_ne!(p, libc::MAP_FAILED);
     let addr = p as u64;
     let mut t = KeyTable::new(Monitor::global());

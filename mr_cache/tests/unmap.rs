@@ -64,7 +64,11 @@ fn mapped(addr: u64, len: u64) -> bool {
 
 fn cache() -> MrCache<Recorder> {
     let monitor = Monitor::global();
-    assert_eq!(monitor.unavailable_reason(), None, "these tests need userfaultfd (root, or vm.unprivileged_userfaultfd=1, or a kernel >= 5.11)");
+    assert_eq!(
+        monitor.unavailable_reason(),
+        None,
+        "these tests need userfaultfd (root, or vm.unprivileged_userfaultfd=1, or a kernel >= 5.11)"
+    );
     MrCache::new(Recorder::default(), CacheConfig::default(), monitor)
 }
 
@@ -79,7 +83,8 @@ fn map(len: usize, at: Option<usize>) -> usize {
 
 /// Reserves address space (no access), at `at` over the test's own mapping.
 fn reserve(len: usize, at: Option<usize>) -> usize {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | if at.is_some() { libc::MAP_FIXED } else { 0 };
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | if at.is_some() { libc::MAP_FIXED } else { 0 };
     // SAFETY: anonymous; with MAP_FIXED only over the test's own reservation.
     let p = unsafe { libc::mmap(at.unwrap_or(0) as *mut _, len, libc::PROT_NONE, flags, -1, 0) };
     assert_ne!(p, libc::MAP_FAILED);
@@ -164,7 +169,9 @@ fn munmap_then_new_memory_at_the_same_address_misses() {
     let fresh = map(len, None);
     stamp(fresh, 2);
     // SAFETY: moves the test's own mapping `fresh` onto the test's own `a`.
-    let p = unsafe { libc::mremap(fresh as *mut _, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, a as *mut libc::c_void) };
+    let p = unsafe {
+        libc::mremap(fresh as *mut _, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, a as *mut libc::c_void)
+    };
     assert_eq!(p as usize, a);
     assert_eq!(lookup(&mut c, a, len), (2, false), "never the old registration");
     unmap(a, len);
@@ -214,7 +221,15 @@ fn mremap_moving_or_shrinking_misses() {
     let dest = map(4 * PAGE, None);
     let before = invalidations(&mut c);
     // SAFETY: moves our mapping onto `dest`, our mapping too (replaced).
-    let p = unsafe { libc::mremap(a as *mut _, 4 * PAGE, 4 * PAGE, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, dest as *mut libc::c_void) };
+    let p = unsafe {
+        libc::mremap(
+            a as *mut _,
+            4 * PAGE,
+            4 * PAGE,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            dest as *mut libc::c_void,
+        )
+    };
     assert_eq!(p as usize, dest);
     assert_eq!(invalidations(&mut c), before + 1, "the move was seen before mremap returned");
     never_a_hit(&mut c, a, 4 * PAGE);
@@ -230,7 +245,11 @@ fn madvise_dontneed_misses() {
     lookup(&mut c, a, len);
     // SAFETY: our mapping; its pages become zero-fill-on-demand.
     assert_eq!(unsafe { libc::madvise(a as *mut _, len, libc::MADV_DONTNEED) }, 0);
-    assert_eq!(lookup(&mut c, a, len), (0, false), "the pages were dropped: a new registration of the new (zero) pages");
+    assert_eq!(
+        lookup(&mut c, a, len),
+        (0, false),
+        "the pages were dropped: a new registration of the new (zero) pages"
+    );
     unmap(a, len);
 }
 
@@ -252,7 +271,12 @@ fn a_large_malloc_buffer_freed_and_allocated_again_misses() {
     let mut second = vec![0u8; len];
     second[..8].copy_from_slice(&2u64.to_ne_bytes());
     let b = second.as_ptr() as usize;
-    assert_eq!(lookup(&mut c, b, len), (2, false), "freed and allocated again: a new registration (same address: {})", a == b);
+    assert_eq!(
+        lookup(&mut c, b, len),
+        (2, false),
+        "freed and allocated again: a new registration (same address: {})",
+        a == b
+    );
 }
 
 fn file_backed_memory_is_registered_per_use_never_cached() {
@@ -262,7 +286,16 @@ fn file_backed_memory_is_registered_per_use_never_cached() {
     file.set_len(4 * PAGE as u64).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: maps our own file, private, read-write.
-    let a = unsafe { libc::mmap(std::ptr::null_mut(), 4 * PAGE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+    let a = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4 * PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
     assert_ne!(a, libc::MAP_FAILED);
     let a = a as usize;
     stamp(a, 7);
@@ -334,7 +367,8 @@ fn concurrent_map_lookup_unmap_never_returns_an_unmapped_registration() {
     }
     let checks = Arc::new(AtomicU64::new(0));
     for slot in 0..SLOTS {
-        let (shared, mapped_now, unmapped, acks, checks) = (shared.clone(), mapped_now.clone(), unmapped.clone(), acks.clone(), checks.clone());
+        let (shared, mapped_now, unmapped, acks, checks) =
+            (shared.clone(), mapped_now.clone(), unmapped.clone(), acks.clone(), checks.clone());
         let addr = region + slot * len;
         threads.push(std::thread::spawn(move || {
             for round in 1..=ROUNDS {

@@ -146,7 +146,8 @@ entry! {
 /// symmetric AVs (`FI_SYMMETRIC`), user IDs set by `fi_av_set_user_id`
 /// (`FI_AV_USER_ID`; the 2.x `fi_ops_av` entries stay null, which
 /// libfabric's wrappers answer `-FI_ENOSYS`) and the peer API (`FI_PEER`).
-const UNIMPLEMENTED_OPEN_FLAGS: u64 = fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC | fi::FI_AV_USER_ID | fi::FI_PEER;
+const UNIMPLEMENTED_OPEN_FLAGS: u64 =
+    fi::FI_EVENT as u64 | fi::FI_READ as u64 | fi::FI_SYMMETRIC | fi::FI_AV_USER_ID | fi::FI_PEER;
 
 /// Open flags: rdmx implements none. A defined flag it does not implement
 /// is `-FI_ENOSYS` (the operation exists, rdmx lacks it, as for named AVs);

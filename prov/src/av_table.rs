@@ -96,10 +96,7 @@ impl AvTable {
     /// Finds an entry by predicate (maps a sender back to its fi_addr; callers
     /// cache the answer per peer).
     pub fn find(&self, pred: impl Fn(&RdmxAddr) -> bool) -> Option<u64> {
-        self.slots
-            .iter()
-            .position(|s| *s != EMPTY && RdmxAddr::decode(s).is_some_and(|a| pred(&a)))
-            .map(|i| i as u64)
+        self.slots.iter().position(|s| *s != EMPTY && RdmxAddr::decode(s).is_some_and(|a| pred(&a))).map(|i| i as u64)
     }
 
     pub fn len(&self) -> usize {

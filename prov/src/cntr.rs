@@ -2,11 +2,11 @@
 //! FI_READ, FI_WRITE, FI_REMOTE_READ, FI_REMOTE_WRITE. Reading or waiting drives
 //! progress of the bound endpoints.
 use crate::cntr_queue::CntrShared;
-use crate::progress;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
+use crate::progress;
 use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
 use std::sync::atomic::Ordering;
@@ -202,4 +202,3 @@ entry! {
         }
     }
 }
-

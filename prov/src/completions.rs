@@ -109,7 +109,13 @@ impl EpState {
                 } else if c.meta.wanted || err.is_some() {
                     let cerr = c.err.map(|e| self.error_entry(&c, e));
                     if let Some(b) = &self.tx_cq {
-                        b.cq.push(Completion { op_context: c.meta.context as usize, flags, len: c.len, err: cerr.map(Box::new), ..Completion::default() });
+                        b.cq.push(Completion {
+                            op_context: c.meta.context as usize,
+                            flags,
+                            len: c.len,
+                            err: cerr.map(Box::new),
+                            ..Completion::default()
+                        });
                     }
                 }
             }
@@ -122,12 +128,16 @@ impl EpState {
                 let src = c.src.map(|p| self.src_fi_addr(p)).unwrap_or(FI_ADDR_NOTAVAIL);
                 // FI_SOURCE_ERR: a sender missing from the AV is reported as an
                 // error entry carrying its address, so the application can insert it.
-                let src_err = (err.is_none() && c.src.is_some() && src == FI_ADDR_NOTAVAIL && self.profile.caps & fi::FI_SOURCE_ERR != 0)
+                let src_err = (err.is_none()
+                    && c.src.is_some()
+                    && src == FI_ADDR_NOTAVAIL
+                    && self.profile.caps & fi::FI_SOURCE_ERR != 0)
                     .then(|| self.running.as_ref().zip(c.src).map(|(r, p)| sender_addr(r.ep.peer_addr(p))))
                     .flatten();
                 let cerr = match c.err {
                     Some(e) => Some(self.error_entry(&c, e)),
-                    None => src_err.map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
+                    None => src_err
+                        .map(|a| CompletionError { src_addr: Some(a), ..CompletionError::new(fi::FI_EADDRNOTAVAIL) }),
                 };
                 // A peek's answer is not a receive: counters count receives only.
                 if c.err != Some(OpError::NoMessage) {
@@ -184,9 +194,21 @@ impl EpState {
         if per_op {
             let uri = addr.map(|a| a.to_uri()).unwrap_or_else(|| "unknown".into());
             if why == ErrReason::Truncated {
-                fi_info!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+                fi_info!(
+                    Subsys::EpData,
+                    "{:?} with context {:#x} failed: {} (peer {uri})",
+                    c.kind,
+                    c.meta.context,
+                    why.text().to_string_lossy()
+                );
             } else {
-                fi_warn!(Subsys::EpData, "{:?} with context {:#x} failed: {} (peer {uri})", c.kind, c.meta.context, why.text().to_string_lossy());
+                fi_warn!(
+                    Subsys::EpData,
+                    "{:?} with context {:#x} failed: {} (peer {uri})",
+                    c.kind,
+                    c.meta.context,
+                    why.text().to_string_lossy()
+                );
             }
         }
         entry
@@ -222,9 +244,19 @@ impl EpState {
             return;
         }
         let cerr = self.error_entry(c, e);
-        fi_warn!(Subsys::EpData, "inject failed: {} (reported on the CQ without a context)", std::io::Error::from_raw_os_error(cerr.err));
+        fi_warn!(
+            Subsys::EpData,
+            "inject failed: {} (reported on the CQ without a context)",
+            std::io::Error::from_raw_os_error(cerr.err)
+        );
         if let Some(b) = &self.tx_cq {
-            b.cq.push(Completion { op_context: 0, flags, len: c.len, err: Some(Box::new(cerr)), ..Completion::default() });
+            b.cq.push(Completion {
+                op_context: 0,
+                flags,
+                len: c.len,
+                err: Some(Box::new(cerr)),
+                ..Completion::default()
+            });
         }
     }
 
@@ -233,7 +265,11 @@ impl EpState {
     /// log. Never a CQ entry: its `op_context` would be NULL, and MPI
     /// libraries dereference the context of every error entry.
     pub(crate) fn report_contextless_error(&mut self, what: &str, err: i32) {
-        fi_warn!(Subsys::EpData, "{what} failed: {} (reported on the EQ and the counter)", std::io::Error::from_raw_os_error(err));
+        fi_warn!(
+            Subsys::EpData,
+            "{what} failed: {} (reported on the EQ and the counter)",
+            std::io::Error::from_raw_os_error(err)
+        );
         if let Some((eq, fid)) = &self.eq {
             eq.push_error(*fid, err as u32);
         }
@@ -257,8 +293,12 @@ impl EpState {
                             eq.push_error(*fid, fi::FI_EHOSTUNREACH);
                         }
                     }
-                    EndpointEvent::DeviceFailed { op, error } => fi_warn!(Subsys::EpData, "device {op} failed: {error}"),
-                    EndpointEvent::ReadFailed { addr, bytes, error } => fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {bytes} bytes: {error:?}"),
+                    EndpointEvent::DeviceFailed { op, error } => {
+                        fi_warn!(Subsys::EpData, "device {op} failed: {error}")
+                    }
+                    EndpointEvent::ReadFailed { addr, bytes, error } => {
+                        fi_warn!(Subsys::EpData, "rendezvous read from {addr:?} failed after {bytes} bytes: {error:?}")
+                    }
                 }
                 continue;
             }

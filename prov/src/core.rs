@@ -13,6 +13,7 @@
 use crate::addr::RdmxAddr;
 use crate::args::{RecvArgs, SendArgs};
 use crate::av_table::{SharedAv, FI_ADDR_UNSPEC};
+use crate::clock::{now, MonotonicClock};
 use crate::cntr_queue::CntrShared;
 use crate::cq_queue::CqShared;
 use crate::dense_cache::DenseCache;
@@ -20,7 +21,6 @@ use crate::error::{Error, Result};
 use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::params;
-use crate::clock::{now, MonotonicClock};
 use crate::process_memory::ProcessMemory;
 use crate::progress::{wait_any, Progress};
 use crate::regcache::{DomainRegistrations, SharedDomainMr};
@@ -31,7 +31,9 @@ use parking_lot::Mutex;
 use rdm::device::{DeviceContext, OpenSpec};
 use rdm::engine::PeerId;
 use rdm::Device;
-use rndv::{BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src};
+use rndv::{
+    BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src,
+};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -167,7 +169,13 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
 }
 
 impl EpShared {
-    pub fn new(profile: Profile, devices: &dyn DeviceContext, mr_keys: Arc<Mutex<KeyTable>>, mr_cache: Option<SharedDomainMr>, mr_virt_addr: bool) -> Result<Arc<EpShared>> {
+    pub fn new(
+        profile: Profile,
+        devices: &dyn DeviceContext,
+        mr_keys: Arc<Mutex<KeyTable>>,
+        mr_cache: Option<SharedDomainMr>,
+        mr_virt_addr: bool,
+    ) -> Result<Arc<EpShared>> {
         let (device, local) = open_device(&profile, devices)?;
         Ok(Arc::new(EpShared {
             state: Mutex::new(EpState {
@@ -231,9 +239,13 @@ impl EpShared {
             // keeps working under manual progress.
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| progress_loop(&weak, &stop, cleanups)));
             if ran.is_err() {
-                fi_warn!(Subsys::EpCtrl, "the progress thread panicked and stopped; progress continues from application calls");
+                fi_warn!(
+                    Subsys::EpCtrl,
+                    "the progress thread panicked and stopped; progress continues from application calls"
+                );
             }
-        });        match spawned {
+        });
+        match spawned {
             Ok(h) => *self.thread.lock() = Some(h),
             Err(e) => fi_warn!(Subsys::EpCtrl, "cannot start the progress thread: {e}"),
         }
@@ -283,7 +295,13 @@ impl EpShared {
             rx_size: st.profile.rx_size,
         };
         let local = st.local;
-        fi_info!(Subsys::EpCtrl, "endpoint enabled at {} (mtu {}, reliable device: {})", local.to_uri(), caps.mtu, caps.reliable);
+        fi_info!(
+            Subsys::EpCtrl,
+            "endpoint enabled at {} (mtu {}, reliable device: {})",
+            local.to_uri(),
+            caps.mtu,
+            caps.reliable
+        );
         let mem = ProcessMemory { keys: st.mr_keys.clone(), virt_addr: st.mr_virt_addr };
         let mut ep = Endpoint::new(device, cfg, mem, MonotonicClock);
         if let Some(c) = &st.mr_cache {
@@ -293,7 +311,14 @@ impl EpShared {
             crate::stats_json::install_signal_handler();
             st.stats_dump = Some(crate::stats_json::DumpSchedule::new(p.stats_interval));
         }
-        st.running = Some(Running { ep, local, src_cache: DenseCache::new(PEER_CACHE_MAX), src_cache_gen: 0, peer_cache: DenseCache::new(PEER_CACHE_MAX), peer_cache_gen: 0 });
+        st.running = Some(Running {
+            ep,
+            local,
+            src_cache: DenseCache::new(PEER_CACHE_MAX),
+            src_cache_gen: 0,
+            peer_cache: DenseCache::new(PEER_CACHE_MAX),
+            peer_cache_gen: 0,
+        });
         Ok(auto)
     }
 
@@ -307,7 +332,6 @@ impl EpShared {
             st.progress();
         }
     }
-
 }
 
 impl Progress for EpShared {
@@ -342,7 +366,8 @@ impl Progress for EpShared {
 /// is ignored, as fi_msg(3) says.
 pub(crate) fn recv_source(caps: u64, tagged: bool, src: u64, claim: bool) -> Result<Option<u64>> {
     let exact = caps & crate::info::EXACT_DIRECTED_RECV != 0;
-    let directed = exact || caps & fi::FI_DIRECTED_RECV != 0 || (tagged && caps & crate::info::TAGGED_DIRECTED_RECV != 0);
+    let directed =
+        exact || caps & fi::FI_DIRECTED_RECV != 0 || (tagged && caps & crate::info::TAGGED_DIRECTED_RECV != 0);
     if !directed {
         return Ok(None);
     }
@@ -382,9 +407,7 @@ impl EpState {
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?.read();
         let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
         drop(av);
-        let dev = a
-            .route(&r.local)
-            .ok_or(Error::AddrNotAvail)?;
+        let dev = a.route(&r.local).ok_or(Error::AddrNotAvail)?;
         // The peer's path is fixed here, from what the device offers toward it.
         let peer = r.ep.peer(dev);
         // The AV entry names one incarnation of the process at that address;
@@ -410,7 +433,11 @@ impl EpState {
         if total > self.profile.max_msg_size {
             // DGRAM: one datagram is the limit, and libfabric's code for it is
             // EMSGSIZE (RDM keeps its historical EINVAL beyond 1 GiB).
-            return Err(if self.profile.ep_type == fi::FI_EP_DGRAM { Error::MsgSize } else { Error::Inval("message larger than max_msg_size") });
+            return Err(if self.profile.ep_type == fi::FI_EP_DGRAM {
+                Error::MsgSize
+            } else {
+                Error::Inval("message larger than max_msg_size")
+            });
         }
         // FI_INJECT as a flag (fi_sendmsg, or the endpoint's default op flags)
         // hands the buffer back at return like fi_inject, but still completes
@@ -423,7 +450,14 @@ impl EpState {
         let delivery_complete = args.flags & fi::FI_DELIVERY_COMPLETE as u64 != 0;
         let wanted = self.tx_wanted(args.flags, args.inject);
         let silent = !wanted && self.send_cntr.is_none();
-        let meta = OpMeta { context: args.context as u64, wanted, inject: args.inject, copy_at_post, delivery_complete, silent };
+        let meta = OpMeta {
+            context: args.context as u64,
+            wanted,
+            inject: args.inject,
+            copy_at_post,
+            delivery_complete,
+            silent,
+        };
         let mut user = IoList::default();
         for s in args.payload.iter().take(user.bufs.len()) {
             user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
@@ -443,7 +477,9 @@ impl EpState {
         }
         let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        crate::log::debug_with(Subsys::EpData, "send", || format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post));
+        crate::log::debug_with(Subsys::EpData, "send", || {
+            format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post)
+        });
         let sent = r.ep.send_reporting(peer, header, args.payload, user, meta);
         let has_output = r.ep.has_output();
         // A small message completed in the call: reported now, ahead of
@@ -478,7 +514,8 @@ impl EpState {
         }
         // A peek always reports (its answer is the point); so does a claim.
         let meta = OpMeta { context: args.context as u64, wanted: wanted || peek || claim, ..OpMeta::default() };
-        let spec = RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
+        let spec =
+            RecvSpec { kind: args.kind, src, tag: args.tag, ignore: args.ignore, iov: args.iov.io(), multi, meta };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         // A peek or claim takes in what the device holds first (MPI_Iprobe
         // must see a message already sent); a receive queue that is full
@@ -517,7 +554,14 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false, silent: false };
+        let meta = OpMeta {
+            context: args.context as u64,
+            wanted: self.tx_wanted(args.flags, args.inject),
+            inject: args.inject,
+            copy_at_post,
+            delivery_complete: false,
+            silent: false,
+        };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let posted = r.ep.rma_write(peer, args.key, args.addr, args.payload, data, meta);
         self.drain_outputs();
@@ -526,7 +570,8 @@ impl EpState {
 
     pub fn rma_read(&mut self, args: RmaArgs<'_>) -> Result<()> {
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), ..OpMeta::default() };
+        let meta =
+            OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), ..OpMeta::default() };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let posted = r.ep.rma_read(peer, args.key, args.addr, args.result.io(), meta);
         self.drain_outputs();
@@ -542,9 +587,28 @@ impl EpState {
             return Err(Error::Inval("inject larger than inject_size"));
         }
         let peer = self.peer_for(args.peer_addr)?;
-        let meta = OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, args.inject), inject: args.inject, copy_at_post, delivery_complete: false, silent: false };
+        let meta = OpMeta {
+            context: args.context as u64,
+            wanted: self.tx_wanted(args.flags, args.inject),
+            inject: args.inject,
+            copy_at_post,
+            delivery_complete: false,
+            silent: false,
+        };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let posted = r.ep.atomic(peer, args.key, args.addr, dt, o, count, args.payload, args.compare, args.result.io(), fetch, meta);
+        let posted = r.ep.atomic(
+            peer,
+            args.key,
+            args.addr,
+            dt,
+            o,
+            count,
+            args.payload,
+            args.compare,
+            args.result.io(),
+            fetch,
+            meta,
+        );
         self.drain_outputs();
         posted.map(|_| ()).map_err(post_error)
     }
@@ -635,7 +699,11 @@ mod tests {
 
     #[test]
     fn exact_directed_recv_refuses_unspec_but_not_on_a_claim() {
-        for caps in [EXACT_DIRECTED_RECV, EXACT_DIRECTED_RECV | fi::FI_DIRECTED_RECV, EXACT_DIRECTED_RECV | TAGGED_DIRECTED_RECV] {
+        for caps in [
+            EXACT_DIRECTED_RECV,
+            EXACT_DIRECTED_RECV | fi::FI_DIRECTED_RECV,
+            EXACT_DIRECTED_RECV | TAGGED_DIRECTED_RECV,
+        ] {
             for tagged in [false, true] {
                 assert_eq!(recv_source(caps, tagged, PEER, false).unwrap(), Some(PEER));
                 let e = recv_source(caps, tagged, FI_ADDR_UNSPEC, false).unwrap_err();

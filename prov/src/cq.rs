@@ -2,12 +2,12 @@
 //! progress of every endpoint bound to the CQ (manual progress) and then copies
 //! entries out in the CQ's format. The queue grows as needed: with
 //! `FI_RM_ENABLED` a completion is never dropped.
-use crate::progress;
 use crate::cq_queue::CqShared;
 use crate::domain::{self, Domain};
 use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
+use crate::progress;
 use crate::progress::BoundEndpoints;
 use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;

@@ -157,18 +157,33 @@ unsafe fn write_entry(format: fi::fi_cq_format, slot: *mut u8, c: &Completion) {
     // SAFETY: per contract; entries are written unaligned-safe via write_unaligned.
     unsafe {
         match format {
-            fi::FI_CQ_FORMAT_CONTEXT => std::ptr::write_unaligned(slot as *mut fi::fi_cq_entry, fi::fi_cq_entry { op_context: ctx }),
+            fi::FI_CQ_FORMAT_CONTEXT => {
+                std::ptr::write_unaligned(slot as *mut fi::fi_cq_entry, fi::fi_cq_entry { op_context: ctx })
+            }
             fi::FI_CQ_FORMAT_MSG => std::ptr::write_unaligned(
                 slot as *mut fi::fi_cq_msg_entry,
                 fi::fi_cq_msg_entry { op_context: ctx, flags: c.flags, len: c.len },
             ),
             fi::FI_CQ_FORMAT_DATA => std::ptr::write_unaligned(
                 slot as *mut fi::fi_cq_data_entry,
-                fi::fi_cq_data_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data },
+                fi::fi_cq_data_entry {
+                    op_context: ctx,
+                    flags: c.flags,
+                    len: c.len,
+                    buf: c.buf as *mut _,
+                    data: c.data,
+                },
             ),
             _ => std::ptr::write_unaligned(
                 slot as *mut fi::fi_cq_tagged_entry,
-                fi::fi_cq_tagged_entry { op_context: ctx, flags: c.flags, len: c.len, buf: c.buf as *mut _, data: c.data, tag: c.tag },
+                fi::fi_cq_tagged_entry {
+                    op_context: ctx,
+                    flags: c.flags,
+                    len: c.len,
+                    buf: c.buf as *mut _,
+                    data: c.data,
+                    tag: c.tag,
+                },
             ),
         }
     }

@@ -2,15 +2,15 @@
 //! them in the fault injector when `FI_RDMX_FAULT_*` asks for it.
 use crate::params::{DeviceChoice, Params};
 use ::devices::composite::{AutoDevice, NetPair};
+use ::devices::efa::EfaContext;
 use ::devices::fault::{FaultConfig, FaultDevice};
 use ::devices::shm::{ShmConfig, ShmDevice};
 use ::devices::udp::{UdpConfig, UdpDevice};
-use ::devices::efa::EfaContext;
 use ::devices::verbs::VerbsContext;
 use rdm::device::{DeviceContext, OpenSpec, Registrar};
-use std::sync::Arc;
 use rdm::{Device, DeviceError};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// A domain's device (one per libfabric domain): every endpoint of the domain
 /// opens its queue here, and the domain registers memory through its
@@ -34,19 +34,22 @@ impl DomainDevices {
             // on) answer at once from the device list. Verbs UD does not
             // work on EFA, so an EFA context that fails here leaves remote
             // peers to UDP (and the auto MTU follows: info::auto_rdma_mtu).
-            DeviceChoice::Auto if crate::info::efa_mtu().is_some() => match open_efa() {
-                Ok(ctx) => Some(Arc::new(ctx)),
-                Err(e) => {
-                    crate::info::note_auto_efa_failed();
-                    crate::log::warn(crate::log::Subsys::Domain, "efa", &format!("auto: EFA device not usable ({e}); remote peers over UDP (verbs UD does not work on EFA)"));
-                    None
+            DeviceChoice::Auto if crate::info::efa_mtu().is_some() => {
+                match open_efa() {
+                    Ok(ctx) => Some(Arc::new(ctx)),
+                    Err(e) => {
+                        crate::info::note_auto_efa_failed();
+                        crate::log::warn(crate::log::Subsys::Domain, "efa", &format!("auto: EFA device not usable ({e}); remote peers over UDP (verbs UD does not work on EFA)"));
+                        None
+                    }
                 }
-            },
+            }
             _ => None,
         };
         let verbs = match choice {
             DeviceChoice::Verbs => {
-                let cfg = crate::info::verbs_config().ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
+                let cfg = crate::info::verbs_config()
+                    .ok_or_else(|| DeviceError::Config("no RDMA device on this host".into()))?;
                 Some(Arc::new(open_verbs(&cfg)?))
             }
             // An EFA host (its context open or failed): SRD or UDP, no UD.
@@ -57,7 +60,11 @@ impl DomainDevices {
             DeviceChoice::Auto => crate::info::verbs_config().and_then(|cfg| match open_verbs(&cfg) {
                 Ok(ctx) => Some(Arc::new(ctx)),
                 Err(e) => {
-                    crate::log::warn(crate::log::Subsys::Domain, "verbs", &format!("auto: RDMA device not usable ({e}); shm and UDP only"));
+                    crate::log::warn(
+                        crate::log::Subsys::Domain,
+                        "verbs",
+                        &format!("auto: RDMA device not usable ({e}); shm and UDP only"),
+                    );
                     None
                 }
             }),
@@ -75,8 +82,16 @@ impl DeviceContext for DomainDevices {
             DeviceChoice::Udp => open_udp(bind, p.udp_mtu)?,
             DeviceChoice::Shm => open_shm(spec.incarnation)?,
             DeviceChoice::Auto => open_auto(bind, p.udp_mtu, spec, self.verbs.as_deref(), self.efa.as_deref())?,
-            DeviceChoice::Verbs => self.verbs.as_ref().ok_or_else(|| DeviceError::Config("verbs domain without a device".into()))?.open(spec)?,
-            DeviceChoice::Efa => self.efa.as_ref().ok_or_else(|| DeviceError::Config("efa domain without a device".into()))?.open(spec)?,
+            DeviceChoice::Verbs => self
+                .verbs
+                .as_ref()
+                .ok_or_else(|| DeviceError::Config("verbs domain without a device".into()))?
+                .open(spec)?,
+            DeviceChoice::Efa => self
+                .efa
+                .as_ref()
+                .ok_or_else(|| DeviceError::Config("efa domain without a device".into()))?
+                .open(spec)?,
         };
         Ok(maybe_fault(dev, p))
     }
@@ -138,7 +153,11 @@ fn open_verbs(cfg: &::devices::verbs::VerbsConfig) -> Result<VerbsContext, Devic
 /// Opens the EFA device and its protection domain.
 fn open_efa() -> Result<EfaContext, DeviceError> {
     let ctx = EfaContext::open(&crate::info::efa_config())?;
-    crate::log::info(crate::log::Subsys::Domain, "efa", &format!("efa domain on {} ({:?})", ctx.device_name(), ctx.limits()));
+    crate::log::info(
+        crate::log::Subsys::Domain,
+        "efa",
+        &format!("efa domain on {} ({:?})", ctx.device_name(), ctx.limits()),
+    );
     Ok(ctx)
 }
 
@@ -157,7 +176,13 @@ fn open_efa() -> Result<EfaContext, DeviceError> {
 /// UDP, on which the engine retransmits (UDP's caps are unreliable). Such
 /// an endpoint is slower, not broken; failing its open instead would fail
 /// a job for a resource limit that UDP gets around.
-fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&VerbsContext>, efa: Option<&EfaContext>) -> Result<Box<dyn Device>, DeviceError> {
+fn open_auto(
+    bind: SocketAddr,
+    mtu: usize,
+    spec: &OpenSpec,
+    verbs: Option<&VerbsContext>,
+    efa: Option<&EfaContext>,
+) -> Result<Box<dyn Device>, DeviceError> {
     let mut udp_cfg = UdpConfig::new(bind);
     udp_cfg.mtu = mtu;
     let udp = UdpDevice::open(&udp_cfg)?;
@@ -179,7 +204,11 @@ fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&Verbs
         (None, Some(v)) => match v.open_device(spec) {
             Ok(d) => Some(Box::new(d)),
             Err(e) => {
-                crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", &format!("no UD queue pair ({e}); remote peers over UDP"));
+                crate::log::warn(
+                    crate::log::Subsys::EpCtrl,
+                    "open_auto",
+                    &format!("no UD queue pair ({e}); remote peers over UDP"),
+                );
                 None
             }
         },
@@ -192,7 +221,11 @@ fn open_auto(bind: SocketAddr, mtu: usize, spec: &OpenSpec, verbs: Option<&Verbs
     };
     let shm = ShmDevice::open(&shm_config(spec.incarnation)).ok();
     if shm.is_none() {
-        crate::log::warn(crate::log::Subsys::EpCtrl, "open_auto", "shared memory unavailable; this endpoint uses the network only");
+        crate::log::warn(
+            crate::log::Subsys::EpCtrl,
+            "open_auto",
+            "shared memory unavailable; this endpoint uses the network only",
+        );
     }
     Ok(Box::new(AutoDevice::new(shm, Some(net))?))
 }
@@ -210,7 +243,10 @@ pub fn maybe_fault(dev: Box<dyn Device>, p: &Params) -> Box<dyn Device> {
         crate::log::info(
             crate::log::Subsys::EpCtrl,
             "maybe_fault",
-            &format!("fault injection on: drop {}% dup {}% reorder {}% corrupt {}% (seed {})", cfg.drop_pct, cfg.dup_pct, cfg.reorder_pct, cfg.corrupt_pct, cfg.seed),
+            &format!(
+                "fault injection on: drop {}% dup {}% reorder {}% corrupt {}% (seed {})",
+                cfg.drop_pct, cfg.dup_pct, cfg.reorder_pct, cfg.corrupt_pct, cfg.seed
+            ),
         );
         Box::new(FaultDevice::new(dev, cfg))
     } else {

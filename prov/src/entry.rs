@@ -56,7 +56,11 @@ pub fn guard<R: CReturn>(name: &'static str, body: impl FnOnce() -> Result<R, Er
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            crate::log::warn(crate::log::Subsys::Core, name, &format!("internal panic caught at the C boundary: {what}"));
+            crate::log::warn(
+                crate::log::Subsys::Core,
+                name,
+                &format!("internal panic caught at the C boundary: {what}"),
+            );
             R::from_error(&Error::Other(what))
         }
     }

@@ -68,10 +68,6 @@ static CM_OPS: fi::fi_ops_cm = fi::fi_ops_cm {
     join: Some(no_join),
 };
 
-
-
-
-
 static COLLECTIVE_OPS: fi::fi_ops_collective = fi::fi_ops_collective {
     size: std::mem::size_of::<fi::fi_ops_collective>(),
     barrier: Some(no_barrier),

@@ -37,7 +37,18 @@ pub(crate) static TAGGED_OPS: fi::fi_ops_tagged = fi::fi_ops_tagged {
 };
 
 #[allow(clippy::too_many_arguments)]
-fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, desc: [usize; info::IOV_LIMIT], dest: u64, tag: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
+fn do_send(
+    ep: &Ep,
+    kind: MsgKind,
+    iov: UserIov,
+    desc: [usize; info::IOV_LIMIT],
+    dest: u64,
+    tag: u64,
+    data: Option<u64>,
+    context: Ctx,
+    flags: Option<u64>,
+    inject: bool,
+) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.tx_op_flags);
     let mut slices: [&[u8]; info::IOV_LIMIT] = [&[]; info::IOV_LIMIT];
@@ -63,10 +74,20 @@ fn do_send(ep: &Ep, kind: MsgKind, iov: UserIov, desc: [usize; info::IOV_LIMIT],
 }
 
 #[allow(clippy::too_many_arguments)] // the union of the fi_recv family's arguments
-fn do_recv(ep: &Ep, kind: MsgKind, iov: UserIov, src: u64, tag: u64, ignore: u64, context: Ctx, flags: Option<u64>) -> Result<isize> {
+fn do_recv(
+    ep: &Ep,
+    kind: MsgKind,
+    iov: UserIov,
+    src: u64,
+    tag: u64,
+    ignore: u64,
+    context: Ctx,
+    flags: Option<u64>,
+) -> Result<isize> {
     let mut st = ep.shared.lock();
     let flags = flags.unwrap_or(st.profile.rx_op_flags);
-    let supported = (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV | fi::FI_PEEK) as u64 | fi::FI_CLAIM | fi::FI_DISCARD;
+    let supported =
+        (fi::FI_COMPLETION | fi::FI_MORE | fi::FI_MULTI_RECV | fi::FI_PEEK) as u64 | fi::FI_CLAIM | fi::FI_DISCARD;
     if flags & !supported != 0 {
         return Err(Error::BadFlags);
     }

@@ -7,8 +7,8 @@ use crate::entry::{entry, non_null};
 use crate::ep::{single, user_iov, Ctx, Desc, DescV, Ep};
 use crate::error::{Error, Result};
 use crate::info;
-use libfabric_sys as fi;
 use crate::rma::{one, RmaArgs};
+use libfabric_sys as fi;
 
 pub(crate) static RMA_OPS: fi::fi_ops_rma = fi::fi_ops_rma {
     size: std::mem::size_of::<fi::fi_ops_rma>(),
@@ -40,8 +40,6 @@ pub(crate) static ATOMIC_OPS: fi::fi_ops_atomic = fi::fi_ops_atomic {
     compwritevalid: Some(atomic_compwritevalid),
 };
 
-
-
 /// # Safety
 /// `iov` is valid for `count` entries of application memory.
 unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
@@ -56,7 +54,18 @@ unsafe fn iov_slices<'a>(iov: &UserIov) -> [&'a [u8]; info::IOV_LIMIT] {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn do_rma(ep: &Ep, write: bool, iov: UserIov, peer: u64, addr: u64, key: u64, data: Option<u64>, context: Ctx, flags: Option<u64>, inject: bool) -> Result<isize> {
+fn do_rma(
+    ep: &Ep,
+    write: bool,
+    iov: UserIov,
+    peer: u64,
+    addr: u64,
+    key: u64,
+    data: Option<u64>,
+    context: Ctx,
+    flags: Option<u64>,
+    inject: bool,
+) -> Result<isize> {
     let mut st = ep.shared.lock();
     if st.profile.caps & fi::FI_RMA as u64 == 0 {
         return Err(Error::OpNotSupp);

@@ -31,7 +31,12 @@ impl EpState {
                 m.stray
             );
             if m.dropped_unmatched > 0 {
-                fi_info!(Subsys::EpCtrl, "endpoint {}: {} datagrams dropped (no receive posted)", r.local.to_uri(), m.dropped_unmatched);
+                fi_info!(
+                    Subsys::EpCtrl,
+                    "endpoint {}: {} datagrams dropped (no receive posted)",
+                    r.local.to_uri(),
+                    m.dropped_unmatched
+                );
             }
             if params().stats {
                 print_stats(&r.local, &self.counters());
@@ -118,7 +123,10 @@ impl EpState {
             ("rc_connections_established", rc.conns.established),
             ("rc_connections_accepted", rc.conns.accepted),
             ("rc_connections_rejected", rc.conns.rejected + rc.conns.refused_by_peer),
-            ("rc_connections_closed", rc.conns.closed_lru + rc.conns.closed_idle + rc.conns.closed_broken + rc.conns.closed_peer_failed),
+            (
+                "rc_connections_closed",
+                rc.conns.closed_lru + rc.conns.closed_idle + rc.conns.closed_broken + rc.conns.closed_peer_failed,
+            ),
             ("rc_connections_closed_lru", rc.conns.closed_lru),
             ("rc_connections_open", (rc.open_active + rc.open_passive) as u64),
             ("rc_queue_pairs", rc.queue_pairs),

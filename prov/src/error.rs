@@ -91,7 +91,9 @@ impl From<rdm::DeviceError> for Error {
 impl From<mr_cache::MrError> for Error {
     fn from(e: mr_cache::MrError) -> Self {
         match e {
-            mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::NoKey(_) | mr_cache::MrError::Unmapped(_) => Error::NoKey,
+            mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::NoKey(_) | mr_cache::MrError::Unmapped(_) => {
+                Error::NoKey
+            }
             mr_cache::MrError::OutOfRange { .. } | mr_cache::MrError::Access => Error::Inval("mr access"),
         }
     }
@@ -200,7 +202,9 @@ mod tests {
             assert_eq!(ErrReason::from_prov_errno(r.prov_errno()), Some(r));
             assert!(r.prov_errno() > 4095, "{r:?} collides with an errno");
             // SAFETY: fi_strerror returns a static string for any value.
-            let base = unsafe { std::ffi::CStr::from_ptr(libfabric_sys::fi_strerror(r.errno() as i32)) }.to_string_lossy().into_owned();
+            let base = unsafe { std::ffi::CStr::from_ptr(libfabric_sys::fi_strerror(r.errno() as i32)) }
+                .to_string_lossy()
+                .into_owned();
             let text = r.text().to_string_lossy();
             assert!(text.starts_with(&base), "{r:?}: {text:?} does not start with {base:?}");
         }

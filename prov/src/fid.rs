@@ -127,7 +127,8 @@ pub fn leak<T>(obj: T) -> *mut T {
 pub const QUARANTINE: usize = 1024;
 
 /// Husks of closed objects, oldest first: address and layout to free.
-static CLOSED: parking_lot::Mutex<std::collections::VecDeque<(usize, std::alloc::Layout)>> = parking_lot::Mutex::new(std::collections::VecDeque::new());
+static CLOSED: parking_lot::Mutex<std::collections::VecDeque<(usize, std::alloc::Layout)>> =
+    parking_lot::Mutex::new(std::collections::VecDeque::new());
 
 /// Closes an object created by [`leak`] for good: drops its contents now, and
 /// keeps its memory for the next [`QUARANTINE`] closes as a husk whose fid says
@@ -148,12 +149,20 @@ pub unsafe fn retire<T: FidObject>(p: *const T) {
     // (FidObject's contract), which the husk header overwrites.
     unsafe {
         std::ptr::drop_in_place(p);
-        (p as *mut fi::fid).write(fi::fid { fclass: fi::FI_CLASS_UNSPEC as usize, context: std::ptr::null_mut(), ops: &CLOSED_OPS as *const fi::fi_ops as *mut fi::fi_ops });
+        (p as *mut fi::fid).write(fi::fid {
+            fclass: fi::FI_CLASS_UNSPEC as usize,
+            context: std::ptr::null_mut(),
+            ops: &CLOSED_OPS as *const fi::fi_ops as *mut fi::fi_ops,
+        });
     }
     let oldest = {
         let mut q = CLOSED.lock();
         q.push_back((p as usize, std::alloc::Layout::new::<T>()));
-        if q.len() > QUARANTINE { q.pop_front() } else { None }
+        if q.len() > QUARANTINE {
+            q.pop_front()
+        } else {
+            None
+        }
     };
     if let Some((addr, layout)) = oldest {
         // SAFETY: allocated by `Box::new` (leak) with this layout, contents

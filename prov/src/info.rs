@@ -6,9 +6,9 @@
 //! and only at the end copied into `fi_info` structs allocated by libfabric's own
 //! allocator (`fi_dupinfo(NULL)`, libc `malloc`/`strdup`), so `fi_freeinfo` can free
 //! them.
-use crate::log::{fi_info, fi_warn, Subsys};
 use crate::addr::{RdmxAddr, ADDR_LEN};
 use crate::error::{Error, Result};
+use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::{params, DeviceChoice};
 use libfabric_sys as fi;
 use std::ffi::{CStr, CString};
@@ -122,10 +122,7 @@ const MSG_ORDER: u64 = fi::FI_ORDER_STRICT as u64
 /// `FI_MR_LOCAL` registrations are accepted and ignored, `FI_MR_PROV_KEY` makes
 /// rdmx choose keys. `FI_MR_ENDPOINT` is not offered (MRs do not bind to
 /// endpoints).
-const MR_MODE_ACCEPTED: i32 = (fi::FI_MR_LOCAL
-    | fi::FI_MR_ALLOCATED
-    | fi::FI_MR_PROV_KEY
-    | fi::FI_MR_VIRT_ADDR) as i32;
+const MR_MODE_ACCEPTED: i32 = (fi::FI_MR_LOCAL | fi::FI_MR_ALLOCATED | fi::FI_MR_PROV_KEY | fi::FI_MR_VIRT_ADDR) as i32;
 
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 
@@ -138,7 +135,8 @@ const DGRAM_DIRECTION_CAPS: u64 = SEND | RECV;
 /// A send completes once handed to the device: its buffer is free and the
 /// datagram is on its way (inject and transmit complete); delivery is never
 /// known, so `FI_DELIVERY_COMPLETE` is not offered.
-const DGRAM_TX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_INJECT | fi::FI_INJECT_COMPLETE | fi::FI_TRANSMIT_COMPLETE | fi::FI_MORE) as u64;
+const DGRAM_TX_OP_FLAGS: u64 =
+    (fi::FI_COMPLETION | fi::FI_INJECT | fi::FI_INJECT_COMPLETE | fi::FI_TRANSMIT_COMPLETE | fi::FI_MORE) as u64;
 const DGRAM_RX_OP_FLAGS: u64 = (fi::FI_COMPLETION | fi::FI_MORE) as u64;
 
 /// The capability and flag sets of one endpoint type, for hint matching.
@@ -621,7 +619,9 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         // SAFETY: `domain_attr` is non-null (`h.dom` is Some) and, as the
         // hints of a request of API `version` (<= the running library's), was
         // allocated with every field that version has (`appended`).
-        let (max_ep_auth_key, max_group_id) = unsafe { (appended::max_ep_auth_key(hi.domain_attr, version), appended::max_group_id(hi.domain_attr, version)) };
+        let (max_ep_auth_key, max_group_id) = unsafe {
+            (appended::max_ep_auth_key(hi.domain_attr, version), appended::max_group_id(hi.domain_attr, version))
+        };
         // One authorization key per endpoint (the job key); no peer groups.
         if max_ep_auth_key > 1 || max_group_id != 0 {
             return Err(Error::NoData);
@@ -696,7 +696,8 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
     // never in the default set: asking for one alone asks for it alone.
     let directed = asked_only & !SOURCE_ERR;
     let primary_req = hi.caps & (tc.primary | directed | tc.direction);
-    let mut caps = if hi.caps & (tc.primary | directed) != 0 { primary_req } else { tc.primary | (hi.caps & tc.direction) };
+    let mut caps =
+        if hi.caps & (tc.primary | directed) != 0 { primary_req } else { tc.primary | (hi.caps & tc.direction) };
     if caps & tc.direction == 0 {
         caps |= tc.direction;
     }
@@ -741,7 +742,11 @@ const OFI_CORE_PROV_ONLY: u64 = 1 << 59;
 /// ranks over entries) that only adds a second reliability layer.
 fn ep_types(hints: Option<&Hints<'_>>, flags: u64) -> Vec<fi::fi_ep_type> {
     if hints.is_none() {
-        return if flags & OFI_CORE_PROV_ONLY == 0 { vec![fi::FI_EP_RDM, fi::FI_EP_DGRAM] } else { vec![fi::FI_EP_RDM] };
+        return if flags & OFI_CORE_PROV_ONLY == 0 {
+            vec![fi::FI_EP_RDM, fi::FI_EP_DGRAM]
+        } else {
+            vec![fi::FI_EP_RDM]
+        };
     }
     match hints.and_then(|h| h.ep).map(|e| e.type_) {
         Some(fi::FI_EP_DGRAM) if flags & OFI_CORE_PROV_ONLY == 0 => vec![fi::FI_EP_DGRAM],
@@ -789,7 +794,12 @@ pub fn default_ip() -> IpAddr {
         if choice.iface.is_none() {
             fi_warn!(Subsys::Core, "UDP address {} ({on}): {}", choice.ip, choice.reason);
         } else {
-            fi_info!(Subsys::Core, "UDP address {} on {on}: {} (set FI_RDMX_IFACE to choose another)", choice.ip, choice.reason);
+            fi_info!(
+                Subsys::Core,
+                "UDP address {} on {on}: {} (set FI_RDMX_IFACE to choose another)",
+                choice.ip,
+                choice.reason
+            );
         }
     });
     choice.ip
@@ -858,7 +868,10 @@ pub unsafe fn getinfo(
     let mut out = Vec::new();
     // SAFETY: hints come from the application; the name is a C string or null.
     let hinted_domain = hints.as_ref().and_then(|h| h.dom).and_then(|d| unsafe { opt_cstr(d.name) });
-    for (dev, ep_type) in usable_devices(hinted_domain).into_iter().flat_map(|d| ep_types(hints.as_ref(), flags).into_iter().map(move |t| (d, t))) {
+    for (dev, ep_type) in usable_devices(hinted_domain)
+        .into_iter()
+        .flat_map(|d| ep_types(hints.as_ref(), flags).into_iter().map(move |t| (d, t)))
+    {
         let mut p = base_profile(dev, ep_type);
         p.api_version = version;
         if let Some(h) = &hints {
@@ -1043,7 +1056,8 @@ pub unsafe fn profile_from_info(info: *const fi::fi_info, version: u32) -> Resul
         Some(fi::FI_EP_RDM) | Some(fi::FI_EP_UNSPEC) | None => fi::FI_EP_RDM,
         Some(_) => return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM")),
     };
-    let mut p = match_hints(base_profile(dev, ep_type), &h, version).map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
+    let mut p = match_hints(base_profile(dev, ep_type), &h, version)
+        .map_err(|_| Error::Inval("info does not describe an rdmx endpoint"))?;
     // SAFETY: as above.
     unsafe {
         if let Some(src) = addr_from_raw(i.src_addr, i.src_addrlen) {
@@ -1099,13 +1113,25 @@ pub mod appended {
     const _: () = assert!(offset_of!(fi::fi_mr_attr, iov_count) == size_of::<*const fi::iovec>());
     // Headers older than a field end where it starts; headers that have it
     // reach past it.
-    const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_EP_AUTH_KEY + 8 } else { size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_EP_AUTH_KEY });
+    const _: () = assert!(if BUILT >= V1_20 {
+        size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_EP_AUTH_KEY + 8
+    } else {
+        size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_EP_AUTH_KEY
+    });
     const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_GROUP_ID + 4);
     const _: () = assert!(BUILT < V2_0 || size_of::<fi::fi_mr_attr>() >= MR_ATTR_BASE_MR + 8);
     // 2.0 to 2.4 headers end after max_group_id's padding, where the 2.5
     // fields start; 2.5 headers reach past both.
-    const _: () = assert!(if BUILT >= V2_5 { size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_ERR_CNTR_VALUE + 8 } else { BUILT < V2_0 || size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_CNTR_VALUE });
-    const _: () = assert!(if BUILT >= V1_20 { size_of::<fi::fi_cq_err_entry>() >= CQ_ERR_SRC_ADDR + 8 } else { size_of::<fi::fi_cq_err_entry>() == CQ_ERR_SRC_ADDR });
+    const _: () = assert!(if BUILT >= V2_5 {
+        size_of::<fi::fi_domain_attr>() >= DOMAIN_MAX_ERR_CNTR_VALUE + 8
+    } else {
+        BUILT < V2_0 || size_of::<fi::fi_domain_attr>() == DOMAIN_MAX_CNTR_VALUE
+    });
+    const _: () = assert!(if BUILT >= V1_20 {
+        size_of::<fi::fi_cq_err_entry>() >= CQ_ERR_SRC_ADDR + 8
+    } else {
+        size_of::<fi::fi_cq_err_entry>() == CQ_ERR_SRC_ADDR
+    });
 
     /// Reads a `T` at byte `offset` of the struct at `base`.
     ///
@@ -1174,7 +1200,10 @@ pub mod appended {
     /// library allocated with the C allocator (`fi_dupinfo`).
     pub unsafe fn set_max_ep_auth_key(attr: *mut fi::fi_domain_attr, version: u32, v: usize) {
         // SAFETY: per contract.
-        if version < V1_20 || !crate::version::running_at_least(V1_20) || !unsafe { block_holds(attr, DOMAIN_MAX_EP_AUTH_KEY + 8) } {
+        if version < V1_20
+            || !crate::version::running_at_least(V1_20)
+            || !unsafe { block_holds(attr, DOMAIN_MAX_EP_AUTH_KEY + 8) }
+        {
             return;
         }
         // SAFETY: per contract, the struct reaches past the 1.20 field.
@@ -1189,7 +1218,10 @@ pub mod appended {
     /// As [`set_max_ep_auth_key`].
     pub unsafe fn set_max_cntr_values(attr: *mut fi::fi_domain_attr, version: u32, v: u64, err: u64) {
         // SAFETY: per contract.
-        if version < V2_5 || !crate::version::running_at_least(V2_5) || !unsafe { block_holds(attr, DOMAIN_MAX_ERR_CNTR_VALUE + 8) } {
+        if version < V2_5
+            || !crate::version::running_at_least(V2_5)
+            || !unsafe { block_holds(attr, DOMAIN_MAX_ERR_CNTR_VALUE + 8) }
+        {
             return;
         }
         // SAFETY: per contract, the struct reaches past the 2.5 fields.
@@ -1280,7 +1312,13 @@ mod api_version_tests {
 
     impl TestHints {
         fn new(caps: u64) -> TestHints {
-            let mut h = TestHints { info: fi::fi_info { caps, ..Default::default() }, dom: Box::default(), ep: Box::default(), tx: Box::default(), rx: Box::default() };
+            let mut h = TestHints {
+                info: fi::fi_info { caps, ..Default::default() },
+                dom: Box::default(),
+                ep: Box::default(),
+                tx: Box::default(),
+                rx: Box::default(),
+            };
             h.info.domain_attr = &mut h.dom.attr;
             h.info.ep_attr = &mut *h.ep;
             h.info.tx_attr = &mut *h.tx;
@@ -1302,7 +1340,15 @@ mod api_version_tests {
             if ep_type == fi::FI_EP_DGRAM {
                 // The DGRAM profile without asking the devices for an MTU.
                 let caps = DGRAM_PRIMARY_CAPS | DGRAM_SECONDARY_CAPS | DGRAM_DIRECTION_CAPS;
-                base = Profile { ep_type, caps, tx_caps: caps & TX_CAPS, rx_caps: caps & RX_CAPS, msg_order: 0, max_msg_size: 1024, ..base };
+                base = Profile {
+                    ep_type,
+                    caps,
+                    tx_caps: caps & TX_CAPS,
+                    rx_caps: caps & RX_CAPS,
+                    msg_order: 0,
+                    max_msg_size: 1024,
+                    ..base
+                };
             }
             match_hints(base, &h, version)
         }
@@ -1320,7 +1366,11 @@ mod api_version_tests {
         for bit in [TAGGED_DIRECTED_RECV, EXACT_DIRECTED_RECV, TAGGED_MULTI_RECV] {
             for version in [V1_17, V1_20, V1_22] {
                 let h = TestHints::new(TAGGED | bit);
-                assert!(matches!(h.rdm(version), Err(Error::NoData)), "{bit:#x} at {}", crate::version::dotted(version));
+                assert!(
+                    matches!(h.rdm(version), Err(Error::NoData)),
+                    "{bit:#x} at {}",
+                    crate::version::dotted(version)
+                );
                 let mut h = TestHints::new(TAGGED);
                 h.rx.caps = TAGGED | bit;
                 assert!(matches!(h.rdm(version), Err(Error::NoData)), "rx {bit:#x}");
@@ -1332,7 +1382,10 @@ mod api_version_tests {
     fn directed_recv_caps_of_2_0_are_accepted_and_reported_only_when_asked() {
         for ep_type in [fi::FI_EP_RDM, fi::FI_EP_DGRAM] {
             let p = TestHints::new(TAGGED | TAGGED_DIRECTED_RECV).match_as(ep_type, V2_0).unwrap();
-            assert_eq!(p.caps & (TAGGED | TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV | MSG), TAGGED | TAGGED_DIRECTED_RECV);
+            assert_eq!(
+                p.caps & (TAGGED | TAGGED_DIRECTED_RECV | EXACT_DIRECTED_RECV | MSG),
+                TAGGED | TAGGED_DIRECTED_RECV
+            );
             assert_ne!(p.rx_caps & TAGGED_DIRECTED_RECV, 0);
             assert_eq!(p.tx_caps & TAGGED_DIRECTED_RECV, 0);
             let p = TestHints::new(MSG | TAGGED | EXACT_DIRECTED_RECV | DIRECTED_RECV).match_as(ep_type, V2_0).unwrap();
@@ -1348,7 +1401,10 @@ mod api_version_tests {
             h.rx.caps = TAGGED | TAGGED_DIRECTED_RECV;
             assert!(h.match_as(ep_type, V2_0).is_ok());
             // Tagged multi-receive is refused at every version.
-            assert!(matches!(TestHints::new(TAGGED | TAGGED_MULTI_RECV).match_as(ep_type, v(2, 6)), Err(Error::NoData)));
+            assert!(matches!(
+                TestHints::new(TAGGED | TAGGED_MULTI_RECV).match_as(ep_type, v(2, 6)),
+                Err(Error::NoData)
+            ));
         }
     }
 
@@ -1429,7 +1485,14 @@ mod api_version_tests {
     #[test]
     fn unknown_threading_models_are_refused() {
         let mut h = TestHints::new(0);
-        for t in [fi::FI_THREAD_UNSPEC, fi::FI_THREAD_SAFE, fi::FI_THREAD_FID, fi::FI_THREAD_DOMAIN, fi::FI_THREAD_COMPLETION, fi::FI_THREAD_ENDPOINT] {
+        for t in [
+            fi::FI_THREAD_UNSPEC,
+            fi::FI_THREAD_SAFE,
+            fi::FI_THREAD_FID,
+            fi::FI_THREAD_DOMAIN,
+            fi::FI_THREAD_COMPLETION,
+            fi::FI_THREAD_ENDPOINT,
+        ] {
             h.dom.attr.threading = t;
             assert!(h.rdm(V1_17).is_ok(), "{t}");
         }
@@ -1476,11 +1539,17 @@ mod api_version_tests {
         let attr = &mut dom.attr as *mut fi::fi_domain_attr;
         let read = |d: &Dom, off: usize| -> u64 {
             // SAFETY: `Dom` reaches past the 2.5 fields whichever bindings.
-            unsafe { std::ptr::read_unaligned((&d.attr as *const fi::fi_domain_attr as *const u8).add(off) as *const u64) }
+            unsafe {
+                std::ptr::read_unaligned((&d.attr as *const fi::fi_domain_attr as *const u8).add(off) as *const u64)
+            }
         };
         // SAFETY: `dom` reaches past the 2.5 fields whichever bindings.
         unsafe { set_max_cntr_values(attr, v(2, 4), u64::MAX, u64::MAX) };
-        assert_eq!((read(&dom, DOMAIN_MAX_CNTR_VALUE), read(&dom, DOMAIN_MAX_ERR_CNTR_VALUE)), (0, 0), "untouched before 2.5");
+        assert_eq!(
+            (read(&dom, DOMAIN_MAX_CNTR_VALUE), read(&dom, DOMAIN_MAX_ERR_CNTR_VALUE)),
+            (0, 0),
+            "untouched before 2.5"
+        );
         // SAFETY: as above.
         unsafe { set_max_cntr_values(attr, V2_5, 7, 8) };
         let want = if crate::version::running_at_least(V2_5) { (7, 8) } else { (0, 0) };

@@ -64,7 +64,11 @@ fn register(
     }
     d.children.get();
     let mr = fid::leak(Mr {
-        fid: fi::fid_mr { fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS), mem_desc: std::ptr::null_mut(), key },
+        fid: fi::fid_mr {
+            fid: fid::new_fid(fi::FI_CLASS_MR, context, &MR_FI_OPS),
+            mem_desc: std::ptr::null_mut(),
+            key,
+        },
         domain: d,
     });
     // On a device that registers memory, the registration is also the
@@ -214,7 +218,8 @@ mod tests {
     /// bindings came from.
     fn attr_2x(iov: *const libc::iovec, base_mr: usize) -> [u64; 14] {
         let mut raw = [0u64; 14];
-        let head = fi::fi_mr_attr { iov_count: 1, access: fi::FI_REMOTE_READ as u64, requested_key: 42, ..Default::default() };
+        let head =
+            fi::fi_mr_attr { iov_count: 1, access: fi::FI_REMOTE_READ as u64, requested_key: 42, ..Default::default() };
         // SAFETY: the 1.17 part of the struct is its first 80 bytes, all
         // inside `raw` (112); bindings of any version put it there.
         unsafe {
@@ -245,7 +250,7 @@ mod tests {
         // Exactly 1.17's size: nothing past it is touched (Miri would say).
         let mut raw = [0u64; 10];
         raw[1] = 3; // iov_count
-        // SAFETY: `raw` is a whole 1.17 fi_mr_attr.
+                    // SAFETY: `raw` is a whole 1.17 fi_mr_attr.
         let a = unsafe { MrAttr::read(raw.as_ptr() as *const fi::fi_mr_attr, fi::fi_version_num(1, 17)) };
         assert_eq!((a.iov_count, a.base_mr), (3, std::ptr::null()));
     }

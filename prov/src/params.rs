@@ -202,7 +202,11 @@ fn read() -> Params {
         Some("efa") => DeviceChoice::Efa,
         Some("auto") | Some("") | None => DeviceChoice::Auto,
         Some(other) => {
-            crate::log::warn(crate::log::Subsys::Core, "params", &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm|verbs|efa; using auto"));
+            crate::log::warn(
+                crate::log::Subsys::Core,
+                "params",
+                &format!("FI_RDMX_DEVICE={other} is not auto|udp|shm|verbs|efa; using auto"),
+            );
             DeviceChoice::Auto
         }
     };
@@ -253,9 +257,6 @@ pub fn params() -> &'static Params {
 pub fn documented() -> Vec<(String, String)> {
     DEFINITIONS
         .iter()
-        .map(|(n, _, h)| {
-            (format!("FI_RDMX_{}", n.to_string_lossy().to_uppercase()), h.to_string_lossy().into_owned())
-        })
+        .map(|(n, _, h)| (format!("FI_RDMX_{}", n.to_string_lossy().to_uppercase()), h.to_string_lossy().into_owned()))
         .collect()
 }
-

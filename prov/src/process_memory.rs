@@ -61,7 +61,13 @@ impl rndv::Memory for ProcessMemory {
         Some(unsafe { LocalBuf::new(addr, len) })
     }
 
-    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: rndv::Access) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
+    fn rma_target(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        access: rndv::Access,
+    ) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
         let mut keys = self.keys.lock();
         let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
         let want = match access {
@@ -70,12 +76,15 @@ impl rndv::Memory for ProcessMemory {
             rndv::Access::LocalWrite => fi::FI_WRITE as u64,
         };
         // Registrations made without any access flag allow every access.
-        let access_flags = (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
+        let access_flags =
+            (fi::FI_READ | fi::FI_WRITE | fi::FI_SEND | fi::FI_RECV | fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
         let want = if region.access & access_flags == 0 { 0 } else { want };
         let pieces = keys.check(key, addr, len, want, self.virt_addr).map_err(|e| match e {
             // A key whose memory the application unmapped reaches nothing,
             // like a closed one.
-            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::Unmapped(_) => rndv::Status::NoKey,
+            mr_cache::MrError::NoKey(_) | mr_cache::MrError::KeyInUse(_) | mr_cache::MrError::Unmapped(_) => {
+                rndv::Status::NoKey
+            }
             _ => rndv::Status::Access,
         })?;
         Ok(pieces.into_iter().map(|p| IoBuf { addr: p.addr, len: p.len }).collect())

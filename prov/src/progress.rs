@@ -140,10 +140,14 @@ impl EmptyReads {
         if !n.is_multiple_of(CLOCK_EVERY) {
             return;
         }
-        self.empty_at(crate::clock::now().as_nanos(), &mut || {
-            std::thread::yield_now();
-            crate::clock::now().as_nanos()
-        }, &mut || std::thread::sleep(Duration::from_micros(1)));
+        self.empty_at(
+            crate::clock::now().as_nanos(),
+            &mut || {
+                std::thread::yield_now();
+                crate::clock::now().as_nanos()
+            },
+            &mut || std::thread::sleep(Duration::from_micros(1)),
+        );
     }
 
     /// [`EmptyReads::empty`] at clock `now` (ns), with the yield (which
@@ -201,7 +205,8 @@ pub fn wait_any_or_fd<P: Progress + ?Sized>(eps: &[Arc<P>], extra: Option<RawFd>
 /// (one endpoint, its state already locked: a close's linger).
 pub fn sleep_on(fd: Option<RawFd>, deadline: Option<rdm::Instant>, max: Duration) {
     let wait = deadline.map_or(max, |d| max.min(d.saturating_duration_since(crate::clock::now())));
-    let mut fds: Vec<libc::pollfd> = fd.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).into_iter().collect();
+    let mut fds: Vec<libc::pollfd> =
+        fd.map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).into_iter().collect();
     sleep_on_fds(&mut fds, wait);
 }
 
@@ -214,7 +219,10 @@ fn sleep_on_fds(fds: &mut [libc::pollfd], wait: Duration) {
     // ppoll, not poll: a deadline under a millisecond away (an ack delay, a
     // retransmission timer) rounded down to poll's 0 ms made the caller spin
     // until it passed, a core taken from the application on a small machine.
-    let ts = libc::timespec { tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: wait.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: `fds` is a valid array of pollfd for its length; `ts` outlives
     // the call; no signal mask is changed.
     unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, &ts, std::ptr::null()) };
@@ -234,18 +242,39 @@ mod tests {
         let us = |n: u64| 1_000_000 + n * 1000;
         // Reads every µs for 100 µs, all empty; each yield takes 1 µs.
         for t in 0..100 {
-            r.empty_at(us(t), &mut || { yields += 1; us(t + 1) }, &mut || naps += 1);
+            r.empty_at(
+                us(t),
+                &mut || {
+                    yields += 1;
+                    us(t + 1)
+                },
+                &mut || naps += 1,
+            );
         }
         assert_eq!((yields, naps), (4, 0), "a yield at 20, 41, 62 and 83 µs, no nap: the yields were quick");
         // A read that finds something ends the streak: 19 µs more of empty
         // reads do not yield.
         r.found();
         for t in 200..219 {
-            r.empty_at(us(t), &mut || { yields += 1; us(t) }, &mut || naps += 1);
+            r.empty_at(
+                us(t),
+                &mut || {
+                    yields += 1;
+                    us(t)
+                },
+                &mut || naps += 1,
+            );
         }
         assert_eq!(yields, 4);
         // A yield that took 10 µs: another thread had this core; then a nap.
-        r.empty_at(us(221), &mut || { yields += 1; us(231) }, &mut || naps += 1);
+        r.empty_at(
+            us(221),
+            &mut || {
+                yields += 1;
+                us(231)
+            },
+            &mut || naps += 1,
+        );
         assert_eq!((yields, naps), (5, 1));
     }
 

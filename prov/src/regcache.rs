@@ -84,7 +84,10 @@ pub(crate) fn unmap_monitor() -> &'static mr_cache::monitor::Monitor {
 /// shm, which need no registration).
 pub fn open(registrar: Option<BoxedRegistrar>, cfg: CacheConfig) -> Option<SharedDomainMr> {
     let reg = registrar?;
-    Some(Arc::new(Mutex::new(DomainMr { cache: MrCache::new(DeviceRegistrar(reg), cfg, unmap_monitor()), descs: HashMap::default() })))
+    Some(Arc::new(Mutex::new(DomainMr {
+        cache: MrCache::new(DeviceRegistrar(reg), cfg, unmap_monitor()),
+        descs: HashMap::default(),
+    })))
 }
 
 impl DomainMr {
@@ -153,7 +156,12 @@ impl DomainRegistrations {
 }
 
 impl rndv::Registrations for DomainRegistrations {
-    fn acquire(&mut self, addr: u64, len: u64, access: rndv::Access) -> Result<rndv::Registration, rndv::RegistrationError> {
+    fn acquire(
+        &mut self,
+        addr: u64,
+        len: u64,
+        access: rndv::Access,
+    ) -> Result<rndv::Registration, rndv::RegistrationError> {
         let want = match access {
             rndv::Access::RemoteRead => libfabric_sys::FI_REMOTE_READ as u64,
             rndv::Access::RemoteWrite => libfabric_sys::FI_REMOTE_WRITE as u64,
@@ -163,7 +171,11 @@ impl rndv::Registrations for DomainRegistrations {
         };
         let mut d = self.domain.lock();
         let entry = d.cache.acquire(addr, len, want).map_err(|e| {
-            crate::log::warn(crate::log::Subsys::Mr, "registration", &format!("registering {len} bytes at {addr:#x} failed: {e}"));
+            crate::log::warn(
+                crate::log::Subsys::Mr,
+                "registration",
+                &format!("registering {len} bytes at {addr:#x} failed: {e}"),
+            );
             rndv::RegistrationError
         })?;
         let key = d.cache.handle(entry).copied().unwrap_or_default();

@@ -56,7 +56,8 @@ extern "C" fn on_sigusr1(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         // SAFETY: `prev` is the sa_sigaction of the action sigaction(2)
         // returned when ours was installed, with SA_SIGINFO set: a function of
         // this type. We pass on exactly what the kernel gave us.
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = unsafe { std::mem::transmute(prev) };
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(prev) };
         f(sig, info, ctx);
     } else {
         // SAFETY: `prev` is the sa_handler of the previous action (SA_SIGINFO
@@ -78,7 +79,11 @@ pub fn install_signal_handler() {
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(libc::SIGUSR1, std::ptr::null(), &mut old) != 0 {
-                crate::log::warn(crate::log::Subsys::EpCtrl, "stats", "SIGUSR1: cannot read the current handler; FI_RDMX_STATS documents only at close and by interval");
+                crate::log::warn(
+                    crate::log::Subsys::EpCtrl,
+                    "stats",
+                    "SIGUSR1: cannot read the current handler; FI_RDMX_STATS documents only at close and by interval",
+                );
                 return;
             }
             let prev = old.sa_sigaction;
@@ -95,7 +100,11 @@ pub fn install_signal_handler() {
             new.sa_mask = old.sa_mask;
             if libc::sigaction(libc::SIGUSR1, &new, std::ptr::null_mut()) != 0 {
                 PREV_HANDLER.store(0, Ordering::Release);
-                crate::log::warn(crate::log::Subsys::EpCtrl, "stats", "SIGUSR1: cannot install the handler; FI_RDMX_STATS documents only at close and by interval");
+                crate::log::warn(
+                    crate::log::Subsys::EpCtrl,
+                    "stats",
+                    "SIGUSR1: cannot install the handler; FI_RDMX_STATS documents only at close and by interval",
+                );
             }
         }
     });
@@ -110,7 +119,11 @@ pub struct DumpSchedule {
 
 impl DumpSchedule {
     pub fn new(interval: Option<Duration>) -> DumpSchedule {
-        DumpSchedule { signals_seen: SIGNALS.load(Ordering::Relaxed), interval, next: interval.map(|i| Instant::now() + i) }
+        DumpSchedule {
+            signals_seen: SIGNALS.load(Ordering::Relaxed),
+            interval,
+            next: interval.map(|i| Instant::now() + i),
+        }
     }
 
     /// Whether a document is due now, and why (called from progress).
@@ -165,12 +178,20 @@ pub fn expand_path(template: &str) -> String {
 pub fn append_line(template: &str, mut line: String) {
     line.push('\n');
     let path = expand_path(template);
-    let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(line.as_bytes()));
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
     // Warned once: an interval would otherwise repeat it for every endpoint.
     static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if let Err(e) = written {
         if !WARNED.swap(true, Ordering::Relaxed) {
-            crate::log::warn(crate::log::Subsys::EpCtrl, "stats", &format!("cannot write the JSON stats to {path}: {e} (said once)"));
+            crate::log::warn(
+                crate::log::Subsys::EpCtrl,
+                "stats",
+                &format!("cannot write the JSON stats to {path}: {e} (said once)"),
+            );
         }
     }
 }
@@ -313,7 +334,10 @@ mod tests {
         j.end();
         j.end();
         j.field_bool("b", true);
-        assert_eq!(j.finish(), r#"{"a":1,"p":[{"s":"x\"y\\z\u000a[","m":{"messages":2,"bytes":3}},{"r":null,"c":10.0}],"b":true}"#);
+        assert_eq!(
+            j.finish(),
+            r#"{"a":1,"p":[{"s":"x\"y\\z\u000a[","m":{"messages":2,"bytes":3}},{"r":null,"c":10.0}],"b":true}"#
+        );
     }
 
     #[test]

@@ -17,13 +17,13 @@
 //! (`-FI_ETIMEDOUT`). Members stay in the set until they close; the set cannot
 //! close before them (`-FI_EBUSY`).
 use crate::cntr_queue::CntrShared;
-use crate::progress;
 use crate::cq_queue::CqShared;
 use crate::entry::{entry, non_null, Out};
 use crate::eq_queue::EqQueue;
 use crate::error::{Error, Result};
 use crate::fabric::{self, Fabric};
 use crate::fid::{self, FidObject, Refs};
+use crate::progress;
 use crate::progress::Progress;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
@@ -140,7 +140,8 @@ unsafe impl FidObject for WaitSet {
 }
 
 static WAIT_FI_OPS: fi::fi_ops = fid::fi_ops(wait_close, None, Some(wait_control));
-static WAIT_OPS: fi::fi_ops_wait = fi::fi_ops_wait { size: std::mem::size_of::<fi::fi_ops_wait>(), wait: Some(wait_wait) };
+static WAIT_OPS: fi::fi_ops_wait =
+    fi::fi_ops_wait { size: std::mem::size_of::<fi::fi_ops_wait>(), wait: Some(wait_wait) };
 
 /// The set a member's attributes name (`wait_obj = FI_WAIT_SET`).
 ///

@@ -27,7 +27,9 @@ impl WaitFd {
 
     pub fn new() -> Result<WaitFd> {
         // SAFETY: plain syscalls; the fds are owned by the returned value.
-        let (epoll, event) = unsafe { (libc::epoll_create1(libc::EPOLL_CLOEXEC), libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)) };
+        let (epoll, event) = unsafe {
+            (libc::epoll_create1(libc::EPOLL_CLOEXEC), libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK))
+        };
         if epoll < 0 || event < 0 {
             // SAFETY: closing only what was opened.
             unsafe {

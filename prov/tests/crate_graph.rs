@@ -47,7 +47,11 @@ fn set(xs: &[&str]) -> BTreeSet<String> {
 #[test]
 fn the_layers_depend_downwards_only() {
     assert_eq!(workspace_deps("local_mem"), set(&[]));
-    assert_eq!(workspace_deps("rdm"), set(&["local_mem"]), "rdm (the engine) depends on no other crate of the workspace");
+    assert_eq!(
+        workspace_deps("rdm"),
+        set(&["local_mem"]),
+        "rdm (the engine) depends on no other crate of the workspace"
+    );
     assert_eq!(workspace_deps("devices"), set(&["rdm", "rdma-core-sys"]));
     assert_eq!(workspace_deps("rndv"), set(&["rdm"]), "the message layer reaches devices only through the seam");
     assert_eq!(workspace_deps("prov"), set(&["rdm", "devices", "rndv", "mr_cache", "libfabric-sys"]));

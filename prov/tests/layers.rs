@@ -21,7 +21,22 @@ use std::path::Path;
 /// Bottom to top.
 const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
-    ("arguments and queues", &["args", "rma", "av_table", "progress", "wait_fd", "cq_queue", "cntr_queue", "eq_queue", "regcache", "devices", "dense_cache"]),
+    (
+        "arguments and queues",
+        &[
+            "args",
+            "rma",
+            "av_table",
+            "progress",
+            "wait_fd",
+            "cq_queue",
+            "cntr_queue",
+            "eq_queue",
+            "regcache",
+            "devices",
+            "dense_cache",
+        ],
+    ),
     ("runtime", &["process_memory", "core", "completions", "ep_stats", "stats_json"]),
     ("fid objects", &["fabric", "domain", "av", "cq", "cntr", "eq", "ep", "ep_msg", "ep_rma", "mr", "poll", "wait"]),
 ];
@@ -193,7 +208,8 @@ fn no_import_circle_but_object_to_parent_links() {
 
 #[test]
 fn no_module_imports_a_higher_layer() {
-    let layer_of: BTreeMap<&str, usize> = LAYERS.iter().enumerate().flat_map(|(i, (_, ms))| ms.iter().map(move |m| (*m, i))).collect();
+    let layer_of: BTreeMap<&str, usize> =
+        LAYERS.iter().enumerate().flat_map(|(i, (_, ms))| ms.iter().map(move |m| (*m, i))).collect();
     let g = graph(&sources());
     let mut wrong = Vec::new();
     for (m, edges) in &g {
@@ -218,7 +234,10 @@ fn no_module_imports_a_higher_layer() {
 fn the_checker_finds_circles() {
     let files = |srcs: &[(&str, &str)]| srcs.iter().map(|(m, s)| (m.to_string(), s.to_string())).collect::<Vec<_>>();
     let g = graph(&files(&[
-        ("core", "use crate::{cq_queue::CqShared, args};\n// crate::ep in a comment\nfn f() { crate::provider_ptr(); }"),
+        (
+            "core",
+            "use crate::{cq_queue::CqShared, args};\n// crate::ep in a comment\nfn f() { crate::provider_ptr(); }",
+        ),
         ("cq_queue", "fn g() { $crate::core::now() }"),
         ("args", "use crate::{\n    error::{Error, Result},\n    self,\n};"),
         ("error", ""),

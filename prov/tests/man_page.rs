@@ -19,7 +19,8 @@ fn tokens(text: &str) -> BTreeSet<String> {
     let mut rest = text;
     while let Some(i) = rest.find("FI_RDMX_") {
         let tail = &rest[i..];
-        let end = tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+        let end =
+            tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
         let mut name = tail[..end].to_string();
         if tail[end..].starts_with('*') {
             name.push('*');
@@ -95,7 +96,8 @@ fn man_page_documents_exactly_the_registered_parameters() {
     assert!(unknown.is_empty(), "fi_rdmx.7 names FI_RDMX_ variables rdmx does not register: {unknown:?}");
 
     let entries = tp_entries(section(&page, "RUNTIME PARAMETERS"));
-    let documented: Vec<String> = entries.iter().map(|(tag, _)| tag.replace("\\f[I]", "").replace("\\f[R]", "")).collect();
+    let documented: Vec<String> =
+        entries.iter().map(|(tag, _)| tag.replace("\\f[I]", "").replace("\\f[R]", "")).collect();
     let missing: Vec<&String> = names.iter().filter(|n| !documented.contains(n)).collect();
     assert!(missing.is_empty(), "fi_rdmx.7 RUNTIME PARAMETERS lacks {missing:?}");
     let extra: Vec<&String> = documented.iter().filter(|d| !names.contains(*d)).collect();
@@ -105,7 +107,10 @@ fn man_page_documents_exactly_the_registered_parameters() {
         let Some(d) = numeric_default(help) else { continue };
         let (_, body) = &entries[documented.iter().position(|x| x == name).unwrap()];
         let flat = body.replace('\n', " ");
-        assert!(flat.contains(&format!("default {d}")), "fi_rdmx.7: {name} should say 'default {d}' (its help text does): {flat}");
+        assert!(
+            flat.contains(&format!("default {d}")),
+            "fi_rdmx.7: {name} should say 'default {d}' (its help text does): {flat}"
+        );
     }
 }
 
@@ -127,21 +132,26 @@ fn markdown_docs() -> Vec<(String, String)> {
 
 /// Rows of a Markdown table whose first cell is a parameter (`| `FI_RDMX_X` | ...`).
 fn parameter_rows(text: &str) -> Vec<&str> {
-    text.lines()
-        .filter(|l| l.split('|').nth(1).is_some_and(|c| c.trim().starts_with("`FI_RDMX_")))
-        .collect()
+    text.lines().filter(|l| l.split('|').nth(1).is_some_and(|c| c.trim().starts_with("`FI_RDMX_"))).collect()
 }
 
 #[test]
 fn markdown_docs_name_only_registered_parameters_and_list_none() {
     let names: BTreeSet<String> = registered().into_iter().map(|(n, _)| n).collect();
     let docs = markdown_docs();
-    assert!(docs.iter().any(|(n, _)| n == "docs/design.md"), "docs/ not found: {:?}", docs.iter().map(|d| &d.0).collect::<Vec<_>>());
+    assert!(
+        docs.iter().any(|(n, _)| n == "docs/design.md"),
+        "docs/ not found: {:?}",
+        docs.iter().map(|d| &d.0).collect::<Vec<_>>()
+    );
     for (name, text) in &docs {
         let unknown = unregistered(&tokens(text), &names);
         assert!(unknown.is_empty(), "{name} names FI_RDMX_ variables rdmx does not register: {unknown:?}");
         let rows = parameter_rows(text);
-        assert!(rows.is_empty(), "{name} has a parameter table (fi_rdmx(7), RUNTIME PARAMETERS, is the only one): {rows:#?}");
+        assert!(
+            rows.is_empty(),
+            "{name} has a parameter table (fi_rdmx(7), RUNTIME PARAMETERS, is the only one): {rows:#?}"
+        );
     }
 }
 
@@ -155,5 +165,8 @@ fn the_checks_can_fail() {
     assert_eq!(numeric_default("(default: the host)"), None);
     let sec = section(".SH A\n.TP\n\\f[I]FI_RDMX_A\\f[R]\nbody (default 3).\n.PP\nx\n.SH B\n", "A");
     assert_eq!(tp_entries(sec), vec![("\\f[I]FI_RDMX_A\\f[R]".to_string(), "body (default 3).\n".to_string())]);
-    assert_eq!(parameter_rows("| `FI_RDMX_A` | 3 | x |\n| field | type |\n| `FI_RDMX_STATS=1` | y |"), vec!["| `FI_RDMX_A` | 3 | x |", "| `FI_RDMX_STATS=1` | y |"]);
+    assert_eq!(
+        parameter_rows("| `FI_RDMX_A` | 3 | x |\n| field | type |\n| `FI_RDMX_STATS=1` | y |"),
+        vec!["| `FI_RDMX_A` | 3 | x |", "| `FI_RDMX_STATS=1` | y |"]
+    );
 }

@@ -3,11 +3,11 @@
 //! corruption and a bandwidth limit. Every run replays exactly from its seed.
 #![forbid(unsafe_code)]
 
-use crate::rng::Rng;
 use crate::engine::{Engine, EngineConfig, Event, PeerId};
+use crate::rng::Rng;
 use crate::time::Instant;
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::time::Duration;
 
 /// Link behaviour, applied to every datagram.
@@ -172,7 +172,8 @@ pub struct Node<E: SimEndpoint = Engine> {
 
 impl Sim<Engine> {
     pub fn new(n: usize, base: EngineConfig, link: Link, seed: u64) -> Sim {
-        let engines = (0..n).map(|i| Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() })).collect();
+        let engines =
+            (0..n).map(|i| Engine::new(EngineConfig { incarnation: 1000 + i as u64, ..base.clone() })).collect();
         Sim::with_endpoints(engines, link, seed)
     }
 
@@ -244,13 +245,9 @@ impl<E: SimEndpoint> Sim<E> {
     pub fn step(&mut self) -> bool {
         self.transmit_all();
         let next_packet = self.wire.next_arrival();
-        let next_timer = self
-            .nodes
-            .iter()
-            .filter(|n| n.alive)
-            .filter_map(|n| n.engine.poll_timeout())
-            .min();
-        let next_backlog = self.nodes.iter().any(|n| !n.backlog.is_empty()).then(|| self.now + Duration::from_micros(100));
+        let next_timer = self.nodes.iter().filter(|n| n.alive).filter_map(|n| n.engine.poll_timeout()).min();
+        let next_backlog =
+            self.nodes.iter().any(|n| !n.backlog.is_empty()).then(|| self.now + Duration::from_micros(100));
         let Some(t) = [next_packet, next_timer, next_backlog].into_iter().flatten().min() else {
             return false;
         };

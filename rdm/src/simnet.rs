@@ -13,7 +13,10 @@
 #![forbid(unsafe_code)]
 
 use crate::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
-use crate::device::{RemoteReads, ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun, Registrar, TxDatagram};
+use crate::device::{
+    ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun,
+    Registrar, RemoteReads, TxDatagram,
+};
 use crate::sim::{Link, Wire};
 use crate::time::Instant;
 use std::collections::{HashMap, VecDeque};
@@ -157,7 +160,11 @@ impl SimNet {
     pub fn context(&self, nodes: &[u32]) -> SimContext {
         let mut n = self.lock();
         n.domains.push(HashMap::new());
-        SimContext { net: self.clone(), domain: n.domains.len() - 1, nodes: Mutex::new(nodes.iter().copied().collect()) }
+        SimContext {
+            net: self.clone(),
+            domain: n.domains.len() - 1,
+            nodes: Mutex::new(nodes.iter().copied().collect()),
+        }
     }
 
     /// Whether `key` is a live registration of node `i`'s domain covering
@@ -278,7 +285,11 @@ impl SimNet {
     pub fn next_event(&self) -> Option<Instant> {
         let n = self.lock();
         let packet = n.wire.next_arrival();
-        let backlog = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_some()).then(|| n.now + Duration::from_micros(100));
+        let backlog = n
+            .ports
+            .iter()
+            .any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_some())
+            .then(|| n.now + Duration::from_micros(100));
         let inbox = n.ports.iter().any(|p| p.alive && !p.inbox.is_empty() && p.rx_per_ms.is_none()).then_some(n.now);
         [packet, backlog, inbox].into_iter().flatten().min()
     }
@@ -395,7 +406,8 @@ impl Device for SimDevice {
             let lent = port.lent.iter().any(|&(a, len)| a <= start && start + d.data.len() <= a + len);
             // A zero-length datagram is one datagram (chunks() yields none).
             let empty: &[&[u8]] = &[&[]];
-            let pieces: Box<dyn Iterator<Item = &[u8]>> = if d.data.is_empty() { Box::new(empty.iter().copied()) } else { Box::new(d.data.chunks(d.seg.max(1))) };
+            let pieces: Box<dyn Iterator<Item = &[u8]>> =
+                if d.data.is_empty() { Box::new(empty.iter().copied()) } else { Box::new(d.data.chunks(d.seg.max(1))) };
             for piece in pieces {
                 let port = &mut n.ports[self.me as usize];
                 port.sent += 1;
@@ -465,7 +477,13 @@ impl RemoteReads for SimDevice {
     /// Queued for the harness, which serves it between steps (so it
     /// completes later, as an RDMA read does). On a path that needs keys,
     /// each run must carry the peer's key and a local one.
-    fn post_read(&mut self, _now: crate::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError> {
+    fn post_read(
+        &mut self,
+        _now: crate::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError> {
         let Some(j) = node_of(&peer) else { return Err(DeviceError::Unreachable(peer)) };
         let caps = self.caps_for(&peer);
         let mut n = self.net.lock();
@@ -485,7 +503,11 @@ impl RemoteReads for SimDevice {
                 // The peer's end is gone (it restarted): the read fails as
                 // on a broken queue pair, and the connection goes.
                 conns.broken(now, peer, &mut ModelQueues);
-                n.ports[self.me as usize].reads_done.push_back(ReadDone { id, bytes: 0, error: Some(DeviceError::NotConnected) });
+                n.ports[self.me as usize].reads_done.push_back(ReadDone {
+                    id,
+                    bytes: 0,
+                    error: Some(DeviceError::NotConnected),
+                });
                 return Ok(());
             }
         }
@@ -496,8 +518,16 @@ impl RemoteReads for SimDevice {
         // registrations over the run's destination (verbs checks the lkey
         // against the queue pair's protection domain the same way).
         if let Some(d) = n.ports[self.me as usize].domain {
-            if let Some(r) = runs.iter().find(|r| !r.local.key().is_some_and(|k| covers(&n.domains[d], k, r.local.addr(), r.local.len()))) {
-                return Err(DeviceError::Config(format!("local protection error: key {:?} is not a registration of this domain over {:#x}+{}", r.local.key(), r.local.addr(), r.local.len())));
+            if let Some(r) = runs
+                .iter()
+                .find(|r| !r.local.key().is_some_and(|k| covers(&n.domains[d], k, r.local.addr(), r.local.len())))
+            {
+                return Err(DeviceError::Config(format!(
+                    "local protection error: key {:?} is not a registration of this domain over {:#x}+{}",
+                    r.local.key(),
+                    r.local.addr(),
+                    r.local.len()
+                )));
             }
         }
         n.reads.push_back(PostedRead { node: self.me, peer: j, id, runs: runs.to_vec() });
@@ -530,7 +560,17 @@ impl RemoteReads for SimDevice {
 
     fn read_conn_stats(&self) -> crate::device::ReadConnStats {
         let n = self.net.lock();
-        n.ports[self.me as usize].conns.as_ref().map(|c| crate::device::ReadConnStats { conns: c.stats, open_active: c.active_len(), open_passive: c.passive_len(), queue_pairs: (c.active_len() + c.passive_len()) as u64, ..Default::default() }).unwrap_or_default()
+        n.ports[self.me as usize]
+            .conns
+            .as_ref()
+            .map(|c| crate::device::ReadConnStats {
+                conns: c.stats,
+                open_active: c.active_len(),
+                open_passive: c.passive_len(),
+                queue_pairs: (c.active_len() + c.passive_len()) as u64,
+                ..Default::default()
+            })
+            .unwrap_or_default()
     }
 }
 
@@ -550,7 +590,12 @@ pub struct SimContext {
 
 impl DeviceContext for SimContext {
     fn open(&self, _spec: &OpenSpec) -> Result<Box<dyn Device>, DeviceError> {
-        let me = self.nodes.lock().unwrap_or_else(|e| e.into_inner()).pop_front().ok_or_else(|| DeviceError::Config("every node of this domain is open".into()))?;
+        let me = self
+            .nodes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+            .ok_or_else(|| DeviceError::Config("every node of this domain is open".into()))?;
         self.net.lock().ports[me as usize].domain = Some(self.domain);
         Ok(Box::new(self.net.device(me)))
     }

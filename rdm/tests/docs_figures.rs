@@ -26,8 +26,12 @@ fn assert_says(doc: &str, phrase: &str, source: &str) {
 /// `src`, searching from `from` on.
 fn number_after(src: &str, from: &str, before: &str, file: &str) -> u64 {
     let start = src.find(from).unwrap_or_else(|| panic!("no `{from}` in {file}: update this test with the code"));
-    let i = src[start..].find(before).unwrap_or_else(|| panic!("no `{before}...` after `{from}` in {file}: update this test with the code")) + start;
-    let digits: String = src[i + before.len()..].chars().take_while(|c| c.is_ascii_digit() || *c == '_').filter(|c| *c != '_').collect();
+    let i = src[start..]
+        .find(before)
+        .unwrap_or_else(|| panic!("no `{before}...` after `{from}` in {file}: update this test with the code"))
+        + start;
+    let digits: String =
+        src[i + before.len()..].chars().take_while(|c| c.is_ascii_digit() || *c == '_').filter(|c| *c != '_').collect();
     digits.parse().unwrap_or_else(|e| panic!("{file}: {before:?} is followed by {digits:?}: {e}"))
 }
 
@@ -59,9 +63,17 @@ fn congestion_signals() {
     let factor = number_after(&src, "fn queue_building", "(Some(s), Some(m)) => s > m * ", file);
     let margin = number_after(&src, "fn queue_building", "Duration::from_micros(", file);
     assert_eq!(factor, 2, "the queue test is {factor} times the lowest RTT now: docs/reliability.md says 'twice'");
-    assert_says(&doc, &format!("rises above twice the path's lowest plus {margin} µs"), "queue_building in rdm/src/engine/congestion.rs");
+    assert_says(
+        &doc,
+        &format!("rises above twice the path's lowest plus {margin} µs"),
+        "queue_building in rdm/src/engine/congestion.rs",
+    );
     let share = number_after(&src, "fn heavy_loss", "resent * ", file);
-    assert_says(&doc, &format!("each needed more than {} of their datagrams resent", share_word(share)), "heavy_loss in rdm/src/engine/congestion.rs");
+    assert_says(
+        &doc,
+        &format!("each needed more than {} of their datagrams resent", share_word(share)),
+        "heavy_loss in rdm/src/engine/congestion.rs",
+    );
 }
 
 #[test]
@@ -71,15 +83,26 @@ fn tail_loss_probes_and_rto_floor() {
     let file = "rdm/src/engine/recovery.rs";
     let probes = number_after(&src, "fn retransmit_timer", "self.probes_fired < ", file);
     let srtts = number_after(&src, "fn probe_time", "self.srtt.map(|s| (s * ", file);
-    let phrase = format!("up to {} tail loss probes (RFC 8985: the newest unacknowledged datagram resent after {} smoothed RTTs)", count_word(probes), count_word(srtts));
+    let phrase = format!(
+        "up to {} tail loss probes (RFC 8985: the newest unacknowledged datagram resent after {} smoothed RTTs)",
+        count_word(probes),
+        count_word(srtts)
+    );
     assert_says(&doc, &phrase, "retransmit_timer and probe_time in rdm/src/engine/recovery.rs");
 
     // The endpoint keeps the engine's default floor.
     let endpoint = read("rndv/src/endpoint.rs");
-    assert!(endpoint.contains("..EngineConfig::default()") && !endpoint.contains("min_rto"), "rndv/src/endpoint.rs sets min_rto itself now: read the floor from there");
+    assert!(
+        endpoint.contains("..EngineConfig::default()") && !endpoint.contains("min_rto"),
+        "rndv/src/endpoint.rs sets min_rto itself now: read the floor from there"
+    );
     let floor = rdm::engine::EngineConfig::default().min_rto;
     assert_eq!(floor.subsec_nanos() % 1_000_000, 0, "{floor:?}: not whole milliseconds");
-    assert_says(&doc, &format!("whose {} ms floor is dozens of round trips on a LAN", floor.as_millis()), "EngineConfig::default().min_rto");
+    assert_says(
+        &doc,
+        &format!("whose {} ms floor is dozens of round trips on a LAN", floor.as_millis()),
+        "EngineConfig::default().min_rto",
+    );
 }
 
 #[test]
@@ -93,14 +116,22 @@ fn simulated_scenarios_setups() {
     let size = number_after(&src, from, "&[", file);
     assert_eq!(size % 1024, 0, "{size} B messages: not whole KiB");
     assert_eq!(bytes_per_s % 125_000_000, 0, "{bytes_per_s} B/s: not whole Gbit/s");
-    let phrase = format!("one stream of {} KiB messages over a simulated {} Gbit/s link with {delay_us} µs delay", size / 1024, bytes_per_s / 125_000_000);
+    let phrase = format!(
+        "one stream of {} KiB messages over a simulated {} Gbit/s link with {delay_us} µs delay",
+        size / 1024,
+        bytes_per_s / 125_000_000
+    );
     assert_says(&doc, &phrase, "goodput_versus_loss_table in rdm/tests/sim_scenarios.rs");
 
     let incast = "fn incast_16_to_1_with_slow_receiver";
     let senders = number_after(&src, incast, "let senders = ", file);
     assert_says(&doc, &format!("in `incast_16_to_1_with_slow_receiver` (same test file) {senders} senders overrun one slow receiver's buffer"), file);
     let share = number_after(&src, incast, "assert!(retx * ", file);
-    assert_says(&doc, &format!("fewer than {} of the datagrams sent are retransmissions", share_word(share)), "incast_16_to_1_with_slow_receiver");
+    assert_says(
+        &doc,
+        &format!("fewer than {} of the datagrams sent are retransmissions", share_word(share)),
+        "incast_16_to_1_with_slow_receiver",
+    );
 }
 
 #[test]

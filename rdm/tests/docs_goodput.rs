@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 const SNAPSHOT: &str = "rdm/tests/snapshots/sim_scenarios__goodput_vs_loss.snap";
 const DOC: &str = "docs/reliability.md";
-const BEGIN: &str = "<!-- goodput_vs_loss: generated from rdm/tests/snapshots/sim_scenarios__goodput_vs_loss.snap; do not edit -->\n";
+const BEGIN: &str =
+    "<!-- goodput_vs_loss: generated from rdm/tests/snapshots/sim_scenarios__goodput_vs_loss.snap; do not edit -->\n";
 const END: &str = "<!-- goodput_vs_loss: end -->";
 
 fn repo(rel: &str) -> PathBuf {

@@ -32,16 +32,41 @@ fn a_domains_registrations_are_valid_on_each_of_its_endpoints_and_only_there() {
     let mut reg_a = a.registrar().unwrap();
     let key = reg_a.register(0x1000, 8192, 0).unwrap();
     let key_b = b.registrar().unwrap().register(0x1000, 8192, 0).unwrap();
-    a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 1, addr(2), &read(Some(key), 0x1000)).expect("a's key on a's first endpoint");
-    a1.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 2, addr(2), &read(Some(key), 0x2000)).expect("a's key on a's second endpoint");
-    assert!(a1.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 3, addr(2), &read(Some(key), 0x2800)).is_err(), "past the registration's end");
-    assert!(b2.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 4, addr(0), &read(Some(key), 0x1000)).is_err(), "a's key on b's endpoint");
-    assert!(a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 5, addr(2), &read(Some(key_b), 0x1000)).is_err(), "b's key on a's endpoint");
-    assert!(a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 6, addr(2), &read(None, 0x1000)).is_err(), "no key on a registering path");
+    a0.remote_reads()
+        .unwrap()
+        .post_read(rdm::time::Instant::ZERO, 1, addr(2), &read(Some(key), 0x1000))
+        .expect("a's key on a's first endpoint");
+    a1.remote_reads()
+        .unwrap()
+        .post_read(rdm::time::Instant::ZERO, 2, addr(2), &read(Some(key), 0x2000))
+        .expect("a's key on a's second endpoint");
+    assert!(
+        a1.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 3, addr(2), &read(Some(key), 0x2800)).is_err(),
+        "past the registration's end"
+    );
+    assert!(
+        b2.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 4, addr(0), &read(Some(key), 0x1000)).is_err(),
+        "a's key on b's endpoint"
+    );
+    assert!(
+        a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 5, addr(2), &read(Some(key_b), 0x1000)).is_err(),
+        "b's key on a's endpoint"
+    );
+    assert!(
+        a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 6, addr(2), &read(None, 0x1000)).is_err(),
+        "no key on a registering path"
+    );
     assert!(net.key_covers(1, key, 0x1000, 8192) && net.key_covers(0, key, 0x1800, 16));
     assert!(!net.key_covers(2, key, 0x1000, 16), "a's key read from b's memory");
     reg_a.deregister(key);
-    assert!(a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 7, addr(2), &read(Some(key), 0x1000)).is_err(), "a deregistered key");
+    assert!(
+        a0.remote_reads().unwrap().post_read(rdm::time::Instant::ZERO, 7, addr(2), &read(Some(key), 0x1000)).is_err(),
+        "a deregistered key"
+    );
     assert!(!net.key_covers(1, key, 0x1000, 16));
-    assert_eq!(net.take_reads().iter().map(|r| r.id).collect::<Vec<_>>(), vec![1, 2], "only the valid reads were posted");
+    assert_eq!(
+        net.take_reads().iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![1, 2],
+        "only the valid reads were posted"
+    );
 }

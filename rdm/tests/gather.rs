@@ -9,7 +9,15 @@ use rdm::device::{LocalBuf, TxDatagram};
 use rdm::engine::{Engine, EngineConfig, Event, Header, PeerId, SendError, HEADER_LEN};
 use rdm::{DevAddr, DeviceCaps, Instant};
 
-const UD: DeviceCaps = DeviceCaps { reliable: false, ordered: false, mtu: 1048, remote_read: false, gso: false, registration: true, max_inline: 0 };
+const UD: DeviceCaps = DeviceCaps {
+    reliable: false,
+    ordered: false,
+    mtu: 1048,
+    remote_read: false,
+    gso: false,
+    registration: true,
+    max_inline: 0,
+};
 
 fn addr(port: u16) -> DevAddr {
     DevAddr::Udp(std::net::SocketAddr::from(([127, 0, 0, 1], port)))
@@ -47,7 +55,15 @@ fn a_gathered_message_leaves_its_payload_to_the_device() {
     }
     // 1000 payload bytes per datagram: the head and 996 gathered, then the rest.
     let h = HEADER_LEN;
-    assert_eq!(shares, vec![(0, 996, Some(0x77), h + 4), (996, 1000, Some(0x77), h), (1996, 1000, Some(0x77), h), (2996, 4, Some(0x77), h)]);
+    assert_eq!(
+        shares,
+        vec![
+            (0, 996, Some(0x77), h + 4),
+            (996, 1000, Some(0x77), h),
+            (1996, 1000, Some(0x77), h),
+            (2996, 4, Some(0x77), h)
+        ]
+    );
     for d in &wire {
         b.handle_datagram(t, addr(1), d);
     }

@@ -10,7 +10,14 @@ fn msg(i: u64, len: usize) -> Vec<u8> {
 }
 
 fn delivered(sim: &Sim, node: usize) -> Vec<&Vec<u8>> {
-    sim.nodes[node].events.iter().filter_map(|e| match e { Event::Delivered { msg, .. } => Some(msg), _ => None }).collect()
+    sim.nodes[node]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Delivered { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect()
 }
 
 fn delivered_from(sim: &Sim, node: usize, from: usize) -> Vec<&Vec<u8>> {
@@ -18,7 +25,10 @@ fn delivered_from(sim: &Sim, node: usize, from: usize) -> Vec<&Vec<u8>> {
     sim.nodes[node]
         .events
         .iter()
-        .filter_map(|e| match e { Event::Delivered { msg, peer } if Some(*peer) == want => Some(msg), _ => None })
+        .filter_map(|e| match e {
+            Event::Delivered { msg, peer } if Some(*peer) == want => Some(msg),
+            _ => None,
+        })
         .collect()
 }
 
@@ -47,14 +57,25 @@ fn stream(cfg: EngineConfig, link: Link, seed: u64, n: u64, sizes: &[usize]) -> 
             }
         }
     }
-    let done = sim.run_until(Duration::from_secs(600), |s| delivered(s, 1).len() as u64 == n && completed(s, 0) as u64 == n);
+    let done =
+        sim.run_until(Duration::from_secs(600), |s| delivered(s, 1).len() as u64 == n && completed(s, 0) as u64 == n);
     if !done {
         let pa = sim.peer(0, 1);
         let pb = sim.peer(1, 0);
-        eprintln!("sender: {}\nreceiver: {}", sim.nodes[0].engine.describe_peer(pa), sim.nodes[1].engine.describe_peer(pb));
+        eprintln!(
+            "sender: {}\nreceiver: {}",
+            sim.nodes[0].engine.describe_peer(pa),
+            sim.nodes[1].engine.describe_peer(pb)
+        );
     }
     let got = delivered(&sim, 1);
-    assert!(done, "only {} of {n} delivered, {} completed; stats {:?}", got.len(), completed(&sim, 0), sim.nodes[0].engine.stats());
+    assert!(
+        done,
+        "only {} of {n} delivered, {} completed; stats {:?}",
+        got.len(),
+        completed(&sim, 0),
+        sim.nodes[0].engine.stats()
+    );
     for (i, m) in got.iter().enumerate() {
         let len = sizes[i % sizes.len()];
         assert!(**m == msg(i as u64, len), "message {i} wrong or out of order");
@@ -75,7 +96,12 @@ fn hundred_thousand_messages_under_loss_reorder_dup_corruption() {
     let sim = stream(EngineConfig::default(), link, 7, n, &SIZES);
     let rx = sim.nodes[1].engine.stats();
     let tx = sim.nodes[0].engine.stats();
-    assert!(rx.duplicates > 0 && rx.out_of_order > 0 && rx.dropped_checksum + tx.dropped_checksum + rx.dropped_malformed > 0, "{rx:?}");
+    assert!(
+        rx.duplicates > 0
+            && rx.out_of_order > 0
+            && rx.dropped_checksum + tx.dropped_checksum + rx.dropped_malformed > 0,
+        "{rx:?}"
+    );
     assert!(tx.retransmits > 0, "{tx:?}");
 }
 
@@ -169,7 +195,11 @@ fn incast_16_to_1_with_slow_receiver() {
             if sent[i] < per {
                 all = false;
                 let now = sim.now;
-                if sim.nodes[i].engine.send(now, peers[i - 1], &[&msg(sent[i] + 1000 * i as u64, 8192)], sent[i]).is_ok() {
+                if sim.nodes[i]
+                    .engine
+                    .send(now, peers[i - 1], &[&msg(sent[i] + 1000 * i as u64, 8192)], sent[i])
+                    .is_ok()
+                {
                     sent[i] += 1;
                 }
             }
@@ -182,7 +212,11 @@ fn incast_16_to_1_with_slow_receiver() {
         }
     }
     let total = senders as u64 * per;
-    assert!(sim.run_until(Duration::from_secs(600), |s| delivered(s, 0).len() as u64 == total), "incast stalled: {} of {total}", delivered(&sim, 0).len());
+    assert!(
+        sim.run_until(Duration::from_secs(600), |s| delivered(s, 0).len() as u64 == total),
+        "incast stalled: {} of {total}",
+        delivered(&sim, 0).len()
+    );
     for i in 1..=senders {
         let got = delivered_from(&sim, 0, i);
         assert_eq!(got.len() as u64, per, "sender {i}");
@@ -198,7 +232,11 @@ fn incast_16_to_1_with_slow_receiver() {
     // The overrun receiver's queue shows in the RTT: the senders back off.
     let reductions: u64 = (1..=senders).map(|i| sim.nodes[i].engine.stats().congestion_reductions).sum();
     assert!(reductions >= senders as u64, "{reductions} window reductions for {senders} congested senders");
-    println!("incast: {} virtual ms, {retx} retransmissions of {sent_total}, {} receiver drops", sim.now.as_nanos() / 1_000_000, sim.nodes[0].backlog_drops);
+    println!(
+        "incast: {} virtual ms, {retx} retransmissions of {sent_total}, {} receiver drops",
+        sim.now.as_nanos() / 1_000_000,
+        sim.nodes[0].backlog_drops
+    );
 }
 
 #[test]
@@ -219,7 +257,9 @@ fn dead_peer_fails_every_pending_operation_within_the_timeout() {
         let now = sim.now;
         sim.nodes[0].engine.send(now, p, &[&msg(i, 5000)], i).unwrap();
     }
-    let failed = |s: &Sim| s.nodes[0].events.iter().filter(|e| matches!(e, Event::SendFailed { reason: FailReason::Timeout, .. })).count();
+    let failed = |s: &Sim| {
+        s.nodes[0].events.iter().filter(|e| matches!(e, Event::SendFailed { reason: FailReason::Timeout, .. })).count()
+    };
     assert!(sim.run_until(timeout * 3, |s| failed(s) == 20), "only {} of 20 failed", failed(&sim));
     let elapsed = sim.now.saturating_duration_since(died);
     assert!(elapsed <= timeout + Duration::from_millis(500), "failures took {elapsed:?}");
@@ -282,7 +322,12 @@ fn an_address_naming_a_gone_incarnation_reaches_nobody() {
     assert!(sim.nodes[0].engine.expect_incarnation(p, gone_inc), "nothing known yet: taken");
     let now = sim.now;
     sim.nodes[0].engine.send(now, p, &[b"for the old process"], 1).unwrap();
-    let failed = |s: &Sim| s.nodes[0].events.iter().any(|e| matches!(e, Event::SendFailed { token: 1, reason: FailReason::PeerRestarted, .. }));
+    let failed = |s: &Sim| {
+        s.nodes[0]
+            .events
+            .iter()
+            .any(|e| matches!(e, Event::SendFailed { token: 1, reason: FailReason::PeerRestarted, .. }))
+    };
     assert!(sim.run_until(Duration::from_secs(2), failed), "the send to the gone incarnation failed");
     assert!(delivered(&sim, 1).is_empty(), "the new process delivered nothing");
     assert!(sim.nodes[1].engine.stats().dropped_stale >= 1);

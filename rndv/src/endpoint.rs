@@ -42,10 +42,13 @@
 //! [`Endpoint::flush`]): the engine reports a DIRECT message (reliable path,
 //! no acknowledgement) complete as it is written out, which is true only
 //! because nothing sits between `poll_transmit` and the device.
-use crate::engine::{for_each_read_run, Action, Completion, Config, DirectSend, IoList, Memory, MsgEngine, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, Stats};
+use crate::engine::{
+    for_each_read_run, Action, Completion, Config, DirectSend, IoList, Memory, MsgEngine, OpMeta, PostError, PullId,
+    ReadOutcome, RecvSpec, RegHandle, Registrations, Stats,
+};
+use crate::engine::{Access, RmaId};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::MAX_IOV;
-use crate::engine::{Access, RmaId};
 use rdm::device::{ReadRun, TxDatagram};
 use rdm::engine::{Engine, EngineConfig, PeerId};
 use rdm::{DevAddr, Device, DeviceCaps, DeviceError, Instant};
@@ -371,7 +374,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
-    pub fn send(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<(), PostError> {
+    pub fn send(
+        &mut self,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[&[u8]],
+        user: IoList,
+        meta: OpMeta,
+    ) -> Result<(), PostError> {
         if let Some(c) = self.send_reporting(peer, header, payload, user, meta)? {
             self.msg.push_completion(c);
         }
@@ -382,7 +392,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// (the small-message path) while no completion waits to be pulled
     /// returns its completion instead of queueing it: the caller reports it
     /// at once, in order, and saves the queue's round trip.
-    pub fn send_reporting(&mut self, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<Option<Completion>, PostError> {
+    pub fn send_reporting(
+        &mut self,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[&[u8]],
+        user: IoList,
+        meta: OpMeta,
+    ) -> Result<Option<Completion>, PostError> {
         if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
@@ -392,7 +409,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // by the device straight into the peer's ring cell and completed
         // now, when nothing of ours waits to go out, to be reported or to be
         // run first (it would be overtaken: the other path runs it here).
-        if self.staged == 0 && self.reads.is_empty() && !self.rdm.wants_transmit() && !self.rdm.has_events() && !self.msg.has_actions() {
+        if self.staged == 0
+            && self.reads.is_empty()
+            && !self.rdm.wants_transmit()
+            && !self.rdm.has_events()
+            && !self.msg.has_actions()
+        {
             let device = &mut self.device;
             let mut held_back = false;
             let write = |dst, parts: &[&[u8]]| match device.send_gathered(t, dst, parts) {
@@ -499,14 +521,29 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         true
     }
 
-    pub fn rma_write(&mut self, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
+    pub fn rma_write(
+        &mut self,
+        peer: PeerId,
+        key: u64,
+        addr: u64,
+        payload: &[&[u8]],
+        data: Option<u64>,
+        meta: OpMeta,
+    ) -> Result<RmaId, PostError> {
         let t = self.clock.now();
         let id = self.msg.rma_write(&mut self.rdm, t, peer, key, addr, payload, data, meta)?;
         self.progress();
         Ok(id)
     }
 
-    pub fn rma_read(&mut self, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
+    pub fn rma_read(
+        &mut self,
+        peer: PeerId,
+        key: u64,
+        addr: u64,
+        dst: IoList,
+        meta: OpMeta,
+    ) -> Result<RmaId, PostError> {
         let t = self.clock.now();
         let id = self.msg.rma_read(&mut self.rdm, t, peer, key, addr, dst, meta)?;
         self.progress();
@@ -529,7 +566,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         meta: OpMeta,
     ) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.msg.atomic(&mut self.rdm, t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
+        let id =
+            self.msg.atomic(&mut self.rdm, t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
         self.progress();
         Ok(id)
     }
@@ -560,7 +598,13 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // still not end the linger: then only its bound (and the rdm timers,
         // for the retransmissions) can, never a deadline already gone, which
         // would wake the caller at once, again and again.
-        let linger = self.linger.as_ref().map(|l| if self.rdm.has_unacked() { l.start + LINGER_MAX } else { (l.last_rx + LINGER_IDLE).min(l.start + LINGER_MAX) });
+        let linger = self.linger.as_ref().map(|l| {
+            if self.rdm.has_unacked() {
+                l.start + LINGER_MAX
+            } else {
+                (l.last_rx + LINGER_IDLE).min(l.start + LINGER_MAX)
+            }
+        });
         [self.rdm.poll_timeout(), self.msg.poll_timeout(), linger].into_iter().flatten().min()
     }
 
@@ -577,7 +621,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     }
 
     pub fn stats(&self) -> EndpointStats {
-        EndpointStats { rdm: *self.rdm.stats(), msg: self.msg.stats(), unexpected_bytes: self.msg.unexpected_bytes(), read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default() }
+        EndpointStats {
+            rdm: *self.rdm.stats(),
+            msg: self.msg.stats(),
+            unexpected_bytes: self.msg.unexpected_bytes(),
+            read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default(),
+        }
     }
 
     /// A snapshot of every peer that carried reliable traffic (reads only:
@@ -651,7 +700,9 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         {
             let Endpoint { device, rdm, msg, clock: source, events, mem, .. } = self;
             for _ in 0..RX_ROUNDS {
-                match device.recv_batch(RX_BATCH, &mut |from, bytes| msg.receive_datagram(rdm, *clock.get_or_insert_with(|| source.now()), from, bytes, mem)) {
+                match device.recv_batch(RX_BATCH, &mut |from, bytes| {
+                    msg.receive_datagram(rdm, *clock.get_or_insert_with(|| source.now()), from, bytes, mem)
+                }) {
                     Ok(0) => break,
                     Ok(n) => {
                         active = true;
@@ -918,12 +969,14 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let one;
             let mut batch;
             let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
-                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0]).gathering(self.stage_gather[0])];
+                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])
+                    .gathering(self.stage_gather[0])];
                 &one
             } else {
                 batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
                 for (i, slot) in batch.iter_mut().enumerate().take(self.staged) {
-                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i]).gathering(self.stage_gather[i]);
+                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i])
+                        .gathering(self.stage_gather[i]);
                 }
                 &batch[..self.staged]
             };
@@ -953,7 +1006,9 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             // datagram fits a stage) while the buffer is surely valid.
             for i in taken..self.staged {
                 if let Some(g) = self.stage_gather[i].take() {
-                    let whole = TxDatagram::new(self.stage_dst[i], &self.stage[i][..self.stage_len[i]]).gathering(Some(g)).to_vec();
+                    let whole = TxDatagram::new(self.stage_dst[i], &self.stage[i][..self.stage_len[i]])
+                        .gathering(Some(g))
+                        .to_vec();
                     self.stage[i][..whole.len()].copy_from_slice(&whole);
                     self.stage_len[i] = whole.len();
                     self.stage_seg[i] = whole.len();

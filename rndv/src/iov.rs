@@ -28,7 +28,6 @@ pub fn zip_pieces(src: &[u64], dst: &[u64], mut f: impl FnMut(usize, u64, usize,
     done
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

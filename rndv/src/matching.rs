@@ -306,7 +306,14 @@ mod tests {
     #[test]
     fn posted_first_then_unexpected_in_order() {
         let mut m = Matcher::new();
-        let any = |token, tag, ignore| RecvPost { token, kind: MsgKind::Tagged, src: Src::Any, tag, ignore, persistent: false };
+        let any = |token, tag, ignore| RecvPost {
+            token,
+            kind: MsgKind::Tagged,
+            src: Src::Any,
+            tag,
+            ignore,
+            persistent: false,
+        };
         assert!(m.post(any(1, 5, 0)).is_none());
         let (r, a) = m.arrive(msg(0, MsgKind::Tagged, 5, 10)).unwrap();
         assert_eq!((r.token, a.msg[0]), (1, 10));
@@ -315,7 +322,14 @@ mod tests {
         assert!(m.arrive(msg(1, MsgKind::Tagged, 8, 12)).is_none());
         assert_eq!(m.post(any(2, 0, u64::MAX)).unwrap().msg[0], 11);
         // Directed receive skips other peers.
-        let directed = RecvPost { token: 3, kind: MsgKind::Tagged, src: Src::Peer(PeerId::from_index(2)), tag: 8, ignore: 0, persistent: false };
+        let directed = RecvPost {
+            token: 3,
+            kind: MsgKind::Tagged,
+            src: Src::Peer(PeerId::from_index(2)),
+            tag: 8,
+            ignore: 0,
+            persistent: false,
+        };
         assert!(m.post(directed).is_none());
         assert_eq!(m.unexpected_len(), 1);
         // Kinds never cross.
@@ -327,7 +341,8 @@ mod tests {
     #[test]
     fn peek_take_and_persistent_posts() {
         let mut m = Matcher::new();
-        let probe = RecvPost { token: 0, kind: MsgKind::Tagged, src: Src::Any, tag: 0, ignore: u64::MAX, persistent: false };
+        let probe =
+            RecvPost { token: 0, kind: MsgKind::Tagged, src: Src::Any, tag: 0, ignore: u64::MAX, persistent: false };
         assert!(m.peek(&probe).is_none());
         assert!(m.arrive(msg(0, MsgKind::Tagged, 4, 1)).is_none());
         assert!(m.arrive(msg(0, MsgKind::Tagged, 5, 2)).is_none());

@@ -67,7 +67,16 @@ impl<M: SimMemory> EndpointSim<M> {
     /// Endpoints over `net`, one per memory; node `i` has incarnation `1000 + i`.
     pub fn new(net: SimNet, cfg: EndpointConfig, mems: Vec<M>) -> EndpointSim<M> {
         assert_eq!(net.nodes(), mems.len(), "one memory per node");
-        let nodes = mems.into_iter().enumerate().map(|(i, mem)| SimNode { ep: Self::endpoint(&net, i as u32, 1000 + i as u64, cfg, mem), done: Vec::new(), events: Vec::new(), closing: false }).collect();
+        let nodes = mems
+            .into_iter()
+            .enumerate()
+            .map(|(i, mem)| SimNode {
+                ep: Self::endpoint(&net, i as u32, 1000 + i as u64, cfg, mem),
+                done: Vec::new(),
+                events: Vec::new(),
+                closing: false,
+            })
+            .collect();
         EndpointSim { net, nodes, cfg }
     }
 
@@ -92,7 +101,12 @@ impl<M: SimMemory> EndpointSim<M> {
     /// Node `i` starts again as a new process (new incarnation, new memory)
     /// at the same address.
     pub fn restart(&mut self, i: usize, incarnation: u64, mem: M) {
-        self.nodes[i] = SimNode { ep: Self::endpoint(&self.net, i as u32, incarnation, self.cfg, mem), done: Vec::new(), events: Vec::new(), closing: false };
+        self.nodes[i] = SimNode {
+            ep: Self::endpoint(&self.net, i as u32, incarnation, self.cfg, mem),
+            done: Vec::new(),
+            events: Vec::new(),
+            closing: false,
+        };
         self.net.revive(i as u32);
     }
 
@@ -140,7 +154,13 @@ impl<M: SimMemory> EndpointSim<M> {
         }
         let served = self.serve_reads();
         let now = self.net.now();
-        let timers = self.nodes.iter().enumerate().filter(|(i, n)| self.net.alive(*i as u32) && !(n.closing && n.ep.is_closed())).filter_map(|(_, n)| n.ep.poll_timeout()).min();
+        let timers = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| self.net.alive(*i as u32) && !(n.closing && n.ep.is_closed()))
+            .filter_map(|(_, n)| n.ep.poll_timeout())
+            .min();
         let Some(next) = [self.net.next_event(), timers, served.then_some(now)].into_iter().flatten().min() else {
             return false;
         };
@@ -163,7 +183,10 @@ impl<M: SimMemory> EndpointSim<M> {
                 for run in &r.runs {
                     let len = run.local.len();
                     if !self.nodes[peer].ep.mem_mut().allows_read(run.remote_key, run.remote_addr, len) {
-                        error = Some(DeviceError::Config(format!("remote access error: key {:?} does not cover {:#x}+{len}", run.remote_key, run.remote_addr)));
+                        error = Some(DeviceError::Config(format!(
+                            "remote access error: key {:?} does not cover {:#x}+{len}",
+                            run.remote_key, run.remote_addr
+                        )));
                         break;
                     }
                     let data = self.nodes[peer].ep.mem().load(run.remote_addr, len as usize);
@@ -194,7 +217,10 @@ impl<M: SimMemory> EndpointSim<M> {
             }
             if self.now() == at {
                 stood += 1;
-                assert!(stood < STILL_ROUNDS_MAX, "virtual time stands still at {at:?}: {stood} rounds without a clock move");
+                assert!(
+                    stood < STILL_ROUNDS_MAX,
+                    "virtual time stands still at {at:?}: {stood} rounds without a clock move"
+                );
             } else {
                 (stood, at) = (0, self.now());
             }

@@ -22,14 +22,18 @@ fn read(rel: &str) -> String {
 /// The milliseconds of `const NAME: Duration = Duration::from_millis(N);`.
 fn const_millis(src: &str, name: &str) -> u64 {
     let decl = format!("const {name}: Duration = Duration::from_millis(");
-    let i = src.find(&decl).unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/endpoint.rs: update this test with the code"));
+    let i = src
+        .find(&decl)
+        .unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/endpoint.rs: update this test with the code"));
     let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
     digits.parse().unwrap_or_else(|e| panic!("{name}: {digits:?}: {e}"))
 }
 
 /// The sentence the docs must contain for these bounds.
 fn sentence(idle: u64, max: u64) -> String {
-    format!("lingers at close until {idle} ms pass with no datagram and its own data is acknowledged (at most {max} ms)")
+    format!(
+        "lingers at close until {idle} ms pass with no datagram and its own data is acknowledged (at most {max} ms)"
+    )
 }
 
 #[test]
@@ -56,7 +60,9 @@ fn the_check_can_fail() {
 /// The microseconds of `completed_ack_delay: if cfg.background_progress { Duration::from_micros(N) }`.
 fn ack_delay_micros(src: &str) -> u64 {
     let decl = "completed_ack_delay: if cfg.background_progress { Duration::from_micros(";
-    let i = src.find(decl).unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/endpoint.rs: update this test with the code"));
+    let i = src
+        .find(decl)
+        .unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/endpoint.rs: update this test with the code"));
     let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
     digits.parse().unwrap_or_else(|e| panic!("completed_ack_delay: {digits:?}: {e}"))
 }
@@ -69,7 +75,10 @@ fn docs_state_the_codes_header_sizes_and_ack_delay() {
     let rdm_hdr = format!("writes rdm's {}-byte header", rdm::engine::wire::HEADER_LEN);
     assert!(doc.contains(&rdm_hdr), "docs/ARCHITECTURE.md should say \"{rdm_hdr}\" (rdm::engine::wire::HEADER_LEN)");
     let delay = format!("waits up to {} µs for data going back", ack_delay_micros(&read("rndv/src/endpoint.rs")));
-    assert!(doc.contains(&delay), "docs/ARCHITECTURE.md should say \"{delay}\" (rndv/src/endpoint.rs, completed_ack_delay)");
+    assert!(
+        doc.contains(&delay),
+        "docs/ARCHITECTURE.md should say \"{delay}\" (rndv/src/endpoint.rs, completed_ack_delay)"
+    );
     // A datagram endpoint's message carries both headers.
     let design = read("docs/design.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let dgram = format!("minus rdmx's {} header bytes", rdm::engine::wire::HEADER_LEN + rndv::HEADER_LEN);
@@ -79,7 +88,9 @@ fn docs_state_the_codes_header_sizes_and_ack_delay() {
 /// The bit `const FLAG_KEYS: u8 = N;` sets (N a power of two).
 fn keys_flag_bit(src: &str) -> u32 {
     let decl = "const FLAG_KEYS: u8 = ";
-    let i = src.find(decl).unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/wire/rendezvous.rs: update this test with the code"));
+    let i = src
+        .find(decl)
+        .unwrap_or_else(|| panic!("no `{decl}...` in rndv/src/wire/rendezvous.rs: update this test with the code"));
     let digits: String = src[i + decl.len()..].chars().take_while(char::is_ascii_digit).collect();
     let flag: u8 = digits.parse().unwrap_or_else(|e| panic!("FLAG_KEYS: {digits:?}: {e}"));
     assert!(flag.is_power_of_two(), "FLAG_KEYS = {flag} is not one bit");

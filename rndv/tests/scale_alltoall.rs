@@ -34,8 +34,8 @@
 //! `docs_state_the_scenarios_constants` fails when the two part.
 mod common;
 
-use common::BASE;
 use common::Mem;
+use common::BASE;
 use rdm::sim::Link;
 use rdm::simnet::{self, SimNet};
 use rdm::DeviceCaps;
@@ -153,7 +153,12 @@ const JOB_PROCS: usize = 10_000;
 
 /// The endpoints' configuration: 8 KiB thresholds both ways.
 fn config() -> EndpointConfig {
-    EndpointConfig { rndv_threshold: THRESHOLD, window_threshold: THRESHOLD, peer_timeout: Duration::from_secs(10), ..EndpointConfig::default() }
+    EndpointConfig {
+        rndv_threshold: THRESHOLD,
+        window_threshold: THRESHOLD,
+        peer_timeout: Duration::from_secs(10),
+        ..EndpointConfig::default()
+    }
 }
 
 fn link() -> Link {
@@ -287,14 +292,39 @@ impl Report {
     fn print(&self) {
         let kib = |b: f64| b / 1024.0;
         println!("scale all-to-all: {} endpoints, seed {}", self.n, self.seed);
-        println!("  messages            {} ({} per pair: {:?} B), {} bytes", self.messages, SIZES.len(), SIZES, self.bytes);
+        println!(
+            "  messages            {} ({} per pair: {:?} B), {} bytes",
+            self.messages,
+            SIZES.len(),
+            SIZES,
+            self.bytes
+        );
         println!("  datagrams           {} on the wire (data {} incl. {} retransmits, acks {}), {} backlog drops at the slow receiver", self.datagrams, self.sent_data, self.retransmits, self.acks, self.backlog_drops);
         println!("  rendezvous          {} pulled, {} pushed in windows", self.pulled, self.pushed);
         println!("  retransmit ratio    {:.4} (retransmits / data packets sent)", self.retx_ratio());
-        println!("  completion          {:.1} ms simulated, {} rounds, {:.1} s wall", self.completion.as_secs_f64() * 1e3, self.steps, self.wall.as_secs_f64());
-        println!("  heap                base {:.1} MiB, model memories {:.1} MiB, peak {:.1} MiB, end {:.1} MiB", self.base_heap as f64 / 1048576.0, self.model_bytes as f64 / 1048576.0, self.peak_heap as f64 / 1048576.0, self.end_heap as f64 / 1048576.0);
-        println!("  per endpoint        peak {:.1} KiB, after the run {:.1} KiB", kib(self.peak_per_ep()), kib(self.end_per_ep()));
-        println!("  per peer            peak {:.0} B, after the run {:.0} B", self.peak_per_peer(), self.end_per_peer());
+        println!(
+            "  completion          {:.1} ms simulated, {} rounds, {:.1} s wall",
+            self.completion.as_secs_f64() * 1e3,
+            self.steps,
+            self.wall.as_secs_f64()
+        );
+        println!(
+            "  heap                base {:.1} MiB, model memories {:.1} MiB, peak {:.1} MiB, end {:.1} MiB",
+            self.base_heap as f64 / 1048576.0,
+            self.model_bytes as f64 / 1048576.0,
+            self.peak_heap as f64 / 1048576.0,
+            self.end_heap as f64 / 1048576.0
+        );
+        println!(
+            "  per endpoint        peak {:.1} KiB, after the run {:.1} KiB",
+            kib(self.peak_per_ep()),
+            kib(self.end_per_ep())
+        );
+        println!(
+            "  per peer            peak {:.0} B, after the run {:.0} B",
+            self.peak_per_peer(),
+            self.end_per_peer()
+        );
         println!("  as created          {:.1} KiB per endpoint (staging {:.1} KiB), cold peer {:.0} B; after the run rdm pools {:.1} KiB per endpoint", kib(self.created), kib(self.staging), self.cold, kib(self.pooled));
         println!("  rdm peer_bytes      {:.0} B per peer after the run (largest {} B, {} hot peers); mid-run {:.1} KiB per endpoint", self.engine_peer_avg, self.engine_peer_max, self.hot_peers, kib(self.engine_midrun_per_ep));
     }
@@ -324,7 +354,15 @@ fn meta(slot: usize, kind: usize) -> OpMeta {
 fn post_recvs(sim: &mut EndpointSim<Mem>, j: usize, s: usize, src: usize) {
     let p = sim.peer(j, src);
     for (kind, &len) in SIZES.iter().enumerate() {
-        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Peer(p), tag: kind as u64, ignore: 0, iov: IoList::one(rx_addr(s, kind), len as u64), multi: false, meta: meta(s, kind) };
+        let spec = RecvSpec {
+            kind: MsgKind::Tagged,
+            src: Src::Peer(p),
+            tag: kind as u64,
+            ignore: 0,
+            iov: IoList::one(rx_addr(s, kind), len as u64),
+            multi: false,
+            meta: meta(s, kind),
+        };
         sim.nodes[j].ep.post_recv(spec).expect("receive queue has room");
     }
 }
@@ -365,7 +403,17 @@ fn start_pair(sim: &mut EndpointSim<Mem>, st: &mut NodeState, n: usize, i: usize
 fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
     let wall = std::time::Instant::now();
     let net = network(n, seed);
-    let mut st: Vec<NodeState> = (0..n).map(|i| NodeState { next_dst: 0, next_src: 0, tx: vec![(0, 0); W], rx: vec![(0, 0); rx_slots(n, i)], again: VecDeque::new(), sends_done: 0, recvs_done: 0 }).collect();
+    let mut st: Vec<NodeState> = (0..n)
+        .map(|i| NodeState {
+            next_dst: 0,
+            next_src: 0,
+            tx: vec![(0, 0); W],
+            rx: vec![(0, 0); rx_slots(n, i)],
+            again: VecDeque::new(),
+            sends_done: 0,
+            recvs_done: 0,
+        })
+        .collect();
     let mut buf = Vec::with_capacity(SIZES[2]);
     let mut done = Vec::new();
     let base_heap = live();
@@ -381,7 +429,10 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
         }
     }
     let after_peers = live();
-    let (created, cold) = ((after_new - base_heap - model_bytes) as f64 / n as f64, (after_peers - after_new) as f64 / (n * (n - 1)) as f64);
+    let (created, cold) = (
+        (after_new - base_heap - model_bytes) as f64 / n as f64,
+        (after_peers - after_new) as f64 / (n * (n - 1)) as f64,
+    );
     for (i, s) in st.iter_mut().enumerate() {
         for slot in 0..rx_slots(n, i) {
             let Some(src) = source(n, i, s.next_src) else { break };
@@ -401,7 +452,11 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
     let mut midrun = None;
     let start = sim.now();
     while sends < 3 * pairs || recvs < 3 * pairs {
-        assert!(sim.now() - start < limit, "seed {seed}: not done after {limit:?} simulated: {sends} sends, {recvs} receives of {}", 3 * pairs);
+        assert!(
+            sim.now() - start < limit,
+            "seed {seed}: not done after {limit:?} simulated: {sends} sends, {recvs} receives of {}",
+            3 * pairs
+        );
         for (i, s) in st.iter_mut().enumerate() {
             while let Some(&(slot, kind)) = s.again.front() {
                 if !send(&mut sim, i, slot, s.tx[slot].0, kind, &mut buf) {
@@ -438,9 +493,16 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
                     OpKind::Recv => {
                         let (src, _) = st[i].rx[slot];
                         let len = SIZES[kind];
-                        assert_eq!((c.len, c.tag, c.src), (len, kind as u64, Some(sim.peer(i, src))), "seed {seed}: node {i} from {src}");
+                        assert_eq!(
+                            (c.len, c.tag, c.src),
+                            (len, kind as u64, Some(sim.peer(i, src))),
+                            "seed {seed}: node {i} from {src}"
+                        );
                         fill(&mut check[..len], src, i, kind);
-                        assert!(sim.nodes[i].ep.mem().at(rx_addr(slot, kind), len) == &check[..len], "seed {seed}: bytes of message {kind} from {src} to {i}");
+                        assert!(
+                            sim.nodes[i].ep.mem().at(rx_addr(slot, kind), len) == &check[..len],
+                            "seed {seed}: bytes of message {kind} from {src} to {i}"
+                        );
                         st[i].rx[slot].1 -= 1;
                         recvs += 1;
                         st[i].recvs_done += 1;
@@ -457,7 +519,16 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
             }
         }
         if midrun.is_none() && recvs >= 3 * pairs / 2 {
-            let total: usize = (0..n).map(|i| (0..n).filter(|&j| j != i).map(|j| sim.nodes[i].ep.peer_bytes(sim.nodes[i].ep.peer_id_of(simnet::addr(j as u32)).unwrap())).sum::<usize>()).sum();
+            let total: usize = (0..n)
+                .map(|i| {
+                    (0..n)
+                        .filter(|&j| j != i)
+                        .map(|j| {
+                            sim.nodes[i].ep.peer_bytes(sim.nodes[i].ep.peer_id_of(simnet::addr(j as u32)).unwrap())
+                        })
+                        .sum::<usize>()
+                })
+                .sum();
             midrun = Some(total as f64 / n as f64);
         }
     }
@@ -467,7 +538,19 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
     for (i, s) in st.iter().enumerate() {
         assert_eq!((s.sends_done, s.recvs_done), (3 * (n as u64 - 1), 3 * (n as u64 - 1)), "node {i}");
     }
-    let mut r = Report { n, seed, created, cold, model_bytes, base_heap, peak_heap, end_heap, completion, steps, ..Report::default() };
+    let mut r = Report {
+        n,
+        seed,
+        created,
+        cold,
+        model_bytes,
+        base_heap,
+        peak_heap,
+        end_heap,
+        completion,
+        steps,
+        ..Report::default()
+    };
     r.messages = 3 * pairs;
     r.bytes = pairs * SIZES.iter().sum::<usize>() as u64;
     r.datagrams = sim.net.datagrams();
@@ -547,7 +630,14 @@ impl ModelInputs {
         let rest = |x: &Report| x.end_per_ep() - x.created - x.pooled;
         let peer = (rest(b) - rest(a)) / (b.n - a.n) as f64;
         let other = rest(a) - (a.n - 1) as f64 * peer;
-        ModelInputs { endpoint: r.created, pools: r.pooled, in_flight: r.peak_per_ep() - r.end_per_ep(), peer, other, registrations: 0.0 }
+        ModelInputs {
+            endpoint: r.created,
+            pools: r.pooled,
+            in_flight: r.peak_per_ep() - r.end_per_ep(),
+            peer,
+            other,
+            registrations: 0.0,
+        }
     }
 
     /// What an endpoint with `peers` peers keeps after the run (no AV).
@@ -575,7 +665,12 @@ impl ProcessMemory {
 /// traffic (an all-to-all touches them all); buffers are per endpoint.
 fn model(procs: usize, m: &ModelInputs) -> ProcessMemory {
     let peers = (procs - 1) as f64;
-    ProcessMemory { av: peers * AV_ENTRY, peers: peers * m.peer, buffers: m.endpoint + m.pools + m.other + m.in_flight, registrations: m.registrations }
+    ProcessMemory {
+        av: peers * AV_ENTRY,
+        peers: peers * m.peer,
+        buffers: m.endpoint + m.pools + m.other + m.in_flight,
+        registrations: m.registrations,
+    }
 }
 
 /// What one RC queue pair per peer costs a process (low, high).
@@ -596,13 +691,20 @@ fn print_model(procs: usize, m: &ModelInputs) {
     println!("  | buffers and queues (endpoint as created {:.0} KiB, rdm pools {:.0} KiB, message engine {:.0} KiB, in flight {:.0} KiB) | {:.1} MiB | - |", m.endpoint / 1024.0, m.pools / 1024.0, m.other / 1024.0, m.in_flight / 1024.0, mib(p.buffers));
     println!("  | registrations | {:.1} MiB | - |", mib(p.registrations));
     println!("  | **rdmx total** | **{:.1} MiB** | {:.0} B |", mib(p.total()), p.total() / (procs - 1) as f64);
-    println!("  | RC QP per peer (verbs;ofi_rxm, seeds: {:.0}-{:.0} KB per QP) | {:.0}-{:.0} MiB | {:.0}-{:.0} KB |", RC_QP_BYTES.0 / 1e3, RC_QP_BYTES.1 / 1e3, mib(lo), mib(hi), RC_QP_BYTES.0 / 1e3, RC_QP_BYTES.1 / 1e3);
+    println!(
+        "  | RC QP per peer (verbs;ofi_rxm, seeds: {:.0}-{:.0} KB per QP) | {:.0}-{:.0} MiB | {:.0}-{:.0} KB |",
+        RC_QP_BYTES.0 / 1e3,
+        RC_QP_BYTES.1 / 1e3,
+        mib(lo),
+        mib(hi),
+        RC_QP_BYTES.0 / 1e3,
+        RC_QP_BYTES.1 / 1e3
+    );
 }
 
 /// The model, fitted on smaller runs, must predict the endpoint's heap per
 /// peer of the large one (what stays after the run) within this fraction.
 const MODEL_TOLERANCE: f64 = 0.10;
-
 
 #[test]
 fn orders_cover_every_pair_once() {
@@ -659,7 +761,10 @@ fn scale(n: usize) {
     let predicted = fit.endpoint_bytes(n - 1) / (n - 1) as f64;
     let measured = r.end_per_peer();
     println!("model check: fitted on {} and {} endpoints ({:.0} B per peer, {:.1} KiB rest), predicts {predicted:.0} B per peer at {n}; measured {measured:.0} B (peak {:.0} B)", a.n, b.n, fit.peer, fit.other / 1024.0, r.peak_per_peer());
-    assert!((predicted - measured).abs() <= MODEL_TOLERANCE * measured, "the model is off by more than {MODEL_TOLERANCE}: {predicted:.0} vs {measured:.0} B per peer");
+    assert!(
+        (predicted - measured).abs() <= MODEL_TOLERANCE * measured,
+        "the model is off by more than {MODEL_TOLERANCE}: {predicted:.0} vs {measured:.0} B per peer"
+    );
     // The table: fitted on the two largest runs.
     let m = ModelInputs::fit(&b, &r, &r);
     print_model(n, &m);
@@ -670,9 +775,23 @@ fn scale(n: usize) {
         let (peer, created, total) = documented_bounds();
         let job = model(JOB_PROCS, &m).total();
         println!("bounds: {:.0} B per peer (at most {peer:.0}), {:.1} KiB as created (at most {:.1}), {:.1} MiB per process of 10,000 (at most {:.1})", m.peer, r.created / 1024.0, created / 1024.0, job / MIB, total / MIB);
-        assert!(m.peer <= peer, "{:.0} B per peer that carried traffic, above the {peer:.0} B docs/scale.md states", m.peer);
-        assert!(r.created <= created, "{:.1} KiB per endpoint as created, above the {:.1} KiB docs/scale.md states", r.created / 1024.0, created / 1024.0);
-        assert!(job <= total, "{:.2} MiB per process of a 10,000-process job, above the {:.1} MiB docs/scale.md states", job / MIB, total / MIB);
+        assert!(
+            m.peer <= peer,
+            "{:.0} B per peer that carried traffic, above the {peer:.0} B docs/scale.md states",
+            m.peer
+        );
+        assert!(
+            r.created <= created,
+            "{:.1} KiB per endpoint as created, above the {:.1} KiB docs/scale.md states",
+            r.created / 1024.0,
+            created / 1024.0
+        );
+        assert!(
+            job <= total,
+            "{:.2} MiB per process of a 10,000-process job, above the {:.1} MiB docs/scale.md states",
+            job / MIB,
+            total / MIB
+        );
     }
 }
 
@@ -685,10 +804,16 @@ fn documented_bounds() -> (f64, f64, f64) {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/scale.md");
     let doc = std::fs::read_to_string(path).expect("docs/scale.md").split_whitespace().collect::<Vec<_>>().join(" ");
     let number = |before: &str, after: &str| -> f64 {
-        let i = doc.find(before).unwrap_or_else(|| panic!("docs/scale.md no longer says \"{before}\": keep the bounds paragraph and this test together"));
+        let i = doc.find(before).unwrap_or_else(|| {
+            panic!("docs/scale.md no longer says \"{before}\": keep the bounds paragraph and this test together")
+        });
         let rest = &doc[i + before.len()..];
         let j = rest.find(after).unwrap_or_else(|| panic!("docs/scale.md: no \"{after}\" after \"{before}\""));
-        rest[..j].replace(',', "").trim().parse().unwrap_or_else(|e| panic!("docs/scale.md: {:?} after \"{before}\": {e}", &rest[..j]))
+        rest[..j]
+            .replace(',', "")
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("docs/scale.md: {:?} after \"{before}\": {e}", &rest[..j]))
     };
     let peer = number("grows by more than **", " B per peer that carried traffic**");
     let created = number("holds more than **", " KiB**") * 1024.0;
@@ -701,7 +826,11 @@ fn documented_bounds() -> (f64, f64, f64) {
 #[test]
 fn alltoall_scaled_down() {
     let _serial = serial();
-    scale(std::env::var("RDMX_SCALE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) { 64 } else { CI_ENDPOINTS }));
+    scale(std::env::var("RDMX_SCALE_N").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) {
+        64
+    } else {
+        CI_ENDPOINTS
+    }));
 }
 
 /// The 1024-endpoint job of docs/scale.md (minutes of wall time: run by hand,

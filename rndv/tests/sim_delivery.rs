@@ -31,7 +31,15 @@ fn header(i: u64) -> MsgHeader {
 const SLOT: u64 = 64 << 10;
 
 fn post_slot(sim: &mut Sim, node: usize, slot: u64) {
-    let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE + slot * SLOT, SLOT), multi: false, meta: meta(slot) };
+    let spec = RecvSpec {
+        kind: MsgKind::Msg,
+        src: Src::Any,
+        tag: 0,
+        ignore: 0,
+        iov: IoList::one(BASE + slot * SLOT, SLOT),
+        multi: false,
+        meta: meta(slot),
+    };
     sim.nodes[node].ep.post_recv(spec).expect("post");
 }
 
@@ -64,9 +72,16 @@ fn stream(caps: DeviceCaps, link: Link, seed: u64, n: u64, sizes: &[usize]) -> S
             let c = sim.nodes[1].done[seen];
             seen += 1;
             let len = sizes[(got % sizes.len() as u64) as usize];
-            assert_eq!((c.kind, c.err, c.data, c.len), (OpKind::Recv, None, Some(got), len), "seed {seed}: message {got} wrong or out of order");
+            assert_eq!(
+                (c.kind, c.err, c.data, c.len),
+                (OpKind::Recv, None, Some(got), len),
+                "seed {seed}: message {got} wrong or out of order"
+            );
             let slot = c.meta.context;
-            assert!(sim.nodes[1].ep.mem().at(BASE + slot * SLOT, len) == msg(got, len), "seed {seed}: bytes of message {got}");
+            assert!(
+                sim.nodes[1].ep.mem().at(BASE + slot * SLOT, len) == msg(got, len),
+                "seed {seed}: bytes of message {got}"
+            );
             got += 1;
             post_slot(&mut sim, 1, slot);
         }
@@ -94,7 +109,12 @@ fn many_messages_under_loss_reorder_dup_corruption() {
         let sim = stream(path(false), link, seed, n, &SIZES);
         let rx = sim.nodes[1].ep.stats().rdm;
         let tx = sim.nodes[0].ep.stats().rdm;
-        assert!(rx.duplicates > 0 && rx.out_of_order > 0 && rx.dropped_checksum + tx.dropped_checksum + rx.dropped_malformed > 0, "{rx:?}");
+        assert!(
+            rx.duplicates > 0
+                && rx.out_of_order > 0
+                && rx.dropped_checksum + tx.dropped_checksum + rx.dropped_malformed > 0,
+            "{rx:?}"
+        );
         assert!(tx.retransmits > 0, "{tx:?}");
     }
 }
@@ -135,13 +155,17 @@ fn pingpong_under_loss() {
                 let data = msg(i + 1000 * from as u64, len);
                 sim.nodes[from].ep.send(p, header(i), &[&data], IoList::default(), meta(i)).unwrap();
                 let want = i as usize + 1;
-                assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, to, OpKind::Recv).len() == want), "seed {seed}: message {i} from {from} lost");
+                assert!(
+                    sim.run_until(Duration::from_secs(60), |s| completions(s, to, OpKind::Recv).len() == want),
+                    "seed {seed}: message {i} from {from} lost"
+                );
                 let c = completions(&sim, to, OpKind::Recv)[i as usize];
                 assert_eq!((c.err, c.data, c.len), (None, Some(i), len));
                 assert!(sim.nodes[to].ep.mem().at(BASE, len) == data, "seed {seed}: bytes of message {i} from {from}");
             }
         }
-        assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 0, OpKind::Send).len() == 300 && completions(s, 1, OpKind::Send).len() == 300));
+        assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 0, OpKind::Send).len() == 300
+            && completions(s, 1, OpKind::Send).len() == 300));
         assert!(sim.nodes.iter().all(|n| n.done.iter().all(|c| c.err.is_none())));
     }
 }
@@ -171,7 +195,11 @@ fn incast_16_to_1_with_slow_receiver() {
         for i in 1..=senders {
             while sent[i] < per {
                 let data = msg(sent[i] + 1000 * i as u64, 8192);
-                if sim.nodes[i].ep.send(peers[i - 1], header(sent[i]), &[&data], IoList::default(), meta(sent[i])).is_err() {
+                if sim.nodes[i]
+                    .ep
+                    .send(peers[i - 1], header(sent[i]), &[&data], IoList::default(), meta(sent[i]))
+                    .is_err()
+                {
                     break;
                 }
                 sent[i] += 1;
@@ -183,10 +211,18 @@ fn incast_16_to_1_with_slow_receiver() {
         while seen < sim.nodes[0].done.len() {
             let c = sim.nodes[0].done[seen];
             seen += 1;
-            let from = (1..=senders).find(|&i| sim.nodes[0].ep.peer_id_of(simnet::addr(i as u32)) == c.src).expect("a sender");
+            let from =
+                (1..=senders).find(|&i| sim.nodes[0].ep.peer_id_of(simnet::addr(i as u32)) == c.src).expect("a sender");
             let k = next[from];
-            assert_eq!((c.kind, c.err, c.data, c.len), (OpKind::Recv, None, Some(k), 8192), "sender {from} message {k}");
-            assert!(sim.nodes[0].ep.mem().at(BASE + c.meta.context * SLOT, 8192) == msg(k + 1000 * from as u64, 8192), "sender {from} message {k}");
+            assert_eq!(
+                (c.kind, c.err, c.data, c.len),
+                (OpKind::Recv, None, Some(k), 8192),
+                "sender {from} message {k}"
+            );
+            assert!(
+                sim.nodes[0].ep.mem().at(BASE + c.meta.context * SLOT, 8192) == msg(k + 1000 * from as u64, 8192),
+                "sender {from} message {k}"
+            );
             next[from] += 1;
             got += 1;
             post_slot(&mut sim, 0, c.meta.context);
@@ -202,7 +238,11 @@ fn incast_16_to_1_with_slow_receiver() {
     // The overrun receiver's queue shows in the RTT: the senders back off.
     let reductions: u64 = (1..=senders).map(|i| sim.nodes[i].ep.stats().rdm.congestion_reductions).sum();
     assert!(reductions >= senders as u64, "{reductions} window reductions for {senders} congested senders");
-    println!("incast: {} virtual ms, {retx} retransmissions of {sent_total}, {} receiver drops", sim.now().as_nanos() / 1_000_000, sim.net.backlog_drops(0));
+    println!(
+        "incast: {} virtual ms, {retx} retransmissions of {sent_total}, {} receiver drops",
+        sim.now().as_nanos() / 1_000_000,
+        sim.net.backlog_drops(0)
+    );
 }
 
 /// A peer that vanishes silently (the network to it drops everything) fails
@@ -213,13 +253,15 @@ fn incast_16_to_1_with_slow_receiver() {
 fn dead_peer_fails_every_pending_send_within_the_timeout() {
     let timeout = Duration::from_secs(2);
     for silent in [true, false] {
-        let mut sim = net_with(2, path(false), Link::default(), 4, EndpointConfig { peer_timeout: timeout, ..config() });
+        let mut sim =
+            net_with(2, path(false), Link::default(), 4, EndpointConfig { peer_timeout: timeout, ..config() });
         let p = sim.peer(0, 1);
         for k in 0..10 {
             post_slot(&mut sim, 1, k);
             sim.nodes[0].ep.send(p, header(k), &[&msg(k, 3000)], IoList::default(), meta(k)).unwrap();
         }
-        assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 10 && completions(s, 1, OpKind::Recv).len() == 10));
+        assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 10
+            && completions(s, 1, OpKind::Recv).len() == 10));
         for c in completions(&sim, 1, OpKind::Recv) {
             let k = c.data.unwrap();
             assert!(sim.nodes[1].ep.mem().at(BASE + c.meta.context * SLOT, 3000) == msg(k, 3000));
@@ -233,7 +275,9 @@ fn dead_peer_fails_every_pending_send_within_the_timeout() {
         for k in 10..30 {
             sim.nodes[0].ep.send(p, header(k), &[&msg(k, 5000)], IoList::default(), meta(k)).unwrap();
         }
-        let failed = |s: &Sim| completions(s, 0, OpKind::Send).iter().filter(|c| c.err == Some(rndv::OpError::PeerUnreachable)).count();
+        let failed = |s: &Sim| {
+            completions(s, 0, OpKind::Send).iter().filter(|c| c.err == Some(rndv::OpError::PeerUnreachable)).count()
+        };
         assert!(sim.run_until(timeout * 3, |s| failed(s) == 20), "silent {silent}: only {} of 20 failed", failed(&sim));
         let elapsed = sim.now().saturating_duration_since(died);
         assert!(elapsed <= timeout + Duration::from_millis(500), "silent {silent}: failures took {elapsed:?}");
@@ -246,7 +290,11 @@ fn dead_peer_fails_every_pending_send_within_the_timeout() {
         sim.nodes[0].ep.send(p, header(99), &[b"late"], IoList::default(), meta(99)).unwrap();
         sim.drain(0);
         let late = completions(&sim, 0, OpKind::Send);
-        assert_eq!(late.last().map(|c| (c.meta.context, c.err)), Some((99, Some(rndv::OpError::PeerUnreachable))), "silent {silent}");
+        assert_eq!(
+            late.last().map(|c| (c.meta.context, c.err)),
+            Some((99, Some(rndv::OpError::PeerUnreachable))),
+            "silent {silent}"
+        );
     }
 }
 
@@ -278,7 +326,8 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
             sim.nodes[0].ep.send(p, header(k), &[&msg(k, 2000)], IoList::default(), meta(k)).unwrap();
             sim.nodes[1].ep.send(q, header(k), &[&msg(k, 100)], IoList::default(), meta(k)).unwrap();
         }
-        assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 5 && completions(s, 0, OpKind::Recv).len() == 5));
+        assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 5
+            && completions(s, 0, OpKind::Recv).len() == 5));
         // Five more to the old process, on the wire when it is replaced.
         for k in 100..105 {
             sim.nodes[0].ep.send(p, header(k), &[&msg(k, 2000)], IoList::default(), meta(k)).unwrap();
@@ -294,7 +343,10 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
         let c = completions(&sim, 0, OpKind::Recv)[5];
         assert_eq!(sim.nodes[0].ep.mem().at(BASE + c.meta.context * SLOT, c.len), b"hello from the new incarnation");
         assert!(sim.nodes[0].ep.stats().rdm.peer_restarts >= 1);
-        assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 10), "seed {seed}: the sends to the old process still wait");
+        assert!(
+            sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 10),
+            "seed {seed}: the sends to the old process still wait"
+        );
         for c in completions(&sim, 0, OpKind::Send) {
             if c.meta.context >= 100 {
                 assert!(c.err.is_some(), "seed {seed}: a send to the old incarnation succeeded: {c:?}");
@@ -303,7 +355,11 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
             }
         }
         assert!(sim.nodes[1].ep.stats().rdm.dropped_stale >= 1, "seed {seed}: {:?}", sim.nodes[1].ep.stats().rdm);
-        assert!(sim.nodes[1].done.iter().all(|c| c.kind != OpKind::Recv), "seed {seed}: the new process received something sent to the old one: {:?}", sim.nodes[1].done);
+        assert!(
+            sim.nodes[1].done.iter().all(|c| c.kind != OpKind::Recv),
+            "seed {seed}: the new process received something sent to the old one: {:?}",
+            sim.nodes[1].done
+        );
         assert_eq!(sim.nodes[1].ep.unexpected_bytes(), 0);
         // The old incarnation's datagram arrives late: dropped, counted.
         let before = sim.nodes[0].ep.stats().rdm.dropped_stale;
@@ -319,7 +375,10 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
         for (k, c) in completions(&sim, 1, OpKind::Recv).iter().enumerate() {
             let i = 200 + k as u64;
             assert_eq!((c.err, c.data), (None, Some(i)), "seed {seed}");
-            assert!(sim.nodes[1].ep.mem().at(BASE + c.meta.context * SLOT, 5000) == msg(i, 5000), "seed {seed}: message {i}");
+            assert!(
+                sim.nodes[1].ep.mem().at(BASE + c.meta.context * SLOT, 5000) == msg(i, 5000),
+                "seed {seed}: message {i}"
+            );
         }
     }
 }
@@ -337,7 +396,10 @@ fn an_address_naming_a_gone_incarnation_reaches_nobody() {
     let p = sim.peer(0, 1);
     assert!(sim.nodes[0].ep.expect_incarnation(p, gone_inc), "nothing known yet: taken");
     sim.nodes[0].ep.send(p, header(1), &[b"for the old process"], IoList::default(), meta(1)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(2), |s| completions(s, 0, OpKind::Send).len() == 1), "the send to the gone incarnation never ended");
+    assert!(
+        sim.run_until(Duration::from_secs(2), |s| completions(s, 0, OpKind::Send).len() == 1),
+        "the send to the gone incarnation never ended"
+    );
     assert!(completions(&sim, 0, OpKind::Send)[0].err.is_some(), "the send to the gone incarnation failed");
     assert!(completions(&sim, 1, OpKind::Recv).is_empty(), "the new process received nothing");
     assert_eq!(sim.nodes[1].ep.unexpected_bytes(), 0);

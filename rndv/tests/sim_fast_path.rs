@@ -67,14 +67,20 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
                 }
                 let len = if rng.chance(20.0) { 4096 + rng.below(MAX_LEN - 4096) } else { rng.below(600) };
                 let tagged = rng.chance(50.0);
-                let h = MsgHeader { kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg }, tag: rng.below(3) as u64, data: None };
+                let h = MsgHeader {
+                    kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg },
+                    tag: rng.below(3) as u64,
+                    data: None,
+                };
                 let data = pattern(len, seed * 1000 + op as u64);
                 let addr = BASE + op as u64 * SLOT;
                 let peer = sim.peer(from, to);
                 sim.nodes[from].ep.mem_mut().put(addr, &data);
                 // `Again` (the send queue is full) is an outcome too: both
                 // runs must meet it at the same operations.
-                if let Err(e) = sim.nodes[from].ep.send(peer, h, &[&data], IoList::one(addr, len as u64), meta(op as u64)) {
+                if let Err(e) =
+                    sim.nodes[from].ep.send(peer, h, &[&data], IoList::one(addr, len as u64), meta(op as u64))
+                {
                     refused.push(format!("node {from} op {op}: {e:?}"));
                 }
             }
@@ -121,7 +127,15 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
         }
     }
     Observed {
-        completions: (0..NODES).map(|i| [OpKind::Send, OpKind::Recv].iter().flat_map(|&k| sim.completions(i, k)).map(|c| format!("{c:?}")).collect()).collect(),
+        completions: (0..NODES)
+            .map(|i| {
+                [OpKind::Send, OpKind::Recv]
+                    .iter()
+                    .flat_map(|&k| sim.completions(i, k))
+                    .map(|c| format!("{c:?}"))
+                    .collect()
+            })
+            .collect(),
         landed,
         refused,
         written: (0..NODES).map(|i| sim.nodes[i].ep.stats().rdm.sent_direct_written).sum(),
@@ -132,7 +146,13 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
 fn same_completions(seed: u64, fast: &Observed, engine: &Observed) {
     for (node, (a, b)) in fast.completions.iter().zip(&engine.completions).enumerate() {
         if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
-            panic!("seed {seed}, node {node}, completion {i} of {}/{}:\n fast:   {:?}\n engine: {:?}", a.len(), b.len(), a.get(i), b.get(i));
+            panic!(
+                "seed {seed}, node {node}, completion {i} of {}/{}:\n fast:   {:?}\n engine: {:?}",
+                a.len(),
+                b.len(),
+                a.get(i),
+                b.get(i)
+            );
         }
     }
 }
@@ -144,7 +164,10 @@ fn the_fast_path_is_the_engine_path_as_the_application_sees_it() {
         let engine = run(seed, false, None);
         assert!(fast.written > 0, "seed {seed}: the fast path was taken");
         assert_eq!(engine.written, 0, "seed {seed}: without gathered writes nothing is written directly");
-        assert!(fast.completions.iter().map(Vec::len).sum::<usize>() > OPS / 2, "seed {seed}: the scenario completes work");
+        assert!(
+            fast.completions.iter().map(Vec::len).sum::<usize>() > OPS / 2,
+            "seed {seed}: the scenario completes work"
+        );
         same_completions(seed, &fast, &engine);
         assert_eq!(fast.landed, engine.landed, "seed {seed}");
         assert_eq!(fast.refused, engine.refused, "seed {seed}");

@@ -228,7 +228,15 @@ fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
         // nothing ignored, buffers in node 1's memory at 1 MiB steps.
         for (i, &len) in sizes.iter().enumerate() {
             let iov = IoList::one(BASE + (i as u64) * (1 << 20) / 4, len.max(1) as u64);
-            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Peer(at1_0), tag: i as u64, ignore: 0, iov, multi: false, meta: meta(100 + i as u64) };
+            let spec = RecvSpec {
+                kind: MsgKind::Tagged,
+                src: Src::Peer(at1_0),
+                tag: i as u64,
+                ignore: 0,
+                iov,
+                multi: false,
+                meta: meta(100 + i as u64),
+            };
             sim.nodes[1].ep.post_recv(spec).unwrap();
         }
         // Node 0 sends tags 0..8 (matched by the directed receives), node 2 sends
@@ -243,10 +251,21 @@ fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
         }
         // Let everything arrive (node 2's messages become unexpected), then post
         // wildcard receives for them: source any, tag 0x100 with the low byte ignored.
-        assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == sizes.len()), "seed {seed}: directed receives");
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == sizes.len()),
+            "seed {seed}: directed receives"
+        );
         for i in 0..sizes.len() {
             let iov = IoList::one(BASE + (4 << 20) + (i as u64) * (400 << 10), 400 << 10);
-            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 0x100, ignore: 0xff, iov, multi: false, meta: meta(300 + i as u64) };
+            let spec = RecvSpec {
+                kind: MsgKind::Tagged,
+                src: Src::Any,
+                tag: 0x100,
+                ignore: 0xff,
+                iov,
+                multi: false,
+                meta: meta(300 + i as u64),
+            };
             sim.nodes[1].ep.post_recv(spec).unwrap();
         }
         assert!(
@@ -263,8 +282,15 @@ fn tagged_wildcards_unexpected_eager_and_rendezvous_under_loss() {
             let i = (tag & 0xff) as usize;
             assert_eq!(c.len, sizes[i]);
             assert_eq!(c.data, Some(tag));
-            let addr = if c.meta.context < 300 { BASE + (i as u64) * (1 << 20) / 4 } else { BASE + (4 << 20) + (c.meta.context - 300) * (400 << 10) };
-            assert!(sim.nodes[1].ep.mem().at(addr, c.len) == pattern(sizes[i], tag), "seed {seed}: bytes of tag {tag:#x}");
+            let addr = if c.meta.context < 300 {
+                BASE + (i as u64) * (1 << 20) / 4
+            } else {
+                BASE + (4 << 20) + (c.meta.context - 300) * (400 << 10)
+            };
+            assert!(
+                sim.nodes[1].ep.mem().at(addr, c.len) == pattern(sizes[i], tag),
+                "seed {seed}: bytes of tag {tag:#x}"
+            );
             let from = if tag < 0x100 { 0 } else { 2 };
             assert_eq!(c.src, sim.nodes[1].ep.peer_id_of(simnet::addr(from)));
         }
@@ -300,18 +326,41 @@ fn rendezvous_push_fallback_and_truncation() {
         for (i, &len) in lens.iter().enumerate() {
             let addr = BASE + (i as u64) * (1 << 20);
             let data = pattern(len, i as u64);
-            send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &data, addr, meta(i as u64));
+            send_from(
+                &mut sim,
+                0,
+                to1,
+                MsgHeader { kind: MsgKind::Msg, tag: 0, data: None },
+                &data,
+                addr,
+                meta(i as u64),
+            );
             // The middle receive is 10 bytes short: truncated.
             let room = if i == 1 { len - 10 } else { len };
-            let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(addr, room as u64), multi: false, meta: meta(10 + i as u64) };
+            let spec = RecvSpec {
+                kind: MsgKind::Msg,
+                src: Src::Any,
+                tag: 0,
+                ignore: 0,
+                iov: IoList::one(addr, room as u64),
+                multi: false,
+                meta: meta(10 + i as u64),
+            };
             sim.nodes[1].ep.post_recv(spec).unwrap();
         }
-        assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == 3 && completions(s, 0, OpKind::Send).len() == 3), "seed {seed}");
+        assert!(
+            sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == 3
+                && completions(s, 0, OpKind::Send).len() == 3),
+            "seed {seed}"
+        );
         for c in completions(&sim, 1, OpKind::Recv) {
             let i = (c.meta.context - 10) as usize;
             let want = if i == 1 { Some(OpError::Truncated { olen: 10 }) } else { None };
             assert_eq!(c.err, want, "seed {seed}");
-            assert!(sim.nodes[1].ep.mem().at(BASE + (i as u64) * (1 << 20), c.len) == &pattern(lens[i], i as u64)[..c.len], "seed {seed}: message {i}");
+            assert!(
+                sim.nodes[1].ep.mem().at(BASE + (i as u64) * (1 << 20), c.len) == &pattern(lens[i], i as u64)[..c.len],
+                "seed {seed}: message {i}"
+            );
         }
         // All three were announced before the first refusal came back; each came
         // by window grants.
@@ -319,8 +368,24 @@ fn rendezvous_push_fallback_and_truncation() {
         assert_eq!(sim.nodes[1].ep.stats().msg.pushed, 3);
         // After the refusal, later long messages to that peer go eagerly.
         let data = pattern(30_000, 9);
-        send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &data, BASE + (5 << 20), meta(3));
-        let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE + (5 << 20), 30_000), multi: false, meta: meta(13) };
+        send_from(
+            &mut sim,
+            0,
+            to1,
+            MsgHeader { kind: MsgKind::Msg, tag: 0, data: None },
+            &data,
+            BASE + (5 << 20),
+            meta(3),
+        );
+        let spec = RecvSpec {
+            kind: MsgKind::Msg,
+            src: Src::Any,
+            tag: 0,
+            ignore: 0,
+            iov: IoList::one(BASE + (5 << 20), 30_000),
+            multi: false,
+            meta: meta(13),
+        };
         sim.nodes[1].ep.post_recv(spec).unwrap();
         assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == 4), "seed {seed}");
         assert!(sim.nodes[1].ep.mem().at(BASE + (5 << 20), 30_000) == data);
@@ -349,10 +414,37 @@ fn rma_and_atomics_under_loss() {
         sim.nodes[1].ep.mem_mut().put(window + 8, &40u64.to_le_bytes());
         let two = 2u64.to_le_bytes();
         let n0 = &mut sim.nodes[0].ep;
-        n0.atomic(to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::default(), false, meta(3)).unwrap();
-        n0.atomic(to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::one(BASE + 50_000, 8), true, meta(4)).unwrap();
+        n0.atomic(to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::default(), false, meta(3))
+            .unwrap();
+        n0.atomic(
+            to1,
+            9,
+            window + 8,
+            Datatype::U64,
+            Op::Sum,
+            1,
+            &[&two],
+            &[],
+            IoList::one(BASE + 50_000, 8),
+            true,
+            meta(4),
+        )
+        .unwrap();
         let (cmp, swap) = (44u64.to_le_bytes(), 7u64.to_le_bytes());
-        n0.atomic(to1, 9, window + 8, Datatype::U64, Op::Cswap, 1, &[&swap], &[&cmp], IoList::one(BASE + 50_008, 8), true, meta(5)).unwrap();
+        n0.atomic(
+            to1,
+            9,
+            window + 8,
+            Datatype::U64,
+            Op::Cswap,
+            1,
+            &[&swap],
+            &[&cmp],
+            IoList::one(BASE + 50_008, 8),
+            true,
+            meta(5),
+        )
+        .unwrap();
         n0.rma_write(to1, 9, window + (64 << 10) - 4, &[&data[..8]], None, meta(6)).unwrap();
         n0.rma_write(to1, 10, window, &[&data[..8]], None, meta(7)).unwrap();
         assert!(sim.run_until(Duration::from_secs(30), |s| s.nodes[0].done.len() == 7), "seed {seed}");
@@ -375,15 +467,25 @@ fn cancel_peek_claim_and_multi_receive() {
     let mut sim = net(2, lossy(), 8, EndpointConfig { min_multi_recv: 64, ..config() });
     both_ways(&sim, 0, 1, path(false));
     let to1 = sim.peer(0, 1);
-    let spec = |tag, context, addr, len| RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(addr, len), multi: false, meta: meta(context) };
+    let spec = |tag, context, addr, len| RecvSpec {
+        kind: MsgKind::Tagged,
+        src: Src::Any,
+        tag,
+        ignore: 0,
+        iov: IoList::one(addr, len),
+        multi: false,
+        meta: meta(context),
+    };
     let n1 = &mut sim.nodes[1].ep;
     n1.post_recv(spec(5, 1, BASE, 100)).unwrap();
     assert!(n1.cancel(1));
     assert!(!n1.cancel(1), "a canceled receive is gone");
     let n0 = &mut sim.nodes[0].ep;
-    n0.send(to1, MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None }, &[b"claimed"], IoList::default(), meta(2)).unwrap();
+    n0.send(to1, MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None }, &[b"claimed"], IoList::default(), meta(2))
+        .unwrap();
     for k in 0..3u8 {
-        n0.send(to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&[k; 100]], IoList::default(), meta(3)).unwrap();
+        n0.send(to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&[k; 100]], IoList::default(), meta(3))
+            .unwrap();
     }
     assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 4));
     let n1 = &mut sim.nodes[1].ep;
@@ -391,7 +493,15 @@ fn cancel_peek_claim_and_multi_receive() {
     n1.claim(spec(5, 10, BASE + 1000, 100), false).unwrap();
     // A multi-receive buffer of 250 bytes with min 64: two messages fit, the
     // third leaves less than 64 bytes, so it is truncated and releases.
-    let multi = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE + 2000, 250), multi: true, meta: meta(20) };
+    let multi = RecvSpec {
+        kind: MsgKind::Msg,
+        src: Src::Any,
+        tag: 0,
+        ignore: 0,
+        iov: IoList::one(BASE + 2000, 250),
+        multi: true,
+        meta: meta(20),
+    };
     n1.post_recv(multi).unwrap();
     sim.drain(1);
     let recvs = completions(&sim, 1, OpKind::Recv);
@@ -421,7 +531,11 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
     sim.run_until(Duration::from_millis(50), |_| false);
     sim.kill(1);
     let died = sim.now();
-    assert!(sim.run_until(Duration::from_secs(20), |s| s.nodes[0].done.len() == 1), "the sender still waits: {:?}", sim.nodes[0].done);
+    assert!(
+        sim.run_until(Duration::from_secs(20), |s| s.nodes[0].done.len() == 1),
+        "the sender still waits: {:?}",
+        sim.nodes[0].done
+    );
     let waited = sim.now().saturating_duration_since(died);
     assert!(waited <= Duration::from_secs(5), "failed after {waited:?}, peer timeout 3 s");
     sim.nodes[0].ep.rma_read(to1, 1, BASE, IoList::one(BASE + 200_000, 64), meta(2)).unwrap();
@@ -429,7 +543,14 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
     for c in &sim.nodes[0].done {
         assert_eq!(c.err, Some(OpError::PeerUnreachable), "{c:?}");
     }
-    let failed: Vec<_> = sim.nodes[0].events.iter().filter_map(|e| match e { EndpointEvent::PeerFailed { peer, .. } => Some(*peer), _ => None }).collect();
+    let failed: Vec<_> = sim.nodes[0]
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            EndpointEvent::PeerFailed { peer, .. } => Some(*peer),
+            _ => None,
+        })
+        .collect();
     assert_eq!(failed, [to1]);
 }
 
@@ -439,16 +560,26 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
 /// arrives (it went by rendezvous, read after return, before the fix).
 #[test]
 fn a_send_copied_at_post_never_goes_by_rendezvous() {
-    let mut sim = net(2, Link::default(), 13, EndpointConfig { rndv_threshold: 1024, window_threshold: 1024, ..config() });
+    let mut sim =
+        net(2, Link::default(), 13, EndpointConfig { rndv_threshold: 1024, window_threshold: 1024, ..config() });
     let to1 = sim.peer(0, 1);
     let data = pattern(2048, 5);
     let copied = OpMeta { copy_at_post: true, ..meta(1) };
     send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Tagged, tag: 1, data: None }, &data, BASE, copied);
     // The application writes its buffer again as soon as the call returned.
     sim.nodes[0].ep.mem_mut().put(BASE, &pattern(2048, 6));
-    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 1, ignore: 0, iov: IoList::one(BASE + (1 << 20), 2048), multi: false, meta: meta(2) };
+    let spec = RecvSpec {
+        kind: MsgKind::Tagged,
+        src: Src::Any,
+        tag: 1,
+        ignore: 0,
+        iov: IoList::one(BASE + (1 << 20), 2048),
+        multi: false,
+        meta: meta(2),
+    };
     sim.nodes[1].ep.post_recv(spec).unwrap();
-    assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1
+        && completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE + (1 << 20), 2048) == data, "the bytes of the buffer at the call");
     let st = sim.nodes[0].ep.stats().msg;
     assert_eq!((st.rts_sent, st.eager_sent), (0, 1));
@@ -463,9 +594,18 @@ fn a_receiver_that_never_sent_pulls() {
     let to1 = sim.peer(0, 1);
     let data = pattern(50_000, 4);
     send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Tagged, tag: 1, data: None }, &data, BASE, meta(1));
-    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 1, ignore: 0, iov: IoList::one(BASE, 50_000), multi: false, meta: meta(2) };
+    let spec = RecvSpec {
+        kind: MsgKind::Tagged,
+        src: Src::Any,
+        tag: 1,
+        ignore: 0,
+        iov: IoList::one(BASE, 50_000),
+        multi: false,
+        meta: meta(2),
+    };
     sim.nodes[1].ep.post_recv(spec).unwrap();
-    assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1
+        && completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE, 50_000) == data);
     let st = sim.nodes[1].ep.stats().msg;
     assert_eq!((st.pulled, st.pushed), (1, 0));
@@ -489,19 +629,41 @@ fn windowed_rendezvous_over_a_path_without_remote_read() {
         let at = |i: usize| BASE + (i as u64) * (10 << 20);
         for (i, &len) in lens.iter().enumerate() {
             let data = pattern(len, 20 + i as u64);
-            send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Tagged, tag: i as u64, data: None }, &data, at(i), meta(i as u64));
+            send_from(
+                &mut sim,
+                0,
+                to1,
+                MsgHeader { kind: MsgKind::Tagged, tag: i as u64, data: None },
+                &data,
+                at(i),
+                meta(i as u64),
+            );
         }
         // Let the announcements arrive unexpected first.
-        assert!(sim.run_until(Duration::from_secs(10), |s| s.nodes[1].ep.unexpected_bytes() > 0 && s.now() > Instant::from_nanos(50_000_000)));
-        assert!(sim.nodes[1].ep.unexpected_bytes() < 1000, "only announcements are held: {}", sim.nodes[1].ep.unexpected_bytes());
+        assert!(sim.run_until(Duration::from_secs(10), |s| s.nodes[1].ep.unexpected_bytes() > 0
+            && s.now() > Instant::from_nanos(50_000_000)));
+        assert!(
+            sim.nodes[1].ep.unexpected_bytes() < 1000,
+            "only announcements are held: {}",
+            sim.nodes[1].ep.unexpected_bytes()
+        );
         for (i, &len) in lens.iter().enumerate() {
             // The last buffer is 1000 bytes short: truncated.
             let room = if i == 2 { len - 1000 } else { len };
-            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: i as u64, ignore: 0, iov: IoList::one(at(i), room as u64), multi: false, meta: meta(10 + i as u64) };
+            let spec = RecvSpec {
+                kind: MsgKind::Tagged,
+                src: Src::Any,
+                tag: i as u64,
+                ignore: 0,
+                iov: IoList::one(at(i), room as u64),
+                multi: false,
+                meta: meta(10 + i as u64),
+            };
             sim.nodes[1].ep.post_recv(spec).unwrap();
         }
         assert!(
-            sim.run_until(Duration::from_secs(120), |s| completions(s, 1, OpKind::Recv).len() == 3 && completions(s, 0, OpKind::Send).len() == 3),
+            sim.run_until(Duration::from_secs(120), |s| completions(s, 1, OpKind::Recv).len() == 3
+                && completions(s, 0, OpKind::Send).len() == 3),
             "seed {seed}: recv {} send {}",
             completions(&sim, 1, OpKind::Recv).len(),
             completions(&sim, 0, OpKind::Send).len()
@@ -510,7 +672,10 @@ fn windowed_rendezvous_over_a_path_without_remote_read() {
             let i = (c.meta.context - 10) as usize;
             let want = if i == 2 { Some(OpError::Truncated { olen: 1000 }) } else { None };
             assert_eq!(c.err, want, "seed {seed}");
-            assert!(sim.nodes[1].ep.mem().at(at(i), c.len) == &pattern(lens[i], 20 + i as u64)[..c.len], "seed {seed}: message {i}");
+            assert!(
+                sim.nodes[1].ep.mem().at(at(i), c.len) == &pattern(lens[i], 20 + i as u64)[..c.len],
+                "seed {seed}: message {i}"
+            );
         }
         for c in completions(&sim, 0, OpKind::Send) {
             assert_eq!(c.err, None, "seed {seed}");
@@ -533,7 +698,15 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
     let to1 = sim.peer(0, 1);
     let data = pattern(4 << 20, 1);
     send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &data, BASE, meta(1));
-    let spec = RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(BASE, 4 << 20), multi: false, meta: meta(2) };
+    let spec = RecvSpec {
+        kind: MsgKind::Msg,
+        src: Src::Any,
+        tag: 0,
+        ignore: 0,
+        iov: IoList::one(BASE, 4 << 20),
+        multi: false,
+        meta: meta(2),
+    };
     sim.nodes[1].ep.post_recv(spec).unwrap();
     // Some windows in (the endpoint's are 2 MiB: the second is granted once
     // 1 MiB arrived), then the sender dies.
@@ -541,7 +714,10 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
     assert!(completions(&sim, 1, OpKind::Recv).is_empty(), "the transfer is still under way");
     sim.kill(0);
     let died = sim.now();
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1), "the receive still waits");
+    assert!(
+        sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1),
+        "the receive still waits"
+    );
     let c = completions(&sim, 1, OpKind::Recv)[0];
     assert_eq!(c.err, Some(OpError::PeerUnreachable));
     assert!(sim.now().saturating_duration_since(died) <= Duration::from_secs(5));
@@ -562,7 +738,13 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
     let max = 1400 - rdm::engine::HEADER_LEN - rndv::HEADER_LEN;
     let send = |sim: &mut Sim, tag: u64, len: usize, ctx: u64| {
         let data = pattern(len, tag);
-        sim.nodes[0].ep.send(to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &[&data], IoList::default(), meta(ctx))
+        sim.nodes[0].ep.send(
+            to1,
+            MsgHeader { kind: MsgKind::Tagged, tag, data: None },
+            &[&data],
+            IoList::default(),
+            meta(ctx),
+        )
     };
     assert_eq!(send(&mut sim, 1, max + 1, 1).err(), Some(rndv::PostError::TooLarge));
     // No receive posted: sent, completed, dropped at the receiver.
@@ -572,7 +754,15 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
     assert_eq!(sim.nodes[1].ep.stats().msg.dropped_unmatched, 1);
     assert_eq!(sim.nodes[1].ep.unexpected_bytes(), 0);
     // A receive posted now does not see it; a directed one takes the next.
-    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Peer(at1), tag: 3, ignore: 0, iov: IoList::one(BASE, max as u64), multi: false, meta: meta(10) };
+    let spec = RecvSpec {
+        kind: MsgKind::Tagged,
+        src: Src::Peer(at1),
+        tag: 3,
+        ignore: 0,
+        iov: IoList::one(BASE, max as u64),
+        multi: false,
+        meta: meta(10),
+    };
     sim.nodes[1].ep.post_recv(spec).unwrap();
     send(&mut sim, 3, max, 3).expect("send");
     assert!(sim.run_until(Duration::from_secs(1), |s| completions(s, 1, OpKind::Recv).len() == 1));
@@ -586,12 +776,23 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
     let mut sim = net_with(2, path(false), lossy(), 7, cfg);
     let to1 = sim.peer(0, 1);
     for i in 0..200u64 {
-        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: i, ignore: 0, iov: IoList::one(BASE + i * 2048, 2048), multi: false, meta: meta(i) };
+        let spec = RecvSpec {
+            kind: MsgKind::Tagged,
+            src: Src::Any,
+            tag: i,
+            ignore: 0,
+            iov: IoList::one(BASE + i * 2048, 2048),
+            multi: false,
+            meta: meta(i),
+        };
         sim.nodes[1].ep.post_recv(spec).unwrap();
     }
     for i in 0..200u64 {
         let data = pattern(1000, i);
-        sim.nodes[0].ep.send(to1, MsgHeader { kind: MsgKind::Tagged, tag: i, data: None }, &[&data], IoList::default(), meta(i)).expect("send");
+        sim.nodes[0]
+            .ep
+            .send(to1, MsgHeader { kind: MsgKind::Tagged, tag: i, data: None }, &[&data], IoList::default(), meta(i))
+            .expect("send");
     }
     sim.run_until(Duration::from_secs(1), |_| false);
     assert_eq!(completions(&sim, 0, OpKind::Send).len(), 200);
@@ -609,7 +810,15 @@ fn msg() -> MsgHeader {
 }
 
 fn recv(addr: u64, len: u64, context: u64) -> RecvSpec {
-    RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov: IoList::one(addr, len), multi: false, meta: meta(context) }
+    RecvSpec {
+        kind: MsgKind::Msg,
+        src: Src::Any,
+        tag: 0,
+        ignore: 0,
+        iov: IoList::one(addr, len),
+        multi: false,
+        meta: meta(context),
+    }
 }
 
 /// Two buffers as one gather / scatter list.
@@ -651,17 +860,29 @@ fn rendezvous_on_a_registering_path_reads_only_through_held_keys() {
         sim.nodes[0].ep.mem_mut().put(b, &data[100_000..]);
         sim.nodes[2].ep.mem_mut().put(a, &data);
         for round in 0..2u64 {
-            sim.nodes[0].ep.send(to1, msg(), &[&data[..100_000], &data[100_000..]], two_bufs(a, 100_000, b, 50_000), meta(round)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(to1, msg(), &[&data[..100_000], &data[100_000..]], two_bufs(a, 100_000, b, 50_000), meta(round))
+                .unwrap();
             sim.nodes[2].ep.send(to1_from2, msg(), &[&data], IoList::one(a, 150_000), meta(round)).unwrap();
             for k in 0..2u64 {
                 let at = BASE + (4 + 2 * k) * (1 << 20);
                 sim.nodes[1].ep.post_recv(recv(at, 150_000, 10 + k)).unwrap();
             }
             let want = 2 * (round as usize + 1);
-            assert!(sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == want && completions(s, 0, OpKind::Send).len() == round as usize + 1), "seed {seed}");
+            assert!(
+                sim.run_until(Duration::from_secs(60), |s| completions(s, 1, OpKind::Recv).len() == want
+                    && completions(s, 0, OpKind::Send).len() == round as usize + 1),
+                "seed {seed}"
+            );
             for k in 0..2u64 {
                 let got = sim.nodes[1].ep.mem().at(BASE + (4 + 2 * k) * (1 << 20), 150_000);
-                assert!(got == data, "seed {seed} round {round}: first difference at {:?}; {:?}", got.iter().zip(&data).position(|(a, b)| a != b), completions(&sim, 1, OpKind::Recv));
+                assert!(
+                    got == data,
+                    "seed {seed} round {round}: first difference at {:?}; {:?}",
+                    got.iter().zip(&data).position(|(a, b)| a != b),
+                    completions(&sim, 1, OpKind::Recv)
+                );
             }
         }
         assert!(completions(&sim, 0, OpKind::Send).iter().all(|c| c.err.is_none()));
@@ -675,7 +896,11 @@ fn rendezvous_on_a_registering_path_reads_only_through_held_keys() {
         assert_eq!(m.cache.registrar().live.len(), 2, "cached, not deregistered, after release");
         assert_eq!(sim.nodes[0].ep.stats().msg.registrations_acquired, 4);
         let m2 = regs2.lock().unwrap();
-        assert_eq!((m2.acquires, m2.cache.stats().misses), (0, 0), "seed {seed}: no lookup on a path without registration");
+        assert_eq!(
+            (m2.acquires, m2.cache.stats().misses),
+            (0, 0),
+            "seed {seed}: no lookup on a path without registration"
+        );
         // The receiver: a local registration per run of the reads from node 0
         // (two runs per message: two source buffers into one), none for the
         // reads from node 2, each released when its read completed.
@@ -715,14 +940,16 @@ fn a_buffer_with_the_applications_key_is_not_looked_up() {
     // Only the buffer without a key: one lookup.
     assert_eq!(regs0.lock().unwrap().acquires, 1);
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 130_000, 10)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1 && completions(s, 0, OpKind::Send).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 1
+        && completions(s, 0, OpKind::Send).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE + (4 << 20), 130_000) == data);
     // With a key for every buffer (`a`'s registration covers both here): no lookup at all.
     let mut iov = IoList::one(a, 100_000);
     iov.keys[0] = Some(app_key);
     sim.nodes[0].ep.send(to1, msg(), &[&data[..100_000]], iov, meta(2)).unwrap();
     sim.nodes[1].ep.post_recv(recv(BASE + (6 << 20), 100_000, 11)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 2 && completions(s, 0, OpKind::Send).len() == 2));
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 2
+        && completions(s, 0, OpKind::Send).len() == 2));
     assert!(sim.nodes[1].ep.mem().at(BASE + (6 << 20), 100_000) == &data[..100_000]);
     let m = regs0.lock().unwrap();
     assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
@@ -803,7 +1030,8 @@ fn an_unmap_during_a_transfer_defers_deregistration_until_release() {
         assert!(m.cache.is_empty(), "but gone from the index");
     }
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 80_000, 10)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 1
+        && completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE + (4 << 20), 80_000) == data);
     {
         let mut m = regs0.lock().unwrap();
@@ -815,7 +1043,8 @@ fn an_unmap_during_a_transfer_defers_deregistration_until_release() {
     // The memory mapped again and sent from: a new registration, a new key.
     send_from(&mut sim, 0, to1, msg(), &data, BASE, meta(2));
     sim.nodes[1].ep.post_recv(recv(BASE + (6 << 20), 80_000, 11)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 2 && completions(s, 1, OpKind::Recv).len() == 2));
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 2
+        && completions(s, 1, OpKind::Recv).len() == 2));
     assert!(sim.nodes[1].ep.mem().at(BASE + (6 << 20), 80_000) == data);
     let m = regs0.lock().unwrap();
     assert!(m.bad_reads.is_empty(), "{:?}", m.bad_reads);
@@ -890,7 +1119,8 @@ fn a_direct_message_to_a_dead_process_never_completes_successfully() {
     // acknowledgement came back, the next ones go DIRECT.
     let sent = |k: u64| pattern(300, 50 + k);
     send_from(&mut sim, 0, to1, msg(), &sent(0), BASE, meta(0));
-    assert!(sim.run_until(Duration::from_secs(1), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(1), |s| completions(s, 0, OpKind::Send).len() == 1
+        && completions(s, 1, OpKind::Recv).len() == 1));
     for k in 1..3u64 {
         send_from(&mut sim, 0, to1, msg(), &sent(k), BASE + k * 4096, meta(k));
     }
@@ -940,7 +1170,10 @@ fn a_pull_on_a_registering_path_carries_every_key_and_completes_later() {
     let (c, d) = (BASE + (4 << 20), BASE + (5 << 20));
     let spec = RecvSpec { iov: two_bufs(c, 30_000, d, 70_000), ..recv(0, 0, 10) };
     sim.nodes[1].ep.post_recv(spec).unwrap();
-    sim.nodes[0].ep.send(to1, msg(), &[&data[..60_000], &data[60_000..]], two_bufs(a, 60_000, b, 40_000), meta(1)).unwrap();
+    sim.nodes[0]
+        .ep
+        .send(to1, msg(), &[&data[..60_000], &data[60_000..]], two_bufs(a, 60_000, b, 40_000), meta(1))
+        .unwrap();
     let mut steps = 0;
     while regs1.lock().unwrap().local_acquires == 0 {
         assert!(sim.step() && steps < 10_000, "the read was never posted");
@@ -949,7 +1182,11 @@ fn a_pull_on_a_registering_path_carries_every_key_and_completes_later() {
     // The step that posted the read (and in which the harness served it).
     {
         let m1 = regs1.lock().unwrap();
-        assert_eq!((m1.local_acquires, m1.local_held.len(), m1.local_releases), (3, 3, 0), "a local registration per run, held");
+        assert_eq!(
+            (m1.local_acquires, m1.local_held.len(), m1.local_releases),
+            (3, 3, 0),
+            "a local registration per run, held"
+        );
         assert_eq!(m1.stores, 3, "served, each run into held local registrations: {:?}", m1.bad_stores);
         assert!(m1.bad_stores.is_empty(), "{:?}", m1.bad_stores);
     }
@@ -964,11 +1201,18 @@ fn a_pull_on_a_registering_path_carries_every_key_and_completes_later() {
     assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 1));
     let r = completions(&sim, 1, OpKind::Recv)[0];
     assert_eq!((r.err, r.len), (None, 100_000));
-    assert!(sim.nodes[1].ep.mem().at(c, 30_000) == &data[..30_000] && sim.nodes[1].ep.mem().at(d, 70_000) == &data[30_000..]);
+    assert!(
+        sim.nodes[1].ep.mem().at(c, 30_000) == &data[..30_000]
+            && sim.nodes[1].ep.mem().at(d, 70_000) == &data[30_000..]
+    );
     assert_eq!(completions(&sim, 0, OpKind::Send)[0].err, None);
     let m0 = regs0.lock().unwrap();
     assert!(m0.bad_reads.is_empty(), "{:?}", m0.bad_reads);
-    assert_eq!((m0.reads_checked, m0.acquires, m0.held.len()), (3, 2, 0), "each run read through the sender's held key");
+    assert_eq!(
+        (m0.reads_checked, m0.acquires, m0.held.len()),
+        (3, 2, 0),
+        "each run read through the sender's held key"
+    );
     assert_eq!(sim.nodes[1].ep.stats().msg.pulled, 1);
 
     // The receiver without registrations: no local key, so no read; pushed.
@@ -978,7 +1222,8 @@ fn a_pull_on_a_registering_path_carries_every_key_and_completes_later() {
     let to1 = sim.peer(0, 1);
     send_from(&mut sim, 0, to1, msg(), &data, BASE, meta(1));
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 100_000, 10)).unwrap();
-    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 1 && completions(s, 1, OpKind::Recv).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 1
+        && completions(s, 1, OpKind::Recv).len() == 1));
     assert!(sim.nodes[1].ep.mem().at(BASE + (4 << 20), 100_000) == data);
     let st = sim.nodes[1].ep.stats().msg;
     assert_eq!((st.pulled, st.pushed), (0, 1));
@@ -999,15 +1244,32 @@ fn every_datagram_leaves_from_a_lent_transmit_buffer() {
     let msgs: [(usize, usize, u64); 4] = [(0, 1000, 1), (0, 50_000, 2), (2, 1000, 3), (2, 100_000, 4)];
     for (k, &(from, len, tag)) in msgs.iter().enumerate() {
         let to = if from == 0 { to1_from0 } else { to1_from2 };
-        send_from(&mut sim, from, to, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &pattern(len, tag), BASE + (k as u64) * (1 << 20), meta(tag));
-        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(BASE + (k as u64) * (1 << 20), len as u64), multi: false, meta: meta(tag) };
+        send_from(
+            &mut sim,
+            from,
+            to,
+            MsgHeader { kind: MsgKind::Tagged, tag, data: None },
+            &pattern(len, tag),
+            BASE + (k as u64) * (1 << 20),
+            meta(tag),
+        );
+        let spec = RecvSpec {
+            kind: MsgKind::Tagged,
+            src: Src::Any,
+            tag,
+            ignore: 0,
+            iov: IoList::one(BASE + (k as u64) * (1 << 20), len as u64),
+            multi: false,
+            meta: meta(tag),
+        };
         sim.nodes[1].ep.post_recv(spec).unwrap();
     }
     send_from(&mut sim, 1, to0_from1, msg(), &pattern(500, 9), BASE + (6 << 20), meta(9));
     sim.nodes[0].ep.post_recv(recv(BASE + (6 << 20), 500, 9)).unwrap();
     assert!(sim.run_until(Duration::from_secs(30), |s| completions(s, 1, OpKind::Recv).len() == 4
         && completions(s, 0, OpKind::Recv).len() == 1
-        && (0..3).all(|i| s.nodes[i].done.iter().filter(|c| c.kind == OpKind::Send).count() == if i == 1 { 1 } else { 2 })));
+        && (0..3)
+            .all(|i| s.nodes[i].done.iter().filter(|c| c.kind == OpKind::Send).count() == if i == 1 { 1 } else { 2 })));
     for (k, &(_, len, tag)) in msgs.iter().enumerate() {
         assert!(sim.nodes[1].ep.mem().at(BASE + (k as u64) * (1 << 20), len) == pattern(len, tag), "message {tag}");
     }
@@ -1049,7 +1311,10 @@ fn a_closing_receiver_lingers_to_answer_retransmissions() {
         let received = sim.nodes[1].ep.stats().rdm.received;
         let start = sim.now();
         sim.close(1);
-        assert!(sim.run_until(Duration::from_millis(600), |s| s.nodes[1].ep.is_closed()), "seed {seed}: still lingering after 600 ms");
+        assert!(
+            sim.run_until(Duration::from_millis(600), |s| s.nodes[1].ep.is_closed()),
+            "seed {seed}: still lingering after 600 ms"
+        );
         assert!(sim.now().saturating_duration_since(start) <= Duration::from_millis(510));
         if !acked_before && sim.nodes[1].ep.stats().rdm.received > received {
             lingered_usefully += 1;
@@ -1057,13 +1322,16 @@ fn a_closing_receiver_lingers_to_answer_retransmissions() {
         // The closed process exits.
         sim.kill(1);
         assert!(sim.run_until(Duration::from_secs(10), |s| completions(s, 0, OpKind::Send).len() == 1), "seed {seed}");
-        assert_eq!(completions(&sim, 0, OpKind::Send)[0].err, None, "seed {seed}: the send failed although the message arrived");
+        assert_eq!(
+            completions(&sim, 0, OpKind::Send)[0].err,
+            None,
+            "seed {seed}: the send failed although the message arrived"
+        );
     }
     if std::env::var("RDMX_SIM_SEED").is_err() {
         assert!(lingered_usefully > 0, "no seed needed the linger: the scenario tests nothing");
     }
 }
-
 
 /// Close while our own data is unacknowledged because the link went dead: the
 /// linger's idle deadline passes while `unacked` keeps it open, and the
@@ -1089,13 +1357,21 @@ fn a_lingering_endpoint_with_unacknowledged_data_closes_without_spinning() {
     let mut rounds = 0;
     while !sim.nodes[0].ep.is_closed() {
         rounds += 1;
-        assert!(rounds < 10_000, "still lingering after {rounds} rounds at {:?} past the close: time stands still", sim.now().saturating_duration_since(start));
+        assert!(
+            rounds < 10_000,
+            "still lingering after {rounds} rounds at {:?} past the close: time stands still",
+            sim.now().saturating_duration_since(start)
+        );
         if !sim.step() {
             break;
         }
     }
     assert!(sim.nodes[0].ep.is_closed(), "nothing scheduled, yet the close did not finish");
-    assert!(sim.now().saturating_duration_since(start) <= Duration::from_millis(510), "linger outlived its bound: {:?}", sim.now().saturating_duration_since(start));
+    assert!(
+        sim.now().saturating_duration_since(start) <= Duration::from_millis(510),
+        "linger outlived its bound: {:?}",
+        sim.now().saturating_duration_since(start)
+    );
 }
 
 /// A peer first heard from gets its path as its first datagram arrives, so
@@ -1113,7 +1389,8 @@ fn a_peer_first_heard_from_gets_its_path_before_anything_is_sent_to_it() {
     let data = pattern(50_000, 1);
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 50_000, 10)).unwrap();
     send_from(&mut sim, 0, to1, msg(), &data, BASE, meta(1));
-    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 1 && completions(s, 0, OpKind::Send).len() == 1));
+    assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 1
+        && completions(s, 0, OpKind::Send).len() == 1));
     assert_eq!(sim.nodes[1].ep.stats().msg.pulled, 1);
     // Node 1 now sends a long message of its own to the peer it heard from.
     let to0 = sim.peer(1, 0);
@@ -1145,7 +1422,11 @@ fn a_peers_failure_reason_is_the_first_one() {
     send_from(&mut sim, 0, to1, msg(), &[3; 100], BASE, meta(3));
     sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 3);
     assert_eq!(completions(&sim, 0, OpKind::Send).len(), 3, "the send to a failed peer completes");
-    assert_eq!(sim.nodes[0].ep.fail_reason(to1), Some(rdm::engine::FailReason::Unreachable), "rewritten by a later send");
+    assert_eq!(
+        sim.nodes[0].ep.fail_reason(to1),
+        Some(rdm::engine::FailReason::Unreachable),
+        "rewritten by a later send"
+    );
 }
 
 /// Reads through lazily made connections (the model of verbs RC behind a UD
@@ -1179,7 +1460,10 @@ fn reads_go_through_connections_made_lazily_and_bounded() {
             sim.nodes[0].ep.post_recv(recv(dst, 70_000, 100 + k)).unwrap();
             k += 1;
             let want = k as usize;
-            assert!(sim.run_until(Duration::from_secs(30), |sim| completions(sim, 0, OpKind::Recv).len() == want), "seed {seed}: message {k} never landed");
+            assert!(
+                sim.run_until(Duration::from_secs(30), |sim| completions(sim, 0, OpKind::Recv).len() == want),
+                "seed {seed}: message {k} never landed"
+            );
             expect.push((dst, data));
             // The handshake may still be on the lossy wire: let it finish.
             sim.run_until(Duration::from_millis(300), |_| false);
@@ -1200,14 +1484,21 @@ fn reads_go_through_connections_made_lazily_and_bounded() {
             assert_eq!(passive, (s == 1) as usize, "seed {seed}: node {s} freed every closed end");
         }
         for s in 1..4 {
-            assert_eq!(sim.nodes[s].ep.stats().msg.rts_sent, if s == 1 { 4 } else { 1 }, "seed {seed}: every long message announced (no refusal)");
+            assert_eq!(
+                sim.nodes[s].ep.stats().msg.rts_sent,
+                if s == 1 { 4 } else { 1 },
+                "seed {seed}: every long message announced (no refusal)"
+            );
         }
         // Node 1 (whose end node 0 reads through) dies; once node 0 declares
         // it failed, its connection to it goes.
         sim.kill(1);
         let to1 = sim.peer(0, 1);
         send_from(&mut sim, 0, to1, msg(), b"anyone?", BASE, meta(99));
-        assert!(sim.run_until(Duration::from_secs(30), |sim| sim.net.conn_stats(0).unwrap().0.closed_peer_failed == 1), "seed {seed}: the failed peer's connection stayed");
+        assert!(
+            sim.run_until(Duration::from_secs(30), |sim| sim.net.conn_stats(0).unwrap().0.closed_peer_failed == 1),
+            "seed {seed}: the failed peer's connection stayed"
+        );
         assert_eq!(sim.net.conn_stats(0).unwrap().1, 0, "seed {seed}");
     }
 }
@@ -1232,7 +1523,8 @@ fn a_refused_registration_evicts_retries_and_only_then_pushes() {
         send_from(&mut sim, 0, to1, msg(), &data, BASE + k * (64 << 10), meta(k));
         sim.nodes[1].ep.post_recv(recv(dst, 50_000, 10 + k)).unwrap();
         let want = k as usize + 1;
-        assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == want && completions(s, 0, OpKind::Send).len() == want));
+        assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == want
+            && completions(s, 0, OpKind::Send).len() == want));
         expect.push((dst, data));
     }
     {
@@ -1250,11 +1542,15 @@ fn a_refused_registration_evicts_retries_and_only_then_pushes() {
     for k in 2..4u64 {
         sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20) + k * (64 << 10), 50_000, 10 + k)).unwrap();
     }
-    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 4 && completions(s, 0, OpKind::Send).len() == 4));
+    assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 4
+        && completions(s, 0, OpKind::Send).len() == 4));
     for (dst, data) in &expect {
         assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "bytes at {dst:#x}");
     }
-    assert!(completions(&sim, 0, OpKind::Send).iter().chain(completions(&sim, 1, OpKind::Recv).iter()).all(|c| c.err.is_none()));
+    assert!(completions(&sim, 0, OpKind::Send)
+        .iter()
+        .chain(completions(&sim, 1, OpKind::Recv).iter())
+        .all(|c| c.err.is_none()));
     let m = regs0.lock().unwrap();
     let st = m.cache.stats();
     assert_eq!((st.misses, st.register_failures, st.evictions), (4, 3, 2), "{st:?}");
@@ -1300,13 +1596,29 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
                 // Sender 0's receives are posted first (expected), sender 2's
                 // after its sends (unexpected).
                 let post = |sim: &mut Sim, ctx: u64| {
-                    let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(dst, len as u64), multi: false, meta: meta(ctx) };
+                    let spec = RecvSpec {
+                        kind: MsgKind::Tagged,
+                        src: Src::Any,
+                        tag,
+                        ignore: 0,
+                        iov: IoList::one(dst, len as u64),
+                        multi: false,
+                        meta: meta(ctx),
+                    };
                     sim.nodes[1].ep.post_recv(spec).unwrap();
                 };
                 if s == 0 {
                     post(&mut sim, ctx);
                 }
-                send_from(&mut sim, s, to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &data, BASE + off, meta(ctx));
+                send_from(
+                    &mut sim,
+                    s,
+                    to1,
+                    MsgHeader { kind: MsgKind::Tagged, tag, data: None },
+                    &data,
+                    BASE + off,
+                    meta(ctx),
+                );
                 if s == 2 {
                     post(&mut sim, ctx);
                 }
@@ -1316,17 +1628,28 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
             }
         }
         let n = expect.len();
-        assert!(sim.run_until(Duration::from_secs(30), |sim| completions(sim, 1, OpKind::Recv).len() == n), "seed {seed}");
+        assert!(
+            sim.run_until(Duration::from_secs(30), |sim| completions(sim, 1, OpKind::Recv).len() == n),
+            "seed {seed}"
+        );
         for (dst, data) in &expect {
             assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "seed {seed}: bytes at {dst:#x}");
         }
         assert!(completions(&sim, 1, OpKind::Recv).iter().all(|c| c.err.is_none()), "seed {seed}");
         let rx = sim.nodes[1].ep.stats();
-        assert_eq!((rx.msg.pulled, rx.msg.pushed), (6, 0), "seed {seed}: the three above the 16 KiB threshold of each sender are read");
+        assert_eq!(
+            (rx.msg.pulled, rx.msg.pushed),
+            (6, 0),
+            "seed {seed}: the three above the 16 KiB threshold of each sender are read"
+        );
         assert!(rx.rdm.out_of_order > 0, "seed {seed}: the model reordered nothing");
         for (i, (node, reg)) in sim.nodes.iter().zip(&regs).enumerate() {
             let st = node.ep.stats();
-            assert_eq!((st.rdm.retransmits, st.rdm.timeouts, st.rdm.probes), (0, 0, 0), "seed {seed} node {i}: retransmission on a reliable path");
+            assert_eq!(
+                (st.rdm.retransmits, st.rdm.timeouts, st.rdm.probes),
+                (0, 0, 0),
+                "seed {seed} node {i}: retransmission on a reliable path"
+            );
             assert_eq!(st.read_conns.conns.requested, 0, "seed {seed}: SRD reads need no connection");
             assert!(reg.lock().unwrap().bad_reads.is_empty(), "seed {seed} node {i}");
         }
@@ -1334,9 +1657,25 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
         // 0 sends node 1 more of everything.
         let to1_from2 = sim.peer(2, 1);
         let doomed = pattern(600_000, seed);
-        let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag: 999, ignore: 0, iov: IoList::one(BASE + (6 << 20), 600_000), multi: false, meta: meta(999) };
+        let spec = RecvSpec {
+            kind: MsgKind::Tagged,
+            src: Src::Any,
+            tag: 999,
+            ignore: 0,
+            iov: IoList::one(BASE + (6 << 20), 600_000),
+            multi: false,
+            meta: meta(999),
+        };
         sim.nodes[1].ep.post_recv(spec).unwrap();
-        send_from(&mut sim, 2, to1_from2, MsgHeader { kind: MsgKind::Tagged, tag: 999, data: None }, &doomed, BASE, meta(999));
+        send_from(
+            &mut sim,
+            2,
+            to1_from2,
+            MsgHeader { kind: MsgKind::Tagged, tag: 999, data: None },
+            &doomed,
+            BASE,
+            meta(999),
+        );
         // One round: node 2 puts its RTS on the wire and dies with it in
         // flight, so node 1's read of its memory fails.
         sim.step();
@@ -1348,20 +1687,51 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
             let tag = 500 + k as u64;
             let data = pattern(len, seed + tag);
             let dst = BASE + (2 << 20) + (k as u64) * (640 << 10);
-            let spec = RecvSpec { kind: MsgKind::Tagged, src: Src::Any, tag, ignore: 0, iov: IoList::one(dst, len as u64), multi: false, meta: meta(tag) };
+            let spec = RecvSpec {
+                kind: MsgKind::Tagged,
+                src: Src::Any,
+                tag,
+                ignore: 0,
+                iov: IoList::one(dst, len as u64),
+                multi: false,
+                meta: meta(tag),
+            };
             sim.nodes[1].ep.post_recv(spec).unwrap();
-            send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Tagged, tag, data: None }, &data, BASE + (k as u64) * (640 << 10), meta(tag));
+            send_from(
+                &mut sim,
+                0,
+                to1,
+                MsgHeader { kind: MsgKind::Tagged, tag, data: None },
+                &data,
+                BASE + (k as u64) * (640 << 10),
+                meta(tag),
+            );
             more.push((dst, data));
         }
-        assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == before + sizes.len() + 1), "seed {seed}: {:?}", completions(&sim, 1, OpKind::Recv));
+        assert!(
+            sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len()
+                == before + sizes.len() + 1),
+            "seed {seed}: {:?}",
+            completions(&sim, 1, OpKind::Recv)
+        );
         for (dst, data) in &more {
-            assert!(sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..], "seed {seed}: node 0's bytes at {dst:#x} after node 2 died");
+            assert!(
+                sim.nodes[1].ep.mem().at(*dst, data.len()) == &data[..],
+                "seed {seed}: node 0's bytes at {dst:#x} after node 2 died"
+            );
         }
         let recvs = completions(&sim, 1, OpKind::Recv);
         let failed: Vec<_> = recvs.iter().filter(|c| c.err.is_some()).collect();
         assert_eq!(failed.len(), 1, "seed {seed}: only the dead peer's receive fails: {failed:?}");
         assert_eq!(failed[0].meta.context, 999, "seed {seed}");
-        let dead: Vec<_> = sim.nodes[1].events.iter().filter_map(|e| match e { EndpointEvent::PeerFailed { peer, .. } => Some(*peer), _ => None }).collect();
+        let dead: Vec<_> = sim.nodes[1]
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                EndpointEvent::PeerFailed { peer, .. } => Some(*peer),
+                _ => None,
+            })
+            .collect();
         assert_eq!(dead, [sim.peer(1, 2)], "seed {seed}: the dead peer is named, and only it");
         assert!(completions(&sim, 0, OpKind::Send).iter().all(|c| c.err.is_none()), "seed {seed}");
     }

@@ -16,13 +16,22 @@ fn rts(keys: bool) -> Rts {
     let mut iov = [RemoteIov::default(); MAX_IOV];
     iov[0] = RemoteIov { addr: 0x1000, len: 7, key: keys.then_some(0xaa) };
     iov[1] = RemoteIov { addr: 0x2000, len: 9, key: keys.then_some(0xbb) };
-    Rts { header: MsgHeader { kind: MsgKind::Tagged, tag: 0x77, data: Some(0x99) }, req: 42, total: 16, iov, iov_count: 2 }
+    Rts {
+        header: MsgHeader { kind: MsgKind::Tagged, tag: 0x77, data: Some(0x99) },
+        req: 42,
+        total: 16,
+        iov,
+        iov_count: 2,
+    }
 }
 
 fn packets() -> Vec<Packet<'static>> {
     vec![
         Packet::Msg(MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, b"hi"),
-        Packet::Msg(MsgHeader { kind: MsgKind::Tagged, tag: 0x0102_0304_0506_0708, data: Some(0x1112_1314_1516_1718) }, b""),
+        Packet::Msg(
+            MsgHeader { kind: MsgKind::Tagged, tag: 0x0102_0304_0506_0708, data: Some(0x1112_1314_1516_1718) },
+            b"",
+        ),
         Packet::Write { req: 1, key: 2, addr: 3, data: Some(4), payload: b"wr" },
         Packet::Write { req: 1, key: 2, addr: 3, data: None, payload: b"" },
         Packet::ReadReq { req: 5, key: 6, addr: 7, len: 8 },
@@ -47,11 +56,14 @@ fn encode(p: &Packet<'_>) -> Vec<u8> {
 
 #[test]
 fn every_packet_kind_encodes_to_the_pinned_bytes() {
-    let got: Vec<String> = packets().iter().map(|p| {
-        let b = encode(p);
-        assert_eq!(Packet::decode(&b).as_ref(), Ok(p), "its own encoding decodes");
-        hex(&b)
-    }).collect();
+    let got: Vec<String> = packets()
+        .iter()
+        .map(|p| {
+            let b = encode(p);
+            assert_eq!(Packet::decode(&b).as_ref(), Ok(p), "its own encoding decodes");
+            hex(&b)
+        })
+        .collect();
     let want = [
         "0000000000000000000000000000000000000000000000006869",
         "010100000000000008070605040302011817161514131211",

@@ -37,35 +37,161 @@ fn summary(st: &Store, targets: &[Target], mpi_stacks: &[MpiStack], lf2: bool, r
     let mpi = |label: &str, what: &str| st.med(&k_mpi(label, what, 8));
     let met = targets.iter().filter(|t| t.met() == Some(true)).count();
     let mut out = String::new();
-    let _ = writeln!(out, "{run}: {met} of {} speed targets met; medians of {reps} run(s), rdmx and its peers alternating in one run.\n", targets.len());
+    let _ = writeln!(
+        out,
+        "{run}: {met} of {} speed targets met; medians of {reps} run(s), rdmx and its peers alternating in one run.\n",
+        targets.len()
+    );
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut row = |what: &str, unit: &str, r: Option<f64>, peer: &str, p: Option<f64>, le: bool, goal: f64| {
         let v = |x: Option<f64>| x.map_or("—".to_string(), |x| format!("{} {unit}", num(x)));
         let judged = ratio(r, p).map_or("—".to_string(), |x| format!("{x:.2}×"));
-        rows.push(vec![what.to_string(), v(r), format!("{peer}: {}", v(p)), judged, format!("{} {goal:.1}×", if le { "≤" } else { "≥" })]);
+        rows.push(vec![
+            what.to_string(),
+            v(r),
+            format!("{peer}: {}", v(p)),
+            judged,
+            format!("{} {goal:.1}×", if le { "≤" } else { "≥" }),
+        ]);
     };
-    row("8 B latency (fi_pingpong)", "µs", pp("rdmx", 8, "lat"), "libfabric 1.17 `shm`", pp("shm", 8, "lat"), true, 1.0);
-    row("64 KiB bandwidth (fi_pingpong)", "MB/s", pp("rdmx", 64 << 10, "bw"), "libfabric 1.17 `shm`", pp("shm", 64 << 10, "bw"), false, 1.0);
-    row("1 MiB bandwidth (fi_pingpong)", "MB/s", pp("rdmx", 1 << 20, "bw"), "libfabric 1.17 `shm`", pp("shm", 1 << 20, "bw"), false, 1.0);
+    row(
+        "8 B latency (fi_pingpong)",
+        "µs",
+        pp("rdmx", 8, "lat"),
+        "libfabric 1.17 `shm`",
+        pp("shm", 8, "lat"),
+        true,
+        1.0,
+    );
+    row(
+        "64 KiB bandwidth (fi_pingpong)",
+        "MB/s",
+        pp("rdmx", 64 << 10, "bw"),
+        "libfabric 1.17 `shm`",
+        pp("shm", 64 << 10, "bw"),
+        false,
+        1.0,
+    );
+    row(
+        "1 MiB bandwidth (fi_pingpong)",
+        "MB/s",
+        pp("rdmx", 1 << 20, "bw"),
+        "libfabric 1.17 `shm`",
+        pp("shm", 1 << 20, "bw"),
+        false,
+        1.0,
+    );
     if lf2 {
-        row("8 B latency, libfabric 2.1", "µs", pp("rdmx (lf 2.1)", 8, "lat"), "libfabric 2.1 `shm`", pp("shm (lf 2.1)", 8, "lat"), true, 1.0);
-        row("64 KiB bandwidth, libfabric 2.1", "MB/s", pp("rdmx (lf 2.1)", 64 << 10, "bw"), "libfabric 2.1 `shm`", pp("shm (lf 2.1)", 64 << 10, "bw"), false, 1.0);
+        row(
+            "8 B latency, libfabric 2.1",
+            "µs",
+            pp("rdmx (lf 2.1)", 8, "lat"),
+            "libfabric 2.1 `shm`",
+            pp("shm (lf 2.1)", 8, "lat"),
+            true,
+            1.0,
+        );
+        row(
+            "64 KiB bandwidth, libfabric 2.1",
+            "MB/s",
+            pp("rdmx (lf 2.1)", 64 << 10, "bw"),
+            "libfabric 2.1 `shm`",
+            pp("shm (lf 2.1)", 64 << 10, "bw"),
+            false,
+            1.0,
+        );
     }
-    row("8 B message rate, window 64 (fi_msgrate)", "M/s", st.med("msgrate/rdmx"), "libfabric 1.17 `shm`", st.med("msgrate/shm"), false, 1.2);
-    row("OpenMPI 4.1: 8 B latency", "µs", mpi("rdmx", "latency_us"), "`btl vader`", mpi("vader", "latency_us"), true, 1.5);
-    row("OpenMPI 4.1: 8 B message rate", "M/s", mpi("rdmx", "msgrate_Mps"), "`btl vader`", mpi("vader", "msgrate_Mps"), false, 0.5);
+    row(
+        "8 B message rate, window 64 (fi_msgrate)",
+        "M/s",
+        st.med("msgrate/rdmx"),
+        "libfabric 1.17 `shm`",
+        st.med("msgrate/shm"),
+        false,
+        1.2,
+    );
+    row(
+        "OpenMPI 4.1: 8 B latency",
+        "µs",
+        mpi("rdmx", "latency_us"),
+        "`btl vader`",
+        mpi("vader", "latency_us"),
+        true,
+        1.5,
+    );
+    row(
+        "OpenMPI 4.1: 8 B message rate",
+        "M/s",
+        mpi("rdmx", "msgrate_Mps"),
+        "`btl vader`",
+        mpi("vader", "msgrate_Mps"),
+        false,
+        0.5,
+    );
     if mpi_stacks.contains(&MpiStack::Ompi5) {
-        row("OpenMPI 5: 8 B latency", "µs", mpi("ompi5 rdmx", "latency_us"), "`btl sm`", mpi("ompi5 sm", "latency_us"), true, 1.5);
-        row("OpenMPI 5: 8 B message rate", "M/s", mpi("ompi5 rdmx", "msgrate_Mps"), "`btl sm`", mpi("ompi5 sm", "msgrate_Mps"), false, 0.5);
+        row(
+            "OpenMPI 5: 8 B latency",
+            "µs",
+            mpi("ompi5 rdmx", "latency_us"),
+            "`btl sm`",
+            mpi("ompi5 sm", "latency_us"),
+            true,
+            1.5,
+        );
+        row(
+            "OpenMPI 5: 8 B message rate",
+            "M/s",
+            mpi("ompi5 rdmx", "msgrate_Mps"),
+            "`btl sm`",
+            mpi("ompi5 sm", "msgrate_Mps"),
+            false,
+            0.5,
+        );
     }
     if mpi_stacks.contains(&MpiStack::Mpich5) {
-        row("MPICH 5: 8 B latency", "µs", mpi("mpich5 rdmx", "latency_us"), "over libfabric `shm`", mpi("mpich5 fi shm", "latency_us"), true, 1.0);
-        row("MPICH 5: 8 B message rate", "M/s", mpi("mpich5 rdmx", "msgrate_Mps"), "over libfabric `shm`", mpi("mpich5 fi shm", "msgrate_Mps"), false, 1.0);
+        row(
+            "MPICH 5: 8 B latency",
+            "µs",
+            mpi("mpich5 rdmx", "latency_us"),
+            "over libfabric `shm`",
+            mpi("mpich5 fi shm", "latency_us"),
+            true,
+            1.0,
+        );
+        row(
+            "MPICH 5: 8 B message rate",
+            "M/s",
+            mpi("mpich5 rdmx", "msgrate_Mps"),
+            "over libfabric `shm`",
+            mpi("mpich5 fi shm", "msgrate_Mps"),
+            false,
+            1.0,
+        );
     }
-    row("UDP 8 B latency (`-d udp`)", "µs", pp("rdmx udp", 8, "lat"), "raw UDP busy-poll floor", st.med("floor/udp/8/lat"), true, 1.3);
+    row(
+        "UDP 8 B latency (`-d udp`)",
+        "µs",
+        pp("rdmx udp", 8, "lat"),
+        "raw UDP busy-poll floor",
+        st.med("floor/udp/8/lat"),
+        true,
+        1.3,
+    );
     let best_bw = max_of([pp("net", 1 << 20, "bw"), pp("tcp;ofi_rxm", 1 << 20, "bw")]);
-    row("UDP 1 MiB bandwidth (`-d udp`)", "MB/s", pp("rdmx udp", 1 << 20, "bw"), "best of `net`, `tcp;ofi_rxm`", best_bw, false, 1.0);
-    let lossy = |loss: u32| min_of(LOSSY_BIG.iter().map(|&s| ratio(st.med(&k_lossy("rdmx", loss, &format!("bw/{s}"))), st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))))));
+    row(
+        "UDP 1 MiB bandwidth (`-d udp`)",
+        "MB/s",
+        pp("rdmx udp", 1 << 20, "bw"),
+        "best of `net`, `tcp;ofi_rxm`",
+        best_bw,
+        false,
+        1.0,
+    );
+    let lossy = |loss: u32| {
+        min_of(LOSSY_BIG.iter().map(|&s| {
+            ratio(st.med(&k_lossy("rdmx", loss, &format!("bw/{s}"))), st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))))
+        }))
+    };
     rows.push(vec![
         format!("{LOSS_PCT} % loss: worst 1-6 MiB size"),
         lossy(LOSS_PCT).map_or("—".to_string(), |x| format!("{x:.2}× of lossless")),
@@ -76,9 +202,14 @@ fn summary(st: &Store, targets: &[Target], mpi_stacks: &[MpiStack], lf2: bool, r
     let cg = |fig: &str| st.med(&format!("callgrind/{fig}"));
     rows.push(vec![
         "instructions per 8 B send / receive (callgrind, OpenMPI `pml cm`)".to_string(),
-        format!("{} / {}", cg("send").map_or("—".to_string(), |x| format!("{x:.0}")), cg("recv").map_or("—".to_string(), |x| format!("{x:.0}"))),
+        format!(
+            "{} / {}",
+            cg("send").map_or("—".to_string(), |x| format!("{x:.0}")),
+            cg("recv").map_or("—".to_string(), |x| format!("{x:.0}"))
+        ),
         format!("budget: {CALLGRIND_BUDGET:.0}"),
-        ratio(max_of([cg("send"), cg("recv")]), Some(CALLGRIND_BUDGET)).map_or("—".to_string(), |x| format!("{x:.2}×")),
+        ratio(max_of([cg("send"), cg("recv")]), Some(CALLGRIND_BUDGET))
+            .map_or("—".to_string(), |x| format!("{x:.2}×")),
         "≤ 1.0×".to_string(),
     ]);
     let head: Vec<String> = ["figure", "rdmx", "peer", "rdmx / peer", "target"].iter().map(|s| s.to_string()).collect();
@@ -122,7 +253,12 @@ const UDP_RXD: Prov = p("udp;ofi_rxd", "udp;ofi_rxd", None, false);
 const PINGPONG: [Prov; 7] = [RDMX, RDMX_UDP, RDMX_SHM, SHM, TCP_RXM, NET, UDP_RXD];
 /// The same under libfabric 2.1 (Debian 13's), when its prefix is built: rdmx
 /// loaded by 2.1, and 2.1's own shm, tcp and udp;ofi_rxd.
-const PINGPONG_LF2: [Prov; 4] = [p2("rdmx (lf 2.1)", "rdmx", true), p2("shm (lf 2.1)", "shm", false), p2("tcp;ofi_rxm (lf 2.1)", "tcp;ofi_rxm", false), p2("udp;ofi_rxd (lf 2.1)", "udp;ofi_rxd", false)];
+const PINGPONG_LF2: [Prov; 4] = [
+    p2("rdmx (lf 2.1)", "rdmx", true),
+    p2("shm (lf 2.1)", "shm", false),
+    p2("tcp;ofi_rxm (lf 2.1)", "tcp;ofi_rxm", false),
+    p2("udp;ofi_rxd (lf 2.1)", "udp;ofi_rxd", false),
+];
 const MSGRATE: [Prov; 3] = [RDMX, RDMX_SHM, SHM];
 const LOSSY: [Prov; 2] = [RDMX, NET];
 const MODES: [&str; 2] = ["tagged", "msg"];
@@ -195,7 +331,21 @@ struct Mpi {
     env: &'static [(&'static str, &'static str)],
 }
 
-const OMPI_CM_RDMX: &[&str] = &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx", "-x", "FI_PROVIDER=rdmx", "-x", "FI_PROVIDER_PATH"];
+const OMPI_CM_RDMX: &[&str] = &[
+    "--mca",
+    "pml",
+    "cm",
+    "--mca",
+    "mtl",
+    "ofi",
+    "--mca",
+    "mtl_ofi_provider_include",
+    "rdmx",
+    "-x",
+    "FI_PROVIDER=rdmx",
+    "-x",
+    "FI_PROVIDER_PATH",
+];
 /// MPICH runs its ranks of one host through the netmod (rdmx, or libfabric's
 /// shm) only with MPIR_CVAR_NOLOCAL=1; otherwise its own shared memory carries them.
 const MPICH_OFI: (&str, &str) = ("MPICH_CH4_NETMOD", "ofi");
@@ -203,17 +353,49 @@ const MPICH_NOLOCAL: (&str, &str) = ("MPIR_CVAR_NOLOCAL", "1");
 
 const MPI: [Mpi; 8] = [
     Mpi { label: "rdmx", stack: MpiStack::Ompi4, args: OMPI_CM_RDMX, env: &[] },
-    Mpi { label: "vader", stack: MpiStack::Ompi4, args: &["--mca", "pml", "ob1", "--mca", "btl", "vader,self"], env: &[] },
+    Mpi {
+        label: "vader",
+        stack: MpiStack::Ompi4,
+        args: &["--mca", "pml", "ob1", "--mca", "btl", "vader,self"],
+        env: &[],
+    },
     Mpi {
         label: "tcp;ofi_rxm",
         stack: MpiStack::Ompi4,
-        args: &["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "tcp;ofi_rxm", "-x", "FI_PROVIDER=tcp;ofi_rxm"],
+        args: &[
+            "--mca",
+            "pml",
+            "cm",
+            "--mca",
+            "mtl",
+            "ofi",
+            "--mca",
+            "mtl_ofi_provider_include",
+            "tcp;ofi_rxm",
+            "-x",
+            "FI_PROVIDER=tcp;ofi_rxm",
+        ],
         env: &[],
     },
     Mpi { label: "ompi5 rdmx", stack: MpiStack::Ompi5, args: OMPI_CM_RDMX, env: &[] },
-    Mpi { label: "ompi5 sm", stack: MpiStack::Ompi5, args: &["--mca", "pml", "ob1", "--mca", "btl", "sm,self"], env: &[] },
-    Mpi { label: "mpich5 rdmx", stack: MpiStack::Mpich5, args: &[], env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "rdmx")] },
-    Mpi { label: "mpich5 fi shm", stack: MpiStack::Mpich5, args: &[], env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "shm")] },
+    Mpi {
+        label: "ompi5 sm",
+        stack: MpiStack::Ompi5,
+        args: &["--mca", "pml", "ob1", "--mca", "btl", "sm,self"],
+        env: &[],
+    },
+    Mpi {
+        label: "mpich5 rdmx",
+        stack: MpiStack::Mpich5,
+        args: &[],
+        env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "rdmx")],
+    },
+    Mpi {
+        label: "mpich5 fi shm",
+        stack: MpiStack::Mpich5,
+        args: &[],
+        env: &[MPICH_OFI, MPICH_NOLOCAL, ("FI_PROVIDER", "shm")],
+    },
     Mpi { label: "mpich5 shm", stack: MpiStack::Mpich5, args: &[], env: &[] },
 ];
 
@@ -231,7 +413,8 @@ const WINDOW: usize = 64;
 const CALLGRIND_WINDOWS: [usize; 2] = [20, 120];
 /// Where the callgrind stage collects: rdmx's send and receive entries and
 /// the per-datagram receive closure of a progress round.
-const CALLGRIND_FUNCTIONS: [&str; 3] = ["rdmx_fi::ep_msg::do_send", "rdmx_fi::ep_msg::do_recv", "*Endpoint*progress*closure*"];
+const CALLGRIND_FUNCTIONS: [&str; 3] =
+    ["rdmx_fi::ep_msg::do_send", "rdmx_fi::ep_msg::do_recv", "*Endpoint*progress*closure*"];
 /// Issue 35's budget: rdmx's instructions per 8 B message, send and receive.
 const CALLGRIND_BUDGET: f64 = 600.0;
 /// Runs of the stall check (issue 35: 30 in a row, each within 2x of the median).
@@ -422,7 +605,15 @@ impl Placement {
 
 /// One fi_pingpong server + client; returns the client's result lines and its
 /// wall time. `size` None is `-S all`.
-fn pingpong(env: &Env, c: &Prov, mode: &str, size: Option<usize>, iters: usize, at: &Placement, limit: Duration) -> Option<(Vec<PpLine>, f64)> {
+fn pingpong(
+    env: &Env,
+    c: &Prov,
+    mode: &str,
+    size: Option<usize>,
+    iters: usize,
+    at: &Placement,
+    limit: Duration,
+) -> Option<(Vec<PpLine>, f64)> {
     let port = at.port.unwrap_or_else(free_port).to_string();
     let size_s = size.map(|s| s.to_string()).unwrap_or_else(|| "all".into());
     let lf2 = if c.lf2 { Some(lf2_prefix()?) } else { None };
@@ -437,7 +628,9 @@ fn pingpong(env: &Env, c: &Prov, mode: &str, size: Option<usize>, iters: usize, 
             cmd.args(["-d", d]);
         }
         cmd.args(extra);
-        cmd.stdin(Stdio::null()).stdout(std::fs::File::create(out).unwrap()).stderr(Stdio::from(std::fs::File::create(out.with_extension("err")).unwrap()));
+        cmd.stdin(Stdio::null())
+            .stdout(std::fs::File::create(out).unwrap())
+            .stderr(Stdio::from(std::fs::File::create(out.with_extension("err")).unwrap()));
         cmd
     };
     let sout = env.tmp.join("server.out");
@@ -507,7 +700,8 @@ fn udp_floor(count: usize) -> Option<f64> {
     let port = UdpSocket::bind("127.0.0.1:0").ok()?.local_addr().ok()?.port();
     let exe = std::env::current_exe().ok()?;
     let warm = 1000;
-    let mut peer = Command::new(exe).args(["udp-floor-peer", &port.to_string(), &(count + warm).to_string()]).spawn().ok()?;
+    let mut peer =
+        Command::new(exe).args(["udp-floor-peer", &port.to_string(), &(count + warm).to_string()]).spawn().ok()?;
     let s = UdpSocket::bind("127.0.0.1:0").ok()?;
     s.connect(("127.0.0.1", port)).ok()?;
     s.set_nonblocking(true).ok()?;
@@ -628,9 +822,14 @@ impl Netns {
         [&self.a, &self.b]
             .iter()
             .map(|ns| {
-                let out = Command::new("ip").args(["netns", "exec", ns, "nft", "list", "table", "inet", "rdmxbench"]).output();
+                let out = Command::new("ip")
+                    .args(["netns", "exec", ns, "nft", "list", "table", "inet", "rdmxbench"])
+                    .output();
                 let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-                text.split("counter packets ").skip(1).filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok()).sum::<u64>()
+                text.split("counter packets ")
+                    .skip(1)
+                    .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum::<u64>()
             })
             .sum()
     }
@@ -638,7 +837,10 @@ impl Netns {
     /// Words that run a program in namespace `ns` under its own host name (so
     /// that rdmx's default device sees a remote host and uses UDP).
     fn prefix(ns: &str, host: &str) -> Vec<String> {
-        ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", &format!("hostname {host} && exec \"$0\" \"$@\"")].iter().map(|s| s.to_string()).collect()
+        ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c", &format!("hostname {host} && exec \"$0\" \"$@\"")]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     }
 
     fn placement(&self) -> Placement {
@@ -704,7 +906,11 @@ fn cell(s: Option<Stat>) -> String {
 
 fn table(out: &mut String, head: &[String], rows: &[Vec<String>]) {
     let _ = writeln!(out, "| {} |", head.join(" | "));
-    let _ = writeln!(out, "|{}", head.iter().enumerate().map(|(i, _)| if i == 0 { "---|" } else { "---:|" }).collect::<String>());
+    let _ = writeln!(
+        out,
+        "|{}",
+        head.iter().enumerate().map(|(i, _)| if i == 0 { "---|" } else { "---:|" }).collect::<String>()
+    );
     for r in rows {
         let _ = writeln!(out, "| {} |", r.join(" | "));
     }
@@ -787,11 +993,20 @@ fn plot(path: &Path, title: &str, ylabel: &str, series: &[Series]) -> Result<(),
     for (i, (name, pts)) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let style = if name.starts_with("rdmx") { color.stroke_width(3) } else { color.stroke_width(1) };
-        chart.draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), style))?.label(name.as_str()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+        chart
+            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), style))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
         chart.draw_series(pts.iter().map(|p| PathElement::new(vec![(p.0, p.2), (p.0, p.3)], color.stroke_width(1))))?;
         chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))?;
     }
-    chart.configure_series_labels().background_style(WHITE.mix(0.85)).border_style(BLACK).label_font(("sans-serif", 15)).position(SeriesLabelPosition::UpperLeft).draw()?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 15))
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()?;
     root.present()?;
     Ok(())
 }
@@ -816,12 +1031,24 @@ fn register_font() -> bool {
 // ---------------------------------------------------------------------------
 
 fn capture(cmd: &str) -> String {
-    Command::new("sh").arg("-c").arg(cmd).output().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default()
+    Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
 }
 
 fn compile(env: &Env, out: &str, src: &Path, cc: &str, libs: &[&str]) -> Option<PathBuf> {
     let exe = env.tmp.join(out);
-    let ok = Command::new(cc).args(["-O2", "-o"]).arg(&exe).arg(src).args(libs).status().map(|s| s.success()).unwrap_or(false);
+    let ok = Command::new(cc)
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .args(libs)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     if ok {
         Some(exe)
     } else {
@@ -862,22 +1089,34 @@ fn main() {
         libc::signal(libc::SIGTERM, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let provider_dir = std::env::var("RDMX_PROVIDER_DIR").unwrap_or_else(|_| root.join("build-out/lib").display().to_string());
-    assert!(Path::new(&provider_dir).join("librdmx-fi.so").exists(), "no librdmx-fi.so in {provider_dir}: run ./scripts/build.sh");
+    let provider_dir =
+        std::env::var("RDMX_PROVIDER_DIR").unwrap_or_else(|_| root.join("build-out/lib").display().to_string());
+    assert!(
+        Path::new(&provider_dir).join("librdmx-fi.so").exists(),
+        "no librdmx-fi.so in {provider_dir}: run ./scripts/build.sh"
+    );
     let date = capture("date -u +%Y-%m-%d");
     let host = capture("hostname -s");
     // Named by date and time, so that run directories sort in the order they
     // ran (prov/tests/docs_quotes.rs takes the last as the newest).
     let time = capture("date -u +%H%M");
-    let out = out.unwrap_or_else(|| if quick { root.join("target/harness-quick") } else { root.join(format!("benches/results/{date}T{time}-{host}")) });
+    let out = out.unwrap_or_else(|| {
+        if quick {
+            root.join("target/harness-quick")
+        } else {
+            root.join(format!("benches/results/{date}T{time}-{host}"))
+        }
+    });
     std::fs::create_dir_all(&out).unwrap();
     let tmp = std::env::temp_dir().join(format!("rdmx-harness-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
     let env = Env { provider_dir, tmp: tmp.clone(), quick };
     // fi_pingpong's configurations: libfabric 1.17's, then 2.1's where built.
-    let pp_configs: Vec<Prov> = PINGPONG.iter().chain(if lf2_prefix().is_some() { &PINGPONG_LF2[..] } else { &[] }).copied().collect();
+    let pp_configs: Vec<Prov> =
+        PINGPONG.iter().chain(if lf2_prefix().is_some() { &PINGPONG_LF2[..] } else { &[] }).copied().collect();
     let sizes: Vec<usize> = if quick { QUICK_SIZES.to_vec() } else { FULL_SIZES.to_vec() };
-    let mut mpi_sizes: Vec<usize> = sizes.iter().copied().chain(if quick { vec![] } else { MPI_EXTRA_SIZES.to_vec() }).collect();
+    let mut mpi_sizes: Vec<usize> =
+        sizes.iter().copied().chain(if quick { vec![] } else { MPI_EXTRA_SIZES.to_vec() }).collect();
     mpi_sizes.sort_unstable();
     mpi_sizes.dedup();
     let mut st = Store::default();
@@ -892,13 +1131,23 @@ fn main() {
             for &size in &sizes {
                 for c in &pp_configs {
                     for mode in MODES {
-                        let r = pingpong(&env, c, mode, Some(size), pp_iters(c, size, env.quick), &Placement::loopback(), Duration::from_secs(60));
+                        let r = pingpong(
+                            &env,
+                            c,
+                            mode,
+                            Some(size),
+                            pp_iters(c, size, env.quick),
+                            &Placement::loopback(),
+                            Duration::from_secs(60),
+                        );
                         match r.and_then(|(l, _)| l.into_iter().find(|x| x.0 == size)) {
                             Some((_, us, mbs)) => {
                                 st.push(k_pp(mode, c.label, size, "lat"), us);
                                 st.push(k_pp(mode, c.label, size, "bw"), mbs);
                             }
-                            None => failures.push(format!("fi_pingpong {} -m {mode} -S {size} (run {})", c.label, rep + 1)),
+                            None => {
+                                failures.push(format!("fi_pingpong {} -m {mode} -S {size} (run {})", c.label, rep + 1))
+                            }
                         }
                     }
                 }
@@ -927,11 +1176,23 @@ fn main() {
             if let Some(exe) = &msgrate {
                 for c in &MSGRATE {
                     let mut cmd = env.cmd(&[], exe.to_str().unwrap());
-                    cmd.args(["-p", c.prov, "-w", &WINDOW.to_string(), "-s", "8", "-n", if env.quick { "1000" } else { "5000" }]);
+                    cmd.args([
+                        "-p",
+                        c.prov,
+                        "-w",
+                        &WINDOW.to_string(),
+                        "-s",
+                        "8",
+                        "-n",
+                        if env.quick { "1000" } else { "5000" },
+                    ]);
                     if let Some(d) = c.domain {
                         cmd.args(["-d", d]);
                     }
-                    let o = cmd.stdout(std::fs::File::create(tmp.join("msgrate.out")).unwrap()).stderr(Stdio::null()).spawn();
+                    let o = cmd
+                        .stdout(std::fs::File::create(tmp.join("msgrate.out")).unwrap())
+                        .stderr(Stdio::null())
+                        .spawn();
                     let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(60)).0).unwrap_or(false);
                     let text = std::fs::read_to_string(tmp.join("msgrate.out")).unwrap_or_default();
                     match text.split_whitespace().nth(2).and_then(|x| x.parse::<f64>().ok()).filter(|_| ok) {
@@ -944,16 +1205,32 @@ fn main() {
                 for c in [&RDMX, &SHM] {
                     for size in WARMUP_SIZES {
                         let mut cmd = env.cmd(&[], exe.to_str().unwrap());
-                        cmd.args(["-W", "-p", c.prov, "-s", &size.to_string(), "-n", if env.quick { "2000" } else { "20000" }]);
+                        cmd.args([
+                            "-W",
+                            "-p",
+                            c.prov,
+                            "-s",
+                            &size.to_string(),
+                            "-n",
+                            if env.quick { "2000" } else { "20000" },
+                        ]);
                         if let Some(d) = c.domain {
                             cmd.args(["-d", d]);
                         }
-                        let o = cmd.stdout(std::fs::File::create(tmp.join("warmup.out")).unwrap()).stderr(Stdio::null()).spawn();
+                        let o = cmd
+                            .stdout(std::fs::File::create(tmp.join("warmup.out")).unwrap())
+                            .stderr(Stdio::null())
+                            .spawn();
                         let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(60)).0).unwrap_or(false);
                         let text = std::fs::read_to_string(tmp.join("warmup.out")).unwrap_or_default();
                         // warmup <size> first1000_us <us> steady_us <us> ratio <r>
-                        let f: Vec<&str> = text.lines().find(|l| l.starts_with("warmup ")).unwrap_or("").split_whitespace().collect();
-                        match (f.get(3).and_then(|x| x.parse::<f64>().ok()), f.get(5).and_then(|x| x.parse::<f64>().ok()), f.get(7).and_then(|x| x.parse::<f64>().ok())) {
+                        let f: Vec<&str> =
+                            text.lines().find(|l| l.starts_with("warmup ")).unwrap_or("").split_whitespace().collect();
+                        match (
+                            f.get(3).and_then(|x| x.parse::<f64>().ok()),
+                            f.get(5).and_then(|x| x.parse::<f64>().ok()),
+                            f.get(7).and_then(|x| x.parse::<f64>().ok()),
+                        ) {
                             (Some(first), Some(steady), Some(r)) if ok => {
                                 st.push(format!("warmup/{}/{size}/first", c.label), first);
                                 st.push(format!("warmup/{}/{size}/steady", c.label), steady);
@@ -979,7 +1256,13 @@ fn main() {
         for stack in MpiStack::ALL {
             match stack.bin("mpicc") {
                 None => eprintln!("mpi: {} not set up (scripts/setup-wheels.sh), skipped", stack.title()),
-                Some(cc) => match compile(&env, &format!("mpi_bench.{}", stack as u8), &root.join("benches/mpi/mpi_bench.c"), &cc, &[]) {
+                Some(cc) => match compile(
+                    &env,
+                    &format!("mpi_bench.{}", stack as u8),
+                    &root.join("benches/mpi/mpi_bench.c"),
+                    &cc,
+                    &[],
+                ) {
                     Some(exe) => exes.push((stack, exe)),
                     None => failures.push(format!("mpi_bench.c did not compile with {}", stack.title())),
                 },
@@ -999,7 +1282,10 @@ fn main() {
                 }
                 cmd.args(m.args).envs(m.env.iter().copied());
                 cmd.arg(exe).args([if env.quick { "500" } else { "2000" }, &list]);
-                let o = cmd.stdout(std::fs::File::create(tmp.join("mpi.out")).unwrap()).stderr(std::fs::File::create(tmp.join("mpi.err")).unwrap()).spawn();
+                let o = cmd
+                    .stdout(std::fs::File::create(tmp.join("mpi.out")).unwrap())
+                    .stderr(std::fs::File::create(tmp.join("mpi.err")).unwrap())
+                    .spawn();
                 let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(180)).0).unwrap_or(false);
                 let text = std::fs::read_to_string(tmp.join("mpi.out")).unwrap_or_default();
                 let mut n = 0;
@@ -1014,7 +1300,11 @@ fn main() {
                 }
                 if !ok || n == 0 {
                     let err = std::fs::read_to_string(tmp.join("mpi.err")).unwrap_or_default();
-                    failures.push(format!("mpi {} ({})", m.label, err.lines().find(|l| !l.trim().is_empty() && !l.starts_with('-')).unwrap_or("no output")));
+                    failures.push(format!(
+                        "mpi {} ({})",
+                        m.label,
+                        err.lines().find(|l| !l.trim().is_empty() && !l.starts_with('-')).unwrap_or("no output")
+                    ));
                 }
             }
             eprintln!("[{:>5.0}s] mpi", t_all.elapsed().as_secs_f64());
@@ -1029,8 +1319,11 @@ fn main() {
     let mut stall_configs: Vec<&str> = Vec::new();
     if run("stall") {
         let t = Instant::now();
-        let mpich = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/rdmx-stacks/venv-mpich/bin/mpicc").exists()).unwrap_or(false);
-        stall_configs = if mpich { vec!["rdmx", "vader", "mpich5-rdmx", "mpich5-fishm"] } else { vec!["rdmx", "vader"] };
+        let mpich = std::env::var_os("HOME")
+            .map(|h| Path::new(&h).join(".cache/rdmx-stacks/venv-mpich/bin/mpicc").exists())
+            .unwrap_or(false);
+        stall_configs =
+            if mpich { vec!["rdmx", "vader", "mpich5-rdmx", "mpich5-fishm"] } else { vec!["rdmx", "vader"] };
         let dir = out.join("stall");
         let runs = if env.quick { STALL_RUNS_QUICK } else { STALL_RUNS };
         let status = Command::new(root.join("benches/stall_check.sh"))
@@ -1078,21 +1371,31 @@ fn main() {
                 for windows in CALLGRIND_WINDOWS {
                     let files = tmp.join(format!("cg.{windows}"));
                     let mut cmd = env.cmd(&[], "mpirun");
-                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"]).args(MPI[0].args);
+                    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np", "2", "--bind-to", "none"])
+                        .args(MPI[0].args);
                     cmd.args(["valgrind", "--tool=callgrind"]);
                     cmd.args(CALLGRIND_FUNCTIONS.iter().map(|f| format!("--toggle-collect={f}")));
                     cmd.arg(format!("--callgrind-out-file={}.%q{{OMPI_COMM_WORLD_RANK}}", files.display()));
                     cmd.arg(&exe).arg(windows.to_string());
-                    let o = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(tmp.join("cg.err")).unwrap()).spawn();
+                    let o =
+                        cmd.stdout(Stdio::null()).stderr(std::fs::File::create(tmp.join("cg.err")).unwrap()).spawn();
                     let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(600)).0).unwrap_or(false);
                     // Inclusive instructions of each function, on the rank that counts it.
                     let inclusive = |rank: u32, function: &str| -> Option<f64> {
-                        let out = Command::new("callgrind_annotate").args(["--inclusive=yes", "--threshold=100"]).arg(format!("{}.{rank}", files.display())).output().ok()?;
+                        let out = Command::new("callgrind_annotate")
+                            .args(["--inclusive=yes", "--threshold=100"])
+                            .arg(format!("{}.{rank}", files.display()))
+                            .output()
+                            .ok()?;
                         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-                        text.lines().filter(|l| l.contains(&format!(":{function} "))).find_map(|l| l.split_whitespace().next()?.replace(',', "").parse().ok())
+                        text.lines()
+                            .filter(|l| l.contains(&format!(":{function} ")))
+                            .find_map(|l| l.split_whitespace().next()?.replace(',', "").parse().ok())
                     };
                     let send = inclusive(0, "rdmx_fi::ep_msg::do_send");
-                    let recv = inclusive(1, "rdmx_fi::ep_msg::do_recv").zip(inclusive(1, "rndv::endpoint::Endpoint<D,M,C>::progress::{{closure}}")).map(|(a, b)| a + b);
+                    let recv = inclusive(1, "rdmx_fi::ep_msg::do_recv")
+                        .zip(inclusive(1, "rndv::endpoint::Endpoint<D,M,C>::progress::{{closure}}"))
+                        .map(|(a, b)| a + b);
                     match (ok, send, recv) {
                         (true, Some(s), Some(r)) => per_run.push((windows, s, r)),
                         _ => failures.push(format!("callgrind run of msg_cost {windows} failed")),
@@ -1143,7 +1446,14 @@ fn main() {
                                     // Say why: the last lines fi_pingpong wrote.
                                     let tail = |f: &str| {
                                         let t = std::fs::read_to_string(env.tmp.join(f)).unwrap_or_default();
-                                        t.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ")
+                                        t.lines()
+                                            .rev()
+                                            .take(3)
+                                            .collect::<Vec<_>>()
+                                            .into_iter()
+                                            .rev()
+                                            .collect::<Vec<_>>()
+                                            .join(" | ")
                                     };
                                     failures.push(format!(
                                         "lossy fi_pingpong {} at {loss}% (run {}): client: {} {} server: {}",
@@ -1155,7 +1465,12 @@ fn main() {
                                     ))
                                 }
                             }
-                            eprintln!("[{:>5.0}s] lossy run {}/{reps} {} {loss}%", t_all.elapsed().as_secs_f64(), rep + 1, c.label);
+                            eprintln!(
+                                "[{:>5.0}s] lossy run {}/{reps} {} {loss}%",
+                                t_all.elapsed().as_secs_f64(),
+                                rep + 1,
+                                c.label
+                            );
                         }
                     }
                 }
@@ -1177,18 +1492,38 @@ fn main() {
     for mode in MODES {
         for r in ["rdmx", "rdmx shm"] {
             let t = |what: &str, ratio, le, goal| Target { what: what.to_string(), ratio, le, goal };
-            targets.push(t(&format!("{r} vs shm: 8 B latency (-m {mode})"), ratio(pp(mode, r, 8, "lat"), pp(mode, "shm", 8, "lat")), true, 1.0));
+            targets.push(t(
+                &format!("{r} vs shm: 8 B latency (-m {mode})"),
+                ratio(pp(mode, r, 8, "lat"), pp(mode, "shm", 8, "lat")),
+                true,
+                1.0,
+            ));
             for size in [kib64, mib] {
-                targets.push(t(&format!("{r} vs shm: {} bandwidth (-m {mode})", human(size)), ratio(pp(mode, r, size, "bw"), pp(mode, "shm", size, "bw")), false, 1.0));
+                targets.push(t(
+                    &format!("{r} vs shm: {} bandwidth (-m {mode})", human(size)),
+                    ratio(pp(mode, r, size, "bw"), pp(mode, "shm", size, "bw")),
+                    false,
+                    1.0,
+                ));
             }
         }
         // Issue 35: against libfabric 2.x's shm, both under libfabric 2.1.
         if pp_configs.iter().any(|c| c.lf2) {
             let (r, peer) = ("rdmx (lf 2.1)", "shm (lf 2.1)");
             let t = |what: String, ratio, le, goal| Target { what, ratio, le, goal };
-            targets.push(t(format!("{r} vs {peer}: 8 B latency (-m {mode})"), ratio(pp(mode, r, 8, "lat"), pp(mode, peer, 8, "lat")), true, 1.0));
+            targets.push(t(
+                format!("{r} vs {peer}: 8 B latency (-m {mode})"),
+                ratio(pp(mode, r, 8, "lat"), pp(mode, peer, 8, "lat")),
+                true,
+                1.0,
+            ));
             for size in [kib64, mib] {
-                targets.push(t(format!("{r} vs {peer}: {} bandwidth (-m {mode})", human(size)), ratio(pp(mode, r, size, "bw"), pp(mode, peer, size, "bw")), false, 1.0));
+                targets.push(t(
+                    format!("{r} vs {peer}: {} bandwidth (-m {mode})", human(size)),
+                    ratio(pp(mode, r, size, "bw"), pp(mode, peer, size, "bw")),
+                    false,
+                    1.0,
+                ));
             }
         }
     }
@@ -1202,7 +1537,10 @@ fn main() {
     }
     for size in WARMUP_SIZES {
         targets.push(Target {
-            what: format!("rdmx: first 1000 round trips of a fresh pair vs its steady state, {} (fi_msgrate -W)", human(size)),
+            what: format!(
+                "rdmx: first 1000 round trips of a fresh pair vs its steady state, {} (fi_msgrate -W)",
+                human(size)
+            ),
             ratio: st.med(&format!("warmup/rdmx/{size}/ratio")),
             le: true,
             goal: 1.5,
@@ -1212,13 +1550,38 @@ fn main() {
         let best_lat = min_of([pp(mode, "net", 8, "lat"), pp(mode, "tcp;ofi_rxm", 8, "lat")]);
         let best_bw = max_of([pp(mode, "net", mib, "bw"), pp(mode, "tcp;ofi_rxm", mib, "bw")]);
         let t = |what: String, ratio, le, goal| Target { what, ratio, le, goal };
-        targets.push(t(format!("rdmx udp vs best of net, tcp;ofi_rxm: 8 B latency (-m {mode})"), ratio(pp(mode, "rdmx udp", 8, "lat"), best_lat), true, 0.9));
-        targets.push(t(format!("rdmx udp vs raw UDP busy-poll floor: 8 B latency (-m {mode})"), ratio(pp(mode, "rdmx udp", 8, "lat"), st.med("floor/udp/8/lat")), true, 1.3));
-        targets.push(t(format!("rdmx udp vs best of net, tcp;ofi_rxm: 1 MiB bandwidth (-m {mode})"), ratio(pp(mode, "rdmx udp", mib, "bw"), best_bw), false, 1.0));
-        targets.push(t(format!("rdmx udp vs udp;ofi_rxd: 1 MiB bandwidth (-m {mode})"), ratio(pp(mode, "rdmx udp", mib, "bw"), pp(mode, "udp;ofi_rxd", mib, "bw")), false, 5.0));
+        targets.push(t(
+            format!("rdmx udp vs best of net, tcp;ofi_rxm: 8 B latency (-m {mode})"),
+            ratio(pp(mode, "rdmx udp", 8, "lat"), best_lat),
+            true,
+            0.9,
+        ));
+        targets.push(t(
+            format!("rdmx udp vs raw UDP busy-poll floor: 8 B latency (-m {mode})"),
+            ratio(pp(mode, "rdmx udp", 8, "lat"), st.med("floor/udp/8/lat")),
+            true,
+            1.3,
+        ));
+        targets.push(t(
+            format!("rdmx udp vs best of net, tcp;ofi_rxm: 1 MiB bandwidth (-m {mode})"),
+            ratio(pp(mode, "rdmx udp", mib, "bw"), best_bw),
+            false,
+            1.0,
+        ));
+        targets.push(t(
+            format!("rdmx udp vs udp;ofi_rxd: 1 MiB bandwidth (-m {mode})"),
+            ratio(pp(mode, "rdmx udp", mib, "bw"), pp(mode, "udp;ofi_rxd", mib, "bw")),
+            false,
+            5.0,
+        ));
     }
     {
-        let worst = min_of(LOSSY_BIG.iter().map(|&s| ratio(st.med(&k_lossy("rdmx", LOSS_PCT, &format!("bw/{s}"))), st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))))));
+        let worst = min_of(LOSSY_BIG.iter().map(|&s| {
+            ratio(
+                st.med(&k_lossy("rdmx", LOSS_PCT, &format!("bw/{s}"))),
+                st.med(&k_lossy("rdmx", 0, &format!("bw/{s}"))),
+            )
+        }));
         targets.push(Target {
             what: format!("rdmx, {LOSS_PCT}% loss both ways: 1-6 MiB bandwidth vs lossless (worst size)"),
             ratio: worst,
@@ -1237,7 +1600,10 @@ fn main() {
         let b = 1usize << 20;
         targets.push(Target {
             what: "rdmx vs net across two namespaces (veth), lossless: 1 MiB bandwidth".into(),
-            ratio: ratio(st.med(&k_lossy("rdmx", 0, &format!("bw/{b}"))), st.med(&k_lossy("net", 0, &format!("bw/{b}")))),
+            ratio: ratio(
+                st.med(&k_lossy("rdmx", 0, &format!("bw/{b}"))),
+                st.med(&k_lossy("net", 0, &format!("bw/{b}"))),
+            ),
             le: false,
             goal: 1.0,
         });
@@ -1245,37 +1611,86 @@ fn main() {
     // Issue 23's OpenMPI 4.1 targets (moonshots: 8 B latency 1.2x, message
     // rate 1.0x), and issue 35's: the same under OpenMPI 5 against btl sm, and
     // MPICH 5 over rdmx against MPICH 5 over libfabric's shm.
-    let mpi_target = |title: &str, r: &str, peer: &str, what: &str, key: &str, size: usize, le: bool, goal: f64| Target {
-        what: format!("{title}: {what}"),
-        ratio: ratio(st.med(&k_mpi(r, key, size)), st.med(&k_mpi(peer, key, size))),
-        le,
-        goal,
-    };
-    for (title, r, peer) in [("OpenMPI 4.1 rdmx (cm + mtl ofi) vs btl vader", "rdmx", "vader"), ("OpenMPI 5 rdmx (cm + mtl ofi) vs btl sm", "ompi5 rdmx", "ompi5 sm")] {
+    let mpi_target =
+        |title: &str, r: &str, peer: &str, what: &str, key: &str, size: usize, le: bool, goal: f64| Target {
+            what: format!("{title}: {what}"),
+            ratio: ratio(st.med(&k_mpi(r, key, size)), st.med(&k_mpi(peer, key, size))),
+            le,
+            goal,
+        };
+    for (title, r, peer) in [
+        ("OpenMPI 4.1 rdmx (cm + mtl ofi) vs btl vader", "rdmx", "vader"),
+        ("OpenMPI 5 rdmx (cm + mtl ofi) vs btl sm", "ompi5 rdmx", "ompi5 sm"),
+    ] {
         if title.starts_with("OpenMPI 5") && !mpi_stacks.contains(&MpiStack::Ompi5) {
             continue;
         }
         targets.push(mpi_target(title, r, peer, "8 B latency", "latency_us", 8, true, 1.5));
         targets.push(mpi_target(title, r, peer, "1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 0.9));
-        targets.push(mpi_target(title, r, peer, &format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 0.5));
+        targets.push(mpi_target(
+            title,
+            r,
+            peer,
+            &format!("8 B message rate, window {WINDOW}"),
+            "msgrate_Mps",
+            8,
+            false,
+            0.5,
+        ));
         for size in MPI_EXTRA_SIZES {
-            targets.push(mpi_target(title, r, peer, &format!("{} streaming bandwidth", human(size)), "bandwidth_GBps", size, false, 0.8));
+            targets.push(mpi_target(
+                title,
+                r,
+                peer,
+                &format!("{} streaming bandwidth", human(size)),
+                "bandwidth_GBps",
+                size,
+                false,
+                0.8,
+            ));
         }
     }
     if mpi_stacks.contains(&MpiStack::Mpich5) {
         let title = "MPICH 5 ch4:ofi over rdmx vs over libfabric's shm";
         targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", "8 B latency", "latency_us", 8, true, 1.0));
-        targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", &format!("8 B message rate, window {WINDOW}"), "msgrate_Mps", 8, false, 1.0));
-        targets.push(mpi_target(title, "mpich5 rdmx", "mpich5 fi shm", "1 MiB streaming bandwidth", "bandwidth_GBps", mib, false, 1.0));
+        targets.push(mpi_target(
+            title,
+            "mpich5 rdmx",
+            "mpich5 fi shm",
+            &format!("8 B message rate, window {WINDOW}"),
+            "msgrate_Mps",
+            8,
+            false,
+            1.0,
+        ));
+        targets.push(mpi_target(
+            title,
+            "mpich5 rdmx",
+            "mpich5 fi shm",
+            "1 MiB streaming bandwidth",
+            "bandwidth_GBps",
+            mib,
+            false,
+            1.0,
+        ));
     }
 
     // Issue 35: every run within 2x of its configuration's median.
     for cfg in stall_configs.iter().filter(|c| c.contains("rdmx")) {
-        for (fig, what, le) in [("bw_MBps:8", "8 B streaming (window 64)", false), ("rate_Mmsgs:8", "8 B message rate (window 64)", false), ("lat_us:8", "8 B latency", true)] {
+        for (fig, what, le) in [
+            ("bw_MBps:8", "8 B streaming (window 64)", false),
+            ("rate_Mmsgs:8", "8 B message rate (window 64)", false),
+            ("lat_us:8", "8 B latency", true),
+        ] {
             let key = format!("stall/{cfg}/{fig}");
             let worst = st.stat(&key).map(|x| if le { x.max / x.med } else { x.min / x.med });
             let runs = st.stat(&key).map_or(0, |x| x.n);
-            targets.push(Target { what: format!("{cfg}: worst of {runs} runs vs their median, {what} (stall check)"), ratio: worst, le, goal: if le { 2.0 } else { 0.5 } });
+            targets.push(Target {
+                what: format!("{cfg}: worst of {runs} runs vs their median, {what} (stall check)"),
+                ratio: worst,
+                le,
+                goal: if le { 2.0 } else { 0.5 },
+            });
         }
     }
 
@@ -1297,19 +1712,47 @@ fn main() {
             pp_configs
                 .iter()
                 .map(|c| {
-                    (c.label.to_string(), sizes.iter().filter_map(|&s| st.stat(&k_pp(mode, c.label, s, what)).map(|x| (s as f64, x.med, x.min, x.max))).collect())
+                    (
+                        c.label.to_string(),
+                        sizes
+                            .iter()
+                            .filter_map(|&s| {
+                                st.stat(&k_pp(mode, c.label, s, what)).map(|x| (s as f64, x.med, x.min, x.max))
+                            })
+                            .collect(),
+                    )
                 })
                 .collect()
         };
         for mode in MODES {
-            plots.push((format!("pingpong_{mode}_latency.png"), format!("fi_pingpong -m {mode}: one-way latency"), "µs", series_pp(mode, "lat")));
-            plots.push((format!("pingpong_{mode}_bandwidth.png"), format!("fi_pingpong -m {mode}: bandwidth"), "MB/s", series_pp(mode, "bw")));
+            plots.push((
+                format!("pingpong_{mode}_latency.png"),
+                format!("fi_pingpong -m {mode}: one-way latency"),
+                "µs",
+                series_pp(mode, "lat"),
+            ));
+            plots.push((
+                format!("pingpong_{mode}_bandwidth.png"),
+                format!("fi_pingpong -m {mode}: bandwidth"),
+                "MB/s",
+                series_pp(mode, "bw"),
+            ));
         }
         for stack in &mpi_stacks {
             let series_mpi = |what: &str| -> Vec<Series> {
                 MPI.iter()
                     .filter(|m| m.stack == *stack)
-                    .map(|m| (m.label.to_string(), mpi_sizes.iter().filter_map(|&s| st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))).collect()))
+                    .map(|m| {
+                        (
+                            m.label.to_string(),
+                            mpi_sizes
+                                .iter()
+                                .filter_map(|&s| {
+                                    st.stat(&k_mpi(m.label, what, s)).map(|x| (s as f64, x.med, x.min, x.max))
+                                })
+                                .collect(),
+                        )
+                    })
                     .collect()
             };
             let (file, name) = match stack {
@@ -1317,8 +1760,18 @@ fn main() {
                 MpiStack::Ompi5 => ("mpi_ompi5", "OpenMPI 5"),
                 MpiStack::Mpich5 => ("mpi_mpich5", "MPICH 5"),
             };
-            plots.push((format!("{file}_latency.png"), format!("{name} ping-pong latency"), "µs", series_mpi("latency_us")));
-            plots.push((format!("{file}_bandwidth.png"), format!("{name} streaming bandwidth"), "GB/s", series_mpi("bandwidth_GBps")));
+            plots.push((
+                format!("{file}_latency.png"),
+                format!("{name} ping-pong latency"),
+                "µs",
+                series_mpi("latency_us"),
+            ));
+            plots.push((
+                format!("{file}_bandwidth.png"),
+                format!("{name} streaming bandwidth"),
+                "GB/s",
+                series_mpi("bandwidth_GBps"),
+            ));
         }
         if !lossy_note.is_empty() {
             let mut series = Vec::new();
@@ -1329,13 +1782,21 @@ fn main() {
                         .keys()
                         .filter_map(|k| k.strip_prefix(&format!("lossy/{}/{loss}/bw/", c.label))?.parse::<usize>().ok())
                         .filter(|&s| s > 0)
-                        .filter_map(|s| st.stat(&k_lossy(c.label, loss, &format!("bw/{s}"))).map(|x| (s as f64, x.med, x.min, x.max)))
+                        .filter_map(|s| {
+                            st.stat(&k_lossy(c.label, loss, &format!("bw/{s}")))
+                                .map(|x| (s as f64, x.med, x.min, x.max))
+                        })
                         .collect();
                     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                     series.push((format!("{} {loss}% loss", c.label), pts));
                 }
             }
-            plots.push(("lossy_bandwidth.png".into(), format!("two namespaces, fi_pingpong -S all -I {LOSSY_ITERS}: bandwidth"), "MB/s", series));
+            plots.push((
+                "lossy_bandwidth.png".into(),
+                format!("two namespaces, fi_pingpong -S all -I {LOSSY_ITERS}: bandwidth"),
+                "MB/s",
+                series,
+            ));
         }
         let _ = writeln!(plots_md, "## Plots\n");
         for (file, title, unit, series) in &plots {
@@ -1353,7 +1814,11 @@ fn main() {
     // ---- Markdown
     let mut md = String::new();
     let commit = capture(&format!("git -C {} rev-parse --short HEAD", root.display()));
-    let dirty = if capture(&format!("git -C {} status --porcelain -uno -- prov rdm rndv", root.display())).is_empty() { "" } else { " (with uncommitted changes)" };
+    let dirty = if capture(&format!("git -C {} status --porcelain -uno -- prov rdm rndv", root.display())).is_empty() {
+        ""
+    } else {
+        " (with uncommitted changes)"
+    };
     let cpu = capture("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
     let _ = writeln!(md, "# rdmx speed harness: {date}, {host}{}\n", if quick { " (quick)" } else { "" });
     let _ = writeln!(
@@ -1380,7 +1845,12 @@ fn main() {
             Some(false) => "**not met**",
             None => "no data",
         };
-        rows.push(vec![t.what.clone(), t.ratio.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into()), format!("{} {:.1}×", if t.le { "≤" } else { "≥" }, t.goal), met.to_string()]);
+        rows.push(vec![
+            t.what.clone(),
+            t.ratio.map(|r| format!("{r:.2}×")).unwrap_or_else(|| "—".into()),
+            format!("{} {:.1}×", if t.le { "≤" } else { "≥" }, t.goal),
+            met.to_string(),
+        ]);
     }
     table(&mut md, &["target".into(), "measured".into(), "goal".into(), "".into()], &rows);
     let met = targets.iter().filter(|t| t.met() == Some(true)).count();
@@ -1424,10 +1894,13 @@ fn main() {
                 for c in &rdmxs {
                     let peers = peers_of(c.label);
                     let best = |what: &str, low: bool| {
-                        peers.iter().filter_map(|p| pp(mode, p, s, what).map(|v| (v, *p))).fold(None, |b: Option<(f64, &str)>, x| match b {
-                            Some(b) if (low && b.0 <= x.0) || (!low && b.0 >= x.0) => Some(b),
-                            _ => Some(x),
-                        })
+                        peers.iter().filter_map(|p| pp(mode, p, s, what).map(|v| (v, *p))).fold(
+                            None,
+                            |b: Option<(f64, &str)>, x| match b {
+                                Some(b) if (low && b.0 <= x.0) || (!low && b.0 >= x.0) => Some(b),
+                                _ => Some(x),
+                            },
+                        )
                     };
                     let l = best("lat", true).and_then(|(v, p)| Some((pp(mode, c.label, s, "lat")? / v, p)));
                     let b = best("bw", false).and_then(|(v, p)| Some((pp(mode, c.label, s, "bw")? / v, p)));
@@ -1443,7 +1916,10 @@ fn main() {
     }
 
     let _ = writeln!(md, "## Message rate and the UDP floor\n\n`benches/fi/fi_msgrate.c`: tagged 8-byte messages in windows of {WINDOW}, each window acknowledged, two processes; the same program over each provider (OpenMPI 4.1's mtl ofi cannot use libfabric's shm, which lacks FI_REMOTE_COMM). The raw UDP floor: 8-byte ping-pong between two processes over 127.0.0.1 with busy-polled non-blocking sockets (`harness udp-floor-peer`), one-way µs.\n");
-    let mut rows: Vec<Vec<String>> = MSGRATE.iter().map(|c| vec![format!("{} message rate (Mmsg/s)", c.label), cell(st.stat(&format!("msgrate/{}", c.label)))]).collect();
+    let mut rows: Vec<Vec<String>> = MSGRATE
+        .iter()
+        .map(|c| vec![format!("{} message rate (Mmsg/s)", c.label), cell(st.stat(&format!("msgrate/{}", c.label)))])
+        .collect();
     rows.push(vec!["raw UDP busy-poll ping-pong, 8 B one-way (µs)".into(), cell(st.stat("floor/udp/8/lat"))]);
     table(&mut md, &["what".into(), "median (min–max)".into()], &rows);
 
@@ -1482,7 +1958,11 @@ fn main() {
                     r.extend(cfgs.iter().map(|m| cell(st.stat(&k_mpi(m.label, what, s)))));
                     let peers = cfgs.iter().skip(1).map(|m| st.med(&k_mpi(m.label, what, s)));
                     let best = if what == "latency_us" { min_of(peers) } else { max_of(peers) };
-                    r.push(ratio(st.med(&k_mpi(cfgs[0].label, what, s)), best).map(|x| format!("{x:.2}×")).unwrap_or_else(|| "—".into()));
+                    r.push(
+                        ratio(st.med(&k_mpi(cfgs[0].label, what, s)), best)
+                            .map(|x| format!("{x:.2}×"))
+                            .unwrap_or_else(|| "—".into()),
+                    );
                     r
                 })
                 .collect();
@@ -1500,12 +1980,20 @@ fn main() {
             md,
             "## Stall check\n\n`benches/stall_check.sh`: `benches/mpi/stream_bw.c` (osu_bw / osu_latency style, np 2 on this host, each figure run for a fixed time), every run its own job, the configurations alternating; median (min–max) over the runs. Raw lines in `stall.txt`, values in `stall/results.tsv`. `rdmx`: OpenMPI 4.1 `pml cm`; `vader`: `pml ob1`; `mpich5-rdmx`, `mpich5-fishm`: the MPICH 5 wheel with `MPIR_CVAR_NOLOCAL=1` over rdmx or libfabric's shm.\n"
         );
-        let figs = [("bw_MBps:8", "8 B streaming (MB/s)"), ("rate_Mmsgs:8", "8 B message rate (M/s)"), ("lat_us:8", "8 B latency (µs)")];
+        let figs = [
+            ("bw_MBps:8", "8 B streaming (MB/s)"),
+            ("rate_Mmsgs:8", "8 B message rate (M/s)"),
+            ("lat_us:8", "8 B latency (µs)"),
+        ];
         let mut head = vec!["".to_string()];
         head.extend(figs.iter().map(|f| f.1.to_string()));
         let rows: Vec<Vec<String>> = stall_configs
             .iter()
-            .map(|c| std::iter::once(c.to_string()).chain(figs.iter().map(|f| cell(st.stat(&format!("stall/{c}/{}", f.0))))).collect())
+            .map(|c| {
+                std::iter::once(c.to_string())
+                    .chain(figs.iter().map(|f| cell(st.stat(&format!("stall/{c}/{}", f.0)))))
+                    .collect()
+            })
             .collect();
         table(&mut md, &head, &rows);
     }
@@ -1514,13 +2002,22 @@ fn main() {
         let _ = writeln!(md, "## Instructions per message\n\n{cg_note}\n");
         let rows: Vec<Vec<String>> = [("callgrind/send", "8 B send"), ("callgrind/recv", "8 B receive")]
             .iter()
-            .map(|(k, what)| vec![what.to_string(), st.med(k).map_or("—".into(), |x| format!("{x:.0}")), format!("{CALLGRIND_BUDGET:.0}")])
+            .map(|(k, what)| {
+                vec![
+                    what.to_string(),
+                    st.med(k).map_or("—".into(), |x| format!("{x:.0}")),
+                    format!("{CALLGRIND_BUDGET:.0}"),
+                ]
+            })
             .collect();
         table(&mut md, &["".to_string(), "rdmx instructions".to_string(), "budget".to_string()], &rows);
     }
 
     if !lossy_note.is_empty() {
-        let _ = writeln!(md, "## Under loss\n\n{lossy_note}. Wall time is the client's whole run; bandwidth per size in MB/s.\n");
+        let _ = writeln!(
+            md,
+            "## Under loss\n\n{lossy_note}. Wall time is the client's whole run; bandwidth per size in MB/s.\n"
+        );
         let mut head = vec!["".to_string()];
         for c in &LOSSY {
             head.push(format!("{} lossless", c.label));
@@ -1561,7 +2058,18 @@ fn main() {
     }
     std::fs::write(out.join("samples.csv"), csv).unwrap();
     std::fs::write(out.join("results.md"), &md).unwrap();
-    std::fs::write(out.join("summary.md"), summary(&st, &targets, &mpi_stacks, pp_configs.iter().any(|c| c.lf2), &format!("rdmx {commit}{dirty}, {date}, {host} ({} CPUs)", capture("nproc")), reps)).unwrap();
+    std::fs::write(
+        out.join("summary.md"),
+        summary(
+            &st,
+            &targets,
+            &mpi_stacks,
+            pp_configs.iter().any(|c| c.lf2),
+            &format!("rdmx {commit}{dirty}, {date}, {host} ({} CPUs)", capture("nproc")),
+            reps,
+        ),
+    )
+    .unwrap();
 
     // ---- Summary on stdout
     println!("\n{:<80} {:>9} {:>8}  ", "target", "measured", "goal");
@@ -1581,5 +2089,10 @@ fn main() {
     for f in &failures {
         println!("failed: {f}");
     }
-    println!("\n{met} of {} targets met; {:.0} s; results in {}", targets.len(), total, out.join("results.md").display());
+    println!(
+        "\n{met} of {} targets met; {:.0} s; results in {}",
+        targets.len(),
+        total,
+        out.join("results.md").display()
+    );
 }

@@ -51,7 +51,10 @@ fn main() {
             "echo" => {
                 let c = &mut ctx as *mut u64 as *mut libc::c_void;
                 // SAFETY: `buf` outlives the receive (it completes or is canceled below).
-                assert_eq!(unsafe { fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, max, null_mut(), FI_ADDR_UNSPEC, c) }, 0);
+                assert_eq!(
+                    unsafe { fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, max, null_mut(), FI_ADDR_UNSPEC, c) },
+                    0
+                );
                 println!("POSTED");
                 let _ = std::io::stdout().flush();
                 match s.poll_cq(Duration::from_millis(ms)) {

@@ -122,7 +122,9 @@ fn main() {
                     let b = &mut rx[next_rx % DEPTH];
                     next_rx += 1;
                     // SAFETY: as above.
-                    unsafe { fi::fi_trecv(s.ep, b.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, 1, 0, null_mut()) };
+                    unsafe {
+                        fi::fi_trecv(s.ep, b.as_mut_ptr() as *mut _, LEN, null_mut(), FI_ADDR_UNSPEC, 1, 0, null_mut())
+                    };
                     owed += 1;
                     RECEIVED.fetch_add(1, Ordering::Relaxed);
                 }

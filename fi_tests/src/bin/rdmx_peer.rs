@@ -21,12 +21,19 @@ fn unhex(s: &str) -> Vec<u8> {
 
 fn main() {
     let domain = std::env::args().nth(1).unwrap_or_else(|| "udp".into());
-    let s = Stack::open_caps(Some(&domain), fi::FI_AV_MAP, fi::FI_RMA as u64 | fi::FI_ATOMIC as u64 | fi::FI_DIRECTED_RECV, 0);
+    let s = Stack::open_caps(
+        Some(&domain),
+        fi::FI_AV_MAP,
+        fi::FI_RMA as u64 | fi::FI_ATOMIC as u64 | fi::FI_DIRECTED_RECV,
+        0,
+    );
     let mut window = vec![0u8; 65536];
     let mut mr = null_mut();
     let access = (fi::FI_REMOTE_READ | fi::FI_REMOTE_WRITE) as u64;
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-    let ret = unsafe { fi::fi_mr_reg(s.domain, window.as_mut_ptr() as *const _, window.len(), access, 0, 0x77, 0, &mut mr, null_mut()) };
+    let ret = unsafe {
+        fi::fi_mr_reg(s.domain, window.as_mut_ptr() as *const _, window.len(), access, 0, 0x77, 0, &mut mr, null_mut())
+    };
     assert_eq!(ret, 0);
     // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     let key = unsafe { fi::fi_mr_key(mr) };
@@ -37,7 +44,18 @@ fn main() {
     let mut buf = vec![0u8; 4 << 20];
     loop {
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        let ret = unsafe { fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, buf.len(), null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()) };
+        let ret = unsafe {
+            fi::fi_trecv(
+                s.ep,
+                buf.as_mut_ptr() as *mut _,
+                buf.len(),
+                null_mut(),
+                FI_ADDR_UNSPEC,
+                0,
+                u64::MAX,
+                null_mut(),
+            )
+        };
         assert_eq!(ret, 0);
         let c = loop {
             match s.wait_cq(&[]) {
@@ -49,7 +67,18 @@ fn main() {
         let mut reply: Vec<u8> = buf[..c.len].to_vec();
         reply.reverse();
         // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-        let ret = unsafe { fi::fi_tsenddata(s.ep, reply.as_ptr() as *const _, reply.len(), null_mut(), c.data.wrapping_add(1), parent, c.tag, null_mut()) };
+        let ret = unsafe {
+            fi::fi_tsenddata(
+                s.ep,
+                reply.as_ptr() as *const _,
+                reply.len(),
+                null_mut(),
+                c.data.wrapping_add(1),
+                parent,
+                c.tag,
+                null_mut(),
+            )
+        };
         assert_eq!(ret, 0);
         loop {
             match s.wait_cq(&[]) {

@@ -21,7 +21,18 @@ fn main() {
     let mut buf = vec![0u8; 1 << 20];
     loop {
         // SAFETY: a libfabric call on objects this program opened and still holds; `buf` outlives the receive.
-        let ret = unsafe { fi::fi_trecv(s.ep, buf.as_mut_ptr() as *mut _, buf.len(), null_mut(), FI_ADDR_UNSPEC, 0, u64::MAX, null_mut()) };
+        let ret = unsafe {
+            fi::fi_trecv(
+                s.ep,
+                buf.as_mut_ptr() as *mut _,
+                buf.len(),
+                null_mut(),
+                FI_ADDR_UNSPEC,
+                0,
+                u64::MAX,
+                null_mut(),
+            )
+        };
         assert_eq!(ret, 0);
         let c = loop {
             match s.wait_cq(&[]) {

@@ -41,7 +41,18 @@ fn main() {
     let mut echo_contexts: Vec<u64> = (0..echo_bufs.len() as u64).map(|i| ECHO + i).collect();
     for (b, c) in echo_bufs.iter_mut().zip(echo_contexts.iter_mut()) {
         // SAFETY: a libfabric call on objects this test opened and still holds; the buffer and context outlive the receive (the program ends with them).
-        let r = unsafe { fi::fi_trecv(s.ep, b.as_mut_ptr() as *mut _, b.len(), null_mut(), FI_ADDR_UNSPEC, 0x77, 0, c as *mut u64 as *mut libc::c_void) };
+        let r = unsafe {
+            fi::fi_trecv(
+                s.ep,
+                b.as_mut_ptr() as *mut _,
+                b.len(),
+                null_mut(),
+                FI_ADDR_UNSPEC,
+                0x77,
+                0,
+                c as *mut u64 as *mut libc::c_void,
+            )
+        };
         assert_eq!(r, 0, "fi_trecv");
     }
     let t0 = std::time::Instant::now();
@@ -49,7 +60,9 @@ fn main() {
         let ctx = &mut contexts[i] as *mut u64 as *mut libc::c_void;
         loop {
             // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
-            let r = unsafe { fi::fi_tsend(s.ep, b.as_ptr() as *const _, b.len(), null_mut(), peers[i % peers.len()], 0x77, ctx) };
+            let r = unsafe {
+                fi::fi_tsend(s.ep, b.as_ptr() as *const _, b.len(), null_mut(), peers[i % peers.len()], 0x77, ctx)
+            };
             if r == 0 {
                 break;
             }
@@ -80,7 +93,9 @@ fn main() {
             // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
             assert_eq!(unsafe { fi::fi_cq_readerr(s.cq, &mut err, 0) }, 1);
             // SAFETY: a NUL-terminated string libfabric (or the test) owns and keeps alive here.
-            let text = unsafe { std::ffi::CStr::from_ptr(fi::fi_cq_strerror(s.cq, err.prov_errno, err.err_data, null_mut(), 0)) };
+            let text = unsafe {
+                std::ffi::CStr::from_ptr(fi::fi_cq_strerror(s.cq, err.prov_errno, err.err_data, null_mut(), 0))
+            };
             // SAFETY: the context points at a u64 this program passed with the operation and still owns.
             let i = if err.op_context.is_null() { u64::MAX } else { unsafe { *(err.op_context as *const u64) } };
             if i != u64::MAX && i >= ECHO {

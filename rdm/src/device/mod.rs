@@ -100,7 +100,8 @@ impl std::fmt::Debug for RawAddr {
 impl DevAddr {
     /// No address (0.0.0.0:0): what an empty composite reports, and a
     /// placeholder in buffers.
-    pub const NONE: DevAddr = DevAddr::Udp(SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)));
+    pub const NONE: DevAddr =
+        DevAddr::Udp(SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0)));
 }
 
 /// Identity of a shared-memory endpoint: the host it lives on, the owning process
@@ -145,7 +146,15 @@ impl DeviceCaps {
     /// An unreliable, unordered path of `mtu` bytes with nothing else: the
     /// base the tests and the simulator build from.
     pub const fn datagram(mtu: usize) -> DeviceCaps {
-        DeviceCaps { reliable: false, ordered: false, mtu, remote_read: false, gso: false, registration: false, max_inline: 0 }
+        DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu,
+            remote_read: false,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        }
     }
 }
 
@@ -430,11 +439,7 @@ pub trait Device: Send {
     /// Receives up to `max` datagrams that are ready now, lending each to `deliver`
     /// (source address, payload). Returns how many were delivered; 0 when none was
     /// ready.
-    fn recv_batch(
-        &mut self,
-        max: usize,
-        deliver: &mut dyn FnMut(DevAddr, &[u8]),
-    ) -> Result<usize, DeviceError>;
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError>;
 
     /// Every address this endpoint is reachable at (a composite has one per
     /// half); `local_addr` is the first.
@@ -504,7 +509,13 @@ pub trait RemoteReads {
     /// (shm's `process_vm_readv`) completes before returning. An error here
     /// means nothing was read and no completion follows: `Unsupported` says
     /// this path cannot read (the sender then pushes the bytes).
-    fn post_read(&mut self, now: crate::time::Instant, id: u64, peer: DevAddr, runs: &[ReadRun]) -> Result<(), DeviceError>;
+    fn post_read(
+        &mut self,
+        now: crate::time::Instant,
+        id: u64,
+        peer: DevAddr,
+        runs: &[ReadRun],
+    ) -> Result<(), DeviceError>;
 
     /// A posted read that finished, if any.
     fn poll_read(&mut self, now: crate::time::Instant) -> Option<ReadDone>;
@@ -577,11 +588,7 @@ impl<D: Device + ?Sized> Device for Box<D> {
         (**self).hold_back_senders(hold)
     }
 
-    fn recv_batch(
-        &mut self,
-        max: usize,
-        deliver: &mut dyn FnMut(DevAddr, &[u8]),
-    ) -> Result<usize, DeviceError> {
+    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
         (**self).recv_batch(max, deliver)
     }
 

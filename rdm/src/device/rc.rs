@@ -86,7 +86,10 @@ mod field {
 impl ConnMsg {
     fn conn(&self) -> u64 {
         match *self {
-            ConnMsg::Request { conn, .. } | ConnMsg::Accept { conn, .. } | ConnMsg::Reject { conn } | ConnMsg::Close { conn } => conn,
+            ConnMsg::Request { conn, .. }
+            | ConnMsg::Accept { conn, .. }
+            | ConnMsg::Reject { conn }
+            | ConnMsg::Close { conn } => conn,
         }
     }
 
@@ -116,14 +119,24 @@ impl ConnMsg {
     /// Parses untrusted bytes; `None` for anything [`ConnMsg::encode`] would
     /// not have written (each message has exactly one encoding).
     pub fn decode(b: &[u8]) -> Option<ConnMsg> {
-        if b.len() != CONN_MSG_LEN || b[field::MAGIC] != MAGIC || b[field::RESERVED].iter().any(|&x| x != 0) || b[field::RESERVED2] != 0 {
+        if b.len() != CONN_MSG_LEN
+            || b[field::MAGIC] != MAGIC
+            || b[field::RESERVED].iter().any(|&x| x != 0)
+            || b[field::RESERVED2] != 0
+        {
             return None;
         }
         let u32_at = |r: core::ops::Range<usize>| u32::from_le_bytes(b[r].try_into().expect("4 bytes"));
         let conn = u64::from_le_bytes(b[field::CONN].try_into().expect("8 bytes"));
         let mut gid = [0u8; 16];
         gid.copy_from_slice(&b[field::GID]);
-        let queue = QueueInfo { qpn: u32_at(field::QPN), psn: u32_at(field::PSN), gid, lid: u16::from_le_bytes([b[20], b[21]]), mtu: b[field::MTU] };
+        let queue = QueueInfo {
+            qpn: u32_at(field::QPN),
+            psn: u32_at(field::PSN),
+            gid,
+            lid: u16::from_le_bytes([b[20], b[21]]),
+            mtu: b[field::MTU],
+        };
         let m = match b[field::KIND] {
             1 => ConnMsg::Request { conn, queue },
             2 => ConnMsg::Accept { conn, queue },
@@ -284,7 +297,12 @@ impl<Q> ConnTable<Q> {
         }
         self.backoff.remove(&peer);
         if self.active.len() >= self.max {
-            let lru = self.active.iter().filter(|(_, a)| a.ready && a.reads == 0).min_by_key(|(_, a)| a.last_use).map(|(p, _)| *p);
+            let lru = self
+                .active
+                .iter()
+                .filter(|(_, a)| a.ready && a.reads == 0)
+                .min_by_key(|(_, a)| a.last_use)
+                .map(|(p, _)| *p);
             match lru {
                 Some(p) => {
                     self.close_active(p, f);
@@ -439,7 +457,12 @@ impl<Q> ConnTable<Q> {
         // Called on every read: no allocation, at most `max` entries looked at
         // (closing is rare).
         let idle = self.idle;
-        while let Some(p) = self.active.iter().find(|(_, a)| a.ready && a.reads == 0 && now.saturating_duration_since(a.last_use) >= idle).map(|(p, _)| *p) {
+        while let Some(p) = self
+            .active
+            .iter()
+            .find(|(_, a)| a.ready && a.reads == 0 && now.saturating_duration_since(a.last_use) >= idle)
+            .map(|(p, _)| *p)
+        {
             self.close_active(p, f);
             self.stats.closed_idle += 1;
         }
@@ -514,7 +537,10 @@ mod tests {
 
     impl Pair {
         fn new(max: usize) -> Pair {
-            Pair { t: [ConnTable::new(max, Duration::from_secs(10), 1), ConnTable::new(max, Duration::from_secs(10), 2)], f: Default::default() }
+            Pair {
+                t: [ConnTable::new(max, Duration::from_secs(10), 1), ConnTable::new(max, Duration::from_secs(10), 2)],
+                f: Default::default(),
+            }
         }
         /// Delivers every pending message both ways until none is left.
         fn exchange(&mut self, now: Instant) {
@@ -539,7 +565,12 @@ mod tests {
     #[test]
     fn messages_round_trip_and_refuse_other_bytes() {
         let q = QueueInfo { qpn: 0x12_3456, psn: 0xab_cdef, gid: [9; 16], lid: 3, mtu: 5 };
-        for m in [ConnMsg::Request { conn: 1, queue: q }, ConnMsg::Accept { conn: u64::MAX, queue: q }, ConnMsg::Reject { conn: 7 }, ConnMsg::Close { conn: 8 }] {
+        for m in [
+            ConnMsg::Request { conn: 1, queue: q },
+            ConnMsg::Accept { conn: u64::MAX, queue: q },
+            ConnMsg::Reject { conn: 7 },
+            ConnMsg::Close { conn: 8 },
+        ] {
             assert_eq!(ConnMsg::decode(&m.encode()), Some(m));
         }
         let mut b = ConnMsg::Reject { conn: 7 }.encode();
@@ -568,7 +599,8 @@ mod tests {
         // One reader, three peers, at most two connections.
         let mut t = ConnTable::<u32>::new(2, Duration::from_secs(10), 1);
         let mut f = Model::default();
-        let mut peers: Vec<(ConnTable<u32>, Model)> = (0..3).map(|i| (ConnTable::new(2, Duration::from_secs(10), 10 + i), Model::default())).collect();
+        let mut peers: Vec<(ConnTable<u32>, Model)> =
+            (0..3).map(|i| (ConnTable::new(2, Duration::from_secs(10), 10 + i), Model::default())).collect();
         let mut now = Instant::ZERO;
         let run = |t: &mut ConnTable<u32>, f: &mut Model, peers: &mut Vec<(ConnTable<u32>, Model)>, now: Instant| {
             while let Some((to, m)) = t.poll_message() {
@@ -642,7 +674,10 @@ mod tests {
         p.t[0].read_finished(done, &addr(1));
         p.t[0].expire(done + Duration::from_secs(1), &mut p.f[0]);
         assert_eq!(p.t[0].stats.closed_idle, 0, "closed as idle the moment its read ended");
-        assert!(p.t[0].route(done + Duration::from_secs(1), addr(1), &mut p.f[0]).is_some(), "the reply's read finds it open");
+        assert!(
+            p.t[0].route(done + Duration::from_secs(1), addr(1), &mut p.f[0]).is_some(),
+            "the reply's read finds it open"
+        );
         p.t[0].expire(done + Duration::from_secs(12), &mut p.f[0]);
         assert_eq!(p.t[0].stats.closed_idle, 1, "idle for the idle time after its last use: closed");
     }

@@ -223,7 +223,14 @@ mod tests {
     /// A lossy path's state after some traffic: window `cwnd`, threshold
     /// `ssthresh`, RTT floor 10 µs and a round without a queue (20 µs).
     fn st(cwnd: f64, ssthresh: f64) -> Congestion {
-        Congestion { cwnd, ssthresh, min_rtt: us(10), round_min_rtt: us(20), round_end: Psn(100), ..Congestion::new(false, MAX) }
+        Congestion {
+            cwnd,
+            ssthresh,
+            min_rtt: us(10),
+            round_min_rtt: us(20),
+            round_end: Psn(100),
+            ..Congestion::new(false, MAX)
+        }
     }
 
     /// The inputs the rules take, one row each.
@@ -264,26 +271,165 @@ mod tests {
         let no_sample = Congestion { min_rtt: None, round_min_rtt: None, last_round_min_rtt: None, ..st(40.0, 100.0) };
         let heavy_round = Congestion { round_acked: 30, round_retx: 11, ..st(40.0, 100.0) };
         let rows: Vec<(&str, Congestion, Ev, Congestion, bool)> = vec![
-            ("a lossy path starts at 64 packets", Congestion::new(false, MAX), Ev::Rtt(10), Congestion { cwnd: 64.0, ssthresh: MAX as f64, min_rtt: us(10), round_min_rtt: us(10), ..Congestion::new(false, MAX) }, false),
-            ("slow start: one more per ack", st(10.0, 100.0), Ev::Acked { retransmitted: false, max_window: MAX }, Congestion { round_acked: 1, ..st(11.0, 100.0) }, false),
-            ("congestion avoidance: one more per window", st(100.0, 50.0), Ev::Acked { retransmitted: false, max_window: MAX }, Congestion { round_acked: 1, ..st(100.01, 50.0) }, false),
-            ("ceiling: never above max_window", st(64.0, 100.0), Ev::Acked { retransmitted: true, max_window: 64 }, Congestion { round_acked: 1, round_retx: 1, ..st(64.0, 100.0) }, false),
-            ("rtt samples lower the floors", st(10.0, 100.0), Ev::Rtt(5), Congestion { min_rtt: us(5), round_min_rtt: us(5), ..st(10.0, 100.0) }, false),
-            ("random loss: a recovery round, the window kept", st(40.0, 100.0), Ev::FastRetransmit { ack: 50, next_psn: 120 }, Congestion { recover: Some(Psn(120)), ..st(40.0, 100.0) }, false),
-            ("loss with a queue: halved", queued.clone(), Ev::FastRetransmit { ack: 50, next_psn: 120 }, Congestion { cwnd: 20.0, ssthresh: 20.0, recover: Some(Psn(120)), ..queued.clone() }, true),
-            ("loss before any rtt sample: halved", no_sample.clone(), Ev::FastRetransmit { ack: 0, next_psn: 9 }, Congestion { cwnd: 20.0, ssthresh: 20.0, recover: Some(Psn(9)), ..no_sample.clone() }, true),
-            ("in recovery: once per round trip", Congestion { recover: Some(Psn(100)), ..queued.clone() }, Ev::FastRetransmit { ack: 99, next_psn: 130 }, Congestion { recover: Some(Psn(100)), ..queued.clone() }, false),
-            ("floor: never below 4", Congestion { round_min_rtt: us(2000), ..st(6.0, 100.0) }, Ev::FastRetransmit { ack: 1, next_psn: 2 }, Congestion { round_min_rtt: us(2000), recover: Some(Psn(2)), ..st(4.0, 4.0) }, true),
-            ("first timeout without a queue: 70% kept", st(40.0, 100.0), Ev::Timeout { backoff: 2, queued: 3, next_psn: 120 }, Congestion { recover: Some(Psn(120)), ..st(28.0, 28.0) }, false),
-            ("repeated timeouts: a few packets", st(40.0, 100.0), Ev::Timeout { backoff: 4, queued: 10, next_psn: 120 }, Congestion { recover: Some(Psn(120)), ..st(10.0, 20.0) }, true),
-            ("timeout with a queue: 4 packets", queued.clone(), Ev::Timeout { backoff: 2, queued: 1, next_psn: 120 }, Congestion { cwnd: 4.0, ssthresh: 20.0, recover: Some(Psn(120)), ..queued.clone() }, true),
-            ("timeout floor", st(5.0, 100.0), Ev::Timeout { backoff: 8, queued: 0, next_psn: 1 }, Congestion { recover: Some(Psn(1)), ..st(4.0, 4.0) }, true),
-            ("round not over yet", heavy_round.clone(), Ev::AckAdvanced { ack: 99, next_psn: 200 }, heavy_round.clone(), false),
-            ("one heavy round: a burst, nothing reduced", heavy_round.clone(), Ev::AckAdvanced { ack: 100, next_psn: 200 }, Congestion { last_round_heavy: true, round_end: Psn(200), round_min_rtt: None, last_round_min_rtt: us(20), ..st(40.0, 100.0) }, false),
-            ("two heavy rounds: halved", Congestion { last_round_heavy: true, ..heavy_round.clone() }, Ev::AckAdvanced { ack: 100, next_psn: 200 }, Congestion { last_round_heavy: true, recover: Some(Psn(200)), round_end: Psn(200), round_min_rtt: None, last_round_min_rtt: us(20), ..st(20.0, 20.0) }, true),
-            ("a light round clears the heavy mark", Congestion { last_round_heavy: true, round_acked: 30, round_retx: 2, ..st(40.0, 100.0) }, Ev::AckAdvanced { ack: 150, next_psn: 200 }, Congestion { round_end: Psn(200), round_min_rtt: None, last_round_min_rtt: us(20), ..st(40.0, 100.0) }, false),
-            ("restart: initial window, no floor, no recovery", Congestion { recover: Some(Psn(5)), ..st(9.0, 30.0) }, Ev::Restart { reliable: false }, Congestion { min_rtt: None, ..st(64.0, 30.0) }, false),
-            ("restart on a reliable path: the full window", st(9.0, 30.0), Ev::Restart { reliable: true }, Congestion { min_rtt: None, ..st(MAX as f64, 30.0) }, false),
+            (
+                "a lossy path starts at 64 packets",
+                Congestion::new(false, MAX),
+                Ev::Rtt(10),
+                Congestion {
+                    cwnd: 64.0,
+                    ssthresh: MAX as f64,
+                    min_rtt: us(10),
+                    round_min_rtt: us(10),
+                    ..Congestion::new(false, MAX)
+                },
+                false,
+            ),
+            (
+                "slow start: one more per ack",
+                st(10.0, 100.0),
+                Ev::Acked { retransmitted: false, max_window: MAX },
+                Congestion { round_acked: 1, ..st(11.0, 100.0) },
+                false,
+            ),
+            (
+                "congestion avoidance: one more per window",
+                st(100.0, 50.0),
+                Ev::Acked { retransmitted: false, max_window: MAX },
+                Congestion { round_acked: 1, ..st(100.01, 50.0) },
+                false,
+            ),
+            (
+                "ceiling: never above max_window",
+                st(64.0, 100.0),
+                Ev::Acked { retransmitted: true, max_window: 64 },
+                Congestion { round_acked: 1, round_retx: 1, ..st(64.0, 100.0) },
+                false,
+            ),
+            (
+                "rtt samples lower the floors",
+                st(10.0, 100.0),
+                Ev::Rtt(5),
+                Congestion { min_rtt: us(5), round_min_rtt: us(5), ..st(10.0, 100.0) },
+                false,
+            ),
+            (
+                "random loss: a recovery round, the window kept",
+                st(40.0, 100.0),
+                Ev::FastRetransmit { ack: 50, next_psn: 120 },
+                Congestion { recover: Some(Psn(120)), ..st(40.0, 100.0) },
+                false,
+            ),
+            (
+                "loss with a queue: halved",
+                queued.clone(),
+                Ev::FastRetransmit { ack: 50, next_psn: 120 },
+                Congestion { cwnd: 20.0, ssthresh: 20.0, recover: Some(Psn(120)), ..queued.clone() },
+                true,
+            ),
+            (
+                "loss before any rtt sample: halved",
+                no_sample.clone(),
+                Ev::FastRetransmit { ack: 0, next_psn: 9 },
+                Congestion { cwnd: 20.0, ssthresh: 20.0, recover: Some(Psn(9)), ..no_sample.clone() },
+                true,
+            ),
+            (
+                "in recovery: once per round trip",
+                Congestion { recover: Some(Psn(100)), ..queued.clone() },
+                Ev::FastRetransmit { ack: 99, next_psn: 130 },
+                Congestion { recover: Some(Psn(100)), ..queued.clone() },
+                false,
+            ),
+            (
+                "floor: never below 4",
+                Congestion { round_min_rtt: us(2000), ..st(6.0, 100.0) },
+                Ev::FastRetransmit { ack: 1, next_psn: 2 },
+                Congestion { round_min_rtt: us(2000), recover: Some(Psn(2)), ..st(4.0, 4.0) },
+                true,
+            ),
+            (
+                "first timeout without a queue: 70% kept",
+                st(40.0, 100.0),
+                Ev::Timeout { backoff: 2, queued: 3, next_psn: 120 },
+                Congestion { recover: Some(Psn(120)), ..st(28.0, 28.0) },
+                false,
+            ),
+            (
+                "repeated timeouts: a few packets",
+                st(40.0, 100.0),
+                Ev::Timeout { backoff: 4, queued: 10, next_psn: 120 },
+                Congestion { recover: Some(Psn(120)), ..st(10.0, 20.0) },
+                true,
+            ),
+            (
+                "timeout with a queue: 4 packets",
+                queued.clone(),
+                Ev::Timeout { backoff: 2, queued: 1, next_psn: 120 },
+                Congestion { cwnd: 4.0, ssthresh: 20.0, recover: Some(Psn(120)), ..queued.clone() },
+                true,
+            ),
+            (
+                "timeout floor",
+                st(5.0, 100.0),
+                Ev::Timeout { backoff: 8, queued: 0, next_psn: 1 },
+                Congestion { recover: Some(Psn(1)), ..st(4.0, 4.0) },
+                true,
+            ),
+            (
+                "round not over yet",
+                heavy_round.clone(),
+                Ev::AckAdvanced { ack: 99, next_psn: 200 },
+                heavy_round.clone(),
+                false,
+            ),
+            (
+                "one heavy round: a burst, nothing reduced",
+                heavy_round.clone(),
+                Ev::AckAdvanced { ack: 100, next_psn: 200 },
+                Congestion {
+                    last_round_heavy: true,
+                    round_end: Psn(200),
+                    round_min_rtt: None,
+                    last_round_min_rtt: us(20),
+                    ..st(40.0, 100.0)
+                },
+                false,
+            ),
+            (
+                "two heavy rounds: halved",
+                Congestion { last_round_heavy: true, ..heavy_round.clone() },
+                Ev::AckAdvanced { ack: 100, next_psn: 200 },
+                Congestion {
+                    last_round_heavy: true,
+                    recover: Some(Psn(200)),
+                    round_end: Psn(200),
+                    round_min_rtt: None,
+                    last_round_min_rtt: us(20),
+                    ..st(20.0, 20.0)
+                },
+                true,
+            ),
+            (
+                "a light round clears the heavy mark",
+                Congestion { last_round_heavy: true, round_acked: 30, round_retx: 2, ..st(40.0, 100.0) },
+                Ev::AckAdvanced { ack: 150, next_psn: 200 },
+                Congestion { round_end: Psn(200), round_min_rtt: None, last_round_min_rtt: us(20), ..st(40.0, 100.0) },
+                false,
+            ),
+            (
+                "restart: initial window, no floor, no recovery",
+                Congestion { recover: Some(Psn(5)), ..st(9.0, 30.0) },
+                Ev::Restart { reliable: false },
+                Congestion { min_rtt: None, ..st(64.0, 30.0) },
+                false,
+            ),
+            (
+                "restart on a reliable path: the full window",
+                st(9.0, 30.0),
+                Ev::Restart { reliable: true },
+                Congestion { min_rtt: None, ..st(MAX as f64, 30.0) },
+                false,
+            ),
         ];
         for (rule, mut state, ev, want, want_reduced) in rows {
             let reduced = apply(&mut state, ev);

@@ -48,9 +48,9 @@ pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, SACK_SPAN, VE
 
 use crate::device::{DevAddr, DeviceCaps, LocalBuf};
 use crate::time::Instant;
+use rustc_hash::FxHashMap;
 use slab::Slab;
 use std::cmp::Reverse;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
@@ -130,15 +130,31 @@ pub enum FailReason {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Event {
     /// A whole message, exactly once, in per-peer send order.
-    Delivered { peer: PeerId, msg: Vec<u8> },
+    Delivered {
+        peer: PeerId,
+        msg: Vec<u8>,
+    },
     /// The peer acknowledged every byte of the message sent with `token`.
-    SendComplete { token: u64 },
-    SendFailed { token: u64, peer: PeerId, reason: FailReason },
-    PeerUnreachable { peer: PeerId },
-    PeerRestarted { peer: PeerId },
+    SendComplete {
+        token: u64,
+    },
+    SendFailed {
+        token: u64,
+        peer: PeerId,
+        reason: FailReason,
+    },
+    PeerUnreachable {
+        peer: PeerId,
+    },
+    PeerRestarted {
+        peer: PeerId,
+    },
     /// An unreliable datagram ([`Engine::send_datagram`]) arrived: its whole
     /// payload. It may be lost, duplicated or reordered by the network.
-    Datagram { peer: PeerId, msg: Vec<u8> },
+    Datagram {
+        peer: PeerId,
+        msg: Vec<u8>,
+    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -493,7 +509,14 @@ pub const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
-        let default_path = PeerPath { payload_max: payload_max(cfg.mtu), reliable: cfg.reliable, gso: false, ordered: false, remote_read: false, registration: false };
+        let default_path = PeerPath {
+            payload_max: payload_max(cfg.mtu),
+            reliable: cfg.reliable,
+            gso: false,
+            ordered: false,
+            remote_read: false,
+            registration: false,
+        };
         Engine {
             cfg,
             paused: false,
@@ -711,9 +734,18 @@ impl Engine {
         use std::mem::size_of;
         let rx = self.pool.capacity() * size_of::<Vec<u8>>() + self.pool.iter().map(|b| b.capacity()).sum::<usize>();
         // An Arc's block: two counts and the Vec.
-        let tx = self.tx_pool.capacity() * size_of::<Arc<Vec<u8>>>() + self.tx_pool.iter().map(|b| 2 * size_of::<usize>() + size_of::<Vec<u8>>() + b.capacity()).sum::<usize>();
+        let tx = self.tx_pool.capacity() * size_of::<Arc<Vec<u8>>>()
+            + self.tx_pool.iter().map(|b| 2 * size_of::<usize>() + size_of::<Vec<u8>>() + b.capacity()).sum::<usize>();
         let spare = self.spare_queues.capacity() * size_of::<SpareQueues>()
-            + self.spare_queues.iter().map(|q| q.unacked.capacity() * size_of::<TxSeg>() + q.pending.capacity() * size_of::<PendingMsg>() + q.to_send.capacity() * size_of::<Psn>()).sum::<usize>();
+            + self
+                .spare_queues
+                .iter()
+                .map(|q| {
+                    q.unacked.capacity() * size_of::<TxSeg>()
+                        + q.pending.capacity() * size_of::<PendingMsg>()
+                        + q.to_send.capacity() * size_of::<Psn>()
+                })
+                .sum::<usize>();
         rx + tx + spare
     }
 
@@ -794,14 +826,28 @@ impl Engine {
     /// of the header alone. Only on paths whose device registers memory (an
     /// RDMA NIC: the transport guards the payload, and the device gathers);
     /// elsewhere `Unsupported` and nothing is queued.
-    pub fn send_gather(&mut self, now: Instant, peer: PeerId, head: &[u8], gather: LocalBuf, token: u64) -> Result<(), SendError> {
+    pub fn send_gather(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        head: &[u8],
+        gather: LocalBuf,
+        token: u64,
+    ) -> Result<(), SendError> {
         if peer.0 as usize >= self.cold.len() || !self.path_of(peer).registration || gather.key().is_none() {
             return Err(SendError::Unsupported);
         }
         self.send_inner(now, peer, &[head], Some(gather), token)
     }
 
-    fn send_inner(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], gather: Option<LocalBuf>, token: u64) -> Result<(), SendError> {
+    fn send_inner(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        parts: &[&[u8]],
+        gather: Option<LocalBuf>,
+        token: u64,
+    ) -> Result<(), SendError> {
         if peer.0 as usize >= self.cold.len() {
             // Unknown peer ids cannot come from `peer()`; treat as a full queue
             // rather than panicking.
@@ -826,7 +872,15 @@ impl Engine {
     /// (whatever its queue holds: the caller checked the limit, or is
     /// moving a message that was already accepted).
     /// `held` is the bytes of `parts`.
-    fn enqueue_sequenced(&mut self, now: Instant, h: u32, parts: &[&[u8]], held: usize, gather: Option<LocalBuf>, token: u64) {
+    fn enqueue_sequenced(
+        &mut self,
+        now: Instant,
+        h: u32,
+        parts: &[&[u8]],
+        held: usize,
+        gather: Option<LocalBuf>,
+        token: u64,
+    ) {
         let len = held + gather.map_or(0, |g| g.len() as usize);
         let pool = &mut self.pool;
         let mut data = self.tx_pool.pop().unwrap_or_else(|| Arc::new(pool.pop().unwrap_or_default()));
@@ -924,7 +978,13 @@ impl Engine {
     /// (rdm/PROTOCOL.md §2.2) — no sequence number, no acknowledgement, no
     /// per-message state — and `SendComplete` follows when `poll_transmit` has
     /// written it. Anywhere else it is exactly [`Engine::send`].
-    pub fn send_transmit_complete(&mut self, now: Instant, peer: PeerId, parts: &[&[u8]], token: u64) -> Result<(), SendError> {
+    pub fn send_transmit_complete(
+        &mut self,
+        now: Instant,
+        peer: PeerId,
+        parts: &[&[u8]],
+        token: u64,
+    ) -> Result<(), SendError> {
         if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
             let path = self.path_of(peer);
             let hot = &self.hot[h as usize];
@@ -958,7 +1018,16 @@ impl Engine {
                     let first = taken == 0;
                     taken += n;
                     let last = taken >= len;
-                    self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Direct, dst_inc, peer, first, last });
+                    self.dgram_tx.push_back(DgramTx {
+                        dst,
+                        payload,
+                        token,
+                        ptype: PacketType::Direct,
+                        dst_inc,
+                        peer,
+                        first,
+                        last,
+                    });
                     if last {
                         break;
                     }
@@ -1015,7 +1084,13 @@ impl Engine {
     /// `SendComplete` follows as for a queued one; the caller must hand the
     /// datagram to the device before anything `poll_transmit` writes later.
     /// `None`: nothing was done (send it with `send_transmit_complete`).
-    pub fn transmit_direct_now(&mut self, peer: PeerId, parts: &[&[u8]], token: u64, buf: &mut [u8]) -> Option<Transmit> {
+    pub fn transmit_direct_now(
+        &mut self,
+        peer: PeerId,
+        parts: &[&[u8]],
+        token: u64,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         if HEADER_LEN + len > buf.len() {
             return None;
@@ -1041,7 +1116,12 @@ impl Engine {
     /// This is the small-message path of a shared-memory peer: no staging
     /// buffer, no queue, no event; the device copies header and payload once,
     /// into the peer's ring cell.
-    pub fn send_direct_with(&mut self, peer: PeerId, parts: &[&[u8]], write: impl FnOnce(DevAddr, &[&[u8]]) -> bool) -> bool {
+    pub fn send_direct_with(
+        &mut self,
+        peer: PeerId,
+        parts: &[&[u8]],
+        write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
+    ) -> bool {
         if parts.len() >= DIRECT_PARTS_MAX {
             return false;
         }
@@ -1100,7 +1180,16 @@ impl Engine {
             payload.extend_from_slice(p);
         }
         self.dgram_bytes += len;
-        self.dgram_tx.push_back(DgramTx { dst, payload, token, ptype: PacketType::Datagram, dst_inc: 0, peer, first: false, last: false });
+        self.dgram_tx.push_back(DgramTx {
+            dst,
+            payload,
+            token,
+            ptype: PacketType::Datagram,
+            dst_inc: 0,
+            peer,
+            first: false,
+            last: false,
+        });
         Ok(())
     }
 
@@ -1230,7 +1319,11 @@ impl Engine {
                     if buf.len() < wire_len {
                         return None;
                     }
-                } else if gather.is_some() || wire_len > seg_len || total + wire_len > run_room || count >= RUN_MAX_SEGMENTS {
+                } else if gather.is_some()
+                    || wire_len > seg_len
+                    || total + wire_len > run_room
+                    || count >= RUN_MAX_SEGMENTS
+                {
                     // A datagram with a gathered part goes alone.
                     break;
                 }
@@ -1585,10 +1678,15 @@ impl Engine {
         if paused {
             // Peers on reliable, ordered paths send DIRECT packets, which no
             // window holds back: tell them now (an ACK of window 0).
-            let ids: Vec<u32> = self.hot.iter().filter(|(_, h)| {
+            let ids: Vec<u32> = self
+                .hot
+                .iter()
+                .filter(|(_, h)| {
                     let path = self.path_of(h.peer);
                     path.reliable && path.ordered
-                }).map(|(i, _)| i as u32).collect();
+                })
+                .map(|(i, _)| i as u32)
+                .collect();
             for h in ids {
                 self.hot[h as usize].rx.ack_now = true;
                 self.schedule(h);
@@ -1699,7 +1797,15 @@ mod tests {
     #[test]
     fn each_peer_uses_its_own_path() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
+        let shm = DeviceCaps {
+            reliable: true,
+            ordered: true,
+            mtu: 8192,
+            remote_read: true,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        };
         let near = a.peer_with_path(crate::simnet::addr(1), &shm);
         let far = a.peer(crate::simnet::addr(2));
         let t = Instant::ZERO;
@@ -1710,9 +1816,18 @@ mod tests {
         while let Some(x) = a.poll_transmit(t, &mut buf) {
             sizes.entry(x.dst).or_default().push(x.len);
         }
-        assert_eq!(sizes[&crate::simnet::addr(1)].len(), 3, "8 KiB segments on the shm path: {:?}", sizes[&crate::simnet::addr(1)]);
+        assert_eq!(
+            sizes[&crate::simnet::addr(1)].len(),
+            3,
+            "8 KiB segments on the shm path: {:?}",
+            sizes[&crate::simnet::addr(1)]
+        );
         assert!(sizes[&crate::simnet::addr(1)].iter().all(|&l| l <= 8192));
-        assert_eq!(sizes[&crate::simnet::addr(2)].len(), 20_000usize.div_ceil(1472 - HEADER_LEN), "UDP-sized segments elsewhere");
+        assert_eq!(
+            sizes[&crate::simnet::addr(2)].len(),
+            20_000usize.div_ceil(1472 - HEADER_LEN),
+            "UDP-sized segments elsewhere"
+        );
         // The reliable path arms no retransmission timer; the other one does.
         let deadline = a.poll_timeout().expect("the UDP peer's RTO");
         a.handle_timeout(deadline);
@@ -1729,7 +1844,15 @@ mod tests {
     /// went out on the defaults changes neither.
     #[test]
     fn a_path_is_taken_until_data_went_out_and_reported_as_used() {
-        let shm = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
+        let shm = DeviceCaps {
+            reliable: true,
+            ordered: true,
+            mtu: 8192,
+            remote_read: true,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        };
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
         let t = Instant::ZERO;
@@ -1792,7 +1915,15 @@ mod tests {
         events(b);
     }
 
-    const SHM: DeviceCaps = DeviceCaps { reliable: true, ordered: true, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 };
+    const SHM: DeviceCaps = DeviceCaps {
+        reliable: true,
+        ordered: true,
+        mtu: 8192,
+        remote_read: true,
+        gso: false,
+        registration: false,
+        max_inline: 0,
+    };
 
     /// On a shared-memory ring the sender leaves the checksum out (the bytes
     /// cross no wire); a receiver takes such a datagram only from a ring. A
@@ -1814,8 +1945,14 @@ mod tests {
         let unsummed = |d: &[u8]| Header::decode(d).unwrap().0.unsummed;
         let on_ring = first_packet(SHM, sb, &[b"hello"]);
         assert!(unsummed(&on_ring));
-        assert!(!unsummed(&first_packet(DeviceCaps { reliable: false, ordered: false, ..SHM }, sb, &[b"hello"])), "a path that may corrupt keeps its sum");
-        assert!(!unsummed(&first_packet(SHM, crate::simnet::addr(2), &[b"hello"])), "a reliable path that is not a ring keeps its sum");
+        assert!(
+            !unsummed(&first_packet(DeviceCaps { reliable: false, ordered: false, ..SHM }, sb, &[b"hello"])),
+            "a path that may corrupt keeps its sum"
+        );
+        assert!(
+            !unsummed(&first_packet(SHM, crate::simnet::addr(2), &[b"hello"])),
+            "a reliable path that is not a ring keeps its sum"
+        );
         let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: SHM.mtu, ..EngineConfig::default() });
         b.peer_with_path(sa, &SHM);
         // The same bytes from anywhere but a ring: dropped as unchecked.
@@ -1855,7 +1992,13 @@ mod tests {
         let (d1, d2) = (next(&mut a, &[b"one"]), next(&mut a, &[b"two"]));
         b.handle_datagram(t, crate::simnet::addr(1), &d1[0]);
         assert_eq!(b.handle_datagram_lending(t, crate::simnet::addr(1), &d2[0]), None);
-        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: b"one".to_vec() }, Event::Delivered { peer: pa, msg: b"two".to_vec() }]);
+        assert_eq!(
+            events(&mut b),
+            vec![
+                Event::Delivered { peer: pa, msg: b"one".to_vec() },
+                Event::Delivered { peer: pa, msg: b"two".to_vec() }
+            ]
+        );
         // Fragments of a longer message are put together as always.
         let frags = next(&mut a, &[&[7u8; 12000]]);
         assert!(frags.len() > 1);
@@ -1912,7 +2055,10 @@ mod tests {
             assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: vec![i; 8] }]);
             assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty(), "no acknowledgement");
         }
-        assert_eq!((a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks), (3, 1, 3, 1));
+        assert_eq!(
+            (a.stats().sent_direct, a.stats().sent_data, b.stats().received_direct, b.stats().sent_acks),
+            (3, 1, 3, 1)
+        );
         // Nothing waits on a timer: firing whatever is armed resends nothing.
         if let Some(d) = a.poll_timeout() {
             a.handle_timeout(d);
@@ -1924,9 +2070,33 @@ mod tests {
     #[test]
     fn unreliable_or_unordered_paths_never_skip_the_sequence() {
         for path in [
-            DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 },
-            DeviceCaps { reliable: true, ordered: false, mtu: 8192, remote_read: true, gso: false, registration: false, max_inline: 0 },
-            DeviceCaps { reliable: false, ordered: true, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 },
+            DeviceCaps {
+                reliable: false,
+                ordered: false,
+                mtu: 1472,
+                remote_read: false,
+                gso: false,
+                registration: false,
+                max_inline: 0,
+            },
+            DeviceCaps {
+                reliable: true,
+                ordered: false,
+                mtu: 8192,
+                remote_read: true,
+                gso: false,
+                registration: false,
+                max_inline: 0,
+            },
+            DeviceCaps {
+                reliable: false,
+                ordered: true,
+                mtu: 1472,
+                remote_read: false,
+                gso: false,
+                registration: false,
+                max_inline: 0,
+            },
         ] {
             let (mut a, mut b, pb, pa) = pair(path);
             let t = Instant::ZERO;
@@ -1969,7 +2139,10 @@ mod tests {
         a.send(t, pb, &[&[8u8; 20_000]], 6).unwrap();
         let types = carry(&mut a, crate::simnet::addr(1), &mut b, t);
         assert_eq!(types[0], PacketType::Direct, "{types:?}");
-        let got: Vec<usize> = events(&mut b).into_iter().map(|e| if let Event::Delivered { msg, .. } = e { msg.len() } else { 0 }).collect();
+        let got: Vec<usize> = events(&mut b)
+            .into_iter()
+            .map(|e| if let Event::Delivered { msg, .. } = e { msg.len() } else { 0 })
+            .collect();
         assert_eq!(got, vec![4, 20_000, 20_000]);
     }
 
@@ -1981,11 +2154,22 @@ mod tests {
         a.send_transmit_complete(t, pb, &[b"one"], 1).unwrap();
         carry(&mut a, crate::simnet::addr(1), &mut b, t);
         b.set_paused(true);
-        assert_eq!(carry(&mut b, crate::simnet::addr(2), &mut a, t), vec![PacketType::Ack], "a zero window, told at once");
+        assert_eq!(
+            carry(&mut b, crate::simnet::addr(2), &mut a, t),
+            vec![PacketType::Ack],
+            "a zero window, told at once"
+        );
         a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
-        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "held by the window, not DIRECT");
+        assert_eq!(
+            carry(&mut a, crate::simnet::addr(1), &mut b, t),
+            vec![PacketType::Data],
+            "held by the window, not DIRECT"
+        );
         events(&mut a);
-        assert!(!events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")), "refused while paused");
+        assert!(
+            !events(&mut b).iter().any(|e| matches!(e, Event::Delivered { msg, .. } if msg == b"two")),
+            "refused while paused"
+        );
         b.set_paused(false);
         carry(&mut b, crate::simnet::addr(2), &mut a, t);
         // The refused DATA packet waits for the sender's retransmission; the
@@ -2004,7 +2188,10 @@ mod tests {
 
     /// What `b` delivered, as (first byte, length) per message.
     fn delivered(b: &mut Engine) -> Vec<(u8, usize)> {
-        events(b).into_iter().filter_map(|e| if let Event::Delivered { msg, .. } = e { Some((msg[0], msg.len())) } else { None }).collect()
+        events(b)
+            .into_iter()
+            .filter_map(|e| if let Event::Delivered { msg, .. } = e { Some((msg[0], msg.len())) } else { None })
+            .collect()
     }
 
     /// `rounds` of b's packets to a and a's to b: what b delivered, and a's
@@ -2073,11 +2260,19 @@ mod tests {
         let mut buf = vec![0u8; 9000];
         assert!(a.transmit_direct_now(pb, &[b"two"], 2, &mut buf).is_none(), "no DIRECT while held back");
         a.send_transmit_complete(t, pb, &[b"two"], 2).unwrap();
-        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Data], "one packet: the window of a paused peer");
+        assert_eq!(
+            carry(&mut a, crate::simnet::addr(1), &mut b, t),
+            vec![PacketType::Data],
+            "one packet: the window of a paused peer"
+        );
         let (got, _) = exchange(&mut a, &mut b, 6);
         assert_eq!(got, vec![(b'o', 3), (b't', 3)], "b never paused: its ACKs open the window again");
         a.send_transmit_complete(t, pb, &[b"three"], 3).unwrap();
-        assert_eq!(carry(&mut a, crate::simnet::addr(1), &mut b, t), vec![PacketType::Direct], "DIRECT again once everything was acknowledged");
+        assert_eq!(
+            carry(&mut a, crate::simnet::addr(1), &mut b, t),
+            vec![PacketType::Direct],
+            "DIRECT again once everything was acknowledged"
+        );
     }
 
     #[test]
@@ -2107,8 +2302,15 @@ mod tests {
                 (PacketType::Direct, true, true)
             ]
         );
-        assert_eq!(done, vec![Event::SendComplete { token: 1 }, Event::SendComplete { token: 2 }], "one completion each, after the last fragment");
-        assert_eq!(events(&mut b), vec![Event::Delivered { peer: pa, msg: big.clone() }, Event::Delivered { peer: pa, msg: b"tail".to_vec() }]);
+        assert_eq!(
+            done,
+            vec![Event::SendComplete { token: 1 }, Event::SendComplete { token: 2 }],
+            "one completion each, after the last fragment"
+        );
+        assert_eq!(
+            events(&mut b),
+            vec![Event::Delivered { peer: pa, msg: big.clone() }, Event::Delivered { peer: pa, msg: b"tail".to_vec() }]
+        );
         assert!(carry(&mut b, crate::simnet::addr(2), &mut a, t).is_empty(), "no acknowledgement");
         // Larger than DIRECT_MAX: sequenced.
         a.send_transmit_complete(t, pb, &[&vec![1u8; DIRECT_MAX + 1]], 3).unwrap();
@@ -2120,7 +2322,19 @@ mod tests {
         let (mut a, mut b, pb, pa) = pair(SHM);
         introduce(&mut a, pb, &mut b, pa);
         let t = Instant::ZERO;
-        let mut hdr = Header { ptype: PacketType::Direct, first: false, last: true, job_key: 0, src_inc: 1, dst_inc: 2, psn_or_window: 0, ack: Psn(0), sack: 0, header_sum: false, unsummed: false };
+        let mut hdr = Header {
+            ptype: PacketType::Direct,
+            first: false,
+            last: true,
+            job_key: 0,
+            src_inc: 1,
+            dst_inc: 2,
+            psn_or_window: 0,
+            ack: Psn(0),
+            sack: 0,
+            header_sum: false,
+            unsummed: false,
+        };
         let mut buf = vec![0u8; 200];
         // A LAST with no message open; then a FIRST, and a FIRST again.
         let n = hdr.encode(b"orphan", &mut buf);
@@ -2162,7 +2376,15 @@ mod tests {
 
     #[test]
     fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
-        let udp = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: false, registration: false, max_inline: 0 };
+        let udp = DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu: 1472,
+            remote_read: false,
+            gso: false,
+            registration: false,
+            max_inline: 0,
+        };
         let delay = Duration::from_micros(50);
         let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
         let mut b = Engine::new(EngineConfig { incarnation: 2, completed_ack_delay: delay, ..EngineConfig::default() });
@@ -2210,7 +2432,10 @@ mod tests {
         a.handle_unreachable(crate::simnet::addr(2));
         assert_eq!(
             events(&mut a),
-            vec![Event::SendFailed { token: 7, peer: pb, reason: FailReason::Unreachable }, Event::PeerUnreachable { peer: pb }]
+            vec![
+                Event::SendFailed { token: 7, peer: pb, reason: FailReason::Unreachable },
+                Event::PeerUnreachable { peer: pb }
+            ]
         );
     }
 
@@ -2231,7 +2456,15 @@ mod tests {
     #[test]
     fn runs_of_datagrams_only_where_the_device_takes_them() {
         let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-        let udp_gso = DeviceCaps { reliable: false, ordered: false, mtu: 1472, remote_read: false, gso: true, registration: false, max_inline: 0 };
+        let udp_gso = DeviceCaps {
+            reliable: false,
+            ordered: false,
+            mtu: 1472,
+            remote_read: false,
+            gso: true,
+            registration: false,
+            max_inline: 0,
+        };
         let gso_peer = a.peer_with_path(crate::simnet::addr(1), &udp_gso);
         let plain = a.peer(crate::simnet::addr(2));
         let t = Instant::ZERO;
@@ -2279,7 +2512,10 @@ mod tests {
         let pb = a.peer(crate::simnet::addr(1));
         let max = a.datagram_max(pb);
         assert_eq!(max, 1472 - HEADER_LEN);
-        assert_eq!(a.send_datagram(pb, &[&[1u8; 1472 - HEADER_LEN], &[2]], 9), Err(SendError::TooLarge { len: max + 1, max }));
+        assert_eq!(
+            a.send_datagram(pb, &[&[1u8; 1472 - HEADER_LEN], &[2]], 9),
+            Err(SendError::TooLarge { len: max + 1, max })
+        );
         a.send_datagram(pb, &[b"hel", b"lo"], 7).unwrap();
         a.send_datagram(pb, &[&[3u8; 1472 - HEADER_LEN]], 8).unwrap();
         assert!(a.wants_transmit());

@@ -163,12 +163,11 @@ impl Engine {
             // retransmission then fills.
             let pto = hot.tx.probe_time(self.cfg.max_rto, self.cfg.ack_delay).unwrap_or(hot.tx.rto);
             hot.tx.probes_fired += 1;
-            let overdue = hot
-                .tx
-                .unacked
-                .iter_mut()
-                .rev()
-                .find(|seg| !seg.sacked && !seg.queued && seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= pto));
+            let overdue = hot.tx.unacked.iter_mut().rev().find(|seg| {
+                !seg.sacked
+                    && !seg.queued
+                    && seg.sent_at.is_some_and(|t| now.saturating_duration_since(t) + Duration::from_micros(10) >= pto)
+            });
             let queued = overdue.is_some();
             if let Some(seg) = overdue {
                 seg.queued = true;
@@ -267,7 +266,10 @@ impl Engine {
                 self.events.push_back(Event::SendComplete { token: seg.token });
                 // The last reference (earlier segments were acknowledged
                 // first, the usual case): keep buffer and count block.
-                if Arc::strong_count(&seg.data) == 1 && self.tx_pool.len() < POOL_DEPTH && seg.data.capacity() <= POOL_MAX_CAPACITY {
+                if Arc::strong_count(&seg.data) == 1
+                    && self.tx_pool.len() < POOL_DEPTH
+                    && seg.data.capacity() <= POOL_MAX_CAPACITY
+                {
                     self.tx_pool.push(seg.data);
                 }
             }
@@ -334,7 +336,8 @@ impl Engine {
                 }
             }
             let s = hot.tx.srtt.unwrap_or(r);
-            hot.tx.rto = (s + (hot.tx.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
+            hot.tx.rto =
+                (s + (hot.tx.rttvar * 4).max(Duration::from_micros(100))).clamp(self.cfg.min_rto, self.cfg.max_rto);
         }
         if advanced && !hot.tx.busy() {
             // Idle again: give back what a burst grew, so an idle peer stays small;
@@ -369,7 +372,11 @@ impl Engine {
             hot.tx.backoff = 1;
             hot.tx.probes_fired = 0;
             let (max_rto, ack_delay) = (self.cfg.max_rto, self.cfg.ack_delay);
-            hot.tx.rto_deadline = if hot.tx.unacked.is_empty() || reliable { None } else { Some(now + hot.tx.retransmit_timer(max_rto, ack_delay)) };
+            hot.tx.rto_deadline = if hot.tx.unacked.is_empty() || reliable {
+                None
+            } else {
+                Some(now + hot.tx.retransmit_timer(max_rto, ack_delay))
+            };
             self.rearm(h);
         }
     }

@@ -352,7 +352,19 @@ mod tests {
 
     #[test]
     fn a_header_sum_covers_the_header_only_and_only_data_carries_it() {
-        let h = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true, unsummed: false };
+        let h = Header {
+            ptype: PacketType::Data,
+            first: true,
+            last: true,
+            job_key: 1,
+            src_inc: 2,
+            dst_inc: 3,
+            psn_or_window: 4,
+            ack: Psn(5),
+            sack: 0,
+            header_sum: true,
+            unsummed: false,
+        };
         let mut buf = [0u8; HEADER_LEN + 8];
         let n = h.encode(b"abcdefgh", &mut buf);
         // The payload may change (it is not covered), the header may not.
@@ -381,7 +393,19 @@ mod tests {
     fn an_unsummed_datagram_carries_a_zero_checksum_on_any_type_and_never_with_header_sum() {
         for ptype in PacketType::ALL {
             let fragments = ptype.has_fragments();
-            let h = Header { ptype, first: fragments, last: fragments, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 6, header_sum: false, unsummed: true };
+            let h = Header {
+                ptype,
+                first: fragments,
+                last: fragments,
+                job_key: 1,
+                src_inc: 2,
+                dst_inc: 3,
+                psn_or_window: 4,
+                ack: Psn(5),
+                sack: 6,
+                header_sum: false,
+                unsummed: true,
+            };
             let mut buf = [0xaau8; HEADER_LEN + 8];
             let n = h.encode(b"abcdefgh", &mut buf);
             assert_eq!(&buf[field::CHECKSUM], &[0; 4], "{ptype:?}");
@@ -398,7 +422,19 @@ mod tests {
             assert_eq!(Header::decode(&b[..n]), Err(DecodeError::Flags(b[field::FLAGS])), "{ptype:?}");
         }
         // Asked for both, the encoder leaves the sum out entirely.
-        let both = Header { ptype: PacketType::Data, first: true, last: true, job_key: 1, src_inc: 2, dst_inc: 3, psn_or_window: 4, ack: Psn(5), sack: 0, header_sum: true, unsummed: true };
+        let both = Header {
+            ptype: PacketType::Data,
+            first: true,
+            last: true,
+            job_key: 1,
+            src_inc: 2,
+            dst_inc: 3,
+            psn_or_window: 4,
+            ack: Psn(5),
+            sack: 0,
+            header_sum: true,
+            unsummed: true,
+        };
         let mut buf = [0u8; HEADER_LEN];
         let n = both.encode(b"", &mut buf);
         assert_eq!(Header::decode(&buf[..n]).map(|(h, _)| h), Ok(Header { header_sum: false, ..both }));

@@ -1,12 +1,15 @@
 //! The eager path of the message engine: sends, posted receives and their
 //! matching and landing, multi-receive, peek/claim/discard and cancel.
+use super::ops::{
+    Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError,
+    RxId, Token, TxId,
+};
+use super::{recv_op, DirectSend, Landing, MsgEngine, RxEntry, TxEntry};
 use crate::matching::{Arrived, RecvPost};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rdm::engine::{Engine, PeerId};
 use rdm::{DevAddr, Instant};
-use super::{MsgEngine, Landing, TxEntry, RxEntry, recv_op, DirectSend};
-use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError, RxId, Token, TxId};
 
 impl MsgEngine {
     // ---------------------------------------------------------------- sends
@@ -15,7 +18,16 @@ impl MsgEngine {
     /// memory (used only if the message goes by rendezvous); `payload` the same
     /// bytes as slices.
     #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub fn send(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, header: MsgHeader, payload: &[&[u8]], user: IoList, meta: OpMeta) -> Result<TxId, PostError> {
+    pub fn send(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[&[u8]],
+        user: IoList,
+        meta: OpMeta,
+    ) -> Result<TxId, PostError> {
         self.send_staged(rdm, now, peer, header, payload, user, meta, None).map(|(id, _)| id)
     }
 
@@ -62,7 +74,12 @@ impl MsgEngine {
         }
         self.stats.eager_sent += 1;
         self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
-        DirectSend::Sent((!meta.silent).then(|| Completion { msg: Some(header.kind), len, src: Some(peer), ..Completion::new(meta, OpKind::Send) }))
+        DirectSend::Sent((!meta.silent).then(|| Completion {
+            msg: Some(header.kind),
+            len,
+            src: Some(peer),
+            ..Completion::new(meta, OpKind::Send)
+        }))
     }
 
     /// Queues a completion the caller did not report itself (see
@@ -89,7 +106,11 @@ impl MsgEngine {
     ) -> Result<(TxId, Option<rdm::engine::Transmit>), PostError> {
         let mut staged = None;
         let len: usize = payload.iter().map(|p| p.len()).sum();
-        let long = !self.cfg.datagram && !meta.inject && !meta.copy_at_post && user.count > 0 && self.use_rendezvous(rdm, peer, len);
+        let long = !self.cfg.datagram
+            && !meta.inject
+            && !meta.copy_at_post
+            && user.count > 0
+            && self.use_rendezvous(rdm, peer, len);
         // A registration the device refused even after the cache gave back
         // what it could: the message still goes by rendezvous, announced
         // without keys, so the receiver cannot read it and grants windows
@@ -146,7 +167,16 @@ impl MsgEngine {
                     rdm.send_transmit_complete(now, peer, &parts[..=n], token)?;
                 }
             }
-            entry.insert(TxEntry { meta, msg: header.kind, len, peer, rndv: None, regs: [None; MAX_IOV], gathered: 0, fin: None });
+            entry.insert(TxEntry {
+                meta,
+                msg: header.kind,
+                len,
+                peer,
+                rndv: None,
+                regs: [None; MAX_IOV],
+                gathered: 0,
+                fin: None,
+            });
             self.stats.eager_sent += 1;
             self.count_peer(rdm, peer, super::ops::peer_counter::SENT_EAGER_MSGS, len as u64);
         }
@@ -159,7 +189,12 @@ impl MsgEngine {
     /// error when a registration failed: the message then goes by a windowed
     /// rendezvous, announced without keys (and nothing stays acquired).
     #[allow(clippy::type_complexity)]
-    fn rendezvous_keys(&mut self, rdm: &mut Engine, peer: PeerId, user: &IoList) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
+    fn rendezvous_keys(
+        &mut self,
+        rdm: &mut Engine,
+        peer: PeerId,
+        user: &IoList,
+    ) -> Result<Option<[(u64, Option<RegHandle>); MAX_IOV]>, RegistrationError> {
         if !self.path(rdm, peer).is_some_and(|p| p.registration) {
             return Ok(None);
         }
@@ -210,7 +245,13 @@ impl MsgEngine {
             // slab id may name a new send soon, which must not inherit them.
             self.push_backlog.retain(|&(i, _, _)| i != id);
         }
-        self.completions.push_back(Completion { msg: Some(t.msg), len: t.len, src: Some(t.peer), err, ..Completion::new(t.meta, OpKind::Send) });
+        self.completions.push_back(Completion {
+            msg: Some(t.msg),
+            len: t.len,
+            src: Some(t.peer),
+            err,
+            ..Completion::new(t.meta, OpKind::Send)
+        });
     }
 
     // ------------------------------------------------------------- receives
@@ -218,8 +259,17 @@ impl MsgEngine {
     /// Posts a receive: it completes at once from an unexpected message, or
     /// waits for one.
     pub fn post_recv(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
-        let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: spec.meta, multi_offset: spec.multi.then_some(0) }) as u32);
-        let post = RecvPost { token: id.0 as u64, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: spec.multi };
+        let id =
+            RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: spec.meta, multi_offset: spec.multi.then_some(0) })
+                as u32);
+        let post = RecvPost {
+            token: id.0 as u64,
+            kind: spec.kind,
+            src: spec.src,
+            tag: spec.tag,
+            ignore: spec.ignore,
+            persistent: spec.multi,
+        };
         if spec.multi {
             // Fill the buffer from the unexpected queue first, then leave it
             // posted (in order) if room remains.
@@ -247,9 +297,20 @@ impl MsgEngine {
     /// claiming receive with the same context) or FI_DISCARD (drop it). Reports
     /// the message's attributes, or [`OpError::NoMessage`], as a completion.
     pub fn peek(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, claim: bool, discard: bool) {
-        let probe = RecvPost { token: 0, kind: spec.kind, src: spec.src, tag: spec.tag, ignore: spec.ignore, persistent: false };
+        let probe = RecvPost {
+            token: 0,
+            kind: spec.kind,
+            src: spec.src,
+            tag: spec.tag,
+            ignore: spec.ignore,
+            persistent: false,
+        };
         let Some(m) = self.matcher.peek(&probe) else {
-            self.completions.push_back(Completion { tag: spec.tag, err: Some(OpError::NoMessage), ..recv_op(spec.meta, spec.kind) });
+            self.completions.push_back(Completion {
+                tag: spec.tag,
+                err: Some(OpError::NoMessage),
+                ..recv_op(spec.meta, spec.kind)
+            });
             return;
         };
         let c = Completion { len: m.len(), data: m.data, tag: m.tag, src: Some(m.peer), ..recv_op(spec.meta, m.kind) };
@@ -268,14 +329,25 @@ impl MsgEngine {
 
     /// FI_CLAIM: receives (or with `discard` drops) the message an earlier
     /// FI_PEEK|FI_CLAIM reserved for `spec.meta.context`.
-    pub fn claim(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, discard: bool, mem: &mut dyn Memory) -> Result<(), PostError> {
+    pub fn claim(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        spec: RecvSpec,
+        discard: bool,
+        mem: &mut dyn Memory,
+    ) -> Result<(), PostError> {
         let arrived = self.claimed.remove(&spec.meta.context).ok_or(PostError::NotClaimed)?;
         if discard {
             let c = Completion { tag: arrived.tag, data: arrived.data, ..recv_op(spec.meta, arrived.kind) };
             self.discard(rdm, now, arrived);
             self.completions.push_back(c);
         } else {
-            let id = RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: OpMeta { wanted: true, ..spec.meta }, multi_offset: None }) as u32);
+            let id = RxId(self.rx.insert(RxEntry {
+                iov: spec.iov,
+                meta: OpMeta { wanted: true, ..spec.meta },
+                multi_offset: None,
+            }) as u32);
             self.land(rdm, now, id, arrived, mem);
         }
         Ok(())
@@ -297,13 +369,20 @@ impl MsgEngine {
         let Some(key) = self.rx.iter().find(|(_, e)| e.meta.context == context).map(|(k, _)| k) else { return false };
         let Some(post) = self.matcher.cancel(key as u64) else { return false };
         let e = self.rx.remove(key);
-        self.completions.push_back(Completion { tag: post.tag, err: Some(OpError::Canceled), ..recv_op(e.meta, post.kind) });
+        self.completions.push_back(Completion {
+            tag: post.tag,
+            err: Some(OpError::Canceled),
+            ..recv_op(e.meta, post.kind)
+        });
         true
     }
 
     /// A message matched receive `id`: place it (eager) or start pulling it.
     pub(super) fn land(&mut self, rdm: &mut Engine, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
-        let Some(landing) = self.landing(id, arrived.peer, arrived.kind, arrived.tag, arrived.data, arrived.len()) else { return };
+        let Some(landing) = self.landing(id, arrived.peer, arrived.kind, arrived.tag, arrived.data, arrived.len())
+        else {
+            return;
+        };
         match arrived.rndv {
             None => {
                 let written = landing.target.scatter(mem, arrived.payload());
@@ -319,7 +398,14 @@ impl MsgEngine {
 
     /// An eager message that arrived in one DIRECT datagram lands in the
     /// posted receive `id` matched to it, straight from the device's buffer.
-    pub(super) fn land_lent(&mut self, id: RxId, peer: PeerId, header: MsgHeader, payload: &[u8], mem: &mut dyn Memory) {
+    pub(super) fn land_lent(
+        &mut self,
+        id: RxId,
+        peer: PeerId,
+        header: MsgHeader,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) {
         // The usual receive (not multi-receive) lands from its entry as it
         // leaves the table: no `Landing` copied out of it first.
         if let Some(e) = self.rx.get(id.0 as usize).filter(|e| e.multi_offset.is_none()) {
@@ -336,7 +422,15 @@ impl MsgEngine {
 
     /// Where a message of `msg_len` bytes matched to the posted receive `id`
     /// lands (a multi-receive buffer keeps the rest of its room posted).
-    fn landing(&mut self, id: RxId, peer: PeerId, kind: crate::wire::msg::MsgKind, tag: u64, data: Option<u64>, msg_len: usize) -> Option<Landing> {
+    fn landing(
+        &mut self,
+        id: RxId,
+        peer: PeerId,
+        kind: crate::wire::msg::MsgKind,
+        tag: u64,
+        data: Option<u64>,
+        msg_len: usize,
+    ) -> Option<Landing> {
         let e = self.rx.get(id.0 as usize)?;
         let (meta, iov, multi_offset) = (e.meta, e.iov, e.multi_offset);
         let (target, buf, multi_done) = match multi_offset {
@@ -374,7 +468,16 @@ impl MsgEngine {
 /// which landed: failed with `err`, else truncated if fewer landed. A
 /// multi-receive's buffer and release are the caller's to add.
 #[allow(clippy::too_many_arguments)] // the fields of the completion
-fn recv_completion(meta: OpMeta, kind: crate::wire::msg::MsgKind, msg_len: usize, written: usize, data: Option<u64>, tag: u64, src: PeerId, err: Option<OpError>) -> Completion {
+fn recv_completion(
+    meta: OpMeta,
+    kind: crate::wire::msg::MsgKind,
+    msg_len: usize,
+    written: usize,
+    data: Option<u64>,
+    tag: u64,
+    src: PeerId,
+    err: Option<OpError>,
+) -> Completion {
     let err = err.or((msg_len > written).then_some(OpError::Truncated { olen: msg_len - written }));
     Completion { len: written, data, tag, src: Some(src), err, ..recv_op(meta, kind) }
 }

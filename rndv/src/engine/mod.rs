@@ -40,8 +40,8 @@ use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::Packet;
 use rdm::engine::{Engine, Event, FailReason, PeerId, PeerPath};
 use rdm::{DevAddr, DeviceCaps, Instant};
-use slab::Slab;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use slab::Slab;
 use std::collections::VecDeque;
 
 mod eager;
@@ -49,7 +49,10 @@ mod ops;
 mod rendezvous;
 mod rma;
 
-pub use ops::{Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId};
+pub use ops::{
+    Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome,
+    RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId,
+};
 pub use rendezvous::for_each_read_run;
 
 /// What [`MsgEngine::send_direct`] did.
@@ -261,13 +264,21 @@ impl MsgEngine {
     /// `window_threshold` where it cannot; eager below.
     fn use_rendezvous(&self, rdm: &Engine, peer: PeerId, len: usize) -> bool {
         // Below every threshold (most messages): no path or peer lookup.
-        let smallest = self.cfg.rndv_threshold.min(self.cfg.window_threshold).min(self.cfg.rdma_rndv_threshold.unwrap_or(usize::MAX));
+        let smallest = self
+            .cfg
+            .rndv_threshold
+            .min(self.cfg.window_threshold)
+            .min(self.cfg.rdma_rndv_threshold.unwrap_or(usize::MAX));
         if len < smallest {
             return false;
         }
         let Some(path) = self.path(rdm, peer) else { return false };
         if path.remote_read && !self.refused.contains(&peer) {
-            let threshold = if path.registration { self.cfg.rdma_rndv_threshold.unwrap_or(self.cfg.rndv_threshold) } else { self.cfg.rndv_threshold };
+            let threshold = if path.registration {
+                self.cfg.rdma_rndv_threshold.unwrap_or(self.cfg.rndv_threshold)
+            } else {
+                self.cfg.rndv_threshold
+            };
             len >= threshold
         } else {
             len >= self.cfg.window_threshold
@@ -353,10 +364,17 @@ impl MsgEngine {
                     self.fail_reasons.entry(peer).or_insert(reason);
                     let err = if reason == FailReason::PeerRestarted { OpError::Io } else { OpError::PeerUnreachable };
                     match Token::decode(token) {
-                        Some(Token::Msg(id) | Token::Push(id) | Token::PushGathered(id) | Token::Rts(id)) => self.complete_send(id, Some(err)),
+                        Some(Token::Msg(id) | Token::Push(id) | Token::PushGathered(id) | Token::Rts(id)) => {
+                            self.complete_send(id, Some(err))
+                        }
                         Some(Token::Rma(id)) => {
                             if let Some(e) = self.rma.try_remove(id.0 as usize) {
-                                self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
+                                self.completions.push_back(Completion {
+                                    len: e.len,
+                                    src: Some(e.peer),
+                                    err: Some(err),
+                                    ..Completion::new(e.meta, e.kind)
+                                });
                             }
                         }
                         _ => {}
@@ -382,7 +400,14 @@ impl MsgEngine {
     /// from the device's buffer ([`rdm::engine::Engine::handle_datagram_lending`]):
     /// no copy into a pooled buffer, no trip through the event queue. The
     /// rest goes the usual way, through the events [`MsgEngine::handle_events`] takes.
-    pub fn receive_datagram(&mut self, rdm: &mut Engine, now: Instant, from: DevAddr, bytes: &[u8], mem: &mut dyn Memory) {
+    pub fn receive_datagram(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        from: DevAddr,
+        bytes: &[u8],
+        mem: &mut dyn Memory,
+    ) {
         if self.cfg.datagram {
             rdm.handle_datagram(now, from, bytes);
             return;
@@ -438,7 +463,9 @@ impl MsgEngine {
             Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, now),
             Packet::Push { req, offset, payload } => self.handle_push(rdm, now, peer, req, offset, payload, mem),
             Packet::Cts { req, offset, len } => self.handle_cts(rdm, now, peer, req, offset, len, mem),
-            Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => self.finish_rma(peer, req, status, payload, mem),
+            Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => {
+                self.finish_rma(peer, req, status, payload, mem)
+            }
             Packet::WriteAck { req, status } => self.finish_rma(peer, req, status, &[], mem),
             Packet::Keepalive => {}
             Packet::DeviceCtl(bytes) => {
@@ -469,7 +496,8 @@ impl MsgEngine {
         };
         match self.matcher.match_posted(peer, h.kind, h.tag) {
             Some(post) => {
-                let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
+                let arrived =
+                    Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
                 self.land(rdm, now, RxId(post.token as u32), arrived, mem);
             }
             None => {
@@ -498,14 +526,20 @@ impl MsgEngine {
     /// not cover the announcements of a sender we do not know is closed.
     fn fail_peer(&mut self, peer: PeerId, unreachable: bool) {
         let err = if unreachable { OpError::PeerUnreachable } else { OpError::Io };
-        let sends: Vec<usize> = self.tx.iter().filter(|(_, t)| t.peer == peer && t.rndv.is_some()).map(|(k, _)| k).collect();
+        let sends: Vec<usize> =
+            self.tx.iter().filter(|(_, t)| t.peer == peer && t.rndv.is_some()).map(|(k, _)| k).collect();
         for k in sends {
             self.complete_send(TxId(k as u32), Some(err));
         }
         let rmas: Vec<usize> = self.rma.iter().filter(|(_, e)| e.peer == peer).map(|(k, _)| k).collect();
         for k in rmas {
             let e = self.rma.remove(k);
-            self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err: Some(err), ..Completion::new(e.meta, e.kind) });
+            self.completions.push_back(Completion {
+                len: e.len,
+                src: Some(e.peer),
+                err: Some(err),
+                ..Completion::new(e.meta, e.kind)
+            });
         }
         let waiting: Vec<(PeerId, u64)> = self.windows.keys().filter(|(p, _)| *p == peer).copied().collect();
         for k in waiting {
@@ -517,7 +551,12 @@ impl MsgEngine {
         if unreachable {
             for post in self.matcher.take_posted_from(peer) {
                 if let Some(e) = self.rx.try_remove(post.token as usize) {
-                    self.completions.push_back(Completion { tag: post.tag, src: Some(peer), err: Some(err), ..recv_op(e.meta, post.kind) });
+                    self.completions.push_back(Completion {
+                        tag: post.tag,
+                        src: Some(peer),
+                        err: Some(err),
+                        ..recv_op(e.meta, post.kind)
+                    });
                 }
             }
             self.failed_peers.push_back(peer);

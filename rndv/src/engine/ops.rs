@@ -1,14 +1,14 @@
 //! The public operation and completion types of the message engine: buffers
 //! and memory access, registrations, operation ids and tokens, completions,
 //! actions, errors, configuration and statistics.
+#[cfg(doc)]
+use super::{MsgEngine, Path};
 use crate::matching::Src;
 use crate::wire::msg::MsgKind;
 use crate::wire::rendezvous::{RemoteIov, MAX_IOV};
 use crate::wire::rma::Status;
 use rdm::engine::{PeerId, SendError};
 use rdm::DevAddr;
-#[cfg(doc)]
-use super::{MsgEngine, Path};
 
 /// A piece of application memory, by address; only [`Memory`] dereferences it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -268,7 +268,9 @@ pub enum OpKind {
     Recv,
     Write,
     Read,
-    Atomic { fetch: bool },
+    Atomic {
+        fetch: bool,
+    },
     /// Target side: a peer's write or atomic was served here (`data` is its
     /// remote CQ data, if it carried any).
     RemoteWrite,
@@ -279,7 +281,9 @@ pub enum OpKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OpError {
     /// The message was longer than the buffer; `olen` bytes were lost.
-    Truncated { olen: usize },
+    Truncated {
+        olen: usize,
+    },
     Canceled,
     /// FI_PEEK found nothing.
     NoMessage,
@@ -316,7 +320,18 @@ pub struct Completion {
 
 impl Completion {
     pub(super) fn new(meta: OpMeta, kind: OpKind) -> Completion {
-        Completion { meta, kind, msg: None, len: 0, buf: 0, data: None, tag: 0, src: None, multi_done: false, err: None }
+        Completion {
+            meta,
+            kind,
+            msg: None,
+            len: 0,
+            buf: 0,
+            data: None,
+            tag: 0,
+            src: None,
+            multi_done: false,
+            err: None,
+        }
     }
 }
 

@@ -1,11 +1,11 @@
 //! Rendezvous in the message engine: RTS/CTS/Push/Fin, receiver pulls, windowed
 //! pushes, and [`for_each_read_run`] for the provider's remote reads.
+use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
+use super::{Landing, MsgEngine, Pull, WindowRx};
 use crate::iov::zip_pieces;
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
 use rdm::engine::{Engine, PeerId};
 use rdm::Instant;
-use super::{MsgEngine, Landing, Pull, WindowRx};
-use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
 
 /// Bytes per `Push` message of a granted window (rdm segments it further).
 /// Measured on loopback UDP, 1 MiB messages: 64 KiB pushes ran at half the
@@ -28,7 +28,14 @@ impl MsgEngine {
         // path recorded here.
         let addr = rdm.peer_addr(peer);
         let id = PullId(self.pulls.insert(Pull { peer, req: rts.req, landing }) as u32);
-        self.actions.push_back(Action::RemoteRead { id, peer, addr, src: rts.iov, src_count: rts.iov_count, dst: landing.target });
+        self.actions.push_back(Action::RemoteRead {
+            id,
+            peer,
+            addr,
+            src: rts.iov,
+            src_count: rts.iov_count,
+            dst: landing.target,
+        });
     }
 
     /// The layer below finished [`Action::RemoteRead`] `id`.
@@ -51,7 +58,8 @@ impl MsgEngine {
 
     pub(super) fn handle_fin(&mut self, peer: PeerId, req: u64, status: FinStatus, mem: &mut dyn Memory, now: Instant) {
         let id = TxId(req as u32);
-        let ours = u32::try_from(req).is_ok() && self.tx.get(id.0 as usize).is_some_and(|t| t.rndv.is_some() && t.peer == peer);
+        let ours = u32::try_from(req).is_ok()
+            && self.tx.get(id.0 as usize).is_some_and(|t| t.rndv.is_some() && t.peer == peer);
         if !ours {
             self.stats.stray += 1;
             return;
@@ -102,7 +110,16 @@ impl MsgEngine {
 
     /// A `Push` of a granted range landed.
     #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub(super) fn handle_push(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, offset: u64, payload: &[u8], mem: &mut dyn Memory) {
+    pub(super) fn handle_push(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        req: u64,
+        offset: u64,
+        payload: &[u8],
+        mem: &mut dyn Memory,
+    ) {
         let Some(mut w) = self.windows.remove(&(peer, req)) else {
             self.stats.stray += 1;
             return;
@@ -129,10 +146,21 @@ impl MsgEngine {
 
     /// A window grant for one of our rendezvous sends.
     #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub(super) fn handle_cts(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, offset: u64, len: u64, mem: &dyn Memory) {
+    pub(super) fn handle_cts(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        req: u64,
+        offset: u64,
+        len: u64,
+        mem: &dyn Memory,
+    ) {
         let id = TxId(req as u32);
         let fits = u32::try_from(req).is_ok()
-            && self.tx.get(id.0 as usize).is_some_and(|t| t.peer == peer && t.rndv.is_some() && offset.checked_add(len).is_some_and(|e| e <= t.len as u64));
+            && self.tx.get(id.0 as usize).is_some_and(|t| {
+                t.peer == peer && t.rndv.is_some() && offset.checked_add(len).is_some_and(|e| e <= t.len as u64)
+            });
         if !fits {
             self.stats.stray += 1;
             return;
@@ -167,10 +195,13 @@ impl MsgEngine {
             // On a path that registers (an RDMA NIC), a chunk within one
             // piece announced with a key goes from the application's memory
             // as it is: the NIC gathers it behind the header, nothing copies.
-            let gather = if self.path(rdm, peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
-                .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
+            let gather =
+                if self.path(rdm, peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
+                    .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
             // (a path that turns out not to gather takes the copy)
-            let gathered = gather.map(|g| rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode())).filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
+            let gathered = gather
+                .map(|g| rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()))
+                .filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
             let was_gathered = gathered.is_some();
             let sent = gathered.unwrap_or_else(|| {
                 let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
@@ -221,7 +252,11 @@ fn piece_at(iov: &IoList, offset: u64, n: u64) -> Option<(u64, u64)> {
 /// complete. For the provider's
 /// [`Action::RemoteRead`] handler. Returns the bytes read and whether every run
 /// succeeded.
-pub fn for_each_read_run(src: &[RemoteIov], dst: &IoList, mut read: impl FnMut(Option<u64>, u64, u64, u64) -> bool) -> (u64, bool) {
+pub fn for_each_read_run(
+    src: &[RemoteIov],
+    dst: &IoList,
+    mut read: impl FnMut(Option<u64>, u64, u64, u64) -> bool,
+) -> (u64, bool) {
     let mut src_lens = [0u64; MAX_IOV];
     for (d, v) in src_lens.iter_mut().zip(src) {
         *d = v.len;

@@ -1,13 +1,13 @@
 //! RMA and atomics in the message engine, emulated as request/answer messages:
 //! at the initiator (requests, answers) and at the target (serving them).
+use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RmaId, Token};
+use super::{MsgEngine, RmaEntry};
 use crate::atomic::{self, Datatype, Op};
 use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::rma::{self as rma_wire, Status};
 use crate::wire::{Packet, MAX_HEADER_LEN};
 use rdm::engine::{Engine, PeerId};
 use rdm::Instant;
-use super::{MsgEngine, RmaEntry};
-use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RmaId, Token};
 
 fn status_error(s: Status) -> Option<OpError> {
     match s {
@@ -22,7 +22,18 @@ impl MsgEngine {
     // ------------------------------------------------------------------ RMA
 
     #[allow(clippy::too_many_arguments)] // one request's parts, as the RMA calls take them
-    fn start_rma(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, kind: OpKind, meta: OpMeta, result: IoList, len: usize, request: impl FnOnce(u64) -> Packet<'static>, extra: &[&[u8]]) -> Result<RmaId, PostError> {
+    fn start_rma(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        kind: OpKind,
+        meta: OpMeta,
+        result: IoList,
+        len: usize,
+        request: impl FnOnce(u64) -> Packet<'static>,
+        extra: &[&[u8]],
+    ) -> Result<RmaId, PostError> {
         let entry = self.rma.vacant_entry();
         let id = RmaId(entry.key() as u32);
         // The request names its id, for the answer to echo; its payload follows as `extra`.
@@ -41,7 +52,17 @@ impl MsgEngine {
 
     /// fi_write: `payload` to `addr` under `key` at `peer`, with remote CQ data.
     #[allow(clippy::too_many_arguments)] // fi_writedata's own arguments
-    pub fn rma_write(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, key: u64, addr: u64, payload: &[&[u8]], data: Option<u64>, meta: OpMeta) -> Result<RmaId, PostError> {
+    pub fn rma_write(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        key: u64,
+        addr: u64,
+        payload: &[&[u8]],
+        data: Option<u64>,
+        meta: OpMeta,
+    ) -> Result<RmaId, PostError> {
         let len = payload.iter().map(|p| p.len()).sum();
         let request = |req| Packet::Write { req, key, addr, data, payload: &[] };
         self.start_rma(rdm, now, peer, OpKind::Write, meta, IoList::default(), len, request, payload)
@@ -49,7 +70,16 @@ impl MsgEngine {
 
     /// fi_read: `dst.total()` bytes at `addr` under `key` at `peer` into `dst`.
     #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub fn rma_read(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, key: u64, addr: u64, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
+    pub fn rma_read(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        key: u64,
+        addr: u64,
+        dst: IoList,
+        meta: OpMeta,
+    ) -> Result<RmaId, PostError> {
         let len = dst.total();
         let request = |req| Packet::ReadReq { req, key, addr, len };
         self.start_rma(rdm, now, peer, OpKind::Read, meta, dst, len as usize, request, &[])
@@ -91,7 +121,8 @@ impl MsgEngine {
         }
         let count32 = u32::try_from(count).map_err(|_| PostError::AtomicOperands)?;
         let (datatype, op_byte) = (dt.wire(), op.wire());
-        let request = |req| Packet::Atomic { req, key, addr, datatype, op: op_byte, count: count32, fetch, payload: &[] };
+        let request =
+            |req| Packet::Atomic { req, key, addr, datatype, op: op_byte, count: count32, fetch, payload: &[] };
         let mut extra: [&[u8]; 2 * MAX_IOV] = [&[]; 2 * MAX_IOV];
         let mut n = 0;
         let operands: &[&[u8]] = if op == Op::Read { &[] } else { operand };
@@ -113,10 +144,22 @@ impl MsgEngine {
         if err.is_none() && matches!(e.kind, OpKind::Read | OpKind::Atomic { fetch: true }) {
             e.result.scatter(mem, payload);
         }
-        self.completions.push_back(Completion { len: e.len, src: Some(e.peer), err, ..Completion::new(e.meta, e.kind) });
+        self.completions.push_back(Completion {
+            len: e.len,
+            src: Some(e.peer),
+            err,
+            ..Completion::new(e.meta, e.kind)
+        });
     }
 
-    pub(super) fn serve_rma(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
+    pub(super) fn serve_rma(
+        &mut self,
+        rdm: &mut Engine,
+        now: Instant,
+        peer: PeerId,
+        pkt: Packet<'_>,
+        mem: &mut dyn Memory,
+    ) {
         match pkt {
             Packet::Write { req, key, addr, data, payload } => {
                 let status = match mem.rma_target(key, addr, payload.len() as u64, Access::RemoteWrite) {

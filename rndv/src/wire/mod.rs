@@ -13,8 +13,8 @@ pub mod msg;
 pub mod rendezvous;
 pub mod rma;
 
-pub use msg::HeaderError as WireError;
 use core::ops::Range;
+pub use msg::HeaderError as WireError;
 use msg::HeaderError;
 use msg::MsgHeader;
 use rendezvous::{FinStatus, Rts, RTS_MAX};
@@ -100,20 +100,63 @@ pub const MAX_HEADER_LEN: usize = RTS_MAX;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Packet<'a> {
     Msg(MsgHeader, &'a [u8]),
-    Write { req: u64, key: u64, addr: u64, data: Option<u64>, payload: &'a [u8] },
-    ReadReq { req: u64, key: u64, addr: u64, len: u64 },
-    ReadResp { req: u64, status: Status, payload: &'a [u8] },
-    Atomic { req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool, payload: &'a [u8] },
-    AtomicResp { req: u64, status: Status, payload: &'a [u8] },
-    WriteAck { req: u64, status: Status },
+    Write {
+        req: u64,
+        key: u64,
+        addr: u64,
+        data: Option<u64>,
+        payload: &'a [u8],
+    },
+    ReadReq {
+        req: u64,
+        key: u64,
+        addr: u64,
+        len: u64,
+    },
+    ReadResp {
+        req: u64,
+        status: Status,
+        payload: &'a [u8],
+    },
+    Atomic {
+        req: u64,
+        key: u64,
+        addr: u64,
+        datatype: u8,
+        op: u8,
+        count: u32,
+        fetch: bool,
+        payload: &'a [u8],
+    },
+    AtomicResp {
+        req: u64,
+        status: Status,
+        payload: &'a [u8],
+    },
+    WriteAck {
+        req: u64,
+        status: Status,
+    },
     /// A long message announced for the receiver to pull ([`rendezvous`]).
     Rts(Rts),
     /// The receiver finished (or redirected) a rendezvous.
-    Fin { req: u64, status: FinStatus, read: u64 },
+    Fin {
+        req: u64,
+        status: FinStatus,
+        read: u64,
+    },
     /// The bytes of a long message the receiver could not pull.
-    Push { req: u64, offset: u64, payload: &'a [u8] },
+    Push {
+        req: u64,
+        offset: u64,
+        payload: &'a [u8],
+    },
     /// The receiver grants bytes `offset..offset+len` of a long message.
-    Cts { req: u64, offset: u64, len: u64 },
+    Cts {
+        req: u64,
+        offset: u64,
+        len: u64,
+    },
     Keepalive,
     /// Control bytes for the peer's device (1..=`CONTROL_MAX` of them).
     DeviceCtl(&'a [u8]),
@@ -197,7 +240,12 @@ impl<'a> Packet<'a> {
                 use rma::field::*;
                 exact(b, READ_REQ_LEN, "read request length")?;
                 check_zero(b, READ_REQ_RESERVED)?;
-                Ok(Packet::ReadReq { req: get_u64(b, REQ), key: get_u64(b, KEY), addr: get_u64(b, ADDR), len: get_u64(b, READ_LEN) })
+                Ok(Packet::ReadReq {
+                    req: get_u64(b, REQ),
+                    key: get_u64(b, KEY),
+                    addr: get_u64(b, ADDR),
+                    len: get_u64(b, READ_LEN),
+                })
             }
             Kind::ReadResp | Kind::AtomicResp | Kind::WriteAck => {
                 use rma::field::*;
@@ -431,7 +479,17 @@ mod tests {
             proptest::collection::vec((0u64..1 << 62, 0u64..1 << 60), 1..=MAX_IOV),
             any::<bool>(),
         )
-            .prop_map(|(kind, w, small, count, flag, data, payload, iov, keys)| Fields { kind, w, small, count, flag, data, payload, iov, keys })
+            .prop_map(|(kind, w, small, count, flag, data, payload, iov, keys)| Fields {
+                kind,
+                w,
+                small,
+                count,
+                flag,
+                data,
+                payload,
+                iov,
+                keys,
+            })
     }
 
     fn status(b: u8) -> Status {
@@ -450,7 +508,16 @@ mod tests {
             Kind::Write => Packet::Write { req: a, key: b, addr: c, data: f.data, payload: p },
             Kind::ReadReq => Packet::ReadReq { req: a, key: b, addr: c, len: d },
             Kind::ReadResp => Packet::ReadResp { req: a, status: status(f.small[0]), payload: p },
-            Kind::Atomic => Packet::Atomic { req: a, key: b, addr: c, datatype: f.small[0], op: f.small[1], count: f.count, fetch: f.flag, payload: p },
+            Kind::Atomic => Packet::Atomic {
+                req: a,
+                key: b,
+                addr: c,
+                datatype: f.small[0],
+                op: f.small[1],
+                count: f.count,
+                fetch: f.flag,
+                payload: p,
+            },
             Kind::AtomicResp => Packet::AtomicResp { req: a, status: status(f.small[0]), payload: p },
             Kind::WriteAck => Packet::WriteAck { req: a, status: status(f.small[0]) },
             Kind::Rts => {
@@ -460,13 +527,25 @@ mod tests {
                 }
                 let kind = if f.flag { MsgKind::Tagged } else { MsgKind::Msg };
                 let total = f.iov.iter().map(|v| v.1).sum();
-                Packet::Rts(Rts { header: MsgHeader { kind, tag: c, data: f.data }, req: a, total, iov, iov_count: f.iov.len() })
+                Packet::Rts(Rts {
+                    header: MsgHeader { kind, tag: c, data: f.data },
+                    req: a,
+                    total,
+                    iov,
+                    iov_count: f.iov.len(),
+                })
             }
-            Kind::Fin => Packet::Fin { req: a, status: [FinStatus::Done, FinStatus::Discarded, FinStatus::Failed][f.small[0] as usize % 3], read: b },
+            Kind::Fin => Packet::Fin {
+                req: a,
+                status: [FinStatus::Done, FinStatus::Discarded, FinStatus::Failed][f.small[0] as usize % 3],
+                read: b,
+            },
             Kind::Push => Packet::Push { req: a, offset: b, payload: p },
             Kind::Cts => Packet::Cts { req: a, offset: b, len: c },
             Kind::Keepalive => Packet::Keepalive,
-            Kind::DeviceCtl => Packet::DeviceCtl(if p.is_empty() { &[1] } else { &p[..p.len().min(rdm::device::CONTROL_MAX)] }),
+            Kind::DeviceCtl => {
+                Packet::DeviceCtl(if p.is_empty() { &[1] } else { &p[..p.len().min(rdm::device::CONTROL_MAX)] })
+            }
         }
     }
 

@@ -14,8 +14,8 @@ use super::{check_zero, get_u64, put_u64, Kind};
 
 /// Where the header's fields lie (the table above).
 pub mod field {
-    use core::ops::Range;
     pub use crate::wire::field::{FLAGS, KIND};
+    use core::ops::Range;
     pub const RESERVED: Range<usize> = 2..8;
     pub const TAG: Range<usize> = 8..16;
     pub const DATA: Range<usize> = 16..24;

@@ -49,8 +49,8 @@ use super::{check_zero, get_u64, put_u64, Kind, Packet};
 
 /// Where the fields of the rendezvous packets lie (the table above).
 pub mod field {
-    use core::ops::Range;
     pub use crate::wire::field::{FLAGS, KIND, REQ};
+    use core::ops::Range;
     pub const RTS_IOV_COUNT: usize = 2;
     pub const RTS_RESERVED: Range<usize> = 3..8;
     pub const RTS_TAG: Range<usize> = 16..24;
@@ -211,7 +211,13 @@ impl Rts {
             check_zero(h, RTS_DATA)?;
         }
         let data = has_data.then(|| get_u64(h, RTS_DATA));
-        Ok(Rts { header: MsgHeader { kind, tag: get_u64(h, RTS_TAG), data }, req: get_u64(h, REQ), total, iov, iov_count: count })
+        Ok(Rts {
+            header: MsgHeader { kind, tag: get_u64(h, RTS_TAG), data },
+            req: get_u64(h, REQ),
+            total,
+            iov,
+            iov_count: count,
+        })
     }
 }
 
@@ -280,7 +286,13 @@ mod tests {
             *v = RemoteIov { addr: 0x1000 * (i as u64 + 1), len: 100 + i as u64, key: None };
         }
         let total = iov.iter().map(|v| v.len).sum();
-        Rts { header: MsgHeader { kind: MsgKind::Tagged, tag: 7, data: Some(9) }, req: 42, total, iov, iov_count: count }
+        Rts {
+            header: MsgHeader { kind: MsgKind::Tagged, tag: 7, data: Some(9) },
+            req: 42,
+            total,
+            iov,
+            iov_count: count,
+        }
     }
 
     #[test]

@@ -25,8 +25,8 @@ use super::{put_u64, Kind, Packet, WireError as HeaderError};
 
 /// Where the fields of the RMA packets lie.
 pub mod field {
-    use core::ops::Range;
     pub use crate::wire::field::{FLAGS, KIND, REQ};
+    use core::ops::Range;
     pub const KEY: Range<usize> = 16..24;
     pub const ADDR: Range<usize> = 24..32;
     /// `Write`: the remote CQ data.
@@ -133,7 +133,15 @@ pub fn encode_write_ack(req: u64, status: Status) -> [u8; field::RESP_LEN] {
 
 #[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn encode_atomic(req: u64, key: u64, addr: u64, datatype: u8, op: u8, count: u32, fetch: bool) -> [u8; field::ATOMIC_LEN] {
+pub fn encode_atomic(
+    req: u64,
+    key: u64,
+    addr: u64,
+    datatype: u8,
+    op: u8,
+    count: u32,
+    fetch: bool,
+) -> [u8; field::ATOMIC_LEN] {
     let mut h = [0u8; field::ATOMIC_LEN];
     Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload: &[] }.encode_header(&mut h);
     h
@@ -149,7 +157,10 @@ mod tests {
         let mut w = encode_write(1, 2, 3, Some(4)).to_vec();
         w.extend_from_slice(b"xy");
         assert_eq!(Packet::decode(&w), Ok(Packet::Write { req: 1, key: 2, addr: 3, data: Some(4), payload: b"xy" }));
-        assert_eq!(Packet::decode(&encode_read_req(5, 6, 7, 8)), Ok(Packet::ReadReq { req: 5, key: 6, addr: 7, len: 8 }));
+        assert_eq!(
+            Packet::decode(&encode_read_req(5, 6, 7, 8)),
+            Ok(Packet::ReadReq { req: 5, key: 6, addr: 7, len: 8 })
+        );
         let mut r = encode_read_resp(9, Status::Access).to_vec();
         r.push(1);
         assert_eq!(Packet::decode(&r), Ok(Packet::ReadResp { req: 9, status: Status::Access, payload: &[1] }));
@@ -157,10 +168,25 @@ mod tests {
         a.extend_from_slice(&[0; 24]);
         assert_eq!(
             Packet::decode(&a),
-            Ok(Packet::Atomic { req: 10, key: 11, addr: 12, datatype: 7, op: 2, count: 3, fetch: true, payload: &[0; 24] })
+            Ok(Packet::Atomic {
+                req: 10,
+                key: 11,
+                addr: 12,
+                datatype: 7,
+                op: 2,
+                count: 3,
+                fetch: true,
+                payload: &[0; 24]
+            })
         );
-        assert_eq!(Packet::decode(&encode_write_ack(13, Status::NoKey)), Ok(Packet::WriteAck { req: 13, status: Status::NoKey }));
-        assert_eq!(Packet::decode(&encode_atomic_resp(14, Status::Ok)), Ok(Packet::AtomicResp { req: 14, status: Status::Ok, payload: &[] }));
+        assert_eq!(
+            Packet::decode(&encode_write_ack(13, Status::NoKey)),
+            Ok(Packet::WriteAck { req: 13, status: Status::NoKey })
+        );
+        assert_eq!(
+            Packet::decode(&encode_atomic_resp(14, Status::Ok)),
+            Ok(Packet::AtomicResp { req: 14, status: Status::Ok, payload: &[] })
+        );
         assert_eq!(Packet::decode(&[14]), Err(HeaderError::Kind(14)));
         assert_eq!(Packet::decode(&crate::wire::KEEPALIVE), Ok(Packet::Keepalive));
         assert!(Packet::decode(&[11]).is_err());

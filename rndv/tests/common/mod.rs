@@ -91,7 +91,10 @@ impl Memory for Mem {
         if !self.pullable {
             return None;
         }
-        assert!(addr >= BASE && addr + len <= BASE + self.bytes.len() as u64, "a read into {addr:#x}+{len} outside the model memory");
+        assert!(
+            addr >= BASE && addr + len <= BASE + self.bytes.len() as u64,
+            "a read into {addr:#x}+{len} outside the model memory"
+        );
         // SAFETY: the simulated device never dereferences the address: the
         // harness copies into this model memory by address (`store`).
         Some(unsafe { LocalBuf::new(addr, len) })
@@ -147,7 +150,14 @@ pub fn net(n: usize, link: Link, seed: u64, cfg: EndpointConfig) -> EndpointSim<
 }
 
 pub fn lossy() -> Link {
-    Link { loss_pct: 5.0, dup_pct: 2.0, reorder_pct: 20.0, corrupt_pct: 0.5, jitter: Duration::from_micros(30), ..Link::default() }
+    Link {
+        loss_pct: 5.0,
+        dup_pct: 2.0,
+        reorder_pct: 20.0,
+        corrupt_pct: 0.5,
+        jitter: Duration::from_micros(30),
+        ..Link::default()
+    }
 }
 
 pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
