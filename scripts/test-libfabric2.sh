@@ -149,7 +149,7 @@ fi
 rm -f "$log"
 
 # ------------------------------------------------------------------ 6. fi_tests on 2.1
-if PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 RDMX_PROVIDER_DIR="$lf2dir" \
+if PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 RDMX_PROVIDER_DIR="$lf2dir" RDMX_EXPECT_FI_VERSION=2.1 \
   cargo test --release -p fi_tests --test getinfo --test api2 --test two_process -- --test-threads=1; then
   pass "fi_tests getinfo, api2, two_process built against and run on libfabric 2.1"
 else

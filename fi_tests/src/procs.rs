@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 /// A command with rdmx selected, plus extra environment.
 pub fn command(prog: &str, env: &[(&str, &str)]) -> Command {
+    crate::watchdog::watch_this_test();
     let mut c = Command::new(prog);
     for (k, v) in crate::child_env() {
         c.env(k, v);
@@ -195,6 +196,58 @@ pub fn build_mpi(name: &str, out_dir: &std::path::Path) -> Option<std::path::Pat
     let st = Command::new("mpicc").args(["-O2", "-Wall", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
     assert!(st.success(), "mpicc {name}.c failed");
     Some(exe)
+}
+
+/// The lines a child writes to its stdout, read on a thread of their own, so
+/// that a test waits for the next one with a deadline instead of blocking on
+/// the pipe for as long as a hung child lives.
+pub struct Lines {
+    rx: std::sync::mpsc::Receiver<String>,
+}
+
+impl Lines {
+    /// Takes `child`'s stdout (which must be piped).
+    pub fn of(child: &mut Child) -> Lines {
+        let out = child.stdout.take().expect("the child's stdout is piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx }
+    }
+
+    /// The next line, `None` once the child closed its stdout; panics, saying
+    /// what was awaited, when none comes within `limit`.
+    pub fn next_within(&self, limit: Duration, awaited: &str) -> Option<String> {
+        match self.rx.recv_timeout(limit) {
+            Ok(line) => Some(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => None,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the child wrote no line within {limit:?} while the test awaited {awaited}")
+            }
+        }
+    }
+}
+
+/// Waits for `child` to exit, at most `limit`; past it kills the child's tree
+/// and panics, saying what was awaited.
+pub fn wait_status(child: &mut Child, limit: Duration, awaited: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            kill_tree(child);
+            panic!("the child did not exit within {limit:?} ({awaited}); killed");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[cfg(test)]

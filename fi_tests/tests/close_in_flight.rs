@@ -22,7 +22,7 @@
 //! (`child_sender`, which does nothing unless `RDMX_CLOSE_IN_FLIGHT_CHILD` is
 //! set).
 use fi_tests::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -54,31 +54,7 @@ fn unhex(s: &str) -> Vec<u8> {
 /// FI_PEEK on `s` until the announcement of `TAG` is there (the receiver
 /// holds it unexpected); `others` are progressed meanwhile. Returns its length.
 fn peek(s: &Stack, others: &[&Stack]) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut ctx = 0u64;
-    loop {
-        let msg = fi::fi_msg_tagged {
-            msg_iov: std::ptr::null(),
-            desc: null_mut(),
-            iov_count: 0,
-            addr: FI_ADDR_UNSPEC,
-            tag: TAG,
-            ignore: 0,
-            context: &mut ctx as *mut _ as *mut _,
-            data: 0,
-        };
-        // SAFETY: a libfabric call on objects this test opened and still holds; `msg` and `ctx` outlive it (a peek completes before it returns or at the next CQ read below).
-        unsafe { assert_eq!(fi::fi_trecvmsg(s.ep, &msg, fi::FI_PEEK as u64), 0) };
-        match s.wait_cq(others) {
-            Ok(c) => {
-                assert_eq!(c.tag, TAG);
-                return c.len;
-            }
-            Err(e) => assert_eq!(e.err, fi::FI_ENOMSG as i32, "peek"),
-        }
-        assert!(Instant::now() < deadline, "the announcement never arrived");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    s.peek_tagged(TAG, others, Duration::from_secs(10))
 }
 
 /// Posts the receive for `TAG` and judges what it gives: never a success
@@ -182,11 +158,11 @@ fn one_process_shm_1m() {
 
 /// Reads child lines until one holds `word` (libtest may have printed
 /// `test child_sender ... ` before it on the same line); returns what follows.
-fn expect_line(out: &mut impl BufRead, word: &str) -> String {
-    let mut line = String::new();
+fn expect_line(out: &fi_tests::procs::Lines, word: &str) -> String {
     loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the sender ended before saying {word}");
+        let line = out
+            .next_within(Duration::from_secs(60), &format!("the sender's {word}"))
+            .unwrap_or_else(|| panic!("the sender ended before saying {word}"));
         if let Some(at) = line.find(word) {
             return line[at + word.len()..].trim().to_string();
         }
@@ -216,9 +192,9 @@ fn two_processes(domain: &str, len: usize) {
         .spawn()
         .expect("spawn the sender");
     let mut child = Sender(child);
-    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    let out = fi_tests::procs::Lines::of(&mut child.0);
     let mut to = child.0.stdin.take().unwrap();
-    let p = s.insert(&unhex(&expect_line(&mut out, "ADDR")));
+    let p = s.insert(&unhex(&expect_line(&out, "ADDR")));
     writeln!(to, "{}", hex(&s.name())).unwrap();
     // A message to the sender first: our device maps its ring (so that the
     // flag in it, not a missing file, is what says it closed).
@@ -226,13 +202,16 @@ fn two_processes(domain: &str, len: usize) {
     unsafe { assert_eq!(fi::fi_tsend(s.ep, b"hello".as_ptr() as *const _, 5, null_mut(), p, HELLO, null_mut()), 0) };
     let c = s.wait_cq(&[]).expect("hello sent");
     assert_ne!(c.flags & fi::FI_SEND as u64, 0);
-    expect_line(&mut out, "SENT");
+    expect_line(&out, "SENT");
     assert_eq!(peek(&s, &[]), len);
     writeln!(to, "CLOSE").unwrap();
-    expect_line(&mut out, "CLOSED");
+    expect_line(&out, "CLOSED");
     receive_after_close(&s, len, &format!("two processes, {domain}"));
     writeln!(to, "EXIT").unwrap();
-    assert!(child.0.wait().unwrap().success(), "the sender failed");
+    assert!(
+        fi_tests::procs::wait_status(&mut child.0, Duration::from_secs(60), "the sender's exit").success(),
+        "the sender failed"
+    );
 }
 
 #[test]

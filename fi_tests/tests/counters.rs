@@ -88,8 +88,8 @@ fn injects_over_shared_memory_count_on_the_send_counter() {
     assert_eq!(unsafe { fi::fi_av_insert(a.av, name.as_ptr() as *const _, 1, &mut b_at_a, 0, null_mut()) }, 1);
     let mut bufs = [[0u8; 8]; 10];
     for buf in bufs.iter_mut() {
-        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         assert_eq!(
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 8, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
             0
         );
@@ -124,8 +124,8 @@ fn send_and_receive_counters_without_a_cq() {
     assert_eq!(unsafe { fi::fi_av_insert(a.av, name.as_ptr() as *const _, 1, &mut b_at_a, 0, null_mut()) }, 1);
     let mut bufs = vec![[0u8; 32]; 10];
     for buf in bufs.iter_mut() {
-        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         assert_eq!(
+            // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
             unsafe { fi::fi_recv(b.ep, buf.as_mut_ptr() as *mut _, 32, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
             0
         );
@@ -151,8 +151,8 @@ fn send_and_receive_counters_without_a_cq() {
     }
     // A truncated receive counts as an error.
     let mut small = [0u8; 4];
-    // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
     assert_eq!(
+        // SAFETY: a libfabric call on objects this test opened and still holds; every buffer passed outlives the call (and, for posted operations, their completion).
         unsafe { fi::fi_recv(b.ep, small.as_mut_ptr() as *mut _, 4, null_mut(), FI_ADDR_UNSPEC, null_mut()) },
         0
     );

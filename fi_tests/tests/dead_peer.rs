@@ -17,7 +17,7 @@ fn dead_peer_name() -> Vec<u8> {
 }
 
 #[test]
-fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
+fn send_and_directed_receive_to_a_closed_port_fail_by_icmp_not_the_peer_timeout() {
     init();
     let a = Stack::open(Some("udp"), fi::FI_AV_MAP);
     let dead_name = dead_peer_name();
@@ -59,7 +59,10 @@ fn send_and_directed_receive_to_a_closed_port_fail_within_a_second() {
     assert!(text.contains(&format!("(peer {uri})")), "strerror does not name {uri}: {text}");
     assert!(text.contains("reported the peer unreachable"), "strerror does not say why: {text}");
     assert_ne!(last.prov_errno, last.err, "prov_errno carries the precise reason");
-    assert!(took < Duration::from_secs(3), "ICMP unreachable should fail the peer at once, took {took:?}");
+    // A sixth of the peer timeout in force (rdmx's default): ICMP failed the
+    // peer, not the timeout; a ratio, not a guess at a loaded machine's speed.
+    let bound = rndv::EndpointConfig::default().peer_timeout / 6;
+    assert!(took < bound, "ICMP unreachable should fail the peer at once, took {took:?} (bound {bound:?})");
     let send = errs.iter().find(|e| e.op_context == ctx(&mut sctx)).expect("send error entry carries its context");
     assert_ne!(send.flags & fi::FI_SEND as u64, 0);
     let recv = errs.iter().find(|e| e.op_context == ctx(&mut rctx)).expect("receive error entry carries its context");

@@ -7,7 +7,7 @@
 //! the handler's status, and leave no shared-memory ring of its own in
 //! `/dev/shm` (the kernel does not remove files; rdmx's cleanup does).
 use fi_tests::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,9 +21,9 @@ fn spawn(domain: &str, after_ms: u64) -> (Child, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let line = fi_tests::procs::Lines::of(&mut child)
+        .next_within(Duration::from_secs(60), "the exit peer's address")
+        .unwrap_or_default();
     let addr = line.strip_prefix("ADDR ").unwrap_or_else(|| panic!("exit peer said {line:?}")).trim().to_string();
     (child, addr)
 }

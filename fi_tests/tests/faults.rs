@@ -98,21 +98,39 @@ const COUNT: usize = 8;
 /// Bytes per send (docs/reliability.md: "4 MiB").
 const SIZE: &str = "4194304";
 
+// The bounds are ratios of the peer timeout in force, not guesses at how fast
+// a loaded two-core machine runs: what each test tells apart is *which
+// mechanism* failed the sends (ICMP or the shm liveness check, at once; or the
+// peer timeout, no sooner), and the two are many seconds apart.
+
+/// The peer timeout the ICMP tests run under: rdmx's default, imported.
+fn default_peer_timeout() -> Duration {
+    rndv::EndpointConfig::default().peer_timeout
+}
 /// A receiver killed on this host over UDP, or on another host: every pending
-/// send has completed this long after the kill.
-const KILLED_UDP_WITHIN: Duration = Duration::from_millis(1500);
-/// The same over shared memory.
-const KILLED_SHM_WITHIN: Duration = Duration::from_secs(2);
+/// send has completed this long after the kill, a sixth of the default peer
+/// timeout (so ICMP failed them, not the timeout).
+fn killed_udp_within() -> Duration {
+    default_peer_timeout() / 6
+}
+/// The same over shared memory (the device's liveness check).
+fn killed_shm_within() -> Duration {
+    default_peer_timeout() / 6
+}
 /// A peer that never answered: every send has failed this long after the first.
-const NEVER_ANSWERED_WITHIN: Duration = Duration::from_millis(1500);
+fn never_answered_within() -> Duration {
+    default_peer_timeout() / 6
+}
 /// `FI_RDMX_PEER_TIMEOUT` of the faults no ICMP reports (a cut link, UD).
 const PEER_TIMEOUT: Duration = Duration::from_secs(4);
 /// A cut link: no send fails before this (the peer timeout, less the
-/// keepalive's half second it may be counted from), and all have by the next.
+/// keepalive's half second it may be counted from), and all have by three
+/// peer timeouts.
 const LINK_DOWN_NOT_BEFORE: Duration = Duration::from_millis(3500);
-const LINK_DOWN_WITHIN: Duration = Duration::from_secs(6);
-/// A reader killed over verbs.
-const KILLED_VERBS_WITHIN: Duration = Duration::from_secs(8);
+const LINK_DOWN_WITHIN: Duration = Duration::from_secs(3 * 4);
+/// A reader killed over verbs: at the peer timeout, allowed three of them (the
+/// VM may run under emulation).
+const KILLED_VERBS_WITHIN: Duration = Duration::from_secs(3 * 4);
 
 /// `FI_RDMX_PEER_TIMEOUT` set to [`PEER_TIMEOUT`].
 fn peer_timeout_env() -> (&'static str, String) {
@@ -208,7 +226,7 @@ fn kill_peer(peer: &mut Proc) {
 #[test]
 fn sigkill_of_the_receiver_on_this_host_udp_and_shm() {
     // Measured ~0.5 s over UDP, ~0.2–1.1 s over shared memory.
-    for (domain, bound) in [("udp", KILLED_UDP_WITHIN), ("shm", KILLED_SHM_WITHIN)] {
+    for (domain, bound) in [("udp", killed_udp_within()), ("shm", killed_shm_within())] {
         let o = scenario(domain, &[], &[], &[], kill_peer);
         check(&o, bound, &format!("kill -9 on this host over {domain}"));
     }
@@ -219,7 +237,7 @@ fn sigkill_of_the_receiver_on_another_host() {
     let Some(hosts) = Hosts::create("rdmxft", 197, 2, 0) else { return };
     let o = scenario("auto", &hosts.run_on(0), &hosts.run_on(1), &[], kill_peer);
     // Measured ~0.5 s (ICMP from the other host).
-    check(&o, KILLED_UDP_WITHIN, "kill -9 on another host");
+    check(&o, killed_udp_within(), "kill -9 on another host");
 }
 
 #[test]
@@ -261,7 +279,7 @@ fn a_receiver_that_never_answered() {
     }
     let took = t0.elapsed();
     sender.expect("DONE", Duration::from_secs(5));
-    assert!(took <= NEVER_ANSWERED_WITHIN, "a peer that never answered failed after {took:?}");
+    assert!(took <= never_answered_within(), "a peer that never answered failed after {took:?}");
 }
 
 /// The receiver killed while it reads the sender's 4 MiB messages by RDMA
@@ -354,15 +372,15 @@ fn bound_phrases() -> Vec<String> {
     let timeout = secs(PEER_TIMEOUT);
     vec![
         format!("Receiver killed (SIGKILL) mid {mib} MiB transfers, same host, UDP"),
-        format!("within {} of the kill", secs(KILLED_UDP_WITHIN)),
-        format!("**The same over shared memory** (`faults.rs`): within {}:", secs(KILLED_SHM_WITHIN)),
-        format!("**The same, receiver on another host** (`faults.rs`): within {} (ICMP", secs(KILLED_UDP_WITHIN)),
+        format!("within {} of the kill", secs(killed_udp_within())),
+        format!("**The same over shared memory** (`faults.rs`): within {}:", secs(killed_shm_within())),
+        format!("**The same, receiver on another host** (`faults.rs`): within {} (ICMP", secs(killed_udp_within())),
         format!(
             "(`FI_RDMX_PEER_TIMEOUT`; {timeout} in the test, which requires {}–{})",
             secs(LINK_DOWN_NOT_BEFORE).trim_end_matches(" s"),
             secs(LINK_DOWN_WITHIN)
         ),
-        format!("every send fails within {}", secs(NEVER_ANSWERED_WITHIN)),
+        format!("every send fails within {}", secs(never_answered_within())),
         format!("killed while it reads the sender's {mib} MiB messages over RC"),
         format!("at the peer timeout ({timeout} in the test; it allows {})", secs(KILLED_VERBS_WITHIN)),
     ]
@@ -388,9 +406,9 @@ fn bound_phrases_can_fail() {
     assert_eq!(secs(Duration::from_millis(1500)), "1.5 s");
     assert_eq!(secs(Duration::from_secs(2)), "2 s");
     let phrases = bound_phrases();
-    assert!(phrases.contains(&"every send fails within 1.5 s".to_string()), "{phrases:?}");
+    assert!(phrases.contains(&"every send fails within 5 s".to_string()), "{phrases:?}");
     assert!(
-        phrases.contains(&"(`FI_RDMX_PEER_TIMEOUT`; 4 s in the test, which requires 3.5–6 s)".to_string()),
+        phrases.contains(&"(`FI_RDMX_PEER_TIMEOUT`; 4 s in the test, which requires 3.5–12 s)".to_string()),
         "{phrases:?}"
     );
     assert!(!phrases.contains(&"every send fails within 1 s".to_string()));

@@ -160,13 +160,16 @@ fn in_child_with_stats(name: &str, domains: &[&str]) -> Option<String> {
         }
         return None;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
         .envs(child_env())
         .env("RDMX_ISOLATION_CHILD", "1")
         .env("FI_RDMX_STATS", "1")
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let out = fi_tests::procs::wait_output(child, Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "child failed:\n{}\n{stderr}", String::from_utf8_lossy(&out.stdout));
     Some(stderr)
@@ -365,13 +368,15 @@ fn finished(child: std::process::Child, what: &str) -> (String, String) {
 /// then job 7's sender there (see above).
 fn isolate_by_job_key(name: &str, prefix: &str, net: u8, other_host: usize) {
     let Some(hosts) = fi_tests::hosts::Hosts::create(prefix, net, other_host + 1, 0) else { return };
-    use std::io::{BufRead, Write};
+    use std::io::Write;
     let mut rx = spawn_role(&hosts, 0, name, "receiver", 7, "");
-    let mut lines = std::io::BufReader::new(rx.stdout.take().unwrap()).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("ADDR ").map(|(_, a)| a.trim().to_owned()))
+    let lines = fi_tests::procs::Lines::of(&mut rx);
+    // The receiver's lines until one satisfies `want`, each within a deadline.
+    let until = |want: &dyn Fn(&str) -> bool, awaited: &str| -> Option<String> {
+        std::iter::from_fn(|| lines.next_within(Duration::from_secs(90), awaited)).find(|l| want(l))
+    };
+    let addr = until(&|l| l.contains("ADDR "), "the receiver's address")
+        .and_then(|l| l.split_once("ADDR ").map(|(_, a)| a.trim().to_owned()))
         .expect("the receiver's address");
     let (out8, err8) = finished(spawn_role(&hosts, other_host, name, "other-sender", 8, &addr), "job 8's sender");
     assert!(out8.contains("COMPLETED 0"), "a send of job 8 completed at job 7:\n{out8}");
@@ -381,10 +386,12 @@ fn isolate_by_job_key(name: &str, prefix: &str, net: u8, other_host: usize) {
     assert!(out7.contains(&format!("COMPLETED {SENDS}")), "job 7's own sends did not all complete:\n{out7}");
     // The positive control: every message of job 7 arrived, so every datagram
     // of job 8 (sent earlier, on a lossless path) did too.
-    let n = lines.by_ref().map_while(Result::ok).find(|l| l == &format!("RECEIVED {SENDS}"));
+    let received = format!("RECEIVED {SENDS}");
+    let n = until(&|l| l == received, "the receiver's RECEIVED line");
     assert!(n.is_some(), "the receiver never got job 7's {SENDS} messages");
     rx.stdin.as_mut().unwrap().write_all(b"close\n").unwrap();
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let rest: Vec<String> =
+        std::iter::from_fn(|| lines.next_within(Duration::from_secs(30), "the receiver's last lines")).collect();
     let o = fi_tests::procs::wait_output(rx, Duration::from_secs(30));
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(o.status.success(), "the receiver failed:\n{rest:?}\n{err}");

@@ -323,8 +323,8 @@ fn several_registrations_in_one_operation() {
     let me = s.insert(&s.name());
     let reg = |buf: &mut [u8], access: u64| -> *mut fi::fid_mr {
         let mut mr = null_mut();
-        // SAFETY: the buffer outlives the registration (closed below).
         assert_eq!(
+            // SAFETY: the buffer outlives the registration (closed below).
             unsafe {
                 fi::fi_mr_reg(s.domain, buf.as_mut_ptr() as *const _, buf.len(), access, 0, 0, 0, &mut mr, null_mut())
             },

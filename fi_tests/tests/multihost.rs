@@ -94,7 +94,9 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
     let t = text(&out);
     assert!(out.status.success(), "the job failed after {took:?}:\n{t}");
     assert!(t.contains(want), "{t}");
-    assert!(took < Duration::from_secs(180), "the job took {took:?}");
+    // No wall-clock bound beyond the child's deadline above: how fast the job
+    // runs is the benchmarks' question (benches/), not this test's.
+    println!("the job took {took:?}");
     for i in 0..n_hosts {
         let d = hosts.dropped(i);
         println!("{}: nftables dropped {d} UDP datagrams", hosts.hosts[i].name);

@@ -110,10 +110,8 @@ fn fi_poll_reports_a_counter_that_moved() {
     let dest = a.insert(&name[..len]);
     let send = |body: &'static [u8; 32]| {
         // SAFETY: the sender's objects; `body` is static.
-        assert_eq!(
-            unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, body.len(), null_mut(), dest, null_mut()) },
-            0
-        );
+        let r = unsafe { fi::fi_send(a.ep, body.as_ptr() as *const _, body.len(), null_mut(), dest, null_mut()) };
+        assert_eq!(r, 0);
     };
     // fi_poll until it reports something (it progresses the receiver; the
     // sender progresses on its CQ reads, whose send completions stay queued).

@@ -8,7 +8,7 @@
 //! remote CQ data. The peer's counters (FI_RDMX_STATS=1) prove which path carried
 //! the bytes, and that no registration was looked up (shm needs none).
 use fi_tests::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -91,9 +91,8 @@ fn run(domain: &str, cma: bool) {
         .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
         .spawn()
         .expect("rdmx_peer");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let out = fi_tests::procs::Lines::of(&mut child);
+    let line = out.next_within(Duration::from_secs(60), "the peer's address").unwrap_or_default();
     let f: Vec<&str> = line.split_whitespace().collect();
     assert_eq!(f[0], "ADDR", "{line}");
     let p = s.insert(&unhex(f[1]));
@@ -187,10 +186,9 @@ fn run(domain: &str, cma: bool) {
         assert_eq!(fi::fi_tsend(s.ep, b"quit".as_ptr() as *const _, 4, null_mut(), p, 0xDEAD, null_mut()), 0);
     }
     next_recv(&s).expect("quit");
-    line.clear();
-    out.read_line(&mut line).unwrap();
+    let line = out.next_within(Duration::from_secs(60), "the peer's WINDOW line").unwrap_or_default();
     assert!(line.starts_with("WINDOW"), "{line}");
-    assert!(child.wait().unwrap().success());
+    assert!(fi_tests::procs::wait_status(&mut child, Duration::from_secs(60), "the peer's exit").success());
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_file(&log);
     let stat = |name: &str| -> u64 {

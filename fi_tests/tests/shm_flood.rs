@@ -40,17 +40,20 @@ const LIMIT: usize = 64 << 10;
 /// Messages of the flood.
 const N: usize = 12_000;
 const MAX_LEN: usize = 200;
-/// Datagrams the receiver's ring holds (devices::shm::DEFAULT_SLOTS).
+/// Datagrams the receiver's ring holds (`devices::shm::DEFAULT_SLOTS`). The one
+/// constant copied here: importing it would link rdma-core into fi_tests, which
+/// `prov/tests/crate_graph.rs` forbids; `ring_slots_match_the_device` holds the
+/// two equal by reading the device's source.
 const RING_SLOTS: usize = 256;
 /// Datagrams one progress round hands the engines (rndv `Endpoint::progress`:
-/// 4 batches of 64); the limit is checked after each round.
-const ROUND_DATAGRAMS: usize = 4 * 64;
+/// `RX_ROUNDS` batches of `RX_BATCH`); the limit is checked after each round.
+const ROUND_DATAGRAMS: usize = rndv::endpoint::RX_ROUNDS * rndv::endpoint::RX_BATCH;
 /// Datagrams the sender pulls from its engine per batch (rndv `TX_BATCH`);
 /// it checks the receiver's flag before each.
-const TX_BATCH: usize = 32;
+const TX_BATCH: usize = rndv::endpoint::TX_BATCH;
 /// The message engine's header, which the bytes held count with each
-/// message (rndv `wire::msg::HEADER_LEN`).
-const MSG_HEADER: usize = 24;
+/// message.
+const MSG_HEADER: usize = rndv::HEADER_LEN;
 /// Messages the receiver may take beyond the limit: the rest of the round
 /// that crossed it; then, paused, the DIRECT packets in its ring; then what
 /// the sender wrote before it saw the ring's flag: the batch it was writing
@@ -254,4 +257,29 @@ fn a_flood_of_small_messages_over_shared_memory_is_held_back_and_lost_nowhere() 
     flood(Some("shm"), &stats);
     flood(None, &stats);
     let _ = std::fs::remove_file(&stats);
+}
+
+/// The ring size this test's bound assumes is the shm device's default
+/// (`pub const DEFAULT_SLOTS: usize = N;` in the device's sources).
+#[test]
+fn ring_slots_match_the_device() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../devices/src");
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from(dir)];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let src = std::fs::read_to_string(&p).unwrap();
+                for l in src.lines() {
+                    if let Some(v) = l.trim().strip_prefix("pub const DEFAULT_SLOTS: usize = ") {
+                        found.push(v.trim_end_matches(';').replace('_', "").parse::<usize>().unwrap());
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(found, vec![RING_SLOTS], "devices' DEFAULT_SLOTS vs this test's RING_SLOTS");
 }

@@ -15,11 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// rdm's header (rdm/PROTOCOL.md): magic, version, type, flags, checksum,
-/// job key, incarnations, PSN/window, ack, SACK: 48 bytes.
-const MAGIC: u8 = 0xD7;
-const VERSION: u8 = 2;
-const HEADER_LEN: usize = 48;
+/// rdm's header (rdm/PROTOCOL.md), from the engine itself: a change of the
+/// wire format changes what is sprayed, never leaves it spraying the old one.
+use rdm::engine::wire::{field, seal, PacketType, HEADER_LEN, MAGIC, VERSION};
 /// Ranks of the sprayed job.
 const RANKS: usize = 3;
 
@@ -34,20 +32,6 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-/// CRC-32 (IEEE), bitwise: what rdm's checksum is.
-fn crc32(parts: &[&[u8]]) -> u32 {
-    let mut c = !0u32;
-    for p in parts {
-        for &b in *p {
-            c ^= b as u32;
-            for _ in 0..8 {
-                c = if c & 1 != 0 { (c >> 1) ^ 0xEDB8_8320 } else { c >> 1 };
-            }
-        }
-    }
-    !c
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,28 +55,63 @@ fn datagram(rng: &mut Rng, kind: Kind) -> Vec<u8> {
         d[0] = 0; // random means not even the magic
     }
     if kind != Kind::Random && !d.is_empty() {
-        d[0] = MAGIC;
-        if d.len() > 1 {
-            d[1] = if kind == Kind::WrongVersion { [0, 1, 3, 0xff][rng.below(4) as usize] } else { VERSION };
+        d[field::MAGIC] = MAGIC;
+        if d.len() > field::VERSION {
+            d[field::VERSION] = if kind == Kind::WrongVersion {
+                [VERSION.wrapping_sub(1), VERSION.wrapping_add(1), 0, 0xff][rng.below(4) as usize]
+            } else {
+                VERSION
+            };
         }
-        if d.len() > 3 {
-            d[2] = 1 + rng.below(3) as u8; // data, ack, datagram
-            d[3] = if d[2] == 1 { rng.below(4) as u8 } else { 0 };
+        if d.len() > field::FLAGS {
+            const TYPES: [PacketType; 3] = [PacketType::Data, PacketType::Ack, PacketType::Datagram];
+            let ty = TYPES[rng.below(TYPES.len() as u64) as usize];
+            d[field::TYPE] = ty.to_wire();
+            d[field::FLAGS] = if ty == PacketType::Data { rng.below(4) as u8 } else { 0 };
         }
     }
     if d.len() >= HEADER_LEN {
-        let c = crc32(&[&d[..4], &[0; 4], &d[8..]]);
-        let c = if kind == Kind::ForeignJob { c } else { c ^ (1 + rng.below(u32::MAX as u64) as u32) };
-        d[4..8].copy_from_slice(&c.to_le_bytes());
+        // A correct checksum (rdm's own seal), then spoiled for every kind but
+        // the foreign job's, which must be caught by its key alone.
+        seal(&mut d);
+        if kind != Kind::ForeignJob {
+            let spoil = 1 + rng.below(u32::MAX as u64) as u32;
+            for (b, x) in d[field::CHECKSUM].iter_mut().zip(spoil.to_le_bytes()) {
+                *b ^= x;
+            }
+        }
     }
     d
 }
 
-/// Pids of processes running `exe`.
-fn pids_of(exe: &Path) -> Vec<u32> {
+/// The parent of `pid` (the fourth field of `/proc/<pid>/stat`, after the
+/// command name in parentheses, which may itself hold spaces).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether `pid` is `root` or one of its descendants.
+fn descends_from(mut pid: u32, root: u32) -> bool {
+    for _ in 0..64 {
+        if pid == root {
+            return true;
+        }
+        match parent_of(pid) {
+            Some(p) if p > 1 && p != pid => pid = p,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// Pids of processes running `exe` that this test's `mpirun` (pid `launcher`)
+/// started: another run's ranks of the same program are never sprayed.
+fn pids_of(exe: &Path, launcher: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p == exe))
+        .filter(|pid| descends_from(*pid, launcher))
         .collect()
 }
 
@@ -151,8 +170,8 @@ struct Sprayed {
     ports: HashSet<SocketAddr>,
 }
 
-/// Sprays the UDP sockets of the processes running `exe` until `stop`.
-fn spray(exe: PathBuf, stop: Arc<AtomicBool>) -> Sprayed {
+/// Sprays the UDP sockets of the processes running `exe` under `launcher` until `stop`.
+fn spray(exe: PathBuf, launcher: u32, stop: Arc<AtomicBool>) -> Sprayed {
     let v4 = UdpSocket::bind("0.0.0.0:0").expect("udp socket");
     let v6 = UdpSocket::bind("[::]:0").ok();
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -162,7 +181,7 @@ fn spray(exe: PathBuf, stop: Arc<AtomicBool>) -> Sprayed {
     while !stop.load(Ordering::Relaxed) {
         if scanned.elapsed() > Duration::from_millis(200) {
             scanned = Instant::now();
-            let inodes: HashSet<u64> = pids_of(&exe).into_iter().flat_map(socket_inodes).collect();
+            let inodes: HashSet<u64> = pids_of(&exe, launcher).into_iter().flat_map(socket_inodes).collect();
             targets = udp_addrs(&inodes);
             out.ports.extend(targets.iter().copied());
         }
@@ -223,12 +242,13 @@ fn hostile_datagrams_during_an_mpi_job_are_dropped_and_counted() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let stop = Arc::new(AtomicBool::new(false));
-    let sprayer = {
-        let (exe, stop) = (exe.clone(), stop.clone());
-        std::thread::spawn(move || spray(exe, stop))
-    };
     let t0 = Instant::now();
-    let out = procs::wait_output(c.spawn().expect("mpirun"), Duration::from_secs(240));
+    let mpirun = c.spawn().expect("mpirun");
+    let sprayer = {
+        let (exe, launcher, stop) = (exe.clone(), mpirun.id(), stop.clone());
+        std::thread::spawn(move || spray(exe, launcher, stop))
+    };
+    let out = procs::wait_output(mpirun, Duration::from_secs(240));
     stop.store(true, Ordering::Relaxed);
     let sprayed = sprayer.join().unwrap();
     let t = text(&out);

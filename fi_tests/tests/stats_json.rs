@@ -252,8 +252,16 @@ fn sigusr1_writes_a_document_before_close_and_the_interval_too() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    // Let some messages go, then ask.
-    std::thread::sleep(Duration::from_millis(200));
+    // Ask once traffic has been counted: an interval document (every 300 ms)
+    // that shows messages sent, rather than a guess at how long that takes.
+    let t0 = Instant::now();
+    while !read_docs(&file).iter().any(|d| {
+        d["reason"] == "interval" && d["peers"][0]["sent"]["eager"]["messages"].as_u64().is_some_and(|n| n > 0)
+    }) {
+        assert!(client.try_wait().unwrap().is_none(), "the client ended before an interval document counted traffic");
+        assert!(t0.elapsed() < Duration::from_secs(60), "no interval document with traffic after 60 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR1) }, 0);
     let t0 = Instant::now();

@@ -229,10 +229,10 @@ fn verbs_auto_lists_the_verbs_domain_and_reaches_other_hosts_over_ud() {
         let info = getinfo(None, None, 0, Some(&Hints::rdm())).expect("fi_getinfo");
         let names: Vec<(String, String)> = info
             .iter()
-            // SAFETY: a NUL-terminated string of an fi_info this test owns.
             .map(|i| {
                 (
                     Info::domain_name(i),
+                    // SAFETY: a NUL-terminated string of an fi_info this test owns.
                     unsafe { std::ffi::CStr::from_ptr((*i.fabric_attr).name) }.to_string_lossy().into_owned(),
                 )
             })

@@ -660,7 +660,7 @@ impl EpState {
 /// it tells the progress threads to end (each sees it at its next wake-up,
 /// within 10 ms, or dies with the process) and removes the files the kernel
 /// would leave behind (shared-memory rings). The library is linked `-z
-/// nodelete` (build.rs), so libfabric's dlclose after this call never unmaps
+/// nodelete` (prov/build.rs), so libfabric's dlclose after this call never unmaps
 /// code a thread of ours may still run.
 pub fn shutdown_all() {
     CLEANUPS.fetch_add(1, Ordering::AcqRel);

@@ -1199,9 +1199,9 @@ pub mod appended {
     /// `attr` points at a writable `fi_domain_attr` that the running
     /// library allocated with the C allocator (`fi_dupinfo`).
     pub unsafe fn set_max_ep_auth_key(attr: *mut fi::fi_domain_attr, version: u32, v: usize) {
-        // SAFETY: per contract.
         if version < V1_20
             || !crate::version::running_at_least(V1_20)
+            // SAFETY: per contract.
             || !unsafe { block_holds(attr, DOMAIN_MAX_EP_AUTH_KEY + 8) }
         {
             return;
@@ -1217,9 +1217,9 @@ pub mod appended {
     /// # Safety
     /// As [`set_max_ep_auth_key`].
     pub unsafe fn set_max_cntr_values(attr: *mut fi::fi_domain_attr, version: u32, v: u64, err: u64) {
-        // SAFETY: per contract.
         if version < V2_5
             || !crate::version::running_at_least(V2_5)
+            // SAFETY: per contract.
             || !unsafe { block_holds(attr, DOMAIN_MAX_ERR_CNTR_VALUE + 8) }
         {
             return;

@@ -57,22 +57,26 @@ pub struct Params {
 }
 
 impl Default for Params {
+    /// The engine's tunables default to the engine's own defaults
+    /// (`rndv::EndpointConfig::default()`): one default per parameter, shared
+    /// with the simulator and the fuzzers.
     fn default() -> Self {
+        let engine = rndv::EndpointConfig::default();
         Params {
             device: DeviceChoice::Auto,
             iface: None,
             udp_mtu: 1472,
-            peer_timeout: Duration::from_secs(30),
-            job_key: 0,
+            peer_timeout: engine.peer_timeout,
+            job_key: engine.job_key,
             progress_thread: true,
             stats: false,
             stats_path: None,
             stats_interval: None,
             inject_size: 4096,
-            unexpected_limit: 256 << 20,
-            rndv_threshold: 16384,
-            rdma_rndv_threshold: 65536,
-            window_threshold: 256 << 10,
+            unexpected_limit: engine.unexpected_limit,
+            rndv_threshold: engine.rndv_threshold,
+            rdma_rndv_threshold: engine.rdma_rndv_threshold.unwrap_or(engine.rndv_threshold),
+            window_threshold: engine.window_threshold,
             shm_cma: true,
             fault_seed: 1,
             fault_drop: 0.0,
@@ -259,4 +263,47 @@ pub fn documented() -> Vec<(String, String)> {
         .iter()
         .map(|(n, _, h)| (format!("FI_RDMX_{}", n.to_string_lossy().to_uppercase()), h.to_string_lossy().into_owned()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The number a parameter's help text gives as its default ("(default N" or
+    /// "(default N;" or "(default N)"), where it gives a number.
+    fn stated_default(name: &str) -> Option<u64> {
+        let (_, _, help) = DEFINITIONS.iter().find(|(n, _, _)| n.to_str() == Ok(name))?;
+        let help = help.to_str().ok()?;
+        let rest = &help[help.find("(default ")? + "(default ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    }
+
+    /// Every numeric default the help texts (and so `fi_info -e` and fi_rdmx(7),
+    /// which `man_page.rs` holds to them) state is the default in force, the
+    /// engine's own for its tunables.
+    #[test]
+    fn help_texts_state_the_defaults_in_force() {
+        let d = Params::default();
+        let engine = rndv::engine::Config::default();
+        let cases: [(&str, u64); 10] = [
+            ("udp_mtu", d.udp_mtu as u64),
+            ("peer_timeout", d.peer_timeout.as_millis() as u64),
+            ("job_key", d.job_key),
+            ("inject_size", d.inject_size as u64),
+            ("unexpected_limit", engine.unexpected_limit as u64),
+            ("rndv_threshold", engine.rndv_threshold as u64),
+            ("rdma_rndv_threshold", engine.rdma_rndv_threshold.unwrap_or(engine.rndv_threshold) as u64),
+            ("window_threshold", engine.window_threshold as u64),
+            ("mr_cache_max_count", d.mr_cache.max_count as u64),
+            ("mr_cache_max_size", d.mr_cache.max_bytes),
+        ];
+        for (name, value) in cases {
+            assert_eq!(stated_default(name), Some(value), "FI_RDMX_{}: help text vs default", name.to_uppercase());
+        }
+        assert_eq!(d.rndv_threshold, engine.rndv_threshold);
+        assert_eq!(Some(d.rdma_rndv_threshold), engine.rdma_rndv_threshold);
+        assert_eq!(d.window_threshold, engine.window_threshold);
+        assert_eq!(d.unexpected_limit, engine.unexpected_limit);
+    }
 }

@@ -181,10 +181,10 @@ pub struct PeerStats {
 }
 
 /// Datagrams pulled from the rdm engine per device call.
-const TX_BATCH: usize = 32;
+pub const TX_BATCH: usize = 32;
 /// Datagrams taken from the device per receive call, and calls per round.
-const RX_BATCH: usize = 64;
-const RX_ROUNDS: usize = 4;
+pub const RX_BATCH: usize = 64;
+pub const RX_ROUNDS: usize = 4;
 
 /// At close on a lossy path: answer peers until nothing arrived for this long
 /// and our own data is acknowledged, at most `LINGER_MAX`. A sender with no

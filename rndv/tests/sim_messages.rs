@@ -206,8 +206,10 @@ fn both_ways(sim: &Sim, a: usize, b: usize, caps: DeviceCaps) {
     sim.net.set_path(b as u32, a as u32, caps);
 }
 
+/// Rendezvous from `threshold` on every path that reads remotely, with or
+/// without registrations.
 fn cfg_rndv(threshold: usize) -> EndpointConfig {
-    EndpointConfig { rndv_threshold: threshold, ..config() }
+    EndpointConfig { rndv_threshold: threshold, rdma_rndv_threshold: Some(threshold), ..config() }
 }
 
 /// Tag matching with wildcards and unexpected messages, eager and rendezvous

@@ -50,8 +50,8 @@ fn main() {
             }
             "echo" => {
                 let c = &mut ctx as *mut u64 as *mut libc::c_void;
-                // SAFETY: `buf` outlives the receive (it completes or is canceled below).
                 assert_eq!(
+                    // SAFETY: `buf` outlives the receive (it completes or is canceled below).
                     unsafe { fi::fi_recv(s.ep, buf.as_mut_ptr() as *mut _, max, null_mut(), FI_ADDR_UNSPEC, c) },
                     0
                 );

@@ -415,11 +415,18 @@ pub struct Config {
     pub datagram: bool,
 }
 
+/// The one set of defaults: the provider's parameters (`FI_RDMX_RNDV_THRESHOLD`
+/// and its kin, `prov/src/params.rs`) take theirs from here, so the simulator,
+/// the fuzzers and the benchmarks run the thresholds users run.
 impl Default for Config {
     fn default() -> Config {
         Config {
-            rndv_threshold: 65536,
-            rdma_rndv_threshold: None,
+            // A peer on this host: below 16 KiB copying through the ring is
+            // faster than a `process_vm_readv` round trip.
+            rndv_threshold: 16 << 10,
+            // A peer over RDMA: a read costs a registration lookup and a NIC
+            // round trip.
+            rdma_rndv_threshold: Some(64 << 10),
             window_threshold: 256 << 10,
             window: 2 << 20,
             min_multi_recv: 0,
