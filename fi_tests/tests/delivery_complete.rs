@@ -20,7 +20,7 @@
 //! call's own for `fi_tsendmsg`, `prov/src/ep.rs` `do_send`);
 //! `rndv/src/engine.rs` (`send`: `meta.delivery_complete` takes `rdm.send`,
 //! the sequenced and acknowledged path, else `rdm.send_transmit_complete`);
-//! `rdm/src/engine/mod.rs` (`send_transmit_complete`: DIRECT only when the path
+//! `rdm/src/engine/direct.rs` (`send_transmit_complete`: DIRECT only when the path
 //! is reliable and ordered, the peer was heard from, nothing is unacknowledged
 //! or pending, and the peer has not paused us).
 use fi_tests::*;

@@ -1,13 +1,15 @@
 //! # rdm — reliable datagrams for rdmx
 //!
 //! * The **engine** ([`engine`] and its modules `wire`, `seq`, `recovery`,
-//!   `reassembly`): sans-IO. It owns per-peer state (handshake, sequence numbers,
-//!   SACK, retransmission, credits, congestion window, segmentation and
-//!   reassembly) and is a pure function of its inputs: time comes in as an
-//!   argument ([`time::Instant`]), datagrams come in through `handle_datagram`,
-//!   and everything it wants to send or report is pulled with `poll_transmit`,
-//!   `poll_timeout` and `poll_event`. No sockets, no clock, no `unsafe`: this is
-//!   what makes the simulator tests deterministic.
+//!   `congestion`, `reassembly`; its methods by part in `peers`, `send`,
+//!   `direct`, `transmit` and `receive`): sans-IO. It owns per-peer state
+//!   (handshake, sequence numbers, SACK, retransmission, credits, congestion
+//!   window, segmentation and reassembly) and is a pure function of its
+//!   inputs: time comes in as an argument ([`time::Instant`]), datagrams come
+//!   in through `handle_datagram`, and everything it wants to send or report
+//!   is pulled with `poll_transmit`, `poll_timeout` and `poll_event`. No
+//!   sockets, no clock, no `unsafe`: this is what makes the simulator tests
+//!   deterministic.
 //! * The **device seam** ([`device`]): the [`Device`] trait and the types a
 //!   device and the engine exchange, plus the sans-IO table of lazily made RC
 //!   connections ([`device::rc`]). The devices themselves (UDP, shared memory,
