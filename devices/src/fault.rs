@@ -20,9 +20,28 @@
 //!
 //! The decorator promises neither reliability nor order, whatever the inner
 //! device does, but keeps its MTU, `remote_read` and wait fd.
-#![forbid(unsafe_code)]
+//!
+//! Unsafe here: one read of a datagram's gathered part (application memory),
+//! inside the send call that handed it over ([`flattened`]).
+#![allow(unsafe_code)]
 
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, RemoteReads, TxDatagram};
+
+/// The whole datagram, `data` and then its gathered part, copied: what this
+/// decorator holds past the send call, edits or sends twice.
+///
+/// # Safety
+/// `d`'s gathered part is memory of a message still in flight: the caller is
+/// inside the device call `d` was handed to ([`TxDatagram::gather`]).
+unsafe fn flattened(d: &TxDatagram<'_>) -> Vec<u8> {
+    let mut v = Vec::with_capacity(d.wire_len());
+    v.extend_from_slice(d.data);
+    if let Some(g) = d.gather {
+        // SAFETY: as this function's contract.
+        unsafe { g.append_to(&mut v) };
+    }
+    v
+}
 pub use rdm::rng::Rng;
 use rdm::Instant;
 use std::collections::VecDeque;
@@ -306,8 +325,19 @@ impl<D: Device> Device for FaultDevice<D> {
         if batch.iter().any(|d| d.gather.is_some()) {
             // Held, duplicated or corrupted datagrams outlive the call (and
             // are edited): the gathered ones go as copies.
-            let owned: Vec<Vec<u8>> =
-                batch.iter().map(|d| if d.gather.is_some() { d.to_vec() } else { Vec::new() }).collect();
+            let owned: Vec<Vec<u8>> = batch
+                .iter()
+                .map(|d| {
+                    if d.gather.is_some() {
+                        // SAFETY: inside `send_batch`, which `batch` was handed
+                        // to: each gathered part's message is in flight
+                        // ([`TxDatagram::gather`]).
+                        unsafe { flattened(d) }
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect();
             let flat: Vec<TxDatagram<'_>> = batch
                 .iter()
                 .zip(&owned)

@@ -1,12 +1,17 @@
 //! # local_mem — application memory its owner vouched for
 //!
-//! [`LocalBuf`] names memory of this process that a device may read or write
-//! through a safe call: its one constructor is `unsafe`, and whoever calls it
-//! (the provider, for the application's buffers) vouches that the memory
-//! stays valid while the operation naming it is in flight. The engine carries
-//! such buffers in datagrams and reads without ever touching their bytes;
-//! keeping the contract in a crate of its own lets the engine crate (`rdm`)
-//! forbid unsafe code.
+//! [`LocalBuf`] names memory of this process: an address, a length and a
+//! local key. Its constructor is `unsafe`: whoever calls it (the provider, for
+//! the application's buffers) vouches that the memory stays valid while the
+//! operation naming it is in flight. A `LocalBuf` is plain data (`Copy`), so
+//! a copy can outlive that operation; holding one proves nothing about *now*.
+//! Hence every read of its bytes is `unsafe` too ([`LocalBuf::append_to`]),
+//! and its caller states why the operation is still in flight at that moment
+//! (a device inside the send call that handed the datagram over; a NIC posted
+//! a read while its pull is pending). The engine crates (`rdm`, `rndv`) carry
+//! such buffers and forbid unsafe code, so they never read one: a datagram a
+//! device did not take goes back to the rdm engine
+//! (`rdm::engine::Engine::not_transmitted`) rather than being copied.
 #![deny(unsafe_code)]
 
 /// Application memory a device reads or writes (a posted remote read writes
@@ -63,14 +68,19 @@ impl LocalBuf {
 
     /// Appends the bytes of this memory to `v`: for devices that cannot
     /// gather and decorators that hold a datagram past its send call.
+    ///
+    /// # Safety
+    /// The operation this memory was vouched for ([`LocalBuf::new`]) is still
+    /// in flight: for a datagram's gathered part, the caller is inside the
+    /// device call the datagram was handed to.
     #[allow(unsafe_code)]
-    pub fn append_to(&self, v: &mut Vec<u8>) {
+    pub unsafe fn append_to(&self, v: &mut Vec<u8>) {
         if self.len == 0 {
             return;
         }
         // SAFETY: the memory is valid for reads while the operation naming it
-        // is in flight, as whoever built this vouched ([`LocalBuf::new`]);
-        // callers read it only then.
+        // is in flight, as whoever built this vouched ([`LocalBuf::new`]), and
+        // the caller states it is.
         v.extend_from_slice(unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) });
     }
 }

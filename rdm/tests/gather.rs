@@ -5,7 +5,7 @@
 //! registering path gets the whole message. Elsewhere rdm refuses the send,
 //! and a receiver drops such datagrams from a peer whose path does not guard
 //! payloads.
-use rdm::device::{LocalBuf, TxDatagram};
+use rdm::device::LocalBuf;
 use rdm::engine::{Engine, EngineConfig, Event, Header, PeerId, SendError, HEADER_LEN};
 use rdm::{DevAddr, DeviceCaps, Instant};
 
@@ -46,10 +46,11 @@ fn a_gathered_message_leaves_its_payload_to_the_device() {
     let mut buf = vec![0u8; 9000];
     let (mut shares, mut wire) = (Vec::new(), Vec::new());
     while let Some(x) = a.poll_transmit(t, &mut buf) {
-        let d = TxDatagram::new(x.dst, &buf[..x.len]).gathering(x.gather);
-        let g = x.gather.expect("every datagram of the message gathers");
+        let g = x.gather.expect("every datagram of the message gathers").buf;
         shares.push((g.addr() - body.as_ptr() as u64, g.len(), g.key(), x.len));
-        let bytes = d.to_vec();
+        let mut bytes = buf[..x.len].to_vec();
+        // SAFETY: `body` is alive and unchanged until the end of this test.
+        unsafe { g.append_to(&mut bytes) };
         assert!(Header::decode(&bytes).unwrap().0.header_sum);
         wire.push(bytes);
     }
@@ -85,4 +86,52 @@ fn a_gathered_message_leaves_its_payload_to_the_device() {
     d.handle_datagram(t, addr(1), &wire[0]);
     assert_eq!(d.stats().dropped_checksum, 1);
     assert!(events(&mut d).is_empty());
+}
+
+/// The wire bytes of a gathered transmit: the head rdm wrote, then the share
+/// of `body` its gathered part names.
+fn wire_bytes(head: &[u8], g: LocalBuf) -> Vec<u8> {
+    let mut v = head.to_vec();
+    // SAFETY: every `g` here names part of a `body` that lives, unchanged,
+    // until the end of its test.
+    unsafe { g.append_to(&mut v) };
+    v
+}
+
+/// A gathered datagram the device did not take goes back to the engine
+/// (`Engine::not_transmitted`), which writes it again while its message is
+/// pending, and never once the message completed: the caller keeps no copy of
+/// the application's address past the device call.
+#[test]
+fn a_gathered_datagram_given_back_is_formed_again_only_while_its_message_is_pending() {
+    let (mut a, mut b, pb, _) = pair(UD);
+    let t = Instant::ZERO;
+    let body: Vec<u8> = (0..600u32).map(|i| (i * 3) as u8).collect();
+    // SAFETY: `body` outlives the message (carried and completed below).
+    let mem = unsafe { LocalBuf::new(body.as_ptr() as u64, body.len() as u64) }.with_key(0x77);
+    a.send_gather(t, pb, b"HDR!", mem, 9).unwrap();
+    let mut buf = vec![0u8; 9000];
+
+    // Not taken: given back, then formed again, the same bytes.
+    let x = a.poll_transmit(t, &mut buf).expect("the message's one datagram");
+    let g = x.gather.expect("it gathers");
+    let first = wire_bytes(&buf[..x.len], g.buf);
+    a.not_transmitted(g);
+    let again = a.poll_transmit(t, &mut buf).expect("formed again while pending");
+    let g2 = again.gather.expect("it gathers");
+    assert_eq!(g2, g, "the same segment, the same share of the memory");
+    assert_eq!(wire_bytes(&buf[..again.len], g2.buf), first);
+    assert!(a.poll_transmit(t, &mut buf).is_none(), "given back once, formed once");
+
+    // Given back after it went (say a retransmission the device refused),
+    // but acknowledged before the next poll: never formed again.
+    a.not_transmitted(g2);
+    b.handle_datagram(t, addr(1), &first);
+    while let Some(y) = b.poll_transmit(t, &mut buf) {
+        a.handle_datagram(t, addr(2), &buf[..y.len]);
+    }
+    assert_eq!(events(&mut a), vec![Event::SendComplete { token: 9 }]);
+    while let Some(z) = a.poll_transmit(t, &mut buf) {
+        assert!(z.gather.is_none(), "a completed message's memory was named again: {z:?}");
+    }
 }

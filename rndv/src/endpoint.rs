@@ -186,6 +186,68 @@ pub const TX_BATCH: usize = 32;
 pub const RX_BATCH: usize = 64;
 pub const RX_ROUNDS: usize = 4;
 
+/// The datagrams pulled from the rdm engine and not yet taken by the device,
+/// oldest first: one transmit buffer each (lent by the device, maybe its
+/// registered memory) and what the device needs to send it. `count` of them
+/// hold datagrams.
+struct Staging {
+    bufs: Vec<Box<[u8]>>,
+    staged: [Staged; TX_BATCH],
+    count: usize,
+}
+
+/// One staged datagram (the bytes are in its buffer of [`Staging::bufs`]).
+#[derive(Clone, Copy)]
+struct Staged {
+    dst: DevAddr,
+    len: usize,
+    /// Bytes per datagram: less than `len` for a run.
+    seg: usize,
+    /// The gathered part ([`rdm::engine::Transmit::gather`]): sent in the
+    /// call that stages it or given back to the rdm engine, never kept.
+    gather: Option<rdm::engine::Gathered>,
+}
+
+impl Staging {
+    fn new(bufs: Vec<Box<[u8]>>, placeholder: DevAddr) -> Staging {
+        Staging { bufs, staged: [Staged { dst: placeholder, len: 0, seg: 0, gather: None }; TX_BATCH], count: 0 }
+    }
+
+    /// The `i`th staged datagram as the device takes it.
+    fn datagram(&self, i: usize) -> TxDatagram<'_> {
+        let d = &self.staged[i];
+        TxDatagram::run(d.dst, &self.bufs[i][..d.len], d.seg).gathering(d.gather.map(|g| g.buf))
+    }
+
+    /// Gives the gathered datagrams from `from` on back to `rdm`
+    /// ([`Engine::not_transmitted`]) and takes them out of the stage, keeping
+    /// the others in order.
+    fn give_back_gathered(&mut self, from: usize, rdm: &mut Engine) {
+        let mut kept = from;
+        for i in from..self.count {
+            match self.staged[i].gather {
+                Some(g) => rdm.not_transmitted(g),
+                None => {
+                    self.bufs.swap(kept, i);
+                    self.staged[kept] = self.staged[i];
+                    kept += 1;
+                }
+            }
+        }
+        self.count = kept;
+    }
+
+    /// Drops the first `taken` datagrams (the device took them); the rest move
+    /// to the front, in order, with their buffers.
+    fn consume(&mut self, taken: usize) {
+        for i in taken..self.count {
+            self.bufs.swap(i - taken, i);
+            self.staged[i - taken] = self.staged[i];
+        }
+        self.count -= taken;
+    }
+}
+
 /// At close on a lossy path: answer peers until nothing arrived for this long
 /// and our own data is acknowledged, at most `LINGER_MAX`. A sender with no
 /// RTT sample yet retransmits at the 20 ms initial timeout and backs off (20,
@@ -227,15 +289,8 @@ pub struct Endpoint<D: Device, M: Memory, C: Clock> {
     mem: M,
     clock: C,
     cfg: EndpointConfig,
-    /// Lent by the device; `staged` of them hold datagrams not yet taken.
-    stage: Vec<Box<[u8]>>,
-    stage_dst: [DevAddr; TX_BATCH],
-    stage_len: [usize; TX_BATCH],
-    /// Bytes per datagram of each staged transmit (less than its length for a run).
-    stage_seg: [usize; TX_BATCH],
-    /// The gathered part of each staged datagram ([`rdm::engine::Transmit::gather`]).
-    stage_gather: [Option<rdm::device::LocalBuf>; TX_BATCH],
-    staged: usize,
+    /// Datagrams pulled from the rdm engine that the device has not taken yet.
+    stage: Staging,
     reads: slab::Slab<ReadInFlight>,
     /// Maps a device read id to its pull (the read id is the slab key).
     read_pull: Vec<PullId>,
@@ -280,8 +335,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             datagram: cfg.datagram,
         };
         // Paths differ under auto (shm segments are larger than UDP's).
-        let stage = device.transmit_buffers(TX_BATCH, device.max_transmit().max(64));
-        let placeholder = device.local_addr();
+        let stage = Staging::new(device.transmit_buffers(TX_BATCH, device.max_transmit().max(64)), device.local_addr());
         Endpoint {
             device,
             rdm: Engine::new(rdm_cfg),
@@ -290,11 +344,6 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             clock,
             cfg,
             stage,
-            stage_dst: [placeholder; TX_BATCH],
-            stage_len: [0; TX_BATCH],
-            stage_seg: [0; TX_BATCH],
-            stage_gather: [None; TX_BATCH],
-            staged: 0,
             reads: slab::Slab::new(),
             read_pull: Vec::new(),
             runs: Vec::with_capacity(READ_RUNS_MAX),
@@ -409,7 +458,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // by the device straight into the peer's ring cell and completed
         // now, when nothing of ours waits to go out, to be reported or to be
         // run first (it would be overtaken: the other path runs it here).
-        if self.staged == 0
+        if self.stage.count == 0
             && self.reads.is_empty()
             && !self.rdm.wants_transmit()
             && !self.rdm.has_events()
@@ -451,15 +500,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // With nothing staged, a message that goes as one DIRECT datagram is
         // written straight into the first transmit buffer: no queue, no pooled
         // copy; `settle` hands it to the device ahead of anything else.
-        let stage = if self.staged == 0 { Some(&mut self.stage[0][..]) } else { None };
+        let stage = if self.stage.count == 0 { Some(&mut self.stage.bufs[0][..]) } else { None };
         match self.msg.send_staged(&mut self.rdm, t, peer, header, payload, user, meta, stage) {
             Ok((_, staged)) => {
                 if let Some(tx) = staged {
-                    self.stage_dst[0] = tx.dst;
-                    self.stage_len[0] = tx.len;
-                    self.stage_seg[0] = tx.seg;
-                    self.stage_gather[0] = None;
-                    self.staged = 1;
+                    self.stage.staged[0] = Staged { dst: tx.dst, len: tx.len, seg: tx.seg, gather: None };
+                    self.stage.count = 1;
                     // To the device before its `SendComplete` is taken: a
                     // device that finds the peer gone then turns it into a
                     // failure (a DIRECT message to a dead process must never
@@ -681,7 +727,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Bytes of the transmit staging buffers the device lent.
     pub fn staging_bytes(&self) -> usize {
-        self.stage.iter().map(|b| b.len()).sum()
+        self.stage.bufs.iter().map(|b| b.len()).sum()
     }
 
     /// Peers with hot state in the reliable-datagram engine.
@@ -749,7 +795,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let t = *clock.get_or_insert_with(|| self.clock.now());
             self.run_engine(t);
         }
-        if self.staged > 0 || self.rdm.wants_transmit() {
+        if self.stage.count > 0 || self.rdm.wants_transmit() {
             let t = clock.unwrap_or_else(|| self.clock.now());
             self.flush(t);
         }
@@ -776,7 +822,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         if self.rdm.has_events() || self.msg.has_actions() {
             self.run_engine(t);
         }
-        if self.staged > 0 || self.rdm.wants_transmit() {
+        if self.stage.count > 0 || self.rdm.wants_transmit() {
             self.flush(t);
             // A DIRECT message completes as it is written out: report it now,
             // so the application's next completion read finds it.
@@ -948,37 +994,32 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     self.rdm.peer_holds_back(t, peer);
                 }
             }
-            while self.staged < TX_BATCH {
-                let i = self.staged;
-                match self.rdm.poll_transmit(t, &mut self.stage[i]) {
+            while self.stage.count < TX_BATCH {
+                let i = self.stage.count;
+                match self.rdm.poll_transmit(t, &mut self.stage.bufs[i]) {
                     Some(tx) => {
-                        self.stage_dst[i] = tx.dst;
-                        self.stage_len[i] = tx.len;
-                        self.stage_seg[i] = tx.seg;
-                        self.stage_gather[i] = tx.gather;
-                        self.staged += 1;
+                        self.stage.staged[i] = Staged { dst: tx.dst, len: tx.len, seg: tx.seg, gather: tx.gather };
+                        self.stage.count += 1;
                     }
                     None => break,
                 }
             }
-            if self.staged == 0 {
+            if self.stage.count == 0 {
                 return;
             }
             // One datagram (a small message, an ack) is the usual case: no
             // batch array to fill.
             let one;
             let mut batch;
-            let datagrams: &[TxDatagram<'_>] = if self.staged == 1 {
-                one = [TxDatagram::run(self.stage_dst[0], &self.stage[0][..self.stage_len[0]], self.stage_seg[0])
-                    .gathering(self.stage_gather[0])];
+            let datagrams: &[TxDatagram<'_>] = if self.stage.count == 1 {
+                one = [self.stage.datagram(0)];
                 &one
             } else {
-                batch = [TxDatagram::new(self.stage_dst[0], &[]); TX_BATCH];
-                for (i, slot) in batch.iter_mut().enumerate().take(self.staged) {
-                    *slot = TxDatagram::run(self.stage_dst[i], &self.stage[i][..self.stage_len[i]], self.stage_seg[i])
-                        .gathering(self.stage_gather[i]);
+                batch = [TxDatagram::new(self.stage.staged[0].dst, &[]); TX_BATCH];
+                for (i, slot) in batch.iter_mut().enumerate().take(self.stage.count) {
+                    *slot = self.stage.datagram(i);
                 }
-                &batch[..self.staged]
+                &batch[..self.stage.count]
             };
             let taken = match self.device.send_batch(t, datagrams) {
                 Ok(n) => n,
@@ -991,42 +1032,28 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                         DeviceError::Unreachable(a) => self.msg.handle_unreachable(&mut self.rdm, a),
                         // A run the device can no longer send whole (its offload
                         // was refused): single datagrams from now on.
-                        DeviceError::Unsupported if self.stage_seg[0] < self.stage_len[0] => self.rdm.disable_runs(),
+                        DeviceError::Unsupported if self.stage.staged[0].seg < self.stage.staged[0].len => {
+                            self.rdm.disable_runs()
+                        }
                         _ => {}
                     }
                     self.events.push_back(EndpointEvent::DeviceFailed { op: "send", error });
                     1
                 }
             };
-            let taken = taken.min(self.staged);
-            // A datagram the device did not take waits in its stage; its
-            // gathered part may not: its message could complete (an earlier
+            let taken = taken.min(self.stage.count);
+            // A datagram the device did not take waits in its stage; one with
+            // a gathered part may not: its message could complete (an earlier
             // transmission acknowledged) before this one goes, and the
-            // application have its buffer back. Copy the part in (a whole
-            // datagram fits a stage) while the buffer is surely valid.
-            for i in taken..self.staged {
-                if let Some(g) = self.stage_gather[i].take() {
-                    let whole = TxDatagram::new(self.stage_dst[i], &self.stage[i][..self.stage_len[i]])
-                        .gathering(Some(g))
-                        .to_vec();
-                    self.stage[i][..whole.len()].copy_from_slice(&whole);
-                    self.stage_len[i] = whole.len();
-                    self.stage_seg[i] = whole.len();
-                }
-            }
+            // application have its buffer back. It goes back to the rdm
+            // engine, which forms it again only while its message is pending.
+            self.stage.give_back_gathered(taken, &mut self.rdm);
             if taken == 0 {
                 return;
             }
             // Keep the untaken tail at the front, in order.
-            for i in taken..self.staged {
-                self.stage.swap(i - taken, i);
-                self.stage_dst[i - taken] = self.stage_dst[i];
-                self.stage_len[i - taken] = self.stage_len[i];
-                self.stage_seg[i - taken] = self.stage_seg[i];
-                self.stage_gather[i - taken] = self.stage_gather[i];
-            }
-            self.staged -= taken;
-            if self.staged > 0 {
+            self.stage.consume(taken);
+            if self.stage.count > 0 {
                 return;
             }
         }

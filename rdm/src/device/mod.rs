@@ -311,20 +311,6 @@ impl<'a> TxDatagram<'a> {
         self.data.len() + self.gather.map_or(0, |g| g.len() as usize)
     }
 
-    /// The whole datagram, `data` and the gathered part, copied: for
-    /// decorators that hold a datagram past the send call (reorder,
-    /// duplicate) and devices that cannot gather.
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.wire_len());
-        v.extend_from_slice(self.data);
-        if let Some(g) = self.gather {
-            // A gathered part is memory its sender vouched for until the
-            // message completes, which is after this send call.
-            g.append_to(&mut v);
-        }
-        v
-    }
-
     /// Whether this is a run of more than one datagram.
     pub fn is_run(&self) -> bool {
         self.seg < self.data.len()

@@ -193,7 +193,22 @@ pub struct Transmit {
     /// The rest of the (single) datagram, in registered application memory
     /// ([`Engine::send_gather`]): the device sends `len` bytes of the buffer
     /// and then these, gathered by the NIC.
-    pub gather: Option<LocalBuf>,
+    pub gather: Option<Gathered>,
+}
+
+/// The gathered part of a data datagram, and which segment it belongs to.
+///
+/// Its memory is vouched for only while the segment's message is pending in
+/// this engine, and the engine knows that, its caller does not: a datagram the
+/// device did not take goes back here ([`Engine::not_transmitted`]), to be
+/// formed anew while the message is still pending, instead of being held by
+/// the caller (whose copy of the address could outlive the message, if an
+/// earlier transmission of the segment were acknowledged meanwhile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gathered {
+    pub buf: LocalBuf,
+    peer: PeerId,
+    psn: Psn,
 }
 
 /// Most datagrams in one run, and most bytes (what one UDP GSO send takes).

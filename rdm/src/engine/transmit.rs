@@ -136,7 +136,7 @@ impl Engine {
                 }
                 let (held_len, gather) = {
                     let (held, gather) = hot.tx.unacked[idx as usize].split();
-                    (held.len(), gather)
+                    (held.len(), gather.map(|buf| Gathered { buf, peer: hot.peer, psn }))
                 };
                 let wire_len = HEADER_LEN + held_len;
                 if total == 0 {
@@ -234,6 +234,26 @@ impl Engine {
             self.ready.pop_front();
         }
         None
+    }
+
+    /// The device did not take the gathered datagram `poll_transmit` gave
+    /// with `g` (its send queue was full): its segment goes back to the front
+    /// of its peer's queue, to be written again by a later `poll_transmit` if
+    /// its message is still pending then. The caller drops the datagram and
+    /// keeps no copy of `g`'s address (see [`Gathered`]). To the engine the
+    /// segment has been sent once, so it goes again as a retransmission.
+    pub fn not_transmitted(&mut self, g: Gathered) {
+        let Some(h) = self.cold.get(g.peer.0 as usize).and_then(|c| c.hot) else { return };
+        let Some(hot) = self.hot.get_mut(h as usize) else { return };
+        let Some(front) = hot.tx.unacked.front() else { return };
+        let idx = g.psn.diff(front.psn);
+        let Some(seg) = usize::try_from(idx).ok().and_then(|i| hot.tx.unacked.get_mut(i)) else { return };
+        if seg.sacked || seg.queued {
+            return;
+        }
+        seg.queued = true;
+        hot.tx.to_send.push_front(g.psn);
+        self.schedule(h);
     }
 
     /// A device refused a run of datagrams (its offload went away): form no
