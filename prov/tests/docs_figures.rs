@@ -9,7 +9,7 @@
 //!   over `tx_size`/`rx_size` (`rndv/src/endpoint.rs`);
 //! - the parameters' defaults the docs quote (`rdmx_fi::params::Params`);
 //! - the shm ring's geometry (`devices::shm::ShmConfig::default()`) and its
-//!   liveness check (`ALIVE_FOR`, `devices/src/shm.rs`);
+//!   liveness check (`ALIVE_FOR`, `devices/src/shm/mod.rs`);
 //! - the RC connections' timings (`devices::verbs`, `rdm::device::rc`) and
 //!   the keepalive of a send waiting on a peer (`rndv/src/endpoint.rs`);
 //! - the address size (`devices::addr::ADDR_LEN`) and CQ data size
@@ -169,16 +169,16 @@ fn shm_ring_geometry_and_liveness_check() {
 
     // A peer's process is checked at most once per ALIVE_FOR on the send path.
     let alive_ms = number_after(
-        &read("devices/src/shm.rs"),
+        &read("devices/src/shm/mod.rs"),
         "const ALIVE_FOR: std::time::Duration = std::time::Duration::from_millis(",
-        "devices/src/shm.rs",
+        "devices/src/shm/mod.rs",
     );
     assert_eq!(
         alive_ms, 1,
         "ALIVE_FOR is {alive_ms} ms now: docs/design.md says 'once a millisecond' (twice); change both"
     );
     for phrase in ["checked for liveness at most once a millisecond", "checked at most once a millisecond per peer"] {
-        assert_says("docs/design.md", &design, phrase, "ALIVE_FOR in devices/src/shm.rs");
+        assert_says("docs/design.md", &design, phrase, "ALIVE_FOR in devices/src/shm/mod.rs");
     }
 }
 
