@@ -16,7 +16,8 @@ VERSION=${RDMX_LF2_VERSION:-2.1.0}
 CACHE=${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}
 PREFIX="$CACHE/libfabric-$VERSION"
 TARBALL="libfabric_$VERSION.orig.tar.xz"
-URL="http://deb.debian.org/debian/pool/main/libf/libfabric/$TARBALL"
+# From the Debian archive this machine's apt uses (scripts/debian-mirror.sh).
+URL="$("$(dirname "$0")/debian-mirror.sh")/pool/main/libf/libfabric/$TARBALL"
 # Bumped when the configure line below changes, so a cached prefix is rebuilt.
 RECIPE=1
 

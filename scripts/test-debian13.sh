@@ -5,7 +5,7 @@
 # scripts/test.sh); nothing on the machine changes but ~/.cache:
 #
 #   0. the userland: `debootstrap --variant=minbase trixie` from
-#      http://deb.debian.org/debian plus the build dependencies (libfabric-dev
+#      the Debian archive apt uses here (scripts/debian-mirror.sh) plus the build dependencies (libfabric-dev
 #      2.1, libclang, dpkg-dev, man-db, ...), made once and cached as
 #      $RDMX_STACKS_CACHE/debian13-userland-r<RECIPE>.tar.zst
 #      (default ~/.cache/rdmx-stacks; bump RECIPE below to remake it);
@@ -45,7 +45,8 @@ SELF="$SRC/scripts/$(basename "$0")"
 # tarball is remade.
 RECIPE=1
 SUITE=trixie
-MIRROR=${RDMX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive this machine's apt uses (RDMX_DEBIAN_MIRROR overrides).
+MIRROR=$("$SRC/scripts/debian-mirror.sh")
 CACHE=${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}
 USERLAND="$CACHE/debian13-userland-r$RECIPE.tar.zst"
 TARGET_CACHE="$CACHE/target-trixie"
