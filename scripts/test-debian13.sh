@@ -43,7 +43,7 @@ SELF="$SRC/scripts/$(basename "$0")"
 
 # Bumped when the userland below changes (suite, packages, setup), so a cached
 # tarball is remade.
-RECIPE=1
+RECIPE=2
 SUITE=trixie
 # The Debian archive this machine's apt uses (RDMX_DEBIAN_MIRROR overrides).
 MIRROR=$("$SRC/scripts/debian-mirror.sh")
@@ -60,6 +60,7 @@ PKGS=(
   libclang-dev clang pkg-config        # bindgen
   dpkg-dev binutils make gcc           # scripts/package.sh (dpkg-shlibdeps, strip), cc for the linker
   groff-base man-db                    # man fi_rdmx
+  openmpi-bin libopenmpi-dev           # Debian 13's own OpenMPI 5.0.7 (mpirun, mpicc) over the installed rdmx
   ca-certificates                      # cargo over https, should a crate be missing from ~/.cargo
 )
 TAR_OPTS=(--numeric-owner --xattrs --xattrs-include='*')
@@ -306,6 +307,48 @@ inside() {
     sed 's/^troff:<standard input>:[0-9]*: //' <<<"$warnings" | sort | uniq -c | sort -rn | head -n 5 | indent
     grep -m 3 . <<<"$warnings" | indent
   fi
+
+  # ------------------------------------------------------------ 7b. OpenMPI 5.0.7
+  # Debian 13's own OpenMPI over the installed rdmx, as the ordinary user: the
+  # provider from libfabric's own directory (no FI_PROVIDER_PATH), no FI_RDMX_*
+  # variable; FI_PROVIDER and the FI_LOG_* lines that show which provider each
+  # fabric opened are libfabric's. p2p, collectives and one-sided (osc rdma over
+  # btl ofi, OpenMPI 5 has no osc pt2pt), np 2 and 4; each run must pass its own
+  # checks, every rank's mtl ofi must have chosen rdmx, every fabric opened must
+  # be rdmx's from $provdir, and one-sided must have selected btl ofi.
+  local ompi prog np mpiout want fabrics opened extra
+  ompi=$(as_user mpirun --version 2>&1 | head -n 1) || true
+  as_user mkdir -p "/home/$TUSER/mpi"
+  for prog in p2p coll rma; do
+    if ! out=$(as_user mpicc -O2 -Wall -o "/home/$TUSER/mpi/$prog" "/build/rdmx/fi_tests/mpi/$prog.c" -lpthread 2>&1); then
+      fail "ompi-build-$prog" "mpicc $prog.c as $TUSER failed:"; indent <<<"$out"
+      continue
+    fi
+    for np in 2 4; do
+      extra=(--mca btl self) fabrics=1
+      if [[ $prog == rma ]]; then
+        # Two rdmx fabrics per rank: the mtl's and btl ofi's.
+        extra=(--mca btl self,ofi --mca osc rdma --mca osc_rdma_btls ofi --mca osc_base_verbose 50) fabrics=2
+      fi
+      want="$prog: all checks passed on $np ranks"
+      mpiout=$(as_user timeout --foreground 180 mpirun -np "$np" --oversubscribe \
+        --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca mtl_ofi_verbose 1 "${extra[@]}" \
+        -x FI_PROVIDER=rdmx -x FI_LOG_LEVEL=info -x FI_LOG_PROV=core -x FI_LOG_SUBSYS=core \
+        "/home/$TUSER/mpi/$prog" 2>&1) && s=0 || s=$?
+      opened=$(grep -c 'fi_fabric_.*<info> Using ' <<<"$mpiout" || true)
+      local rdmx_opened chose osc_ofi=$np
+      rdmx_opened=$(grep -c "fi_fabric_.*<info> Using rdmx provider .*$provdir/librdmx-fi.so" <<<"$mpiout" || true)
+      chose=$(grep -cE 'mtl:ofi:provider: rdmx\s*$' <<<"$mpiout" || true)
+      [[ $prog == rma ]] && osc_ofi=$(grep -cE 'accelerated_query: selected btl: ofi\s*$' <<<"$mpiout" || true)
+      if ((s == 0)) && grep -qF "$want" <<<"$mpiout" && ((opened == rdmx_opened && rdmx_opened >= np * fabrics)) &&
+        ((chose == np && osc_ofi == np)); then
+        pass "$ompi, $prog np $np as $TUSER over the installed rdmx: '$want'; $rdmx_opened fabrics opened, all rdmx's ($provdir), mtl ofi chose rdmx on $chose of $np ranks$([[ $prog == rma ]] && echo ", osc rdma selected btl ofi on $osc_ofi")"
+      else
+        fail "ompi-$prog-np$np" "$ompi, $prog np $np: exit $s, '$want' $(grep -qF "$want" <<<"$mpiout" && echo found || echo missing), fabrics opened $opened (rdmx's $rdmx_opened, want >= $((np * fabrics)) and all), mtl ofi chose rdmx on $chose of $np, osc btl ofi on $osc_ofi of $np; the output's tail:"
+        tail -n 40 <<<"$mpiout" | indent
+      fi
+    done
+  done
 
   # ------------------------------------------------------------ 8. remove
   local left=() f owner
