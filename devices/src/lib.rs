@@ -12,7 +12,14 @@
 //!   RDMA-read rendezvous over lazily made RC connections (the connection table,
 //!   sans-IO, is [`rdm::device::rc`]).
 //! * [`efa`]: EFA SRD through efadv.
-//! * [`composite`]: `auto`: shared memory to peers on this host, UDP to the rest.
+//! * [`composite`]: `auto` ([`composite::AutoDevice`]): shared memory to peers
+//!   on this host; to the others, on a host with an RDMA device, its queue
+//!   pair where the peer's address carries one on a fabric that reaches it,
+//!   else UDP ([`composite::NetPair`]); on a host without one, UDP. The RDMA
+//!   device is EFA SRD on a host with an EFA device (which then opens no verbs
+//!   UD: verbs UD does not work on EFA), else verbs UD. The peer's address
+//!   picks the way ([`addr::RdmxAddr::route`]); the provider opens the halves
+//!   (`prov/src/devices.rs`).
 //! * [`fault`]: a decorator that drops, duplicates, reorders and corrupts
 //!   (`FI_RDMX_FAULT_*`).
 //! * [`iface`], [`host`]: which interface and address UDP and verbs bind, and

@@ -1,6 +1,6 @@
 //! # mr_cache — memory registrations for rdmx
 //!
-//! Two parts:
+//! Three parts:
 //! - the key table behind `fi_mr_reg` ([`KeyTable`]): provider-chosen or
 //!   user-chosen keys mapped to exactly the registered segments, with the access
 //!   checks of RMA emulation. Its segments are watched by the unmap monitor:
