@@ -539,3 +539,29 @@ pub fn documented_stats() -> std::collections::BTreeSet<String> {
     }
     names
 }
+
+/// Every rank's OFI mtl selected rdmx: with `mtl_ofi_verbose 1` each rank
+/// prints the provider it chose once, `<file>:<line>: mtl:ofi:prov: <name>`
+/// (OpenMPI 4.1, `select_ofi_provider`; 5 says `mtl:ofi:provider: <name>`,
+/// as tests/mpi_wheels.rs asserts). The bare string "rdmx" is no proof:
+/// `mtl_ofi_provider_include = "rdmx"`, `FI_PROVIDER_PATH` and rdmx's own
+/// log lines contain it whichever provider carried the job.
+pub fn assert_mtl_chose_rdmx(out: &str, np: usize) {
+    let chosen: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once(": mtl:ofi:prov: ").or_else(|| l.split_once(": mtl:ofi:provider: ")))
+        .map(|(_, name)| name.trim())
+        .collect();
+    assert_eq!(chosen, vec!["rdmx"; np], "want each of the {np} ranks' mtl to report rdmx as its provider:\n{out}");
+}
+
+/// Intel MPI chose rdmx: with `I_MPI_DEBUG=5` its rank 0 prints
+/// `libfabric provider: <name>`.
+pub fn assert_impi_chose_rdmx(out: &str) {
+    let chosen: Vec<&str> =
+        out.lines().filter_map(|l| l.split_once("libfabric provider: ")).map(|(_, name)| name.trim()).collect();
+    assert!(
+        !chosen.is_empty() && chosen.iter().all(|n| *n == "rdmx"),
+        "want Intel MPI to report rdmx as its libfabric provider:\n{out}"
+    );
+}

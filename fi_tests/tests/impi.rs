@@ -52,7 +52,7 @@ fn run(dir: &PathBuf, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> St
     let out = procs::wait_output(c.spawn().expect("mpiexec"), Duration::from_secs(300));
     let t = text(&out);
     assert!(out.status.success(), "Intel MPI -n {np} {} on {device} failed:\n{t}", exe.display());
-    assert!(t.contains("libfabric provider: rdmx"), "Intel MPI did not choose rdmx:\n{t}");
+    fi_tests::assert_impi_chose_rdmx(&t);
     t
 }
 

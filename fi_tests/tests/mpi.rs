@@ -39,7 +39,7 @@ fn mpirun(exe: &PathBuf, np: u32, device: &str, args: &[&str], extra_mca: &[&str
     let t = text(&out);
     assert!(out.status.success(), "mpirun -np {np} {} on {device} failed:\n{t}", exe.display());
     if mtl_ofi {
-        assert_mtl_chose_rdmx(&t, np as usize);
+        fi_tests::assert_mtl_chose_rdmx(&t, np as usize);
     }
     t
 }
@@ -51,21 +51,6 @@ fn p2p_semantics_on_udp_shm_and_auto() {
         let out = mpirun(&exe, 2, dev, &[], &[]);
         assert!(out.contains("p2p: all checks passed"), "{out}");
     }
-}
-
-/// Every rank's OFI mtl selected rdmx: with `mtl_ofi_verbose 1` each rank
-/// prints the provider it chose once, `<file>:<line>: mtl:ofi:prov: <name>`
-/// (OpenMPI 4.1, `select_ofi_provider`; 5 says `mtl:ofi:provider: <name>`,
-/// as mpi_wheels.rs asserts). The bare string "rdmx" is no proof:
-/// `mtl_ofi_provider_include = "rdmx"`, `FI_PROVIDER_PATH` and rdmx's own
-/// log lines contain it whichever provider carried the job.
-fn assert_mtl_chose_rdmx(out: &str, np: usize) {
-    let chosen: Vec<&str> = out
-        .lines()
-        .filter_map(|l| l.split_once(": mtl:ofi:prov: ").or_else(|| l.split_once(": mtl:ofi:provider: ")))
-        .map(|(_, name)| name.trim())
-        .collect();
-    assert_eq!(chosen, vec!["rdmx"; np], "want each of the {np} ranks' mtl to report rdmx as its provider:\n{out}");
 }
 
 #[test]

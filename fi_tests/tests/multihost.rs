@@ -69,6 +69,10 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
             "--mca",
             "btl",
             "self",
+            // Each rank names the provider its mtl chose (asserted below).
+            "--mca",
+            "mtl_ofi_verbose",
+            "1",
         ])
         .args(["-x", "FI_PROVIDER=rdmx", "-x"])
         .arg(format!("FI_PROVIDER_PATH={}", dir.display()))
@@ -94,6 +98,7 @@ fn job(n_hosts: usize, np: usize, faults: Option<u32>, program: &str, args: &[&s
     let t = text(&out);
     assert!(out.status.success(), "the job failed after {took:?}:\n{t}");
     assert!(t.contains(want), "{t}");
+    fi_tests::assert_mtl_chose_rdmx(&t, np);
     // No wall-clock bound beyond the child's deadline above: how fast the job
     // runs is the benchmarks' question (benches/), not this test's.
     println!("the job took {took:?}");
@@ -141,7 +146,9 @@ fn intel_mpi_np4_on_two_lossy_hosts_with_default_settings() {
         .arg(bin.join("mpiexec"))
         .args(["-n", "4", "-ppn", "2", "-hosts", &names, "-bootstrap", "ssh", "-bootstrap-exec"])
         .arg(&hosts.agent)
-        .args(["-genv", "I_MPI_FABRICS", "ofi", "-genv", "FI_PROVIDER", "rdmx", "-genv", "FI_PROVIDER_PATH"])
+        // I_MPI_DEBUG=5: rank 0 names the libfabric provider it chose (asserted below).
+        .args(["-genv", "I_MPI_FABRICS", "ofi", "-genv", "I_MPI_DEBUG", "5"])
+        .args(["-genv", "FI_PROVIDER", "rdmx", "-genv", "FI_PROVIDER_PATH"])
         .arg(&dir)
         .args(["-genv", "I_MPI_ROOT"])
         .arg(&impi)
@@ -161,6 +168,7 @@ fn intel_mpi_np4_on_two_lossy_hosts_with_default_settings() {
     let t = text(&out);
     assert!(out.status.success(), "Intel MPI job failed after {:?}:\n{t}", t0.elapsed());
     assert!(t.contains("multihost: all checks passed on 2 hosts, 4 ranks"), "{t}");
+    fi_tests::assert_impi_chose_rdmx(&t);
     for i in 0..2 {
         assert!(hosts.dropped(i) > 0, "no loss on {}", hosts.hosts[i].name);
     }
