@@ -312,12 +312,23 @@ impl<'a> Job<'a> {
     }
 }
 
-/// The proof that rdmx, and nothing else, carried the job's traffic.
+/// The API version rdmx declares under the wheels' libfabric 2.5.1: the
+/// running library's own (`prov/src/version.rs`), so the log line that names it
+/// also says which libfabric the ranks loaded.
+const WHEEL_LIBFABRIC_API: &str = "2.5";
+
+/// The proof that rdmx, and nothing else, carried the job's traffic, loaded by
+/// the wheel's libfabric 2.5.
 fn assert_rdmx_carried(mpi: Mpi, out: &str, np: usize, fabrics_per_rank: usize) {
     let opened: Vec<&str> = out.lines().filter(|l| l.contains("fi_fabric_") && l.contains("<info> Using ")).collect();
-    let rdmx =
-        opened.iter().filter(|l| l.contains("<info> Using rdmx provider ") && l.contains("/librdmx-fi.so")).count();
-    assert_eq!(rdmx, opened.len(), "a fabric of another provider was opened:\n{}", opened.join("\n"));
+    let using = format!("<info> Using rdmx provider {WHEEL_LIBFABRIC_API}, ");
+    let rdmx = opened.iter().filter(|l| l.contains(&using) && l.contains("/librdmx-fi.so")).count();
+    assert_eq!(
+        rdmx,
+        opened.len(),
+        "a fabric of another provider, or under another libfabric than {WHEEL_LIBFABRIC_API}, was opened:\n{}",
+        opened.join("\n")
+    );
     assert!(
         rdmx >= np * fabrics_per_rank,
         "{rdmx} rdmx fabrics opened, want {} per rank of {np}:\n{out}",
