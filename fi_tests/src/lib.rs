@@ -7,6 +7,7 @@
 
 pub mod hosts;
 pub mod procs;
+pub mod stats_docs;
 pub mod watchdog;
 
 pub use libfabric_sys as fi;
@@ -335,6 +336,18 @@ impl Stack {
             assert_eq!(fi::fi_enable(ep), 0);
             Stack { info, fabric, domain, av, cq, ep, eq }
         }
+    }
+
+    /// The endpoint's address as `fi_av_straddr` writes it (`rdmx://...`, the
+    /// `endpoint` of its stats documents).
+    pub fn uri(&self) -> String {
+        let name = self.name();
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: the AV is open; `name` is one address from fi_getname, `buf` holds `len` bytes.
+        let p = unsafe { fi::fi_av_straddr(self.av, name.as_ptr() as *const _, buf.as_mut_ptr() as *mut _, &mut len) };
+        assert!(!p.is_null(), "fi_av_straddr");
+        String::from_utf8_lossy(&buf[..len.min(buf.len())]).trim_end_matches('\0').to_string()
     }
 
     pub fn name(&self) -> Vec<u8> {

@@ -11,9 +11,9 @@
 //! guarantees:
 //!
 //! - the receiver stops accepting once it holds more than the limit
-//!   (`rndv/src/engine.rs`, `update_backpressure`: paused while held > limit),
-//!   but it checks that after each progress round, and one round feeds the rdm
-//!   engine up to 4 × 64 datagrams (`prov/src/core.rs`, `progress`), each at
+//!   (`rndv/src/engine/mod.rs`, `update_backpressure`: paused while held >
+//!   limit), but it checks that after each progress round, and one round feeds
+//!   the rdm engine up to 4 × 64 datagrams (`rndv/src/endpoint.rs`, `progress`), each at
 //!   most `FI_RDMX_UDP_MTU` (1472) bytes. So held ≤ limit + 256 × 1472 + one
 //!   message begun in an earlier round. (Segments released from the reorder
 //!   buffer in that round would add to it; loopback does not reorder.)
@@ -21,8 +21,10 @@
 //!   limit / (LEN + header) + 1 complete before it pauses;
 //! - it resumes only once it holds at most half the limit (same function).
 //!
-//! There is no high-water counter: `FI_RDMX_STATS`' `unexpected_bytes` is the
-//! value at close.
+//! The receiver's `FI_RDMX_STATS` interval documents say when it refuses new
+//! messages (`refusing_messages`): the test waits for that, not for a quiet
+//! spell.
+use fi_tests::stats_docs::{refusing_since, unix_ms};
 use fi_tests::*;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -31,8 +33,9 @@ const LIMIT: usize = 1 << 20;
 const LEN: usize = 16384;
 const N: usize = 128;
 /// Datagrams one progress round hands the rdm engine before the message
-/// engine checks the limit again (`prov/src/core.rs`: 4 batches of 64).
-const ROUND_DATAGRAMS: usize = 4 * 64;
+/// engine checks the limit again (rndv `Endpoint::progress`: `RX_ROUNDS`
+/// batches of `RX_BATCH`).
+const ROUND_DATAGRAMS: usize = rndv::endpoint::RX_ROUNDS * rndv::endpoint::RX_BATCH;
 /// `FI_RDMX_UDP_MTU`'s default: no datagram carries more.
 const MTU: usize = 1472;
 /// More than the message engine adds to each message (its header), which the
@@ -79,8 +82,15 @@ fn check_held(done: usize, received: usize, when: &str) {
 
 #[test]
 fn unexpected_memory_limit_applies_back_pressure_without_loss() {
+    let stats = std::env::temp_dir().join(format!("rdmx-backpressure-{}.jsonl", unique_tag()));
+    let _ = std::fs::remove_file(&stats);
     // SAFETY: before the first libfabric call of this test binary (one test).
-    unsafe { std::env::set_var("FI_RDMX_UNEXPECTED_LIMIT", LIMIT.to_string()) };
+    unsafe {
+        std::env::set_var("FI_RDMX_UNEXPECTED_LIMIT", LIMIT.to_string());
+        // Interval documents: the receiver says when it refuses new messages.
+        std::env::set_var("FI_RDMX_STATS", &stats);
+        std::env::set_var("FI_RDMX_STATS_INTERVAL", "20");
+    }
     let a = Stack::open(Some("udp"), fi::FI_AV_MAP);
     let b = Stack::open(Some("udp"), fi::FI_AV_MAP);
     let b_at_a = a.insert(&b.name());
@@ -102,17 +112,18 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
         check_held(done, 0, "while sending");
     }
 
-    // No receive posted: both sides progress until the receiver has reached
-    // its limit and nothing completes for half a second.
+    // No receive posted: both sides progress until the receiver says (its
+    // interval document, written after the last send completed) that it
+    // refuses new messages: it holds its limit.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last_change = (done, Instant::now());
+    let mut last_change = (done, unix_ms());
     loop {
         drain(&a, &mut done);
         check_held(done, 0, "with no receive posted");
         if done != last_change.0 {
-            last_change = (done, Instant::now());
+            last_change = (done, unix_ms());
         }
-        if done >= LEAST && last_change.1.elapsed() >= Duration::from_millis(500) {
+        if done >= LEAST && refusing_since(&stats, &b.uri(), last_change.1) {
             break;
         }
         assert!(Instant::now() < deadline, "the receiver accepted only {done} messages of {LEN} bytes within 30 s: it stopped before holding more than its limit of {LIMIT} bytes ({LEAST} messages)");
@@ -151,4 +162,5 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
         a.wait_cq(&[&b]).expect("send completion");
         done += 1;
     }
+    let _ = std::fs::remove_file(&stats);
 }

@@ -29,8 +29,8 @@
 //! the path switch both ways (fast, held back, fast again) and not only one.
 //! Run over the `shm` domain and over the default domain (`auto`, which takes
 //! shared memory for a peer on this host).
+use fi_tests::stats_docs::{close_document, refusing_since, unix_ms};
 use fi_tests::*;
-use serde_json::Value;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
@@ -107,34 +107,11 @@ fn send(a: &Stack, to: u64, i: usize, body: &[u8]) -> bool {
     false
 }
 
-/// The `FI_RDMX_STATS` documents of `path` whose endpoint is `uri`.
-fn document_of(path: &std::path::Path, uri: &str) -> Value {
-    let text = std::fs::read_to_string(path).expect("FI_RDMX_STATS file");
-    let docs: Vec<Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON document"))
-        .filter(|d: &Value| d["endpoint"] == uri)
-        .collect();
-    assert_eq!(docs.len(), 1, "one document for {uri} in {}", path.display());
-    docs.into_iter().next().unwrap()
-}
-
-fn uri_of(s: &Stack) -> String {
-    let name = s.name();
-    let mut buf = vec![0u8; 256];
-    let mut len = buf.len();
-    // SAFETY: the AV is open; `name` is one address from fi_getname, `buf` holds `len` bytes.
-    let p = unsafe { fi::fi_av_straddr(s.av, name.as_ptr() as *const _, buf.as_mut_ptr() as *mut _, &mut len) };
-    assert!(!p.is_null());
-    let s = String::from_utf8_lossy(&buf[..len.min(buf.len())]).trim_end_matches('\0').to_string();
-    s
-}
-
 fn flood(domain: Option<&str>, stats: &std::path::Path) {
     let what = domain.unwrap_or("the default domain");
     let a = Stack::open(domain, fi::FI_AV_MAP);
     let b = Stack::open(domain, fi::FI_AV_MAP);
-    let (a_uri, b_uri) = (uri_of(&a), uri_of(&b));
+    let (a_uri, b_uri) = (a.uri(), b.uri());
     let b_at_a = a.insert(&b.name());
     let a_at_b = b.insert(&a.name());
     let bodies: Vec<Vec<u8>> = (0..N).map(body_of).collect();
@@ -173,20 +150,24 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
 
     // 2. The receiver's application polls its completion queue with no
     //    receive posted; the sender's still only sends. The flood goes on as
-    //    the receiver makes room, until it holds its limit and nothing moves
-    //    for half a second.
+    //    the receiver makes room, until the receiver says (its interval
+    //    document, written after the sender's last accepted message) that it
+    //    refuses new messages: it holds its limit.
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last_change = Instant::now();
+    let mut last_sent_ms = unix_ms();
     loop {
         progress(&b);
         while sent < N && send(&a, b_at_a, sent, &bodies[sent]) {
             sent += 1;
-            last_change = Instant::now();
+            last_sent_ms = unix_ms();
         }
-        if last_change.elapsed() >= Duration::from_millis(500) {
+        if refusing_since(stats, &b_uri, last_sent_ms) {
             break;
         }
-        assert!(Instant::now() < deadline, "{what}: the flood did not settle within 60 s ({sent} sent)");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the receiver did not refuse new messages within 60 s ({sent} sent)"
+        );
     }
     println!("{what}: settled with {sent} of {N} sent, no receive posted");
     assert!(sent < N, "{what}: the receiver took all {N} messages unexpected with a limit of {LIMIT} bytes");
@@ -225,8 +206,8 @@ fn flood(domain: Option<&str>, stats: &std::path::Path) {
     drop(a);
     drop(b);
 
-    let sender = document_of(stats, &a_uri);
-    let receiver = document_of(stats, &b_uri);
+    let sender = close_document(stats, &a_uri);
+    let receiver = close_document(stats, &b_uri);
     let written = sender["counters"]["direct_written"].as_u64().unwrap();
     let direct = sender["counters"]["direct_sent"].as_u64().unwrap();
     let held_max = receiver["unexpected_bytes_max"].as_u64().unwrap() as usize;
@@ -252,6 +233,8 @@ fn a_flood_of_small_messages_over_shared_memory_is_held_back_and_lost_nowhere() 
     unsafe {
         std::env::set_var("FI_RDMX_UNEXPECTED_LIMIT", LIMIT.to_string());
         std::env::set_var("FI_RDMX_STATS", &stats);
+        // Interval documents: the receiver says when it refuses new messages.
+        std::env::set_var("FI_RDMX_STATS_INTERVAL", "20");
     }
     init();
     flood(Some("shm"), &stats);

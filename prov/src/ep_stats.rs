@@ -160,6 +160,7 @@ impl EpState {
         j.field_u64("unexpected_bytes_max", s.msg.unexpected_bytes_max);
         j.field_u64("dropped_window", s.rdm.dropped_window);
         j.field_u64("dropped_unmatched", s.msg.dropped_unmatched);
+        j.field_bool("refusing_messages", r.ep.refusing_messages());
         j.begin_array("peers");
         for p in r.ep.peer_stats() {
             j.begin_object_elem();

@@ -666,6 +666,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         WaitOn { fd: self.device.wait_fd(), deadline, ready }
     }
 
+    /// Whether the endpoint refuses new messages now, holding its
+    /// unexpected-message limit (its senders wait until receives take some).
+    pub fn refusing_messages(&self) -> bool {
+        self.rdm.is_paused()
+    }
+
     pub fn stats(&self) -> EndpointStats {
         EndpointStats {
             rdm: *self.rdm.stats(),
