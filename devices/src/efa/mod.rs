@@ -74,15 +74,16 @@
 //! part (application memory, valid until its message completes) names it as
 //! a second SGE (copied into the bounce slot when the device has one SGE).
 //!
-//! Address handles belong to the domain (`AhTable`): one per peer GID,
-//! shared by every endpoint of the domain, counted per request in flight
-//! and destroyed only when none uses it and room is needed (least recently
-//! used first). Each batch's AHs are resolved before its `ibv_wr_start`
-//! session (which holds the send queue's lock, so no kernel call inside).
-//! No room for an AH (the table full of AHs in use, or `ibv_create_ah`
-//! failing with `ENOMEM` and the like even after an unused one was given
-//! back) holds the send back (a short count), it never fails the peer;
-//! another `ibv_create_ah` error does.
+//! Address handles belong to the domain (a `crate::ib::AhCache`, the
+//! one verbs UD uses per endpoint): one per peer GID, shared by every
+//! endpoint of the domain, counted per request in flight and destroyed only
+//! when none uses it and room is needed (least recently used first). Each
+//! batch's AHs are resolved before its `ibv_wr_start` session (which holds
+//! the send queue's lock, so no kernel call inside). No room for an AH (the
+//! table full of AHs in use, or `ibv_create_ah` failing with `ENOMEM` and
+//! the like even after an unused one was given back) holds the send back
+//! (a short count), it never fails the peer; another `ibv_create_ah` error
+//! does.
 //!
 //! Receives land in registered slots of `mtu` bytes: SRD puts no GRH before
 //! the payload. The source of a datagram: its completion carries the
@@ -126,7 +127,7 @@
 //!
 //! This file: the constants, the address format, the configuration and the
 //! device (discovery, the domain's context with its protection domain and
-//! address-handle table). Apart, each in its own file so that each part
+//! address-handle cache). Apart, each in its own file so that each part
 //! reads on its own: `limits.rs` (what a device offers an endpoint, the
 //! memory access it takes, how a read is cut into requests: pure functions
 //! of the device's attributes, what the unit tests exercise without
@@ -134,7 +135,7 @@
 //! reads, recovery; the [`Device`] and [`RemoteReads`] implementations) and
 //! `tests.rs`.
 //!
-//! Unsafe here: opening and querying the device, its protection domain, making and destroying AHs; `Send`/`Sync`.
+//! Unsafe here: opening and querying the device, its protection domain, numbering and destroying AHs; `Send`/`Sync`.
 //!
 //! [`Device`]: rdm::device::Device
 //! [`RemoteReads`]: rdm::device::RemoteReads
@@ -148,11 +149,9 @@ mod tests;
 pub use limits::{efa_mr_access_mask, split_read, EfaLimits, ReadPiece};
 pub use queue::{EfaDevice, EfaStats};
 
-use crate::ib::{last_err, query_port, AhError, DeviceList, OpenDev, PdRegistrar, ProtectionDomain};
+use crate::ib::{last_err, query_port, AhCache, AhError, DeviceList, OpenDev, PdRegistrar, ProtectionDomain};
 use rdm::device::{DevAddr, Device, DeviceContext, DeviceError, OpenSpec, RawAddr, Registrar};
 use rdma_core_sys as ib;
-use rustc_hash::FxHashMap;
-use std::io;
 use std::sync::{Arc, Mutex};
 
 /// Length of an EFA address: GID 16 + QPN 4.
@@ -224,7 +223,7 @@ struct EfaCtx {
     mr_access_mask: u32,
     /// The domain's address handles (one per peer GID, shared by its
     /// endpoints) and the GID of every AH number it has been given.
-    ahs: Mutex<AhTable>,
+    ahs: Mutex<AhCache<[u8; 16]>>,
 }
 
 // SAFETY: libibverbs objects may be used from any thread (every verb is
@@ -262,164 +261,46 @@ impl ProtectionDomain for EfaCtx {
     }
 }
 
-/// `ibv_create_ah` errnos that mean "no room now" (the device's AH table,
-/// kernel memory): back-pressure, not an unreachable peer.
-fn ah_errno_is_no_room(errno: Option<i32>) -> bool {
-    matches!(errno, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS))
-}
-
 impl EfaCtx {
-    fn lock_ahs(&self) -> std::sync::MutexGuard<'_, AhTable> {
+    fn lock_ahs(&self) -> std::sync::MutexGuard<'_, AhCache<[u8; 16]>> {
         self.ahs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The domain's address handle for `gid`, with one more user (one
-    /// request in flight; [`AhTable::release`] when it completes): the one
-    /// the domain has, or a new one. A full table first gives back the
-    /// least recently used AH no request uses; no room (the table full of
-    /// AHs in use, or the device out of AHs even after one was given back)
-    /// is `Busy`, never a failed peer.
-    fn acquire_ah(&self, table: &mut AhTable, gid: [u8; 16], stats: &mut EfaStats) -> Result<*mut ib::ibv_ah, AhError> {
-        if let Some(ah) = table.take(&gid) {
-            return Ok(ah);
-        }
-        if table.is_full() {
-            match table.evict_lru() {
-                Some(old) => {
-                    // SAFETY: an AH of this PD no request in flight uses, out of the table: destroyed once.
-                    unsafe { ib::ibv_destroy_ah(old) };
-                    stats.ah_evicted += 1;
+    /// request in flight; [`AhCache::release`] when it completes): the one
+    /// the domain has, or a new one, numbered by `efadv_query_ah` (see
+    /// [`AhCache::acquire`]). A full table first gives back the least
+    /// recently used AH no request uses; no room (the table full of AHs in
+    /// use, or the device out of AHs even after one was given back) is
+    /// `Busy`, never a failed peer.
+    fn acquire_ah(
+        &self,
+        table: &mut AhCache<[u8; 16]>,
+        gid: [u8; 16],
+        stats: &mut EfaStats,
+    ) -> Result<*mut ib::ibv_ah, AhError> {
+        table.acquire(
+            self.pd,
+            gid,
+            || {
+                let mut attr = ib::ibv_ah_attr { is_global: 1, port_num: PORT, ..Default::default() };
+                attr.grh.dgid.raw = gid;
+                attr
+            },
+            |ah| {
+                let mut q = ib::efadv_ah_attr::default();
+                // SAFETY: a live AH and an out-struct of the size passed.
+                let rc = unsafe { ib::efadv_query_ah(ah, &mut q, std::mem::size_of::<ib::efadv_ah_attr>() as u32) };
+                if rc != 0 {
+                    return Err(());
                 }
-                None => {
-                    stats.ah_busy += 1;
-                    return Err(AhError::Busy);
-                }
-            }
-        }
-        let mut evicted_for_room = false;
-        let ah = loop {
-            let mut attr = ib::ibv_ah_attr { is_global: 1, port_num: PORT, ..Default::default() };
-            attr.grh.dgid.raw = gid;
-            // SAFETY: a live PD and a valid attribute struct.
-            let ah = unsafe { ib::ibv_create_ah(self.pd, &mut attr) };
-            if !ah.is_null() {
-                break ah;
-            }
-            let errno = io::Error::last_os_error().raw_os_error();
-            if !ah_errno_is_no_room(errno) {
-                stats.ah_failed += 1;
-                return Err(AhError::Unreachable);
-            }
-            if !evicted_for_room {
-                if let Some(old) = table.evict_lru() {
-                    // SAFETY: as above.
-                    unsafe { ib::ibv_destroy_ah(old) };
-                    stats.ah_evicted += 1;
-                    evicted_for_room = true;
-                    continue;
-                }
-            }
-            stats.ah_busy += 1;
-            return Err(AhError::Busy);
-        };
-        let mut q = ib::efadv_ah_attr::default();
-        // SAFETY: a live AH and an out-struct of the size passed.
-        let rc = unsafe { ib::efadv_query_ah(ah, &mut q, std::mem::size_of::<ib::efadv_ah_attr>() as u32) };
-        if rc != 0 {
-            // SAFETY: the AH just made, used by nothing.
-            unsafe { ib::ibv_destroy_ah(ah) };
-            stats.ah_failed += 1;
-            return Err(AhError::Unreachable);
-        }
-        table.insert(gid, ah, q.ahn);
-        stats.ah_created += 1;
-        Ok(ah)
-    }
-}
-
-/// An address handle of the domain.
-struct SharedAh {
-    ah: *mut ib::ibv_ah,
-    /// Requests in flight (of any endpoint of the domain) that use it.
-    users: u32,
-    last_use: u64,
-}
-
-/// The domain's address handles: one per peer GID, shared by its endpoints,
-/// destroyed only when no request uses it and room is needed (least
-/// recently used first). The bookkeeping only (pure, unit-tested): the
-/// caller creates and destroys the AHs.
-///
-/// Receive completions name a sender that has an AH by its number (`slid`),
-/// and for such a sender `efadv_wc_read_sgid` answers nothing (`-ENOENT`).
-/// A completion written before its AH was destroyed still carries the old
-/// number, so a number's GID is kept after the AH goes (a tombstone) until
-/// a new AH gets that number. Left: a datagram that arrived before an AH
-/// was destroyed and is polled after a new AH (for another GID) took its
-/// number is named after the new GID; the device gives no way to tell them
-/// apart (eviction is rare: the table holds `ah_cache` peers).
-struct AhTable {
-    by_gid: FxHashMap<[u8; 16], SharedAh>,
-    gid_by_ahn: FxHashMap<u16, [u8; 16]>,
-    cap: usize,
-    clock: u64,
-}
-
-impl AhTable {
-    fn new(cap: usize) -> AhTable {
-        AhTable { by_gid: FxHashMap::default(), gid_by_ahn: FxHashMap::default(), cap: cap.max(1), clock: 0 }
-    }
-
-    /// The AH for `gid` if the domain has one, with one more user.
-    fn take(&mut self, gid: &[u8; 16]) -> Option<*mut ib::ibv_ah> {
-        self.clock += 1;
-        let e = self.by_gid.get_mut(gid)?;
-        e.users += 1;
-        e.last_use = self.clock;
-        Some(e.ah)
-    }
-
-    /// Whether a new AH needs one given back first.
-    fn is_full(&self) -> bool {
-        self.by_gid.len() >= self.cap
-    }
-
-    /// A new AH for `gid`, numbered `ahn`, with one user.
-    fn insert(&mut self, gid: [u8; 16], ah: *mut ib::ibv_ah, ahn: u16) {
-        self.clock += 1;
-        self.gid_by_ahn.insert(ahn, gid);
-        self.by_gid.insert(gid, SharedAh { ah, users: 1, last_use: self.clock });
-    }
-
-    /// `n` users of `gid`'s AH are done with it.
-    fn release(&mut self, gid: &[u8; 16], n: u32) {
-        if let Some(e) = self.by_gid.get_mut(gid) {
-            debug_assert!(e.users >= n, "more AH releases than uses");
-            e.users = e.users.saturating_sub(n);
-        }
-    }
-
-    /// Takes out the least recently used AH no request uses, for the
-    /// caller to destroy (its number stays mapped: a tombstone).
-    fn evict_lru(&mut self) -> Option<*mut ib::ibv_ah> {
-        let (&gid, _) = self.by_gid.iter().filter(|(_, e)| e.users == 0).min_by_key(|(_, e)| e.last_use)?;
-        self.by_gid.remove(&gid).map(|e| e.ah)
-    }
-
-    /// The GID of AH number `ahn`: of a live AH, or of the last one that
-    /// had the number.
-    fn gid_of_ahn(&self, ahn: u16) -> Option<[u8; 16]> {
-        self.gid_by_ahn.get(&ahn).copied()
-    }
-
-    /// Every AH, for the caller to destroy (the domain closes).
-    fn drain(&mut self) -> Vec<*mut ib::ibv_ah> {
-        self.by_gid.drain().map(|(_, e)| e.ah).collect()
-    }
-
-    #[cfg(test)]
-    fn users(&self, gid: &[u8; 16]) -> Option<u32> {
-        self.by_gid.get(gid).map(|e| e.users)
+                Ok(Some(q.ahn))
+            },
+            // The table is the domain's, under its lock: no completions
+            // are polled for room (the caller holds the lock).
+            |_, _| {},
+            stats,
+        )
     }
 }
 
@@ -529,7 +410,7 @@ impl EfaContext {
                     gid,
                     limits,
                     mr_access_mask: efa_mr_access_mask(attr.device_caps),
-                    ahs: Mutex::new(AhTable::new(ah_cap)),
+                    ahs: Mutex::new(AhCache::new(ah_cap)),
                 }),
             });
         }

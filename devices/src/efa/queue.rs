@@ -9,10 +9,11 @@
 #![allow(unsafe_code)]
 
 use super::{
-    efa_addr, parse_efa_addr, split_read, AhTable, EfaCtx, EfaLimits, AHN_UNKNOWN, POLL_BATCH, PORT, READ_WR,
-    RNR_RETRY_INFINITE,
+    efa_addr, parse_efa_addr, split_read, EfaCtx, EfaLimits, AHN_UNKNOWN, POLL_BATCH, PORT, READ_WR, RNR_RETRY_INFINITE,
 };
-use crate::ib::{last_err, mr_keys, nonblocking_channel, qkey_for, ret_err, AhError, BounceSlots, ReceiveSlots};
+use crate::ib::{
+    last_err, mr_keys, nonblocking_channel, qkey_for, ret_err, AhCache, AhCounters, AhError, BounceSlots, ReceiveSlots,
+};
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, OpenSpec, ReadDone, ReadRun, RemoteReads, TxDatagram};
 use rdm::Instant;
 use rdma_core_sys as ib;
@@ -67,6 +68,22 @@ pub struct EfaStats {
     pub last_error_status: u32,
     /// The `ibv_wc_status` of the last failed read request (not flushed).
     pub last_read_status: u32,
+}
+
+/// The domain's address-handle cache counts into the endpoint's counters.
+impl AhCounters for EfaStats {
+    fn ah_created(&mut self) {
+        self.ah_created += 1;
+    }
+    fn ah_evicted(&mut self) {
+        self.ah_evicted += 1;
+    }
+    fn ah_failed(&mut self) {
+        self.ah_failed += 1;
+    }
+    fn ah_busy(&mut self) {
+        self.ah_busy += 1;
+    }
 }
 
 /// Where one datagram of a batch goes: its AH (one use taken), QPN, GID.
@@ -399,7 +416,7 @@ impl EfaDevice {
     /// teardown nothing is polled) and for a gathered send whose
     /// registration was gone (rdmx's fault, not the peer's, but the
     /// datagram is lost all the same).
-    fn send_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhTable) {
+    fn send_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhCache<[u8; 16]>) {
         let Some(f) = self.inflight.remove(&wc.wr_id) else { return };
         ahs.release(&f.gid, 1);
         if let Some(b) = f.bounce {
@@ -430,7 +447,7 @@ impl EfaDevice {
         self.mark_unreachable(f.dst);
     }
 
-    fn read_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhTable) {
+    fn read_completed(&mut self, wc: ib::ibv_wc, ahs: &mut AhCache<[u8; 16]>) {
         self.read_wrs = self.read_wrs.saturating_sub(1);
         let slot = (wc.wr_id & !READ_WR) as usize;
         let Some(r) = self.reads.get_mut(slot) else { return };
@@ -556,12 +573,12 @@ impl EfaDevice {
 
     /// The sender of the completion the receive CQ is at: its GID from the
     /// AH number in `slid` (a live AH of the domain, or a tombstone: see
-    /// [`AhTable`]), else from the completion itself.
-    fn source_of_current(&self, ahs: &AhTable) -> Option<DevAddr> {
+    /// [`AhCache`]), else from the completion itself.
+    fn source_of_current(&self, ahs: &AhCache<[u8; 16]>) -> Option<DevAddr> {
         // SAFETY: called inside a started poll on a CQ made with SRC_QP and SLID.
         let (src_qp, slid) = unsafe { (ib::ibv_wc_read_src_qp(self.rcq_ex), ib::ibv_wc_read_slid(self.rcq_ex)) };
         if slid != AHN_UNKNOWN {
-            if let Some(gid) = ahs.gid_of_ahn(slid as u16) {
+            if let Some(gid) = ahs.key_of_ahn(slid as u16) {
                 return Some(efa_addr(gid, src_qp));
             }
             // A number this domain was never given: the completion may

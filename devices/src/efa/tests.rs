@@ -1,7 +1,7 @@
 //! Unit tests of the EFA device's pure parts (addresses, limits and caps
 //! from made-up attributes, read splitting, memory access) and of opening
-//! without an EFA device, and of the domain's address-handle table, apart
-//! from the code they test.
+//! without an EFA device, apart from the code they test. The address-handle
+//! cache's tests are `crate::ib`'s.
 //!
 //! Unsafe here: `LocalBuf::new` over a test's own buffer.
 #![allow(unsafe_code)]
@@ -166,58 +166,6 @@ fn mr_access_mask_follows_the_device_caps() {
     }
     assert_eq!(ibv_access(FI_REMOTE_WRITE) & read, lw);
     assert_eq!(ibv_access(FI_SEND) & lw, 0);
-}
-
-fn fake_ah(n: usize) -> *mut ib::ibv_ah {
-    // Never dereferenced: the table only keeps and hands back pointers.
-    n as *mut ib::ibv_ah
-}
-
-#[test]
-fn ah_table_shares_counts_uses_and_evicts_only_unused_lru() {
-    let (a, b, c) = ([1u8; 16], [2u8; 16], [3u8; 16]);
-    let mut t = AhTable::new(2);
-    assert_eq!(t.take(&a), None);
-    t.insert(a, fake_ah(0x10), 7);
-    assert_eq!(t.take(&a), Some(fake_ah(0x10)), "one AH per GID, shared");
-    assert_eq!(t.users(&a), Some(2));
-    t.insert(b, fake_ah(0x20), 8);
-    assert!(t.is_full());
-    // Both in use: nothing can go (the caller answers Busy).
-    assert_eq!(t.evict_lru(), None);
-    t.release(&b, 1);
-    assert_eq!(t.evict_lru(), Some(fake_ah(0x20)));
-    assert!(!t.is_full());
-    // b's number still names b (a tombstone) for completions written
-    // before its AH went.
-    assert_eq!(t.gid_of_ahn(8), Some(b));
-    assert_eq!(t.take(&b), None);
-    // Least recently used among the unused goes first.
-    t.release(&a, 2);
-    t.insert(c, fake_ah(0x30), 9);
-    t.release(&c, 1);
-    assert_eq!(t.take(&a), Some(fake_ah(0x10)));
-    t.release(&a, 1);
-    assert_eq!(t.evict_lru(), Some(fake_ah(0x30)));
-    assert_eq!(t.gid_of_ahn(9), Some(c));
-    // A new AH that gets a tombstone's number takes it over.
-    t.insert(b, fake_ah(0x40), 9);
-    assert_eq!(t.gid_of_ahn(9), Some(b));
-    assert_eq!(t.gid_of_ahn(7), Some(a));
-    assert_eq!(t.gid_of_ahn(99), None, "never given: unknown");
-    let mut left = t.drain();
-    left.sort();
-    assert_eq!(left, vec![fake_ah(0x10), fake_ah(0x40)]);
-}
-
-#[test]
-fn ah_errnos_that_mean_no_room_are_back_pressure() {
-    for e in [libc::ENOMEM, libc::EAGAIN, libc::ENOSPC, libc::ENOBUFS] {
-        assert!(ah_errno_is_no_room(Some(e)));
-    }
-    for e in [Some(libc::EINVAL), Some(libc::EOPNOTSUPP), Some(libc::ENODEV), None] {
-        assert!(!ah_errno_is_no_room(e));
-    }
 }
 
 #[test]

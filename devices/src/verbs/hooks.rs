@@ -20,6 +20,6 @@ impl VerbsDevice {
     /// retry path without exhausting a real device.
     #[doc(hidden)]
     pub fn refuse_next_ahs_for_test(&mut self, n: u32) {
-        self.refuse_ahs = n;
+        self.ahs.refuse_next_for_test(n);
     }
 }

@@ -76,7 +76,9 @@
 //! takes only as many datagrams as fit (a short count is back-pressure). The
 //! address handle and bounce slot of a request are released when a
 //! completion covers it, never before: an address handle the send queue
-//! still uses is not destroyed by the cache's eviction.
+//! still uses is not destroyed by the cache's eviction (the cache is
+//! `crate::ib::AhCache`, EFA's too: a full cache whose every handle is in
+//! use holds the send back, a short count, and never grows past its bound).
 //!
 //! Receives land in a pool of registered slots of GRH + MTU bytes, each
 //! posted once; `recv_batch` lends the payload (after the 40-byte GRH) and
@@ -137,7 +139,7 @@ pub use rc::RcQueue;
 pub use crate::ib::{
     ibv_access, mr_key, mr_keys, qkey_for, FI_READ, FI_RECV, FI_REMOTE_READ, FI_REMOTE_WRITE, FI_SEND, FI_WRITE,
 };
-use crate::ib::{last_err, nonblocking_channel, BounceSlots, ReceiveSlots};
+use crate::ib::{last_err, nonblocking_channel, AhCache, AhCounters, BounceSlots, ReceiveSlots};
 use context::Ctx;
 use rc::{RcFactory, RcReads};
 use rdm::device::rc::{ConnStats, ConnTable};
@@ -148,7 +150,7 @@ use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::ptr;
 use std::sync::Arc;
-use ud::{AhEntry, AhKey, UdQueue};
+use ud::{AhKey, UdQueue};
 
 /// Bytes the NIC writes before the payload of every UD receive.
 pub const GRH_LEN: usize = 40;
@@ -331,8 +333,9 @@ pub struct VerbsStats {
     pub recv_errors: u64,
     pub ah_created: u64,
     pub ah_evicted: u64,
-    /// Address handles created beyond the cache bound because every cached
-    /// one was still used by an outstanding send.
+    /// Times a send was held back (a short count) because the cache was
+    /// full and every cached address handle was still used by an
+    /// outstanding send: the bound holds, no handle is made beyond it.
     pub ah_overflow: u64,
     /// Address handles that could not be created (destination unreachable).
     pub ah_failed: u64,
@@ -359,6 +362,25 @@ pub struct VerbsStats {
     pub rc_last_error_status: u32,
 }
 
+/// The address-handle cache counts into the endpoint's counters.
+impl AhCounters for VerbsStats {
+    fn ah_created(&mut self) {
+        self.ah_created += 1;
+    }
+    fn ah_evicted(&mut self) {
+        self.ah_evicted += 1;
+    }
+    fn ah_failed(&mut self) {
+        self.ah_failed += 1;
+    }
+    fn ah_refused(&mut self) {
+        self.ah_refused += 1;
+    }
+    fn ah_full(&mut self) {
+        self.ah_overflow += 1;
+    }
+}
+
 /// One endpoint's UD queue pair (see the module docs), with its RC queue
 /// pairs for reads.
 pub struct VerbsDevice {
@@ -367,12 +389,8 @@ pub struct VerbsDevice {
     channel: *mut ib::ibv_comp_channel,
     /// The UD queue pair: sends and receives (`ud.rs`).
     ud: UdQueue,
-    // Address handles of the UD queue's destinations.
-    ahs: FxHashMap<AhKey, AhEntry>,
-    ah_cap: usize,
-    ah_clock: u64,
-    /// Address handles still to refuse (`refuse_next_ahs_for_test`).
-    refuse_ahs: u32,
+    /// Address handles of the UD queue's destinations.
+    ahs: AhCache<AhKey>,
     /// Remote reads through RC queue pairs (`rc.rs`).
     rc: RcReads,
     pub stats: VerbsStats,
@@ -417,10 +435,7 @@ impl VerbsDevice {
                 check_qp: false,
                 corrupt_next_key: false,
             },
-            ahs: FxHashMap::default(),
-            ah_cap,
-            ah_clock: 0,
-            refuse_ahs: 0,
+            ahs: AhCache::new(ah_cap),
             rc: RcReads {
                 conns: ConnTable::new(cfg.rc_max_peers.unwrap_or(DEFAULT_RC_MAX_PEERS), RC_IDLE, spec.incarnation),
                 queues: RcFactory {
@@ -504,7 +519,7 @@ impl VerbsDevice {
 
     /// The bound of the address-handle cache.
     pub fn ah_cache_cap(&self) -> usize {
-        self.ah_cap
+        self.ahs.cap()
     }
 
     /// The Q_Key of this queue pair.
@@ -572,8 +587,8 @@ impl Drop for VerbsDevice {
             if !self.ud.qp.is_null() {
                 ib::ibv_destroy_qp(self.ud.qp);
             }
-            for (_, e) in self.ahs.drain() {
-                ib::ibv_destroy_ah(e.ah);
+            for ah in self.ahs.drain() {
+                ib::ibv_destroy_ah(ah);
             }
             if !self.channel.is_null() {
                 self.ack_events();

@@ -13,25 +13,16 @@ use super::{
     grh_source_gid, link_send_chain, mr_keys, parse_ud_addr, posted_before, ud_addr, VerbsDevice, VerbsStats, GRH_LEN,
     HOP_LIMIT, POLL_BATCH, SIGNAL_EVERY,
 };
-use crate::ib::{ret_err, AhError, BounceSlots, ReceiveSlots};
+use crate::ib::{ret_err, AhCache, AhError, BounceSlots, ReceiveSlots};
 use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, RemoteReads, TxDatagram};
 use rdm::Instant;
 use rdma_core_sys as ib;
-use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::ptr;
 
 /// An address handle's key: the GID on RoCE, the LID on InfiniBand.
 pub(super) type AhKey = ([u8; 16], u16);
-
-/// A cached address handle.
-pub(super) struct AhEntry {
-    pub(super) ah: *mut ib::ibv_ah,
-    last_use: u64,
-    /// Posted sends using it that no completion has covered yet.
-    inflight: u32,
-}
 
 /// A posted send no completion has covered yet.
 pub(super) struct Inflight {
@@ -80,7 +71,7 @@ impl UdQueue {
     /// Polls the send CQ: releases what the completions cover and records
     /// the destinations of failed sends. Safe in the middle of building a
     /// chain: completions cover only posted requests.
-    fn poll_sends(&mut self, ahs: &mut FxHashMap<AhKey, AhEntry>, stats: &mut VerbsStats) {
+    fn poll_sends(&mut self, ahs: &mut AhCache<AhKey>, stats: &mut VerbsStats) {
         loop {
             // SAFETY: a live CQ and room for POLL_BATCH completions.
             let n = unsafe { ib::ibv_poll_cq(self.scq, POLL_BATCH as i32, self.wcs.as_mut_ptr()) };
@@ -124,7 +115,7 @@ impl UdQueue {
     }
 
     /// A completion of send `seq` covers it and every send before it.
-    fn release_through(&mut self, seq: u64, ahs: &mut FxHashMap<AhKey, AhEntry>) {
+    fn release_through(&mut self, seq: u64, ahs: &mut AhCache<AhKey>) {
         while self.inflight.front().is_some_and(|f| f.seq <= seq) {
             let f = self.inflight.pop_front().expect("checked");
             self.release(&f, ahs);
@@ -133,10 +124,8 @@ impl UdQueue {
 
     /// Gives back what a send held: its use of its address handle, its
     /// bounce slot.
-    fn release(&mut self, f: &Inflight, ahs: &mut FxHashMap<AhKey, AhEntry>) {
-        if let Some(e) = ahs.get_mut(&f.ah) {
-            e.inflight -= 1;
-        }
+    fn release(&mut self, f: &Inflight, ahs: &mut AhCache<AhKey>) {
+        ahs.release(&f.ah, 1);
         if let Some(b) = f.bounce {
             self.bounce.give_back(b);
         }
@@ -247,83 +236,34 @@ impl VerbsDevice {
         }
     }
 
-    /// The address handle for `key`, from the cache or new (evicting the
-    /// least recently used one no outstanding send uses).
+    /// The address handle for `key` with one more use (released when a
+    /// completion covers the send): from the cache or new, evicting the
+    /// least recently used one no outstanding send uses (see
+    /// [`AhCache::acquire`]; no room: `Busy`).
     fn ah_for(&mut self, key: AhKey) -> Result<*mut ib::ibv_ah, AhError> {
-        self.ah_clock += 1;
-        let clock = self.ah_clock;
-        if let Some(e) = self.ahs.get_mut(&key) {
-            e.last_use = clock;
-            return Ok(e.ah);
-        }
-        if self.ahs.len() >= self.ah_cap && !self.evict_one() {
-            // Not `reap_sends`: a recovery would release the requests of the
-            // chain being built.
-            self.poll_sends();
-            if !self.evict_one() {
-                self.stats.ah_overflow += 1;
-            }
-        }
-        let mut attr = ib::ibv_ah_attr { port_num: self.ctx.port, ..Default::default() };
-        if self.ctx.infiniband {
-            attr.dlid = key.1;
-        } else {
-            attr.is_global = 1;
-            attr.grh.dgid.raw = key.0;
-            attr.grh.sgid_index = self.ctx.gid_index;
-            attr.grh.hop_limit = HOP_LIMIT;
-        }
-        let mut retried = false;
-        let ah = loop {
-            let (ah, errno) = if self.refuse_ahs > 0 {
-                self.refuse_ahs -= 1;
-                (std::ptr::null_mut(), Some(libc::ENOMEM))
-            } else {
-                // SAFETY: errno is this thread's; then a live PD and a
-                // valid attribute struct. errno is cleared first so that a
-                // failure that sets none is not read as an older EAGAIN.
-                let ah = unsafe {
-                    *libc::__errno_location() = 0;
-                    ib::ibv_create_ah(self.ctx.pd, &mut attr)
-                };
-                (ah, std::io::Error::last_os_error().raw_os_error().filter(|&e| e != 0))
-            };
-            if !ah.is_null() {
-                break ah;
-            }
-            if !matches!(errno, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS)) {
-                self.stats.ah_failed += 1;
-                return Err(AhError::Unreachable);
-            }
-            // The device is out of address handles (its limit can be below
-            // `max_ah`) or memory: give one back and try once more, else
-            // let the send wait for sends in flight to release theirs.
-            self.stats.ah_refused += 1;
-            if retried {
-                return Err(AhError::Busy);
-            }
-            retried = true;
-            if !self.evict_one() {
-                self.poll_sends();
-                if !self.evict_one() {
-                    return Err(AhError::Busy);
+        let ctx = &self.ctx;
+        let ud = &mut self.ud;
+        self.ahs.acquire(
+            ctx.pd,
+            key,
+            || {
+                let mut attr = ib::ibv_ah_attr { port_num: ctx.port, ..Default::default() };
+                if ctx.infiniband {
+                    attr.dlid = key.1;
+                } else {
+                    attr.is_global = 1;
+                    attr.grh.dgid.raw = key.0;
+                    attr.grh.sgid_index = ctx.gid_index;
+                    attr.grh.hop_limit = HOP_LIMIT;
                 }
-            }
-        };
-        self.stats.ah_created += 1;
-        self.ahs.insert(key, AhEntry { ah, last_use: clock, inflight: 0 });
-        Ok(ah)
-    }
-
-    fn evict_one(&mut self) -> bool {
-        let Some((&k, _)) = self.ahs.iter().filter(|(_, e)| e.inflight == 0).min_by_key(|(_, e)| e.last_use) else {
-            return false;
-        };
-        let e = self.ahs.remove(&k).expect("present");
-        // SAFETY: an AH no outstanding send uses, destroyed once.
-        unsafe { ib::ibv_destroy_ah(e.ah) };
-        self.stats.ah_evicted += 1;
-        true
+                attr
+            },
+            |_| Ok(None),
+            // Not `reap_sends`: a recovery would release the requests of
+            // the chain being built.
+            |ahs, stats| ud.poll_sends(ahs, stats),
+            &mut self.stats,
+        )
     }
 
     /// Polls the receive CQ into `rx_pending`, at most `max`.
@@ -408,7 +348,11 @@ impl Device for VerbsDevice {
                 // completion: never empty while room > 0; if it ever were,
                 // that is back-pressure (the rest of the batch goes later), not
                 // a panic on the application's send path.
-                let Some((b, sge)) = self.ud.bounce.copy_in(&[d.data]) else { break };
+                let Some((b, sge)) = self.ud.bounce.copy_in(&[d.data]) else {
+                    // The address handle's use taken above goes back.
+                    self.ahs.release(&key, 1);
+                    break;
+                };
                 bounce = Some(b);
                 self.stats.bounce_copies += 1;
                 sge
@@ -425,9 +369,6 @@ impl Device for VerbsDevice {
             }
             let seq = self.ud.tx_seq;
             self.ud.tx_seq += 1;
-            if let Some(e) = self.ahs.get_mut(&key) {
-                e.inflight += 1;
-            }
             self.ud.inflight.push_back(Inflight { seq, dst: d.dst, ah: key, bounce, gathered: gather.is_some() });
             // Two SGEs per request, always (the second unused without a
             // gathered part), so request i's list is at 2 * i.
@@ -476,7 +417,7 @@ impl Device for VerbsDevice {
         link_send_chain(&mut self.ud.swrs, &mut self.ud.ssges, 2);
         let mut bad: *mut ib::ibv_send_wr = ptr::null_mut();
         // SAFETY: a chain of valid UD send requests: each AH is live (its
-        // inflight count keeps it from eviction), each SGE names either
+        // use in the cache keeps it from eviction), each SGE names either
         // inline data (copied by the post), a bounce slot (this send's
         // until its completion), or a gathered part: registered application
         // memory that stays valid until its message completes (the
