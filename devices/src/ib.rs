@@ -2,14 +2,18 @@
 //! discovery (the device list, opening one, its ports), the protection
 //! domain and memory registrations (keys, access bits, the registrar), the
 //! registered receive and bounce slots of a datagram queue pair, the
-//! non-blocking completion channel, and the errors of these calls. Each
-//! device keeps only its own queue pairs and address handles.
+//! non-blocking completion channel, the address-handle cache (`AhCache`:
+//! verbs keeps one per endpoint, EFA one per domain) and the errors of these
+//! calls. Each device keeps only its own queue pairs.
+//!
+//! Unsafe here: the rdma-core calls both devices share (device list, registrations, receives, AHs, channel fd).
 #![allow(unsafe_code)]
 
 use rdm::device::{DeviceError, Registrar};
 use rdma_core_sys as ib;
 use rustc_hash::FxHashMap;
 use std::ffi::CStr;
+use std::hash::Hash;
 use std::io;
 use std::ptr;
 use std::sync::Arc;
@@ -249,9 +253,256 @@ impl<C: ProtectionDomain> Drop for PdRegistrar<C> {
 pub(crate) enum AhError {
     /// The device refused the destination itself (no route, bad GID).
     Unreachable,
-    /// No room now (the device, or for EFA every address handle of the
-    /// domain in use, is out of them): try later.
+    /// No room now (the device is out of them, or every address handle the
+    /// cache may hold is in use): try later.
     Busy,
+}
+
+/// `ibv_create_ah` errnos that mean "no room now" (the device's AH table,
+/// kernel memory): back-pressure, not an unreachable peer.
+pub(crate) fn ah_errno_is_no_room(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::ENOMEM | libc::EAGAIN | libc::ENOSPC | libc::ENOBUFS))
+}
+
+/// Where an [`AhCache`] counts what it does: each device's own stats
+/// (verbs per endpoint, EFA per endpoint over the domain's cache). The
+/// cases a device has no counter for do nothing.
+pub(crate) trait AhCounters {
+    /// An address handle was made.
+    fn ah_created(&mut self);
+    /// One no request used was destroyed to make room.
+    fn ah_evicted(&mut self);
+    /// One could not be made: the destination is unreachable.
+    fn ah_failed(&mut self);
+    /// The device refused one for want of room (`ENOMEM` and the like).
+    fn ah_refused(&mut self) {}
+    /// The cache was full and every address handle in it in use.
+    fn ah_full(&mut self) {}
+    /// No address handle now: the request waits (`AhError::Busy`).
+    fn ah_busy(&mut self) {}
+}
+
+/// One cached address handle.
+struct CachedAh {
+    ah: *mut ib::ibv_ah,
+    /// Requests that use it and have not completed: posted, or in a chain
+    /// being built.
+    users: u32,
+    last_use: u64,
+}
+
+/// An address-handle cache (verbs UD: one per endpoint, keyed by GID and
+/// LID; EFA: one per domain, shared by its endpoints, keyed by GID): at
+/// most `cap` handles, each counted per request in flight that uses it
+/// and destroyed only when none does and room is needed (least recently
+/// used first). A full cache whose every handle is in use gives none
+/// (`Busy`: the send waits), and so does a device out of handles after
+/// one was given back; a destination the device refuses is `Unreachable`.
+///
+/// Receive completions of some devices (EFA) name a sender that has an AH
+/// by its number, so a number's key can be recorded ([`AhCache::insert`]'s
+/// `ahn`) and is kept after the AH goes (a tombstone) until a new AH gets
+/// that number: a completion written before its AH was destroyed still
+/// carries the old number. Left: a datagram that arrived before an AH
+/// was destroyed and is polled after a new AH (for another key) took its
+/// number is named after the new key; the device gives no way to tell them
+/// apart (eviction is rare: the cache holds `cap` peers).
+pub(crate) struct AhCache<K> {
+    by_key: FxHashMap<K, CachedAh>,
+    key_by_ahn: FxHashMap<u16, K>,
+    cap: usize,
+    clock: u64,
+    /// Test hook: creations still to refuse as a device out of address
+    /// handles would (`ENOMEM`).
+    refuse: u32,
+}
+
+impl<K: Copy + Eq + Hash> AhCache<K> {
+    pub(crate) fn new(cap: usize) -> AhCache<K> {
+        AhCache { by_key: FxHashMap::default(), key_by_ahn: FxHashMap::default(), cap: cap.max(1), clock: 0, refuse: 0 }
+    }
+
+    /// Address handles cached now.
+    pub(crate) fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// The bound of the cache.
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// The AH for `key` if the cache has one, with one more user.
+    #[inline]
+    pub(crate) fn take(&mut self, key: &K) -> Option<*mut ib::ibv_ah> {
+        self.clock += 1;
+        let e = self.by_key.get_mut(key)?;
+        e.users += 1;
+        e.last_use = self.clock;
+        Some(e.ah)
+    }
+
+    /// Whether a new AH needs one given back first.
+    pub(crate) fn is_full(&self) -> bool {
+        self.by_key.len() >= self.cap
+    }
+
+    /// A new AH for `key`, numbered `ahn` where the device numbers them,
+    /// with one user.
+    pub(crate) fn insert(&mut self, key: K, ah: *mut ib::ibv_ah, ahn: Option<u16>) {
+        self.clock += 1;
+        if let Some(n) = ahn {
+            self.key_by_ahn.insert(n, key);
+        }
+        self.by_key.insert(key, CachedAh { ah, users: 1, last_use: self.clock });
+    }
+
+    /// `n` users of `key`'s AH are done with it.
+    #[inline]
+    pub(crate) fn release(&mut self, key: &K, n: u32) {
+        if let Some(e) = self.by_key.get_mut(key) {
+            debug_assert!(e.users >= n, "more AH releases than uses");
+            e.users = e.users.saturating_sub(n);
+        }
+    }
+
+    /// Takes out the least recently used AH no request uses, for the
+    /// caller to destroy (its number stays mapped: a tombstone).
+    pub(crate) fn evict_lru(&mut self) -> Option<*mut ib::ibv_ah> {
+        let (&key, _) = self.by_key.iter().filter(|(_, e)| e.users == 0).min_by_key(|(_, e)| e.last_use)?;
+        self.by_key.remove(&key).map(|e| e.ah)
+    }
+
+    /// The key of AH number `ahn`: of a live AH, or of the last one that
+    /// had the number.
+    pub(crate) fn key_of_ahn(&self, ahn: u16) -> Option<K> {
+        self.key_by_ahn.get(&ahn).copied()
+    }
+
+    /// Every AH, taken out for the caller to destroy (its owner closes).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = *mut ib::ibv_ah> + '_ {
+        self.by_key.drain().map(|(_, e)| e.ah)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn users(&self, key: &K) -> Option<u32> {
+        self.by_key.get(key).map(|e| e.users)
+    }
+
+    /// Test hook: the next `n` creations are refused as a device out of
+    /// address handles would (`ENOMEM`).
+    pub(crate) fn refuse_next_for_test(&mut self, n: u32) {
+        self.refuse = n;
+    }
+
+    /// Destroys the least recently used AH no request uses; false: none.
+    fn evict_one<S: AhCounters>(&mut self, stats: &mut S) -> bool {
+        let Some(ah) = self.evict_lru() else { return false };
+        // SAFETY: an AH of the owner's PD that no request in flight uses,
+        // out of the cache: destroyed once.
+        unsafe { ib::ibv_destroy_ah(ah) };
+        stats.ah_evicted();
+        true
+    }
+
+    /// The address handle for `key`, with one more user (one request;
+    /// [`AhCache::release`] when it completes): the cached one, or a new
+    /// one of `pd` made from `attr()`. `number` is asked for a new AH's
+    /// number (`Ok(None)`: the device numbers none; `Err`: the AH is
+    /// destroyed and the destination unreachable). `reclaim` may release
+    /// uses (a device polling its send completions) when no unused AH is
+    /// there to give back; it is called at most once per miss and then the
+    /// eviction tried again.
+    ///
+    /// A full cache first gives back the least recently used AH no request
+    /// uses; none (every one in use): `Busy`. `ibv_create_ah` failing for
+    /// want of room (errno cleared before the call, so an older errno is
+    /// never read as this failure's) gives one back and tries once more,
+    /// else `Busy`; any other failure is `Unreachable`.
+    #[inline]
+    pub(crate) fn acquire<S: AhCounters>(
+        &mut self,
+        pd: *mut ib::ibv_pd,
+        key: K,
+        attr: impl FnOnce() -> ib::ibv_ah_attr,
+        number: impl FnOnce(*mut ib::ibv_ah) -> Result<Option<u16>, ()>,
+        reclaim: impl FnMut(&mut AhCache<K>, &mut S),
+        stats: &mut S,
+    ) -> Result<*mut ib::ibv_ah, AhError> {
+        if let Some(ah) = self.take(&key) {
+            return Ok(ah);
+        }
+        self.create(pd, key, attr, number, reclaim, stats)
+    }
+
+    /// The miss of [`AhCache::acquire`].
+    fn create<S: AhCounters>(
+        &mut self,
+        pd: *mut ib::ibv_pd,
+        key: K,
+        attr: impl FnOnce() -> ib::ibv_ah_attr,
+        number: impl FnOnce(*mut ib::ibv_ah) -> Result<Option<u16>, ()>,
+        mut reclaim: impl FnMut(&mut AhCache<K>, &mut S),
+        stats: &mut S,
+    ) -> Result<*mut ib::ibv_ah, AhError> {
+        if self.is_full() && !self.evict_one(stats) {
+            reclaim(self, stats);
+            if !self.evict_one(stats) {
+                stats.ah_full();
+                stats.ah_busy();
+                return Err(AhError::Busy);
+            }
+        }
+        let mut attr = attr();
+        let mut retried = false;
+        let ah = loop {
+            let (ah, errno) = if self.refuse > 0 {
+                self.refuse -= 1;
+                (ptr::null_mut(), Some(libc::ENOMEM))
+            } else {
+                // SAFETY: errno is this thread's; then a live PD and a
+                // valid attribute struct. errno is cleared first so that a
+                // failure that sets none is not read as an older EAGAIN.
+                let ah = unsafe {
+                    *libc::__errno_location() = 0;
+                    ib::ibv_create_ah(pd, &mut attr)
+                };
+                (ah, io::Error::last_os_error().raw_os_error().filter(|&e| e != 0))
+            };
+            if !ah.is_null() {
+                break ah;
+            }
+            if !ah_errno_is_no_room(errno) {
+                stats.ah_failed();
+                return Err(AhError::Unreachable);
+            }
+            // The device is out of address handles (its limit can be below
+            // `max_ah`) or memory: give one back and try once more, else
+            // let the request wait for those in flight to release theirs.
+            stats.ah_refused();
+            if !retried {
+                retried = true;
+                if self.evict_one(stats) {
+                    continue;
+                }
+                reclaim(self, stats);
+                if self.evict_one(stats) {
+                    continue;
+                }
+            }
+            stats.ah_busy();
+            return Err(AhError::Busy);
+        };
+        let Ok(ahn) = number(ah) else {
+            // SAFETY: the AH just made, used by nothing.
+            unsafe { ib::ibv_destroy_ah(ah) };
+            stats.ah_failed();
+            return Err(AhError::Unreachable);
+        };
+        self.insert(key, ah, ahn);
+        stats.ah_created();
+        Ok(ah)
+    }
 }
 
 /// A queue pair's receive slots: one registered buffer cut into `count`
@@ -413,4 +664,134 @@ pub(crate) fn nonblocking_channel(ctx: *mut ib::ibv_context) -> Result<*mut ib::
         return Err(e);
     }
     Ok(channel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_ah(n: usize) -> *mut ib::ibv_ah {
+        // Never dereferenced: the cache only keeps and hands back pointers.
+        n as *mut ib::ibv_ah
+    }
+
+    #[test]
+    fn ah_cache_shares_counts_uses_and_evicts_only_unused_lru() {
+        let (a, b, c) = ([1u8; 16], [2u8; 16], [3u8; 16]);
+        let mut t = AhCache::new(2);
+        assert_eq!(t.take(&a), None);
+        t.insert(a, fake_ah(0x10), Some(7));
+        assert_eq!(t.take(&a), Some(fake_ah(0x10)), "one AH per key, shared");
+        assert_eq!(t.users(&a), Some(2));
+        t.insert(b, fake_ah(0x20), Some(8));
+        assert!(t.is_full());
+        // Both in use: nothing can go (the caller answers Busy).
+        assert_eq!(t.evict_lru(), None);
+        t.release(&b, 1);
+        assert_eq!(t.evict_lru(), Some(fake_ah(0x20)));
+        assert!(!t.is_full());
+        // b's number still names b (a tombstone) for completions written
+        // before its AH went.
+        assert_eq!(t.key_of_ahn(8), Some(b));
+        assert_eq!(t.take(&b), None);
+        // Least recently used among the unused goes first.
+        t.release(&a, 2);
+        t.insert(c, fake_ah(0x30), Some(9));
+        t.release(&c, 1);
+        assert_eq!(t.take(&a), Some(fake_ah(0x10)));
+        t.release(&a, 1);
+        assert_eq!(t.evict_lru(), Some(fake_ah(0x30)));
+        assert_eq!(t.key_of_ahn(9), Some(c));
+        // A new AH that gets a tombstone's number takes it over.
+        t.insert(b, fake_ah(0x40), Some(9));
+        assert_eq!(t.key_of_ahn(9), Some(b));
+        assert_eq!(t.key_of_ahn(7), Some(a));
+        assert_eq!(t.key_of_ahn(99), None, "never given: unknown");
+        // Unnumbered AHs (verbs UD) take no number over.
+        assert_eq!(t.take(&a), Some(fake_ah(0x10)));
+        t.release(&b, 1);
+        assert_eq!(t.evict_lru(), Some(fake_ah(0x40)), "a is in use: b goes");
+        t.insert(c, fake_ah(0x50), None);
+        assert_eq!(t.key_of_ahn(9), Some(b));
+        let mut left: Vec<_> = t.drain().collect();
+        left.sort();
+        assert_eq!(left, vec![fake_ah(0x10), fake_ah(0x50)]);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn ah_errnos_that_mean_no_room_are_back_pressure() {
+        for e in [libc::ENOMEM, libc::EAGAIN, libc::ENOSPC, libc::ENOBUFS] {
+            assert!(ah_errno_is_no_room(Some(e)));
+        }
+        for e in [Some(libc::EINVAL), Some(libc::EOPNOTSUPP), Some(libc::ENODEV), None] {
+            assert!(!ah_errno_is_no_room(e));
+        }
+    }
+
+    #[derive(Default, Debug, PartialEq)]
+    struct Counts {
+        created: u32,
+        evicted: u32,
+        failed: u32,
+        refused: u32,
+        full: u32,
+        busy: u32,
+    }
+
+    impl AhCounters for Counts {
+        fn ah_created(&mut self) {
+            self.created += 1;
+        }
+        fn ah_evicted(&mut self) {
+            self.evicted += 1;
+        }
+        fn ah_failed(&mut self) {
+            self.failed += 1;
+        }
+        fn ah_refused(&mut self) {
+            self.refused += 1;
+        }
+        fn ah_full(&mut self) {
+            self.full += 1;
+        }
+        fn ah_busy(&mut self) {
+            self.busy += 1;
+        }
+    }
+
+    /// The paths of `acquire` that reach no verbs call (no device here): a
+    /// hit, a full cache of handles in use (`Busy`, the bound holds, after
+    /// one `reclaim`), and refused creations with nothing to give back.
+    #[test]
+    fn ah_cache_acquire_holds_its_bound_and_waits_when_refused() {
+        let pd = ptr::null_mut();
+        let attr = ib::ibv_ah_attr::default;
+        let mut c = Counts::default();
+        let mut t = AhCache::new(1);
+        t.insert(1u8, fake_ah(0x10), None);
+        assert_eq!(
+            t.acquire(pd, 1, attr, |_| Ok(None), |_, _| panic!("a hit reclaims nothing"), &mut c),
+            Ok(fake_ah(0x10))
+        );
+        assert_eq!(t.users(&1), Some(2));
+        let mut reclaims = 0;
+        let got = t.acquire(pd, 2, attr, |_| Ok(None), |_, _| reclaims += 1, &mut c);
+        assert_eq!(got, Err(AhError::Busy));
+        assert_eq!(reclaims, 1);
+        assert_eq!(t.len(), 1, "never beyond the bound");
+        assert_eq!(c, Counts { full: 1, busy: 1, ..Counts::default() });
+        // Refused twice with nothing to give back: Busy, after one reclaim,
+        // each refusal counted; the hook's count is used up.
+        let mut t: AhCache<u8> = AhCache::new(4);
+        t.refuse_next_for_test(2);
+        let mut c = Counts::default();
+        let mut reclaims = 0;
+        assert_eq!(t.acquire(pd, 3, attr, |_| Ok(None), |_, _| reclaims += 1, &mut c), Err(AhError::Busy));
+        assert_eq!((reclaims, t.refuse), (1, 1));
+        assert_eq!(c, Counts { refused: 1, busy: 1, ..Counts::default() });
+        assert_eq!(t.acquire(pd, 3, attr, |_| Ok(None), |_, _| {}, &mut c), Err(AhError::Busy));
+        assert_eq!(c, Counts { refused: 2, busy: 2, ..Counts::default() });
+        assert_eq!((t.refuse, t.len()), (0, 0));
+    }
 }

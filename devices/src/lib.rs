@@ -26,7 +26,8 @@
 //!   this host's identity (which peers shared memory can reach).
 //! * [`addr`]: the endpoint address, one slot per device, and which device
 //!   reaches which peer.
-//! * [`ib`]: what verbs and EFA share of rdma-core.
+//! * [`ib`]: what verbs and EFA share of rdma-core, the address-handle cache
+//!   included.
 //! * [`probe`]: which RDMA devices this host offers, asked once per process.
 //!
 //! This crate and `prov` are the only ones with system calls, `unsafe` and

@@ -346,7 +346,7 @@ fn shm_polling_receiver_costs_senders_no_wakeups() {
     assert_eq!(recv_n(&mut b, 2).len(), 2);
 }
 
-/// A device with EFA SRD's semantics, modelled (the real one, `efa.rs`,
+/// A device with EFA SRD's semantics, modelled (the real one, `efa/`,
 /// needs EFA hardware): the simulator's device on a network that never loses
 /// a datagram but reorders them, whose reads name the peer's registration
 /// keys. Each call moves the virtual clock to the next arrival, so datagrams
