@@ -345,7 +345,9 @@ inside() {
         pass "$ompi, $prog np $np as $TUSER over the installed rdmx: '$want'; $rdmx_opened fabrics opened, all rdmx's ($provdir), mtl ofi chose rdmx on $chose of $np ranks$([[ $prog == rma ]] && echo ", osc rdma selected btl ofi on $osc_ofi")"
       else
         fail "ompi-$prog-np$np" "$ompi, $prog np $np: exit $s, '$want' $(grep -qF "$want" <<<"$mpiout" && echo found || echo missing), fabrics opened $opened (rdmx's $rdmx_opened, want >= $((np * fabrics)) and all), mtl ofi chose rdmx on $chose of $np, osc btl ofi on $osc_ofi of $np; the output's tail:"
-        tail -n 40 <<<"$mpiout" | indent
+        # What the MPI said of its btl and osc choice, then the end of the output.
+        grep -iE 'btl|osc' <<<"$mpiout" | grep -v '^libfabric:' | head -n 40 | indent
+        tail -n 25 <<<"$mpiout" | indent
       fi
     done
   done

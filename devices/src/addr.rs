@@ -24,6 +24,8 @@
 //! | 44 | 2 | IPv6 scope id (an interface index; larger ones are not carried) |
 //! | 46 | 2 | UD: LID (InfiniBand without GRH; 0 on RoCE) |
 //! | 48 | 16 | UD: the port's GID (RoCE v2: the netdev's address, IPv4-mapped) |
+#![forbid(unsafe_code)]
+
 use rdm::device::{RawAddr, ShmAddr};
 use rdm::DevAddr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};

@@ -14,6 +14,8 @@
 //!   need); [`AutoDevice::shm_addr`] gives the other.
 //! * `wait_fd()`: with two fds, an epoll fd watching both (level-triggered, so it
 //!   is readable while either is).
+//!
+//! Unsafe here: borrowing the halves' fds to add them to that epoll fd.
 #![allow(unsafe_code)]
 
 use crate::shm::ShmDevice;

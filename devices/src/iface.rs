@@ -17,6 +17,8 @@
 //!    asked for IPv6); global addresses before IPv6 link-local ones;
 //! 3. else an address of the other family by the same rule;
 //! 4. else loopback: a host without a network can still talk to itself.
+#![forbid(unsafe_code)]
+
 use rdm::device::DeviceError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
 

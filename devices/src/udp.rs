@@ -19,6 +19,9 @@
 //! resolved to a concrete one: `node` if given, else the interface `iface`
 //! (`FI_RDMX_IFACE`: a name like `eth0` or an IP), else the first usable
 //! non-loopback interface by the order documented in [`crate::iface`], else loopback.
+//!
+//! Unsafe here: `sendmmsg`/`recvmmsg` with their headers and control messages
+//! (GSO, GRO, the socket's error queue), and the `CMSG_*` sizes.
 #![allow(unsafe_code)]
 
 use nix::sys::socket::{setsockopt, sockopt};

@@ -112,3 +112,32 @@ fn the_engine_and_message_crates_forbid_unsafe_code() {
         "the read of a LocalBuf's bytes is an unsafe fn: {lines:?}"
     );
 }
+
+/// The devices crate declares `unsafe` per module, honestly: a module with no
+/// unsafe code forbids it; a module with some allows it and its doc says what
+/// for ("Unsafe here: ..."); no crate-wide attribute claims what the modules
+/// lift.
+#[test]
+fn every_devices_module_declares_its_unsafe() {
+    let lib = std::fs::read_to_string(root().join("devices/src/lib.rs")).unwrap();
+    assert!(!lib.contains("#![deny(unsafe_code)]"), "devices/src/lib.rs claims a crate-wide deny the modules lift");
+    for f in sources(&root().join("devices/src")) {
+        if f.ends_with("lib.rs") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&f).unwrap();
+        let uses = !unsafe_lines(&f).is_empty();
+        let forbids = src.contains("#![forbid(unsafe_code)]");
+        let allows = src.contains("#![allow(unsafe_code)]");
+        let says = src.lines().any(|l| l.starts_with("//! Unsafe here:"));
+        if uses {
+            assert!(
+                allows && says,
+                "{}: has unsafe code: #![allow(unsafe_code)] and a \"//! Unsafe here:\" line",
+                f.display()
+            );
+        } else {
+            assert!(forbids && !allows, "{}: has no unsafe code: #![forbid(unsafe_code)]", f.display());
+        }
+    }
+}
