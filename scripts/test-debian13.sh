@@ -331,10 +331,12 @@ inside() {
         extra=(--mca btl self,ofi --mca osc rdma --mca osc_rdma_btls ofi --mca osc_base_verbose 50) fabrics=2
       fi
       want="$prog: all checks passed on $np ranks"
-      mpiout=$(as_user timeout --foreground 180 mpirun -np "$np" --oversubscribe \
+      # --output tag: each line of each rank whole, prefixed with its rank (the
+      # counts below read lines that ranks write at once).
+      mpiout=$(as_user timeout --foreground 180 mpirun -np "$np" --oversubscribe --output tag \
         --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca mtl_ofi_verbose 1 "${extra[@]}" \
         -x FI_PROVIDER=rdmx -x FI_LOG_LEVEL=info -x FI_LOG_PROV=core -x FI_LOG_SUBSYS=core \
-        "/home/$TUSER/mpi/$prog" 2>&1) && s=0 || s=$?
+        "/home/$TUSER/mpi/$prog" 2>&1 | tr -d '\0') && s=0 || s=$?
       opened=$(grep -c 'fi_fabric_.*<info> Using ' <<<"$mpiout" || true)
       local rdmx_opened chose osc_ofi=$np
       rdmx_opened=$(grep -c "fi_fabric_.*<info> Using rdmx provider .*$provdir/librdmx-fi.so" <<<"$mpiout" || true)
@@ -346,7 +348,7 @@ inside() {
       else
         fail "ompi-$prog-np$np" "$ompi, $prog np $np: exit $s, '$want' $(grep -qF "$want" <<<"$mpiout" && echo found || echo missing), fabrics opened $opened (rdmx's $rdmx_opened, want >= $((np * fabrics)) and all), mtl ofi chose rdmx on $chose of $np, osc btl ofi on $osc_ofi of $np; the output's tail:"
         # What the MPI said of its btl and osc choice, then the end of the output.
-        grep -iE 'btl|osc' <<<"$mpiout" | grep -v '^libfabric:' | head -n 40 | indent
+        { grep -iE 'btl|osc' <<<"$mpiout" | grep -v 'libfabric:' | head -n 40 || true; } | indent
         tail -n 25 <<<"$mpiout" | indent
       fi
     done
