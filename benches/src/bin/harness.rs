@@ -1,6 +1,8 @@
 //! The speed harness: rdmx against libfabric's own providers and OpenMPI's
-//! transports, all measured in one run on this machine, written as Markdown,
-//! CSV and PNG plots, with the project's speed targets judged met or not met.
+//! transports, all measured in one run on this machine, written as Markdown
+//! and PNG plots, with the project's speed targets judged met or not met; the
+//! raw samples (CSV) and the stall check's raw output go into one `raw.tar.xz`
+//! (the layout of `benches/results/README.md`).
 //!
 //! ```text
 //! ./scripts/build.sh                                              # build-out/lib/librdmx-fi.so
@@ -974,41 +976,92 @@ fn plot(path: &Path, title: &str, ylabel: &str, series: &[Series]) -> Result<(),
     if x0 > x1 || y0 > y1 {
         return Ok(());
     }
-    let root = BitMapBackend::new(path, (1000, 650)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 24))
-        .margin(12)
-        .x_label_area_size(45)
-        .y_label_area_size(75)
-        .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 1.5..y1 * 1.5).log_scale())?;
-    chart
-        .configure_mesh()
-        .x_desc("message size (bytes)")
-        .y_desc(ylabel)
-        .x_label_formatter(&|x| decimal_bytes(*x))
-        .y_label_formatter(&|y| num(*y))
-        .label_style(("sans-serif", 14))
-        .draw()?;
-    for (i, (name, pts)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let style = if name.starts_with("rdmx") { color.stroke_width(3) } else { color.stroke_width(1) };
+    let mut rgb = vec![0u8; PLOT_W as usize * PLOT_H as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, (PLOT_W, PLOT_H)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 24))
+            .margin(12)
+            .x_label_area_size(45)
+            .y_label_area_size(75)
+            .build_cartesian_2d((x0 / 1.5..x1 * 1.5).log_scale(), (y0 / 1.5..y1 * 1.5).log_scale())?;
         chart
-            .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), style))?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
-        chart.draw_series(pts.iter().map(|p| PathElement::new(vec![(p.0, p.2), (p.0, p.3)], color.stroke_width(1))))?;
-        chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))?;
+            .configure_mesh()
+            .x_desc("message size (bytes)")
+            .y_desc(ylabel)
+            .x_label_formatter(&|x| decimal_bytes(*x))
+            .y_label_formatter(&|y| num(*y))
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        for (i, (name, pts)) in series.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let style = if name.starts_with("rdmx") { color.stroke_width(3) } else { color.stroke_width(1) };
+            chart
+                .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), style))?
+                .label(name.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            chart.draw_series(
+                pts.iter().map(|p| PathElement::new(vec![(p.0, p.2), (p.0, p.3)], color.stroke_width(1))),
+            )?;
+            chart.draw_series(pts.iter().map(|p| Circle::new((p.0, p.1), 3, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 15))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+        root.present()?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 15))
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()?;
-    root.present()?;
+    write_png(path, PLOT_W, PLOT_H, &rgb)
+}
+
+const PLOT_W: u32 = 1000;
+const PLOT_H: u32 = 650;
+
+/// An RGB image as PNG at the png crate's best compression with adaptive row
+/// filters: about half the size of what plotters' own file backend writes
+/// (the image crate's fast default), the same pixels.
+fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> Result<(), Box<dyn std::error::Error>> {
+    let mut enc = png::Encoder::new(std::io::BufWriter::new(std::fs::File::create(path)?), w, h);
+    enc.set_color(png::ColorType::Rgb);
+    enc.set_depth(png::BitDepth::Eight);
+    enc.set_compression(png::Compression::Best);
+    enc.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
+    let mut writer = enc.write_header()?;
+    writer.write_image_data(rgb)?;
+    writer.finish()?;
     Ok(())
+}
+
+/// Packs the run's raw files, `samples.csv` and, if the stall check ran
+/// (`stall`), its `stall/` directory (its `results.tsv` and each run's
+/// output), into `raw.tar.xz` in `out` with `tar -cJf`, and removes them once
+/// tar has succeeded. Returns whether they were packed; if not, they stay as
+/// they are and `failures` says why.
+fn pack_raw(out: &Path, stall: bool, failures: &mut Vec<String>) -> bool {
+    let mut files = vec!["samples.csv"];
+    if stall {
+        files.push("stall");
+    }
+    let archive = out.join("raw.tar.xz");
+    let _ = std::fs::remove_file(&archive);
+    match Command::new("tar").current_dir(out).arg("-cJf").arg("raw.tar.xz").args(&files).status() {
+        Ok(s) if s.success() => {
+            for f in files {
+                let p = out.join(f);
+                let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+            }
+            true
+        }
+        r => {
+            let _ = std::fs::remove_file(&archive);
+            failures.push(format!("tar -cJf raw.tar.xz {} ({r:?}): the raw files are left unpacked", files.join(" ")));
+            false
+        }
+    }
 }
 
 /// Registers a TrueType font for the plots' text (ab_glyph: no fontconfig).
@@ -1325,6 +1378,8 @@ fn main() {
         stall_configs =
             if mpich { vec!["rdmx", "vader", "mpich5-rdmx", "mpich5-fishm"] } else { vec!["rdmx", "vader"] };
         let dir = out.join("stall");
+        // A reused --out directory: no run files of an earlier stall check.
+        let _ = std::fs::remove_dir_all(&dir);
         let runs = if env.quick { STALL_RUNS_QUICK } else { STALL_RUNS };
         let status = Command::new(root.join("benches/stall_check.sh"))
             .arg(runs.to_string())
@@ -1333,6 +1388,9 @@ fn main() {
             .env("MODE", "both")
             .env("SECS", if env.quick { "0.3" } else { "1" })
             .env("OUT", &dir)
+            // Its stream_bw executables are built in the temporary directory,
+            // not beside the results.
+            .env("BIN_DIR", &env.tmp)
             .env("PROVIDER_DIR", &env.provider_dir)
             .stdout(std::fs::File::create(out.join("stall.txt")).unwrap())
             .stderr(Stdio::inherit())
@@ -1811,6 +1869,18 @@ fn main() {
         failures.push("no TrueType font for the plots (apt-get install fonts-dejavu-core)".into());
     }
 
+    // ---- Raw samples: every sample in samples.csv, packed with the stall
+    // check's raw files into raw.tar.xz.
+    let mut csv = String::from("key,run,value\n");
+    for (k, v) in &st.v {
+        for (i, x) in v.iter().enumerate() {
+            let _ = writeln!(csv, "{k},{},{x}", i + 1);
+        }
+    }
+    std::fs::write(out.join("samples.csv"), csv).unwrap();
+    let stall_raw = !stall_configs.is_empty() && out.join("stall").is_dir();
+    let packed = pack_raw(&out, stall_raw, &mut failures);
+
     // ---- Markdown
     let mut md = String::new();
     let commit = capture(&format!("git -C {} rev-parse --short HEAD", root.display()));
@@ -1819,11 +1889,31 @@ fn main() {
     } else {
         " (with uncommitted changes)"
     };
+    let harness_dirty = if capture(&format!(
+        "git -C {} status --porcelain -uno -- benches/src benches/stall_check.sh benches/mpi benches/fi",
+        root.display()
+    ))
+    .is_empty()
+    {
+        ""
+    } else {
+        " (with uncommitted changes)"
+    };
+    let raw_files = if stall_raw {
+        "`samples.csv` (every sample: `key,run,value`), `stall/results.tsv` and `stall/run<N>-<configuration>.txt` (the stall check's values and each run's output)"
+    } else {
+        "`samples.csv` (every sample: `key,run,value`)"
+    };
+    let raw_line = if packed {
+        format!("- raw samples: `raw.tar.xz`, unpack in this directory with `tar -xJf raw.tar.xz`: {raw_files}")
+    } else {
+        format!("- raw samples: {raw_files}, not packed (see Failures, under the targets)")
+    };
     let cpu = capture("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
     let _ = writeln!(md, "# rdmx speed harness: {date}, {host}{}\n", if quick { " (quick)" } else { "" });
     let _ = writeln!(
         md,
-        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}; wheels: {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- total time: {:.0} s ({})\n",
+        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}; wheels: {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- script: `benches/src/bin/harness.rs` at {commit}{harness_dirty}; its stall stage runs `benches/stall_check.sh`\n{raw_line}\n- total time: {:.0} s ({})\n",
         capture("nproc"),
         cpu.trim(),
         capture("uname -r"),
@@ -1978,7 +2068,8 @@ fn main() {
     if !stall_configs.is_empty() {
         let _ = writeln!(
             md,
-            "## Stall check\n\n`benches/stall_check.sh`: `benches/mpi/stream_bw.c` (osu_bw / osu_latency style, np 2 on this host, each figure run for a fixed time), every run its own job, the configurations alternating; median (min–max) over the runs. Raw lines in `stall.txt`, values in `stall/results.tsv`. `rdmx`: OpenMPI 4.1 `pml cm`; `vader`: `pml ob1`; `mpich5-rdmx`, `mpich5-fishm`: the MPICH 5 wheel with `MPIR_CVAR_NOLOCAL=1` over rdmx or libfabric's shm.\n"
+            "## Stall check\n\n`benches/stall_check.sh`: `benches/mpi/stream_bw.c` (osu_bw / osu_latency style, np 2 on this host, each figure run for a fixed time), every run its own job, the configurations alternating; median (min–max) over the runs. Raw lines in `stall.txt`, values in `stall/results.tsv`{}. `rdmx`: OpenMPI 4.1 `pml cm`; `vader`: `pml ob1`; `mpich5-rdmx`, `mpich5-fishm`: the MPICH 5 wheel with `MPIR_CVAR_NOLOCAL=1` over rdmx or libfabric's shm.\n",
+            if packed { " (in `raw.tar.xz`)" } else { "" }
         );
         let figs = [
             ("bw_MBps:8", "8 B streaming (MB/s)"),
@@ -2049,14 +2140,6 @@ fn main() {
 
     md.push_str(&plots_md);
 
-    // ---- Raw samples
-    let mut csv = String::from("key,run,value\n");
-    for (k, v) in &st.v {
-        for (i, x) in v.iter().enumerate() {
-            let _ = writeln!(csv, "{k},{},{x}", i + 1);
-        }
-    }
-    std::fs::write(out.join("samples.csv"), csv).unwrap();
     std::fs::write(out.join("results.md"), &md).unwrap();
     std::fs::write(
         out.join("summary.md"),
@@ -2095,4 +2178,63 @@ fn main() {
         total,
         out.join("results.md").display()
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("rdmx-harness-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A plot is a PLOT_W x PLOT_H 8-bit RGB PNG, written by write_png.
+    #[test]
+    fn a_plot_is_an_rgb_png() {
+        if !register_font() {
+            eprintln!("no TrueType font for the plots: nothing to check");
+            return;
+        }
+        let dir = scratch("plot");
+        let series: Vec<Series> = vec![
+            ("rdmx".into(), vec![(8.0, 0.6, 0.5, 0.7), (65536.0, 9.0, 8.0, 12.0)]),
+            ("shm".into(), vec![(8.0, 0.4, 0.4, 0.5), (65536.0, 7.5, 7.0, 8.0)]),
+        ];
+        let path = dir.join("t.png");
+        plot(&path, "title", "µs", &series).unwrap();
+        let reader = png::Decoder::new(std::fs::File::open(&path).unwrap()).read_info().unwrap();
+        let info = reader.info();
+        assert_eq!(
+            (info.width, info.height, info.color_type, info.bit_depth),
+            (PLOT_W, PLOT_H, png::ColorType::Rgb, png::BitDepth::Eight)
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// samples.csv and the stall check's directory end up in raw.tar.xz and
+    /// nowhere else in the run directory.
+    #[test]
+    fn raw_files_are_packed_and_removed() {
+        let dir = scratch("raw");
+        std::fs::write(dir.join("samples.csv"), "key,run,value\na,1,2\n").unwrap();
+        std::fs::create_dir(dir.join("stall")).unwrap();
+        std::fs::write(dir.join("stall/results.tsv"), "1\trdmx\tlat_us:8\t0.6\n").unwrap();
+        std::fs::write(dir.join("stall/run1-rdmx.txt"), "lat size=8 avg_us=0.6\n").unwrap();
+        std::fs::write(dir.join("results.md"), "# kept\n").unwrap();
+        let mut failures = Vec::new();
+        assert!(pack_raw(&dir, true, &mut failures), "{failures:?}");
+        assert!(failures.is_empty());
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, ["raw.tar.xz", "results.md"]);
+        let listing = Command::new("tar").arg("-tJf").arg(dir.join("raw.tar.xz")).output().unwrap();
+        let mut members: Vec<String> = String::from_utf8_lossy(&listing.stdout).lines().map(String::from).collect();
+        members.sort();
+        assert_eq!(members, ["samples.csv", "stall/", "stall/results.tsv", "stall/run1-rdmx.txt"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
