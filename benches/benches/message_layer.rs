@@ -9,7 +9,7 @@ use rdm::sim::Link;
 use rdm::simnet::SimNet;
 use rdm::DeviceCaps;
 use rndv::atomic::{apply, Datatype, Op};
-use rndv::engine::{Access, IoBuf, IoList, Memory, OpMeta, RecvSpec};
+use rndv::engine::{Access, IoBuf, IoList, Memory, OpMeta, OutMsg, RecvSpec};
 use rndv::sim::{EndpointSim, SimMemory};
 use rndv::wire::rma::Status;
 use rndv::{Arrived, EndpointConfig, Matcher, MsgHeader, MsgKind, RecvPost, Src};
@@ -133,7 +133,10 @@ fn endpoint_message(c: &mut Criterion) {
                 };
                 sim.nodes[1].ep.post_recv(spec).unwrap();
                 let h = MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None };
-                sim.nodes[0].ep.send(to1, h, &[&payload], IoList::one(BASE, 8), meta).unwrap();
+                sim.nodes[0]
+                    .ep
+                    .send(OutMsg { peer: to1, header: h, payload: &[&payload], user: IoList::one(BASE, 8), meta })
+                    .unwrap();
                 while sim.nodes[1].done.is_empty() || sim.nodes[0].done.is_empty() {
                     if !sim.step() {
                         break;

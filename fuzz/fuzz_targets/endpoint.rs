@@ -18,7 +18,7 @@ use rdm::device::LocalBuf;
 use rdm::sim::Link;
 use rdm::simnet::{self, SimNet};
 use rdm::DeviceCaps;
-use rndv::engine::{Access, IoBuf, IoList, Memory, OpKind, OpMeta, RecvSpec};
+use rndv::engine::{Access, IoBuf, IoList, Memory, OpKind, OpMeta, OutMsg, RecvSpec};
 use rndv::sim::{EndpointSim, SimMemory};
 use rndv::wire::rma::Status;
 use rndv::{EndpointConfig, MsgHeader, MsgKind, Src};
@@ -199,7 +199,13 @@ fuzz_target!(|input: Input| {
                 next_context += 1;
                 contexts.insert(context);
                 let meta = OpMeta { context, wanted: true, ..OpMeta::default() };
-                let _ = sim.nodes[i].ep.send(peers[i], h, &[&data], IoList::one(at, len as u64), meta);
+                let _ = sim.nodes[i].ep.send(OutMsg {
+                    peer: peers[i],
+                    header: h,
+                    payload: &[&data],
+                    user: IoList::one(at, len as u64),
+                    meta,
+                });
             }
             Step::Recv { at, len, scale, slot, tag, tagged, any_tag } => {
                 let i = (at & 1) as usize;

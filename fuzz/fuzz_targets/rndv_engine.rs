@@ -24,7 +24,10 @@ use libfuzzer_sys::fuzz_target;
 use rdm::engine::{Engine, EngineConfig, Event};
 use rdm::{DeviceCaps, Instant};
 use rndv::atomic::{Datatype, Op as AOp};
-use rndv::engine::{Access, Action, Config, IoBuf, IoList, Memory, MsgEngine, OpKind, OpMeta, ReadOutcome, RecvSpec};
+use rndv::engine::{
+    Access, Action, AtomicRequest, Config, Io, IoBuf, IoList, Memory, MsgEngine, OpKind, OpMeta, OutMsg, ReadOutcome,
+    RecvSpec, RmaTarget,
+};
 use rndv::wire::rendezvous::{RemoteIov, Rts, MAX_IOV};
 use rndv::wire::rma::Status;
 use rndv::wire::Packet;
@@ -365,7 +368,7 @@ impl Harness {
             Op::Stranger { n, bytes } => self.rdm.handle_datagram(now, rdm::simnet::addr(2 + n as u32 % 4), &bytes),
             Op::PostRecv { tagged, any, tag, ignore, iov, multi } => {
                 let spec = self.spec(tagged, any, tag, ignore, &iov, multi);
-                self.m.post_recv(&mut self.rdm, now, spec, &mut self.mem);
+                self.m.post_recv(Io::new(&mut self.rdm, now), spec, &mut self.mem);
             }
             Op::Send { tagged, tag, iov } => {
                 let user = iolist(SEND, &iov);
@@ -376,7 +379,14 @@ impl Harness {
                     tag: tag as u64,
                     data: None,
                 };
-                if self.m.send(&mut self.rdm, now, self.p, h, &parts, user, Self::meta(ctx)).is_err() {
+                if self
+                    .m
+                    .send(
+                        Io::new(&mut self.rdm, now),
+                        OutMsg { peer: self.p, header: h, payload: &parts, user, meta: Self::meta(ctx) },
+                    )
+                    .is_err()
+                {
                     self.open.remove(&ctx);
                 }
             }
@@ -384,14 +394,28 @@ impl Harness {
                 let src = iolist(SEND, &[iov]);
                 let data = self.mem.bytes(src.bufs[0].addr, src.bufs[0].len as usize).to_vec();
                 let ctx = self.ctx();
-                if self.m.rma_write(&mut self.rdm, now, self.p, key, addr, &[&data], None, Self::meta(ctx)).is_err() {
+                if self
+                    .m
+                    .rma_write(
+                        Io::new(&mut self.rdm, now),
+                        RmaTarget { peer: self.p, key, addr },
+                        &[&data],
+                        None,
+                        Self::meta(ctx),
+                    )
+                    .is_err()
+                {
                     self.open.remove(&ctx);
                 }
             }
             Op::RmaRead { key, addr, iov } => {
                 let dst = iolist(RECV, &iov);
                 let ctx = self.ctx();
-                if self.m.rma_read(&mut self.rdm, now, self.p, key, addr, dst, Self::meta(ctx)).is_err() {
+                if self
+                    .m
+                    .rma_read(Io::new(&mut self.rdm, now), RmaTarget { peer: self.p, key, addr }, dst, Self::meta(ctx))
+                    .is_err()
+                {
                     self.open.remove(&ctx);
                 }
             }
@@ -407,18 +431,17 @@ impl Harness {
                 if self
                     .m
                     .atomic(
-                        &mut self.rdm,
-                        now,
-                        self.p,
-                        KEY_RW,
-                        REG,
-                        dt,
-                        o,
-                        count,
-                        &[&operand],
-                        &compare,
-                        result,
-                        fetch,
+                        Io::new(&mut self.rdm, now),
+                        AtomicRequest {
+                            target: RmaTarget { peer: self.p, key: KEY_RW, addr: REG },
+                            datatype: dt,
+                            op: o,
+                            count,
+                            operand: &[&operand],
+                            compare: &compare,
+                            result,
+                            fetch,
+                        },
                         Self::meta(ctx),
                     )
                     .is_err()
@@ -430,7 +453,7 @@ impl Harness {
                 let spec = self.spec(tagged, true, tag, 0, &[], false);
                 let ctx = spec.meta.context;
                 self.peeking.insert(ctx);
-                self.m.peek(&mut self.rdm, now, spec, claim, discard);
+                self.m.peek(Io::new(&mut self.rdm, now), spec, claim, discard);
                 if claim && !discard {
                     self.peeked.push(ctx);
                 }
@@ -447,7 +470,7 @@ impl Harness {
                 self.open.remove(&spec.meta.context);
                 self.recv_len.insert(ctx, spec.iov.total());
                 spec.meta.context = ctx;
-                let _ = self.m.claim(&mut self.rdm, now, spec, discard, &mut self.mem);
+                let _ = self.m.claim(Io::new(&mut self.rdm, now), spec, discard, &mut self.mem);
             }
             Op::Cancel { which } => {
                 let ctx = which as u64 % (self.next_ctx + 1);
@@ -470,7 +493,7 @@ impl Harness {
                     1 => ReadOutcome::NotPermitted,
                     _ => ReadOutcome::Failed(n),
                 };
-                self.m.remote_read_done(&mut self.rdm, now, id, outcome);
+                self.m.remote_read_done(Io::new(&mut self.rdm, now), id, outcome);
             }
             Op::Flush { lose } => self.flush(lose),
             Op::Advance { millis } => self.now = self.now + Duration::from_millis(millis as u64 % 10_000),
@@ -482,7 +505,7 @@ impl Harness {
     fn step(&mut self) {
         let now = self.now;
         if self.m.poll_timeout().is_some_and(|t| t <= now) {
-            self.m.handle_timeout(&mut self.rdm, now);
+            self.m.handle_timeout(Io::new(&mut self.rdm, now));
         }
         if self.rdm.poll_timeout().is_some_and(|t| t <= now) {
             self.rdm.handle_timeout(now);
@@ -490,7 +513,7 @@ impl Harness {
         if self.peer.poll_timeout().is_some_and(|t| t <= now) {
             self.peer.handle_timeout(now);
         }
-        self.m.handle_events(&mut self.rdm, now, &mut self.mem);
+        self.m.handle_events(Io::new(&mut self.rdm, now), &mut self.mem);
         while let Some(a) = self.m.poll_action() {
             self.actions.push_back(a);
         }

@@ -32,7 +32,8 @@ use rdm::device::{DeviceContext, OpenSpec};
 use rdm::engine::PeerId;
 use rdm::Device;
 use rndv::{
-    BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, PostError, RecvSpec, Src,
+    AtomicRequest, BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, OutMsg,
+    PostError, RecvSpec, RmaTarget, Src,
 };
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -480,7 +481,7 @@ impl EpState {
         crate::log::debug_with(Subsys::EpData, "send", || {
             format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post)
         });
-        let sent = r.ep.send_reporting(peer, header, args.payload, user, meta);
+        let sent = r.ep.send_reporting(OutMsg { peer, header, payload: args.payload, user, meta });
         let has_output = r.ep.has_output();
         // A small message completed in the call: reported now, ahead of
         // nothing (the endpoint queues it instead when completions wait).
@@ -563,7 +564,7 @@ impl EpState {
             silent: false,
         };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let posted = r.ep.rma_write(peer, args.key, args.addr, args.payload, data, meta);
+        let posted = r.ep.rma_write(RmaTarget { peer, key: args.key, addr: args.addr }, args.payload, data, meta);
         self.drain_outputs();
         posted.map(|_| ()).map_err(post_error)
     }
@@ -573,7 +574,7 @@ impl EpState {
         let meta =
             OpMeta { context: args.context as u64, wanted: self.tx_wanted(args.flags, false), ..OpMeta::default() };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
-        let posted = r.ep.rma_read(peer, args.key, args.addr, args.result.io(), meta);
+        let posted = r.ep.rma_read(RmaTarget { peer, key: args.key, addr: args.addr }, args.result.io(), meta);
         self.drain_outputs();
         posted.map(|_| ()).map_err(post_error)
     }
@@ -597,16 +598,16 @@ impl EpState {
         };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         let posted = r.ep.atomic(
-            peer,
-            args.key,
-            args.addr,
-            dt,
-            o,
-            count,
-            args.payload,
-            args.compare,
-            args.result.io(),
-            fetch,
+            AtomicRequest {
+                target: RmaTarget { peer, key: args.key, addr: args.addr },
+                datatype: dt,
+                op: o,
+                count,
+                operand: args.payload,
+                compare: args.compare,
+                result: args.result.io(),
+                fetch,
+            },
             meta,
         );
         self.drain_outputs();

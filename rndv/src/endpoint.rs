@@ -43,11 +43,10 @@
 //! no acknowledgement) complete as it is written out, which is true only
 //! because nothing sits between `poll_transmit` and the device.
 use crate::engine::{
-    for_each_read_run, Action, Completion, Config, DirectSend, IoList, Memory, MsgEngine, OpMeta, PostError, PullId,
-    ReadOutcome, RecvSpec, RegHandle, Registrations, Stats,
+    for_each_read_run, Action, AtomicRequest, Completion, Config, DirectSend, Io, IoList, Memory, MsgEngine, OpMeta,
+    OutMsg, PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registrations, RmaTarget, Stats,
 };
 use crate::engine::{Access, RmaId};
-use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::MAX_IOV;
 use rdm::device::{ReadRun, TxDatagram};
 use rdm::engine::{Engine, EngineConfig, PeerId};
@@ -423,15 +422,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
-    pub fn send(
-        &mut self,
-        peer: PeerId,
-        header: MsgHeader,
-        payload: &[&[u8]],
-        user: IoList,
-        meta: OpMeta,
-    ) -> Result<(), PostError> {
-        if let Some(c) = self.send_reporting(peer, header, payload, user, meta)? {
+    pub fn send(&mut self, msg: OutMsg<'_>) -> Result<(), PostError> {
+        if let Some(c) = self.send_reporting(msg)? {
             self.msg.push_completion(c);
         }
         Ok(())
@@ -441,14 +433,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// (the small-message path) while no completion waits to be pulled
     /// returns its completion instead of queueing it: the caller reports it
     /// at once, in order, and saves the queue's round trip.
-    pub fn send_reporting(
-        &mut self,
-        peer: PeerId,
-        header: MsgHeader,
-        payload: &[&[u8]],
-        user: IoList,
-        meta: OpMeta,
-    ) -> Result<Option<Completion>, PostError> {
+    pub fn send_reporting(&mut self, msg: OutMsg<'_>) -> Result<Option<Completion>, PostError> {
         if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
@@ -474,7 +459,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                 }
                 Err(_) => false,
             };
-            if let DirectSend::Sent(c) = self.msg.send_direct(&mut self.rdm, peer, header, payload, user, meta, write) {
+            if let DirectSend::Sent(c) = self.msg.send_direct(&mut self.rdm, msg, write) {
                 return Ok(match c {
                     Some(c) if self.msg.has_completions() => {
                         self.msg.push_completion(c);
@@ -486,7 +471,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             if held_back {
                 // The receiver is at its unexpected-message limit: this
                 // message and those after it go sequenced, held by its window.
-                self.rdm.peer_holds_back(t, peer);
+                self.rdm.peer_holds_back(t, msg.peer);
             }
         }
         // DIRECT messages queued behind a full ring go out with the flush
@@ -501,7 +486,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         // written straight into the first transmit buffer: no queue, no pooled
         // copy; `settle` hands it to the device ahead of anything else.
         let stage = if self.stage.count == 0 { Some(&mut self.stage.bufs[0][..]) } else { None };
-        match self.msg.send_staged(&mut self.rdm, t, peer, header, payload, user, meta, stage) {
+        match self.msg.send_staged(Io::new(&mut self.rdm, t), msg, stage) {
             Ok((_, staged)) => {
                 if let Some(tx) = staged {
                     self.stage.staged[0] = Staged { dst: tx.dst, len: tx.len, seg: tx.seg, gather: None };
@@ -534,7 +519,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             }
         }
         let t = self.clock.now();
-        self.msg.post_recv(&mut self.rdm, t, spec, &mut self.mem);
+        self.msg.post_recv(Io::new(&mut self.rdm, t), spec, &mut self.mem);
         self.settle(t);
         Ok(())
     }
@@ -545,7 +530,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     pub fn peek(&mut self, spec: RecvSpec, claim: bool, discard: bool) {
         self.progress();
         let t = self.clock.now();
-        self.msg.peek(&mut self.rdm, t, spec, claim, discard);
+        self.msg.peek(Io::new(&mut self.rdm, t), spec, claim, discard);
         self.settle(t);
     }
 
@@ -553,7 +538,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     pub fn claim(&mut self, spec: RecvSpec, discard: bool) -> Result<(), PostError> {
         self.progress();
         let t = self.clock.now();
-        self.msg.claim(&mut self.rdm, t, spec, discard, &mut self.mem)?;
+        self.msg.claim(Io::new(&mut self.rdm, t), spec, discard, &mut self.mem)?;
         self.settle(t);
         Ok(())
     }
@@ -567,53 +552,32 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         true
     }
 
+    /// fi_write: `payload` to `target`, with remote CQ data.
     pub fn rma_write(
         &mut self,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
+        target: RmaTarget,
         payload: &[&[u8]],
         data: Option<u64>,
         meta: OpMeta,
     ) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.msg.rma_write(&mut self.rdm, t, peer, key, addr, payload, data, meta)?;
+        let id = self.msg.rma_write(Io::new(&mut self.rdm, t), target, payload, data, meta)?;
         self.progress();
         Ok(id)
     }
 
-    pub fn rma_read(
-        &mut self,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
-        dst: IoList,
-        meta: OpMeta,
-    ) -> Result<RmaId, PostError> {
+    /// fi_read: `dst.total()` bytes at `target` into `dst`.
+    pub fn rma_read(&mut self, target: RmaTarget, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id = self.msg.rma_read(&mut self.rdm, t, peer, key, addr, dst, meta)?;
+        let id = self.msg.rma_read(Io::new(&mut self.rdm, t), target, dst, meta)?;
         self.progress();
         Ok(id)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn atomic(
-        &mut self,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
-        dt: crate::atomic::Datatype,
-        op: crate::atomic::Op,
-        count: usize,
-        operand: &[&[u8]],
-        compare: &[&[u8]],
-        result: IoList,
-        fetch: bool,
-        meta: OpMeta,
-    ) -> Result<RmaId, PostError> {
+    /// An atomic (see [`MsgEngine::atomic`]).
+    pub fn atomic(&mut self, req: AtomicRequest<'_>, meta: OpMeta) -> Result<RmaId, PostError> {
         let t = self.clock.now();
-        let id =
-            self.msg.atomic(&mut self.rdm, t, peer, key, addr, dt, op, count, operand, compare, result, fetch, meta)?;
+        let id = self.msg.atomic(Io::new(&mut self.rdm, t), req, meta)?;
         self.progress();
         Ok(id)
     }
@@ -753,7 +717,8 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             let Endpoint { device, rdm, msg, clock: source, events, mem, .. } = self;
             for _ in 0..RX_ROUNDS {
                 match device.recv_batch(RX_BATCH, &mut |from, bytes| {
-                    msg.receive_datagram(rdm, *clock.get_or_insert_with(|| source.now()), from, bytes, mem)
+                    let now = *clock.get_or_insert_with(|| source.now());
+                    msg.receive_datagram(Io::new(rdm, now), from, bytes, mem)
                 }) {
                     Ok(0) => break,
                     Ok(n) => {
@@ -791,7 +756,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         if let Some(deadline) = self.msg.poll_timeout() {
             let t = *clock.get_or_insert_with(|| self.clock.now());
             if deadline <= t {
-                self.msg.handle_timeout(&mut self.rdm, t);
+                self.msg.handle_timeout(Io::new(&mut self.rdm, t));
             }
         }
         // A receive posted for an announced (rendezvous) message queues a remote
@@ -833,7 +798,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             // A DIRECT message completes as it is written out: report it now,
             // so the application's next completion read finds it.
             if self.rdm.has_events() {
-                self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
+                self.msg.handle_events(Io::new(&mut self.rdm, t), &mut self.mem);
             }
         }
     }
@@ -842,12 +807,12 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// reads it asks for, takes in the reads that finished, and runs it again
     /// on their outcome.
     fn run_engine(&mut self, t: Instant) {
-        self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
+        self.msg.handle_events(Io::new(&mut self.rdm, t), &mut self.mem);
         if self.msg.has_actions() || !self.reads.is_empty() || self.msg.has_device_control() {
             self.exchange_control(t);
             self.post_reads(t);
             self.finish_reads(t);
-            self.msg.handle_events(&mut self.rdm, t, &mut self.mem);
+            self.msg.handle_events(Io::new(&mut self.rdm, t), &mut self.mem);
             self.exchange_control(t);
         }
     }
@@ -872,7 +837,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         }
         while let Some((addr, m)) = self.device.remote_reads().and_then(|r| r.poll_control()) {
             let peer = self.peer(addr);
-            self.msg.send_device_control(&mut self.rdm, t, peer, m.bytes());
+            self.msg.send_device_control(Io::new(&mut self.rdm, t), peer, m.bytes());
         }
     }
 
@@ -881,7 +846,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         while let Some(Action::RemoteRead { id, addr, src, src_count, dst, .. }) = self.msg.poll_action() {
             let path = self.device.caps_for(&addr);
             if !self.cfg.remote_reads || !path.remote_read {
-                self.msg.remote_read_done(&mut self.rdm, t, id, ReadOutcome::NotPermitted);
+                self.msg.remote_read_done(Io::new(&mut self.rdm, t), id, ReadOutcome::NotPermitted);
                 continue;
             }
             self.runs.clear();
@@ -947,7 +912,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                             ReadOutcome::Failed(0)
                         }
                     };
-                    self.msg.remote_read_done(&mut self.rdm, t, id, outcome);
+                    self.msg.remote_read_done(Io::new(&mut self.rdm, t), id, outcome);
                 }
             }
         }
@@ -972,7 +937,7 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
                     ReadOutcome::Failed(done.bytes)
                 }
             };
-            self.msg.remote_read_done(&mut self.rdm, t, id, outcome);
+            self.msg.remote_read_done(Io::new(&mut self.rdm, t), id, outcome);
         }
     }
 

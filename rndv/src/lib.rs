@@ -37,8 +37,9 @@ pub mod wire;
 pub use background::{BackgroundProgress, BackgroundStep};
 pub use endpoint::{Clock, Endpoint, EndpointConfig, EndpointEvent, EndpointStats, MsgBytes, PeerStats, WaitOn};
 pub use engine::{
-    Access, Action, Completion, Config, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta, Path, PostError,
-    ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations,
+    Access, Action, AtomicRequest, Completion, Config, Io, IoBuf, IoList, Memory, MsgEngine, OpError, OpKind, OpMeta,
+    OutMsg, Path, PostError, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations,
+    RmaTarget,
 };
 pub use matching::{Arrived, Matcher, RecvPost, Src};
 pub use wire::msg::{MsgHeader, MsgKind, HEADER_LEN};

@@ -39,7 +39,7 @@ use common::BASE;
 use rdm::sim::Link;
 use rdm::simnet::{self, SimNet};
 use rdm::DeviceCaps;
-use rndv::engine::{IoList, OpKind, OpMeta, RecvSpec};
+use rndv::engine::{IoList, OpKind, OpMeta, OutMsg, RecvSpec};
 use rndv::sim::EndpointSim;
 use rndv::{EndpointConfig, MsgHeader, MsgKind, Src};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -384,7 +384,13 @@ fn send(sim: &mut EndpointSim<Mem>, i: usize, s: usize, dst: usize, kind: usize,
     let ep = &mut sim.nodes[i].ep;
     ep.mem_mut().put(addr, buf);
     let h = MsgHeader { kind: MsgKind::Tagged, tag: kind as u64, data: None };
-    match ep.send(p, h, &[buf], IoList::one(addr, len as u64), meta(s, kind)) {
+    match ep.send(OutMsg {
+        peer: p,
+        header: h,
+        payload: &[buf],
+        user: IoList::one(addr, len as u64),
+        meta: meta(s, kind),
+    }) {
         Ok(_) => true,
         Err(rndv::engine::PostError::Again) => false,
         Err(e) => panic!("node {i}: send to {dst} failed: {e:?}"),

@@ -11,7 +11,7 @@ use rdm::engine::{Engine, EngineConfig, PeerId};
 use rdm::sim::Link;
 use rdm::simnet;
 use rdm::DeviceCaps;
-use rndv::engine::{IoList, OpKind, RecvSpec};
+use rndv::engine::{IoList, OpKind, OutMsg, RecvSpec};
 use rndv::sim::EndpointSim;
 use rndv::{EndpointConfig, EndpointEvent, MsgHeader, MsgKind, Src};
 use std::time::Duration;
@@ -60,7 +60,17 @@ fn stream(caps: DeviceCaps, link: Link, seed: u64, n: u64, sizes: &[usize]) -> S
     while (got < n || completions(&sim, 0, OpKind::Send).len() as u64 != n) && sim.now() < end {
         while sent < n {
             let data = msg(sent, sizes[(sent % sizes.len() as u64) as usize]);
-            if sim.nodes[0].ep.send(p, header(sent), &[&data], IoList::default(), meta(sent)).is_err() {
+            if sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(sent),
+                    payload: &[&data],
+                    user: IoList::default(),
+                    meta: meta(sent),
+                })
+                .is_err()
+            {
                 break;
             }
             sent += 1;
@@ -153,7 +163,16 @@ fn pingpong_under_loss() {
             for (from, to, p) in [(0usize, 1usize, a), (1, 0, b)] {
                 post_slot(&mut sim, to, 0);
                 let data = msg(i + 1000 * from as u64, len);
-                sim.nodes[from].ep.send(p, header(i), &[&data], IoList::default(), meta(i)).unwrap();
+                sim.nodes[from]
+                    .ep
+                    .send(OutMsg {
+                        peer: p,
+                        header: header(i),
+                        payload: &[&data],
+                        user: IoList::default(),
+                        meta: meta(i),
+                    })
+                    .unwrap();
                 let want = i as usize + 1;
                 assert!(
                     sim.run_until(Duration::from_secs(60), |s| completions(s, to, OpKind::Recv).len() == want),
@@ -197,7 +216,13 @@ fn incast_16_to_1_with_slow_receiver() {
                 let data = msg(sent[i] + 1000 * i as u64, 8192);
                 if sim.nodes[i]
                     .ep
-                    .send(peers[i - 1], header(sent[i]), &[&data], IoList::default(), meta(sent[i]))
+                    .send(OutMsg {
+                        peer: peers[i - 1],
+                        header: header(sent[i]),
+                        payload: &[&data],
+                        user: IoList::default(),
+                        meta: meta(sent[i]),
+                    })
                     .is_err()
                 {
                     break;
@@ -258,7 +283,16 @@ fn dead_peer_fails_every_pending_send_within_the_timeout() {
         let p = sim.peer(0, 1);
         for k in 0..10 {
             post_slot(&mut sim, 1, k);
-            sim.nodes[0].ep.send(p, header(k), &[&msg(k, 3000)], IoList::default(), meta(k)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(k),
+                    payload: &[&msg(k, 3000)],
+                    user: IoList::default(),
+                    meta: meta(k),
+                })
+                .unwrap();
         }
         assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Send).len() == 10
             && completions(s, 1, OpKind::Recv).len() == 10));
@@ -273,7 +307,16 @@ fn dead_peer_fails_every_pending_send_within_the_timeout() {
         }
         let died = sim.now();
         for k in 10..30 {
-            sim.nodes[0].ep.send(p, header(k), &[&msg(k, 5000)], IoList::default(), meta(k)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(k),
+                    payload: &[&msg(k, 5000)],
+                    user: IoList::default(),
+                    meta: meta(k),
+                })
+                .unwrap();
         }
         let failed = |s: &Sim| {
             completions(s, 0, OpKind::Send).iter().filter(|c| c.err == Some(rndv::OpError::PeerUnreachable)).count()
@@ -287,7 +330,10 @@ fn dead_peer_fails_every_pending_send_within_the_timeout() {
         assert_eq!(completions(&sim, 0, OpKind::Send).len(), 30, "nothing succeeded after the death");
         assert!(sim.nodes[0].events.iter().any(|e| matches!(e, EndpointEvent::PeerFailed { peer, .. } if *peer == p)));
         // Later sends fail at once instead of hanging.
-        sim.nodes[0].ep.send(p, header(99), &[b"late"], IoList::default(), meta(99)).unwrap();
+        sim.nodes[0]
+            .ep
+            .send(OutMsg { peer: p, header: header(99), payload: &[b"late"], user: IoList::default(), meta: meta(99) })
+            .unwrap();
         sim.drain(0);
         let late = completions(&sim, 0, OpKind::Send);
         assert_eq!(
@@ -323,14 +369,41 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
         for k in 0..5 {
             post_slot(&mut sim, 0, k);
             post_slot(&mut sim, 1, k);
-            sim.nodes[0].ep.send(p, header(k), &[&msg(k, 2000)], IoList::default(), meta(k)).unwrap();
-            sim.nodes[1].ep.send(q, header(k), &[&msg(k, 100)], IoList::default(), meta(k)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(k),
+                    payload: &[&msg(k, 2000)],
+                    user: IoList::default(),
+                    meta: meta(k),
+                })
+                .unwrap();
+            sim.nodes[1]
+                .ep
+                .send(OutMsg {
+                    peer: q,
+                    header: header(k),
+                    payload: &[&msg(k, 100)],
+                    user: IoList::default(),
+                    meta: meta(k),
+                })
+                .unwrap();
         }
         assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 5
             && completions(s, 0, OpKind::Recv).len() == 5));
         // Five more to the old process, on the wire when it is replaced.
         for k in 100..105 {
-            sim.nodes[0].ep.send(p, header(k), &[&msg(k, 2000)], IoList::default(), meta(k)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(k),
+                    payload: &[&msg(k, 2000)],
+                    user: IoList::default(),
+                    meta: meta(k),
+                })
+                .unwrap();
         }
         sim.restart(1, 777_777, Mem::new());
         for k in 0..40 {
@@ -338,7 +411,16 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
         }
         post_slot(&mut sim, 0, 5);
         let q = sim.peer(1, 0);
-        sim.nodes[1].ep.send(q, header(1), &[b"hello from the new incarnation"], IoList::default(), meta(1)).unwrap();
+        sim.nodes[1]
+            .ep
+            .send(OutMsg {
+                peer: q,
+                header: header(1),
+                payload: &[b"hello from the new incarnation"],
+                user: IoList::default(),
+                meta: meta(1),
+            })
+            .unwrap();
         assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 0, OpKind::Recv).len() == 6), "seed {seed}");
         let c = completions(&sim, 0, OpKind::Recv)[5];
         assert_eq!(sim.nodes[0].ep.mem().at(BASE + c.meta.context * SLOT, c.len), b"hello from the new incarnation");
@@ -369,7 +451,16 @@ fn a_restarted_peer_gets_a_new_session_and_nothing_sent_to_the_old_one_reaches_i
         assert_eq!(completions(&sim, 0, OpKind::Recv).len(), 6, "stale data must not be delivered");
         // And the new session works both ways.
         for k in 0..20 {
-            sim.nodes[0].ep.send(p, header(200 + k), &[&msg(200 + k, 5000)], IoList::default(), meta(200 + k)).unwrap();
+            sim.nodes[0]
+                .ep
+                .send(OutMsg {
+                    peer: p,
+                    header: header(200 + k),
+                    payload: &[&msg(200 + k, 5000)],
+                    user: IoList::default(),
+                    meta: meta(200 + k),
+                })
+                .unwrap();
         }
         assert!(sim.run_until(Duration::from_secs(5), |s| completions(s, 1, OpKind::Recv).len() == 20), "seed {seed}");
         for (k, c) in completions(&sim, 1, OpKind::Recv).iter().enumerate() {
@@ -395,7 +486,16 @@ fn an_address_naming_a_gone_incarnation_reaches_nobody() {
     post_slot(&mut sim, 1, 0);
     let p = sim.peer(0, 1);
     assert!(sim.nodes[0].ep.expect_incarnation(p, gone_inc), "nothing known yet: taken");
-    sim.nodes[0].ep.send(p, header(1), &[b"for the old process"], IoList::default(), meta(1)).unwrap();
+    sim.nodes[0]
+        .ep
+        .send(OutMsg {
+            peer: p,
+            header: header(1),
+            payload: &[b"for the old process"],
+            user: IoList::default(),
+            meta: meta(1),
+        })
+        .unwrap();
     assert!(
         sim.run_until(Duration::from_secs(2), |s| completions(s, 0, OpKind::Send).len() == 1),
         "the send to the gone incarnation never ended"
@@ -406,7 +506,16 @@ fn an_address_naming_a_gone_incarnation_reaches_nobody() {
     assert!(sim.nodes[1].ep.stats().rdm.dropped_stale >= 1);
     assert!(!sim.nodes[0].ep.expect_incarnation(p, gone_inc), "the old address is stale now");
     assert!(sim.nodes[0].ep.expect_incarnation(p, 777_777), "the new one is right");
-    sim.nodes[0].ep.send(p, header(2), &[b"for the new process"], IoList::default(), meta(2)).unwrap();
+    sim.nodes[0]
+        .ep
+        .send(OutMsg {
+            peer: p,
+            header: header(2),
+            payload: &[b"for the new process"],
+            user: IoList::default(),
+            meta: meta(2),
+        })
+        .unwrap();
     assert!(sim.run_until(Duration::from_secs(2), |s| completions(s, 1, OpKind::Recv).len() == 1));
     let c = completions(&sim, 1, OpKind::Recv)[0];
     assert_eq!((c.err, c.data), (None, Some(2)));

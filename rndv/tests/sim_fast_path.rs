@@ -19,7 +19,7 @@ use common::*;
 use rdm::rng::Rng;
 use rdm::sim::Link;
 use rdm::DeviceCaps;
-use rndv::engine::{IoList, OpKind, RecvSpec};
+use rndv::engine::{IoList, OpKind, OutMsg, RecvSpec};
 use rndv::{EndpointConfig, MsgHeader, MsgKind, Src};
 use std::time::Duration;
 
@@ -78,9 +78,13 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
                 sim.nodes[from].ep.mem_mut().put(addr, &data);
                 // `Again` (the send queue is full) is an outcome too: both
                 // runs must meet it at the same operations.
-                if let Err(e) =
-                    sim.nodes[from].ep.send(peer, h, &[&data], IoList::one(addr, len as u64), meta(op as u64))
-                {
+                if let Err(e) = sim.nodes[from].ep.send(OutMsg {
+                    peer,
+                    header: h,
+                    payload: &[&data],
+                    user: IoList::one(addr, len as u64),
+                    meta: meta(op as u64),
+                }) {
                     refused.push(format!("node {from} op {op}: {e:?}"));
                 }
             }

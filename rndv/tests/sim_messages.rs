@@ -15,7 +15,9 @@ use rdm::sim::Link;
 use rdm::simnet::{self, SimNet};
 use rdm::{DeviceCaps, Instant};
 use rndv::atomic::{Datatype, Op};
-use rndv::engine::{Access, Completion, IoBuf, IoList, OpError, OpKind, OpMeta, RecvSpec};
+use rndv::engine::{
+    Access, AtomicRequest, Completion, IoBuf, IoList, OpError, OpKind, OpMeta, OutMsg, RecvSpec, RmaTarget,
+};
 use rndv::engine::{RegHandle, Registration, RegistrationError, Registrations};
 use rndv::sim::EndpointSim;
 use rndv::{EndpointConfig, EndpointEvent, MsgHeader, MsgKind, Src};
@@ -28,7 +30,10 @@ type Sim = EndpointSim<Mem>;
 /// Node `from` sends `data` (placed at `addr` of its memory) to `to`.
 fn send_from(sim: &mut Sim, from: usize, to: rdm::engine::PeerId, h: MsgHeader, data: &[u8], addr: u64, m: OpMeta) {
     sim.nodes[from].ep.mem_mut().put(addr, data);
-    sim.nodes[from].ep.send(to, h, &[data], IoList::one(addr, data.len() as u64), m).expect("send");
+    sim.nodes[from]
+        .ep
+        .send(OutMsg { peer: to, header: h, payload: &[data], user: IoList::one(addr, data.len() as u64), meta: m })
+        .expect("send");
 }
 
 /// The device side of registrations, modelled: a registration is a live key
@@ -406,49 +411,65 @@ fn rma_and_atomics_under_loss() {
         sim.nodes[1].ep.mem_mut().regs.insert(9, (window, 64 << 10));
         let to1 = sim.peer(0, 1);
         let data = pattern(40_000, 1);
-        sim.nodes[0].ep.rma_write(to1, 9, window + 100, &[&data], Some(77), meta(1)).unwrap();
+        sim.nodes[0]
+            .ep
+            .rma_write(RmaTarget { peer: to1, key: 9, addr: window + 100 }, &[&data], Some(77), meta(1))
+            .unwrap();
         assert!(sim.run_until(Duration::from_secs(30), |s| completions(s, 0, OpKind::Write).len() == 1), "seed {seed}");
         assert!(sim.nodes[1].ep.mem().at(window + 100, data.len()) == data);
         assert_eq!(completions(&sim, 1, OpKind::RemoteWrite)[0].data, Some(77));
         assert!(completions(&sim, 1, OpKind::RemoteWrite)[0].meta.wanted, "CQ data is reported");
         let n0 = &mut sim.nodes[0].ep;
-        n0.rma_read(to1, 9, window + 100, IoList::one(BASE, 40_000), meta(2)).unwrap();
+        n0.rma_read(RmaTarget { peer: to1, key: 9, addr: window + 100 }, IoList::one(BASE, 40_000), meta(2)).unwrap();
         sim.nodes[1].ep.mem_mut().put(window + 8, &40u64.to_le_bytes());
         let two = 2u64.to_le_bytes();
         let n0 = &mut sim.nodes[0].ep;
-        n0.atomic(to1, 9, window + 8, Datatype::U64, Op::Sum, 1, &[&two], &[], IoList::default(), false, meta(3))
-            .unwrap();
         n0.atomic(
-            to1,
-            9,
-            window + 8,
-            Datatype::U64,
-            Op::Sum,
-            1,
-            &[&two],
-            &[],
-            IoList::one(BASE + 50_000, 8),
-            true,
+            AtomicRequest {
+                target: RmaTarget { peer: to1, key: 9, addr: window + 8 },
+                datatype: Datatype::U64,
+                op: Op::Sum,
+                count: 1,
+                operand: &[&two],
+                compare: &[],
+                result: IoList::default(),
+                fetch: false,
+            },
+            meta(3),
+        )
+        .unwrap();
+        n0.atomic(
+            AtomicRequest {
+                target: RmaTarget { peer: to1, key: 9, addr: window + 8 },
+                datatype: Datatype::U64,
+                op: Op::Sum,
+                count: 1,
+                operand: &[&two],
+                compare: &[],
+                result: IoList::one(BASE + 50_000, 8),
+                fetch: true,
+            },
             meta(4),
         )
         .unwrap();
         let (cmp, swap) = (44u64.to_le_bytes(), 7u64.to_le_bytes());
         n0.atomic(
-            to1,
-            9,
-            window + 8,
-            Datatype::U64,
-            Op::Cswap,
-            1,
-            &[&swap],
-            &[&cmp],
-            IoList::one(BASE + 50_008, 8),
-            true,
+            AtomicRequest {
+                target: RmaTarget { peer: to1, key: 9, addr: window + 8 },
+                datatype: Datatype::U64,
+                op: Op::Cswap,
+                count: 1,
+                operand: &[&swap],
+                compare: &[&cmp],
+                result: IoList::one(BASE + 50_008, 8),
+                fetch: true,
+            },
             meta(5),
         )
         .unwrap();
-        n0.rma_write(to1, 9, window + (64 << 10) - 4, &[&data[..8]], None, meta(6)).unwrap();
-        n0.rma_write(to1, 10, window, &[&data[..8]], None, meta(7)).unwrap();
+        n0.rma_write(RmaTarget { peer: to1, key: 9, addr: window + (64 << 10) - 4 }, &[&data[..8]], None, meta(6))
+            .unwrap();
+        n0.rma_write(RmaTarget { peer: to1, key: 10, addr: window }, &[&data[..8]], None, meta(7)).unwrap();
         assert!(sim.run_until(Duration::from_secs(30), |s| s.nodes[0].done.len() == 7), "seed {seed}");
         let done: HashMap<u64, Completion> = sim.nodes[0].done.iter().map(|c| (c.meta.context, *c)).collect();
         let m0 = sim.nodes[0].ep.mem();
@@ -483,11 +504,23 @@ fn cancel_peek_claim_and_multi_receive() {
     assert!(n1.cancel(1));
     assert!(!n1.cancel(1), "a canceled receive is gone");
     let n0 = &mut sim.nodes[0].ep;
-    n0.send(to1, MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None }, &[b"claimed"], IoList::default(), meta(2))
-        .unwrap();
+    n0.send(OutMsg {
+        peer: to1,
+        header: MsgHeader { kind: MsgKind::Tagged, tag: 5, data: None },
+        payload: &[b"claimed"],
+        user: IoList::default(),
+        meta: meta(2),
+    })
+    .unwrap();
     for k in 0..3u8 {
-        n0.send(to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &[&[k; 100]], IoList::default(), meta(3))
-            .unwrap();
+        n0.send(OutMsg {
+            peer: to1,
+            header: MsgHeader { kind: MsgKind::Msg, tag: 0, data: None },
+            payload: &[&[k; 100]],
+            user: IoList::default(),
+            meta: meta(3),
+        })
+        .unwrap();
     }
     assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 0, OpKind::Send).len() == 4));
     let n1 = &mut sim.nodes[1].ep;
@@ -540,7 +573,10 @@ fn a_peer_that_dies_mid_rendezvous_fails_what_waits_on_it() {
     );
     let waited = sim.now().saturating_duration_since(died);
     assert!(waited <= Duration::from_secs(5), "failed after {waited:?}, peer timeout 3 s");
-    sim.nodes[0].ep.rma_read(to1, 1, BASE, IoList::one(BASE + 200_000, 64), meta(2)).unwrap();
+    sim.nodes[0]
+        .ep
+        .rma_read(RmaTarget { peer: to1, key: 1, addr: BASE }, IoList::one(BASE + 200_000, 64), meta(2))
+        .unwrap();
     assert!(sim.run_until(Duration::from_secs(20), |s| s.nodes[0].done.len() == 2));
     for c in &sim.nodes[0].done {
         assert_eq!(c.err, Some(OpError::PeerUnreachable), "{c:?}");
@@ -740,13 +776,13 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
     let max = 1400 - rdm::engine::HEADER_LEN - rndv::HEADER_LEN;
     let send = |sim: &mut Sim, tag: u64, len: usize, ctx: u64| {
         let data = pattern(len, tag);
-        sim.nodes[0].ep.send(
-            to1,
-            MsgHeader { kind: MsgKind::Tagged, tag, data: None },
-            &[&data],
-            IoList::default(),
-            meta(ctx),
-        )
+        sim.nodes[0].ep.send(OutMsg {
+            peer: to1,
+            header: MsgHeader { kind: MsgKind::Tagged, tag, data: None },
+            payload: &[&data],
+            user: IoList::default(),
+            meta: meta(ctx),
+        })
     };
     assert_eq!(send(&mut sim, 1, max + 1, 1).err(), Some(rndv::PostError::TooLarge));
     // No receive posted: sent, completed, dropped at the receiver.
@@ -793,7 +829,13 @@ fn datagram_mode_matches_or_drops_and_never_retransmits() {
         let data = pattern(1000, i);
         sim.nodes[0]
             .ep
-            .send(to1, MsgHeader { kind: MsgKind::Tagged, tag: i, data: None }, &[&data], IoList::default(), meta(i))
+            .send(OutMsg {
+                peer: to1,
+                header: MsgHeader { kind: MsgKind::Tagged, tag: i, data: None },
+                payload: &[&data],
+                user: IoList::default(),
+                meta: meta(i),
+            })
             .expect("send");
     }
     sim.run_until(Duration::from_secs(1), |_| false);
@@ -864,9 +906,24 @@ fn rendezvous_on_a_registering_path_reads_only_through_held_keys() {
         for round in 0..2u64 {
             sim.nodes[0]
                 .ep
-                .send(to1, msg(), &[&data[..100_000], &data[100_000..]], two_bufs(a, 100_000, b, 50_000), meta(round))
+                .send(OutMsg {
+                    peer: to1,
+                    header: msg(),
+                    payload: &[&data[..100_000], &data[100_000..]],
+                    user: two_bufs(a, 100_000, b, 50_000),
+                    meta: meta(round),
+                })
                 .unwrap();
-            sim.nodes[2].ep.send(to1_from2, msg(), &[&data], IoList::one(a, 150_000), meta(round)).unwrap();
+            sim.nodes[2]
+                .ep
+                .send(OutMsg {
+                    peer: to1_from2,
+                    header: msg(),
+                    payload: &[&data],
+                    user: IoList::one(a, 150_000),
+                    meta: meta(round),
+                })
+                .unwrap();
             for k in 0..2u64 {
                 let at = BASE + (4 + 2 * k) * (1 << 20);
                 sim.nodes[1].ep.post_recv(recv(at, 150_000, 10 + k)).unwrap();
@@ -938,7 +995,16 @@ fn a_buffer_with_the_applications_key_is_not_looked_up() {
     sim.nodes[0].ep.mem_mut().put(b, &data[100_000..]);
     let mut iov = two_bufs(a, 100_000, b, 30_000);
     iov.keys[0] = Some(app_key);
-    sim.nodes[0].ep.send(to1, msg(), &[&data[..100_000], &data[100_000..]], iov, meta(1)).unwrap();
+    sim.nodes[0]
+        .ep
+        .send(OutMsg {
+            peer: to1,
+            header: msg(),
+            payload: &[&data[..100_000], &data[100_000..]],
+            user: iov,
+            meta: meta(1),
+        })
+        .unwrap();
     // Only the buffer without a key: one lookup.
     assert_eq!(regs0.lock().unwrap().acquires, 1);
     sim.nodes[1].ep.post_recv(recv(BASE + (4 << 20), 130_000, 10)).unwrap();
@@ -948,7 +1014,10 @@ fn a_buffer_with_the_applications_key_is_not_looked_up() {
     // With a key for every buffer (`a`'s registration covers both here): no lookup at all.
     let mut iov = IoList::one(a, 100_000);
     iov.keys[0] = Some(app_key);
-    sim.nodes[0].ep.send(to1, msg(), &[&data[..100_000]], iov, meta(2)).unwrap();
+    sim.nodes[0]
+        .ep
+        .send(OutMsg { peer: to1, header: msg(), payload: &[&data[..100_000]], user: iov, meta: meta(2) })
+        .unwrap();
     sim.nodes[1].ep.post_recv(recv(BASE + (6 << 20), 100_000, 11)).unwrap();
     assert!(sim.run_until(Duration::from_secs(20), |s| completions(s, 1, OpKind::Recv).len() == 2
         && completions(s, 0, OpKind::Send).len() == 2));
@@ -1102,7 +1171,10 @@ fn a_direct_message_to_a_dead_process_never_completes_successfully() {
     let to1 = sim.peer(0, 1);
     sim.kill(1);
     for k in 0..2u64 {
-        sim.nodes[0].ep.send(to1, msg(), &[b"to nobody"], IoList::default(), meta(k)).unwrap();
+        sim.nodes[0]
+            .ep
+            .send(OutMsg { peer: to1, header: msg(), payload: &[b"to nobody"], user: IoList::default(), meta: meta(k) })
+            .unwrap();
     }
     sim.run_until(Duration::from_secs(1), |_| false);
     let sends = completions(&sim, 0, OpKind::Send);
@@ -1174,7 +1246,13 @@ fn a_pull_on_a_registering_path_carries_every_key_and_completes_later() {
     sim.nodes[1].ep.post_recv(spec).unwrap();
     sim.nodes[0]
         .ep
-        .send(to1, msg(), &[&data[..60_000], &data[60_000..]], two_bufs(a, 60_000, b, 40_000), meta(1))
+        .send(OutMsg {
+            peer: to1,
+            header: msg(),
+            payload: &[&data[..60_000], &data[60_000..]],
+            user: two_bufs(a, 60_000, b, 40_000),
+            meta: meta(1),
+        })
         .unwrap();
     let mut steps = 0;
     while regs1.lock().unwrap().local_acquires == 0 {

@@ -4,31 +4,21 @@ use super::ops::{
     Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RecvSpec, RegHandle, RegistrationError,
     RxId, Token, TxId,
 };
-use super::{recv_op, DirectSend, Landing, MsgEngine, RxEntry, TxEntry};
+use super::{recv_op, DirectSend, Io, Landing, MsgEngine, OutMsg, RxEntry, TxEntry};
 use crate::matching::{Arrived, RecvPost};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rdm::engine::{Engine, PeerId};
-use rdm::{DevAddr, Instant};
+use rdm::DevAddr;
 
 impl MsgEngine {
     // ---------------------------------------------------------------- sends
 
-    /// Sends a message. `user` lists where the payload lies in application
-    /// memory (used only if the message goes by rendezvous); `payload` the same
-    /// bytes as slices.
-    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub fn send(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        header: MsgHeader,
-        payload: &[&[u8]],
-        user: IoList,
-        meta: OpMeta,
-    ) -> Result<TxId, PostError> {
-        self.send_staged(rdm, now, peer, header, payload, user, meta, None).map(|(id, _)| id)
+    /// Sends a message. `msg.user` lists where the payload lies in
+    /// application memory (used only if the message goes by rendezvous);
+    /// `msg.payload` the same bytes as slices.
+    pub fn send(&mut self, io: Io<'_>, msg: OutMsg<'_>) -> Result<TxId, PostError> {
+        self.send_staged(io, msg, None).map(|(id, _)| id)
     }
 
     /// A small message written by `write` straight to the device: what
@@ -44,17 +34,13 @@ impl MsgEngine {
     /// On shared memory this is the whole send of a small message: the
     /// device copies both headers and the payload once, into the receiver's
     /// ring cell, where the receiver matches it ([`MsgEngine::receive_datagram`]).
-    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
     pub fn send_direct(
         &mut self,
         rdm: &mut Engine,
-        peer: PeerId,
-        header: MsgHeader,
-        payload: &[&[u8]],
-        user: IoList,
-        meta: OpMeta,
+        msg: OutMsg<'_>,
         write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
     ) -> DirectSend {
+        let OutMsg { peer, header, payload, user, meta } = msg;
         // Granted windows waiting for room go first (the other path retries
         // them before it reports anything).
         if self.cfg.datagram || meta.delivery_complete || payload.len() > MAX_IOV || !self.push_backlog.is_empty() {
@@ -92,18 +78,14 @@ impl MsgEngine {
     /// message that goes as one DIRECT datagram is written straight into it
     /// ([`rdm::engine::Engine::transmit_direct_now`]) and returned, for the
     /// caller to hand to the device at once, instead of taking the queue.
-    #[allow(clippy::too_many_arguments)]
     pub fn send_staged(
         &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        header: MsgHeader,
-        payload: &[&[u8]],
-        user: IoList,
-        meta: OpMeta,
+        io: Io<'_>,
+        msg: OutMsg<'_>,
         stage: Option<&mut [u8]>,
     ) -> Result<(TxId, Option<rdm::engine::Transmit>), PostError> {
+        let Io { rdm, now } = io;
+        let OutMsg { peer, header, payload, user, meta } = msg;
         let mut staged = None;
         let len: usize = payload.iter().map(|p| p.len()).sum();
         let long = !self.cfg.datagram
@@ -258,7 +240,7 @@ impl MsgEngine {
 
     /// Posts a receive: it completes at once from an unexpected message, or
     /// waits for one.
-    pub fn post_recv(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
+    pub fn post_recv(&mut self, mut io: Io<'_>, spec: RecvSpec, mem: &mut dyn Memory) -> RxId {
         let id =
             RxId(self.rx.insert(RxEntry { iov: spec.iov, meta: spec.meta, multi_offset: spec.multi.then_some(0) })
                 as u32);
@@ -275,7 +257,7 @@ impl MsgEngine {
             // posted (in order) if room remains.
             while self.rx.contains(id.0 as usize) {
                 match self.matcher.take_unexpected(&post) {
-                    Some(arrived) => self.land(rdm, now, id, arrived, mem),
+                    Some(arrived) => self.land(io.reborrow(), id, arrived, mem),
                     None => {
                         self.matcher.post_only(post);
                         break;
@@ -283,20 +265,20 @@ impl MsgEngine {
                 }
             }
         } else if let Some(arrived) = self.matcher.post(post) {
-            self.land(rdm, now, id, arrived, mem);
+            self.land(io.reborrow(), id, arrived, mem);
         } else {
             // Nothing unexpected was taken: the bytes held, and so the
             // back-pressure, are as the last change left them.
             return id;
         }
-        self.update_backpressure(rdm);
+        self.update_backpressure(io.rdm);
         id
     }
 
     /// FI_PEEK, optionally with FI_CLAIM (reserve the message for a later
     /// claiming receive with the same context) or FI_DISCARD (drop it). Reports
     /// the message's attributes, or [`OpError::NoMessage`], as a completion.
-    pub fn peek(&mut self, rdm: &mut Engine, now: Instant, spec: RecvSpec, claim: bool, discard: bool) {
+    pub fn peek(&mut self, mut io: Io<'_>, spec: RecvSpec, claim: bool, discard: bool) {
         let probe = RecvPost {
             token: 0,
             kind: spec.kind,
@@ -317,30 +299,23 @@ impl MsgEngine {
         if claim || discard {
             if let Some(m) = self.matcher.take_unexpected(&probe) {
                 if discard {
-                    self.discard(rdm, now, m);
+                    self.discard(io.reborrow(), m);
                 } else {
                     self.claimed.insert(spec.meta.context, m);
                 }
             }
         }
         self.completions.push_back(c);
-        self.update_backpressure(rdm);
+        self.update_backpressure(io.rdm);
     }
 
     /// FI_CLAIM: receives (or with `discard` drops) the message an earlier
     /// FI_PEEK|FI_CLAIM reserved for `spec.meta.context`.
-    pub fn claim(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        spec: RecvSpec,
-        discard: bool,
-        mem: &mut dyn Memory,
-    ) -> Result<(), PostError> {
+    pub fn claim(&mut self, io: Io<'_>, spec: RecvSpec, discard: bool, mem: &mut dyn Memory) -> Result<(), PostError> {
         let arrived = self.claimed.remove(&spec.meta.context).ok_or(PostError::NotClaimed)?;
         if discard {
             let c = Completion { tag: arrived.tag, data: arrived.data, ..recv_op(spec.meta, arrived.kind) };
-            self.discard(rdm, now, arrived);
+            self.discard(io, arrived);
             self.completions.push_back(c);
         } else {
             let id = RxId(self.rx.insert(RxEntry {
@@ -348,18 +323,18 @@ impl MsgEngine {
                 meta: OpMeta { wanted: true, ..spec.meta },
                 multi_offset: None,
             }) as u32);
-            self.land(rdm, now, id, arrived, mem);
+            self.land(io, id, arrived, mem);
         }
         Ok(())
     }
 
     /// A dropped unexpected message: an announced one still needs its Fin, or
     /// the sender would wait forever.
-    fn discard(&mut self, rdm: &mut Engine, now: Instant, m: Arrived) {
+    fn discard(&mut self, io: Io<'_>, m: Arrived) {
         let (peer, rts) = (m.peer, m.rndv);
-        rdm.recycle(m.msg);
+        io.rdm.recycle(m.msg);
         if let Some(rts) = rts {
-            self.reply(rdm, now, peer, &[&encode_fin(rts.req, FinStatus::Discarded, 0)]);
+            self.reply(io, peer, &[&encode_fin(rts.req, FinStatus::Discarded, 0)]);
         }
     }
 
@@ -378,20 +353,18 @@ impl MsgEngine {
     }
 
     /// A message matched receive `id`: place it (eager) or start pulling it.
-    pub(super) fn land(&mut self, rdm: &mut Engine, now: Instant, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
-        let Some(landing) = self.landing(id, arrived.peer, arrived.kind, arrived.tag, arrived.data, arrived.len())
-        else {
-            return;
-        };
+    pub(super) fn land(&mut self, io: Io<'_>, id: RxId, arrived: Arrived, mem: &mut dyn Memory) {
+        let header = MsgHeader { kind: arrived.kind, tag: arrived.tag, data: arrived.data };
+        let Some(landing) = self.landing(id, arrived.peer, header, arrived.len()) else { return };
         match arrived.rndv {
             None => {
                 let written = landing.target.scatter(mem, arrived.payload());
-                rdm.recycle(arrived.msg);
+                io.rdm.recycle(arrived.msg);
                 self.finish_recv(&landing, written, None);
             }
             Some(rts) => {
-                rdm.recycle(arrived.msg);
-                self.start_pull(rdm, now, arrived.peer, rts, landing);
+                io.rdm.recycle(arrived.msg);
+                self.start_pull(io, arrived.peer, rts, landing);
             }
         }
     }
@@ -411,26 +384,18 @@ impl MsgEngine {
         if let Some(e) = self.rx.get(id.0 as usize).filter(|e| e.multi_offset.is_none()) {
             let (written, meta) = (e.iov.scatter(mem, payload), e.meta);
             self.rx.remove(id.0 as usize);
-            let c = recv_completion(meta, header.kind, payload.len(), written, header.data, header.tag, peer, None);
+            let c = recv_completion(meta, header, peer, payload.len(), written, None);
             self.completions.push_back(c);
             return;
         }
-        let Some(landing) = self.landing(id, peer, header.kind, header.tag, header.data, payload.len()) else { return };
+        let Some(landing) = self.landing(id, peer, header, payload.len()) else { return };
         let written = landing.target.scatter(mem, payload);
         self.finish_recv(&landing, written, None);
     }
 
     /// Where a message of `msg_len` bytes matched to the posted receive `id`
     /// lands (a multi-receive buffer keeps the rest of its room posted).
-    fn landing(
-        &mut self,
-        id: RxId,
-        peer: PeerId,
-        kind: crate::wire::msg::MsgKind,
-        tag: u64,
-        data: Option<u64>,
-        msg_len: usize,
-    ) -> Option<Landing> {
+    fn landing(&mut self, id: RxId, peer: PeerId, header: MsgHeader, msg_len: usize) -> Option<Landing> {
         let e = self.rx.get(id.0 as usize)?;
         let (meta, iov, multi_offset) = (e.meta, e.iov, e.multi_offset);
         let (target, buf, multi_done) = match multi_offset {
@@ -454,30 +419,27 @@ impl MsgEngine {
                 (room, base.addr + off, release)
             }
         };
-        Some(Landing { target, meta, msg: kind, buf, msg_len, data, tag, src: peer, multi_done })
+        Some(Landing { target, meta, header, buf, msg_len, src: peer, multi_done })
     }
 
     /// Reports a receive whose bytes have landed (`written` of `msg_len`).
     pub(super) fn finish_recv(&mut self, l: &Landing, written: usize, err: Option<OpError>) {
-        let c = recv_completion(l.meta, l.msg, l.msg_len, written, l.data, l.tag, l.src, err);
+        let c = recv_completion(l.meta, l.header, l.src, l.msg_len, written, err);
         self.completions.push_back(Completion { buf: l.buf, multi_done: l.multi_done, ..c });
     }
 }
 
-/// The completion of a receive of a message of `msg_len` bytes, `written` of
-/// which landed: failed with `err`, else truncated if fewer landed. A
-/// multi-receive's buffer and release are the caller's to add.
-#[allow(clippy::too_many_arguments)] // the fields of the completion
+/// The completion of a receive of a message of `msg_len` bytes with `header`
+/// from `src`, `written` of which landed: failed with `err`, else truncated if
+/// fewer landed. A multi-receive's buffer and release are the caller's to add.
 fn recv_completion(
     meta: OpMeta,
-    kind: crate::wire::msg::MsgKind,
+    header: MsgHeader,
+    src: PeerId,
     msg_len: usize,
     written: usize,
-    data: Option<u64>,
-    tag: u64,
-    src: PeerId,
     err: Option<OpError>,
 ) -> Completion {
     let err = err.or((msg_len > written).then_some(OpError::Truncated { olen: msg_len - written }));
-    Completion { len: written, data, tag, src: Some(src), err, ..recv_op(meta, kind) }
+    Completion { len: written, data: header.data, tag: header.tag, src: Some(src), err, ..recv_op(meta, header.kind) }
 }

@@ -24,7 +24,8 @@
 //!
 //! It does not own the `rdm` engine: the endpoint holds both side by side, and
 //! every call that sends or reads per-peer state takes the `rdm` engine as its
-//! first argument. Either engine can then be driven, tested and fuzzed with
+//! first argument (with the time of the call, as one [`Io`], where the call
+//! can send). Either engine can then be driven, tested and fuzzed with
 //! the other in plain view, and the endpoint decides what runs in which order
 //! (see `crate::endpoint`). Application memory is
 //! reached only through the [`Memory`] trait, which the provider implements with
@@ -35,7 +36,7 @@
 //! answers, which are checked against the peer they came from. The `rdm` send
 //! token of each packet is a [`Token`], encoded and decoded in one place.
 use crate::matching::{Arrived, Matcher};
-use crate::wire::msg::{MsgKind, HEADER_LEN};
+use crate::wire::msg::{MsgHeader, MsgKind, HEADER_LEN};
 use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::Packet;
 use rdm::engine::{Engine, Event, FailReason, PeerId, PeerPath};
@@ -50,8 +51,9 @@ mod rendezvous;
 mod rma;
 
 pub use ops::{
-    Access, Action, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, PostError, PullId, ReadOutcome,
-    RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId, RxId, Stats, Token, TxId,
+    Access, Action, AtomicRequest, Completion, Config, IoBuf, IoList, Memory, OpError, OpKind, OpMeta, OutMsg,
+    PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId,
+    RmaTarget, RxId, Stats, Token, TxId,
 };
 pub use rendezvous::for_each_read_run;
 
@@ -65,6 +67,32 @@ pub enum DirectSend {
     Sent(Option<Completion>),
 }
 pub(crate) use ops::peer_counter;
+
+/// What the message engine's calls that can send run with: the endpoint's
+/// `rdm` engine (passed, not owned; see the module docs) and the time of the
+/// call. The two always travel together, so they are one argument;
+/// application memory, which fewer calls reach, stays an argument of its own.
+///
+/// Two words, passed by value; a callee that hands it on and then uses it
+/// again passes [`Io::reborrow`].
+pub struct Io<'a> {
+    pub rdm: &'a mut Engine,
+    pub now: Instant,
+}
+
+impl<'a> Io<'a> {
+    #[inline]
+    pub fn new(rdm: &'a mut Engine, now: Instant) -> Io<'a> {
+        Io { rdm, now }
+    }
+
+    /// The same engine and time for a call that borrows them only while it
+    /// runs.
+    #[inline]
+    pub fn reborrow(&mut self) -> Io<'_> {
+        Io { rdm: &mut *self.rdm, now: self.now }
+    }
+}
 
 /// What the engine and the protocols know about the way to one peer, fixed
 /// when the peer is first used: the device's caps for that peer (under `auto`, a
@@ -98,6 +126,8 @@ struct RxEntry {
     multi_offset: Option<u64>,
 }
 
+/// An RMA or atomic at the initiator, from its request until its answer:
+/// what its completion reports, and where read data or old values land.
 struct RmaEntry {
     kind: OpKind,
     meta: OpMeta,
@@ -112,11 +142,10 @@ struct RmaEntry {
 struct Landing {
     target: IoList,
     meta: OpMeta,
-    msg: MsgKind,
+    /// The message's kind, tag and remote CQ data, for its completion.
+    header: MsgHeader,
     buf: u64,
     msg_len: usize,
-    data: Option<u64>,
-    tag: u64,
     src: PeerId,
     multi_done: bool,
 }
@@ -314,7 +343,8 @@ impl MsgEngine {
     }
 
     /// Sends the keepalives that are due, and forgets peers nothing waits on.
-    pub fn handle_timeout(&mut self, rdm: &mut Engine, now: Instant) {
+    pub fn handle_timeout(&mut self, io: Io<'_>) {
+        let Io { rdm, now } = io;
         let due: Vec<PeerId> = self.awaiting.iter().filter(|(_, t)| **t <= now).map(|(p, _)| *p).collect();
         for peer in due {
             if self.waits_on(peer) {
@@ -330,9 +360,9 @@ impl MsgEngine {
 
     /// Runs the protocols on everything the rdm engine delivered or reported
     /// since the last call. Call after feeding it datagrams and timeouts.
-    pub fn handle_events(&mut self, rdm: &mut Engine, now: Instant, mem: &mut dyn Memory) {
-        self.retry_pushes(rdm, now, mem);
-        while let Some(ev) = rdm.poll_event() {
+    pub fn handle_events(&mut self, mut io: Io<'_>, mem: &mut dyn Memory) {
+        self.retry_pushes(io.reborrow(), mem);
+        while let Some(ev) = io.rdm.poll_event() {
             match ev {
                 Event::Delivered { peer, msg } if !self.cfg.datagram => {
                     // The peer talks again (a new incarnation, or a path that
@@ -340,12 +370,14 @@ impl MsgEngine {
                     if !self.fail_reasons.is_empty() {
                         self.fail_reasons.remove(&peer);
                     }
-                    self.handle_message(rdm, now, peer, msg, mem)
+                    self.handle_message(io.reborrow(), peer, msg, mem)
                 }
-                Event::Datagram { peer, msg } if self.cfg.datagram => self.handle_datagram(rdm, now, peer, msg, mem),
+                Event::Datagram { peer, msg } if self.cfg.datagram => {
+                    self.handle_datagram(io.reborrow(), peer, msg, mem)
+                }
                 Event::Delivered { msg, .. } | Event::Datagram { msg, .. } => {
                     self.stats.stray += 1;
-                    rdm.recycle(msg);
+                    io.rdm.recycle(msg);
                 }
                 Event::SendComplete { token } => {
                     // An RTS and its pushes complete on the receiver's Fin
@@ -392,7 +424,7 @@ impl MsgEngine {
                 }
             }
         }
-        self.update_backpressure(rdm);
+        self.update_backpressure(io.rdm);
     }
 
     /// One datagram from the device. A whole eager message in one DIRECT
@@ -400,14 +432,8 @@ impl MsgEngine {
     /// from the device's buffer ([`rdm::engine::Engine::handle_datagram_lending`]):
     /// no copy into a pooled buffer, no trip through the event queue. The
     /// rest goes the usual way, through the events [`MsgEngine::handle_events`] takes.
-    pub fn receive_datagram(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        from: DevAddr,
-        bytes: &[u8],
-        mem: &mut dyn Memory,
-    ) {
+    pub fn receive_datagram(&mut self, io: Io<'_>, from: DevAddr, bytes: &[u8], mem: &mut dyn Memory) {
+        let Io { rdm, now } = io;
         if self.cfg.datagram {
             rdm.handle_datagram(now, from, bytes);
             return;
@@ -434,13 +460,13 @@ impl MsgEngine {
         rdm.deliver_later(peer, owned);
     }
 
-    fn handle_message(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+    fn handle_message(&mut self, mut io: Io<'_>, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
         // Parsed once; the typed fields are all that is used below.
         let pkt = match Packet::decode(&msg) {
             Ok(p) => p,
             Err(_) => {
                 self.stats.dropped_malformed += 1;
-                rdm.recycle(msg);
+                io.rdm.recycle(msg);
                 return;
             }
         };
@@ -450,19 +476,19 @@ impl MsgEngine {
             _ => None,
         };
         if let Packet::Msg(_, payload) = &pkt {
-            self.count_peer(rdm, peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
+            self.count_peer(io.rdm, peer, ops::peer_counter::RECV_EAGER_MSGS, payload.len() as u64);
         }
         if let Some((h, rndv)) = matched {
             let arrived = Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv };
             if let Some((post, arrived)) = self.matcher.arrive(arrived) {
-                self.land(rdm, now, RxId(post.token as u32), arrived, mem);
+                self.land(io, RxId(post.token as u32), arrived, mem);
             }
             return;
         }
         match pkt {
-            Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, now),
-            Packet::Push { req, offset, payload } => self.handle_push(rdm, now, peer, req, offset, payload, mem),
-            Packet::Cts { req, offset, len } => self.handle_cts(rdm, now, peer, req, offset, len, mem),
+            Packet::Fin { req, status, .. } => self.handle_fin(peer, req, status, mem, io.now),
+            Packet::Push { req, offset, payload } => self.handle_push(io.reborrow(), peer, req, offset, payload, mem),
+            Packet::Cts { req, offset, len } => self.handle_cts(io.reborrow(), peer, req, offset, len, mem),
             Packet::ReadResp { req, status, payload } | Packet::AtomicResp { req, status, payload } => {
                 self.finish_rma(peer, req, status, payload, mem)
             }
@@ -473,24 +499,24 @@ impl MsgEngine {
                     self.device_ctl.push_back((peer, m));
                 }
             }
-            other => self.serve_rma(rdm, now, peer, other, mem),
+            other => self.serve_rma(io.reborrow(), peer, other, mem),
         }
-        rdm.recycle(msg);
+        io.rdm.recycle(msg);
     }
 
     /// Datagram mode: a message lands in the oldest posted receive it matches,
     /// or is dropped (counted); only plain messages are expected.
-    fn handle_datagram(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
+    fn handle_datagram(&mut self, io: Io<'_>, peer: PeerId, msg: Vec<u8>, mem: &mut dyn Memory) {
         let h = match Packet::decode(&msg) {
             Ok(Packet::Msg(h, _)) => h,
             Ok(_) => {
                 self.stats.stray += 1;
-                rdm.recycle(msg);
+                io.rdm.recycle(msg);
                 return;
             }
             Err(_) => {
                 self.stats.dropped_malformed += 1;
-                rdm.recycle(msg);
+                io.rdm.recycle(msg);
                 return;
             }
         };
@@ -498,11 +524,11 @@ impl MsgEngine {
             Some(post) => {
                 let arrived =
                     Arrived { peer, kind: h.kind, tag: h.tag, data: h.data, msg, offset: HEADER_LEN, rndv: None };
-                self.land(rdm, now, RxId(post.token as u32), arrived, mem);
+                self.land(io, RxId(post.token as u32), arrived, mem);
             }
             None => {
                 self.stats.dropped_unmatched += 1;
-                rdm.recycle(msg);
+                io.rdm.recycle(msg);
             }
         }
     }
@@ -614,9 +640,9 @@ impl MsgEngine {
 
     /// Sends control bytes of our device to `peer`'s device, reliably and in
     /// order with everything else to it.
-    pub fn send_device_control(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, bytes: &[u8]) {
+    pub fn send_device_control(&mut self, io: Io<'_>, peer: PeerId, bytes: &[u8]) {
         let hdr = [crate::wire::Kind::DeviceCtl as u8, 0, 0, 0, 0, 0, 0, 0];
-        self.reply(rdm, now, peer, &[&hdr, bytes]);
+        self.reply(io, peer, &[&hdr, bytes]);
     }
 
     /// A peer declared unreachable since the last call.

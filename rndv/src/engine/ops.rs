@@ -3,8 +3,9 @@
 //! actions, errors, configuration and statistics.
 #[cfg(doc)]
 use super::{MsgEngine, Path};
+use crate::atomic::{self, Datatype};
 use crate::matching::Src;
-use crate::wire::msg::MsgKind;
+use crate::wire::msg::{MsgHeader, MsgKind};
 use crate::wire::rendezvous::{RemoteIov, MAX_IOV};
 use crate::wire::rma::Status;
 use rdm::engine::{PeerId, SendError};
@@ -448,6 +449,56 @@ pub struct RecvSpec {
     /// FI_MULTI_RECV: one untagged buffer that takes messages until full.
     pub multi: bool,
     pub meta: OpMeta,
+}
+
+/// One message to send, as a send call takes it: where it goes, its header,
+/// its payload, and what its completion reports. Grouped because every send
+/// path (`send`, `send_direct`, `send_staged`, and the endpoint's) takes all
+/// of it and hands it on whole; `Copy`, so that a message the direct path
+/// declines goes the queued way as it is (the payload slices are borrowed,
+/// never copied).
+#[derive(Clone, Copy, Debug)]
+pub struct OutMsg<'p> {
+    pub peer: PeerId,
+    pub header: MsgHeader,
+    /// The payload's bytes, in order (what an eager message carries).
+    pub payload: &'p [&'p [u8]],
+    /// Where the same bytes lie in application memory: used only if the
+    /// message goes by rendezvous (empty: it never does).
+    pub user: IoList,
+    pub meta: OpMeta,
+}
+
+/// Where a one-sided operation (RMA or atomic) acts: the target peer, and
+/// an address there under the key of one of its registrations (libfabric's
+/// `dest_addr`, `addr` and `key`, which every RMA and atomic call names
+/// together).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RmaTarget {
+    pub peer: PeerId,
+    pub key: u64,
+    pub addr: u64,
+}
+
+/// One atomic as the initiator asks for it (the arguments of `fi_atomic`,
+/// `fi_fetch_atomic` and `fi_compare_atomic`, less the operation's
+/// [`OpMeta`]): where it acts, what it computes on how many elements, its
+/// operands, and where fetched old values go.
+#[derive(Clone, Copy, Debug)]
+pub struct AtomicRequest<'p> {
+    pub target: RmaTarget,
+    pub datatype: Datatype,
+    pub op: atomic::Op,
+    /// Elements of `datatype` at the target.
+    pub count: usize,
+    /// `count` elements (none for [`atomic::Op::Read`]).
+    pub operand: &'p [&'p [u8]],
+    /// `count` elements to compare with: non-empty makes it a compare atomic.
+    pub compare: &'p [&'p [u8]],
+    /// Where the old values go if `fetch`.
+    pub result: IoList,
+    /// Return the target's old values (a fetch or compare atomic).
+    pub fetch: bool,
 }
 
 /// Counters (monotonic).

@@ -1,10 +1,10 @@
 //! Rendezvous in the message engine: RTS/CTS/Push/Fin, receiver pulls, windowed
 //! pushes, and [`for_each_read_run`] for the provider's remote reads.
 use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
-use super::{Landing, MsgEngine, Pull, WindowRx};
+use super::{Io, Landing, MsgEngine, Pull, WindowRx};
 use crate::iov::zip_pieces;
 use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
-use rdm::engine::{Engine, PeerId};
+use rdm::engine::PeerId;
 use rdm::Instant;
 
 /// Bytes per `Push` message of a granted window (rdm segments it further).
@@ -15,10 +15,10 @@ const PUSH_CHUNK: u64 = 1 << 20;
 impl MsgEngine {
     // ------------------------------------------------------------ rendezvous
 
-    pub(super) fn start_pull(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, rts: Rts, landing: Landing) {
+    pub(super) fn start_pull(&mut self, io: Io<'_>, peer: PeerId, rts: Rts, landing: Landing) {
         if landing.target.total() == 0 {
             // Nothing to read into: finish at once.
-            self.reply(rdm, now, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
+            self.reply(io, peer, &[&encode_fin(rts.req, FinStatus::Done, 0)]);
             self.finish_recv(&landing, 0, None);
             return;
         }
@@ -26,7 +26,7 @@ impl MsgEngine {
         // (it answers NotPermitted, and the bytes are pushed): the sender only
         // announces where its path can read, and a peer that sent first has no
         // path recorded here.
-        let addr = rdm.peer_addr(peer);
+        let addr = io.rdm.peer_addr(peer);
         let id = PullId(self.pulls.insert(Pull { peer, req: rts.req, landing }) as u32);
         self.actions.push_back(Action::RemoteRead {
             id,
@@ -39,18 +39,18 @@ impl MsgEngine {
     }
 
     /// The layer below finished [`Action::RemoteRead`] `id`.
-    pub fn remote_read_done(&mut self, rdm: &mut Engine, now: Instant, id: PullId, outcome: ReadOutcome) {
+    pub fn remote_read_done(&mut self, io: Io<'_>, id: PullId, outcome: ReadOutcome) {
         let Some(p) = self.pulls.try_remove(id.0 as usize) else { return };
         match outcome {
             ReadOutcome::Done(n) => {
                 self.stats.pulled += 1;
-                self.count_peer(rdm, p.peer, super::ops::peer_counter::RECV_PULLED_MSGS, n);
-                self.reply(rdm, now, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
+                self.count_peer(io.rdm, p.peer, super::ops::peer_counter::RECV_PULLED_MSGS, n);
+                self.reply(io, p.peer, &[&encode_fin(p.req, FinStatus::Done, n)]);
                 self.finish_recv(&p.landing, n as usize, None);
             }
-            ReadOutcome::NotPermitted | ReadOutcome::NotNow => self.start_window(rdm, now, p.peer, p.req, p.landing),
+            ReadOutcome::NotPermitted | ReadOutcome::NotNow => self.start_window(io, p.peer, p.req, p.landing),
             ReadOutcome::Failed(n) => {
-                self.reply(rdm, now, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
+                self.reply(io, p.peer, &[&encode_fin(p.req, FinStatus::Failed, n)]);
                 self.finish_recv(&p.landing, n as usize, Some(OpError::Io));
             }
         }
@@ -88,32 +88,30 @@ impl MsgEngine {
     }
 
     /// The receiver cannot pull: grant the first window.
-    fn start_window(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, landing: Landing) {
+    fn start_window(&mut self, mut io: Io<'_>, peer: PeerId, req: u64, landing: Landing) {
         let take = (landing.msg_len as u64).min(landing.target.total());
         let mut w = WindowRx { landing, take, granted: 0, received: 0 };
-        self.grant(rdm, now, peer, req, &mut w);
+        self.grant(io.reborrow(), peer, req, &mut w);
         self.windows.insert((peer, req), w);
-        self.await_answer(now, peer);
+        self.await_answer(io.now, peer);
     }
 
     /// Grants the next window while at most half of the granted bytes are
     /// still outstanding: the sender never waits for a grant round trip.
-    fn grant(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, req: u64, w: &mut WindowRx) {
+    fn grant(&mut self, mut io: Io<'_>, peer: PeerId, req: u64, w: &mut WindowRx) {
         let window = self.cfg.window.max(1);
         while w.granted < w.take && w.granted - w.received <= window / 2 {
             let len = (w.take - w.granted).min(window);
-            self.reply(rdm, now, peer, &[&encode_cts(req, w.granted, len)]);
+            self.reply(io.reborrow(), peer, &[&encode_cts(req, w.granted, len)]);
             w.granted += len;
             self.stats.windows_granted += 1;
         }
     }
 
     /// A `Push` of a granted range landed.
-    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
     pub(super) fn handle_push(
         &mut self,
-        rdm: &mut Engine,
-        now: Instant,
+        io: Io<'_>,
         peer: PeerId,
         req: u64,
         offset: u64,
@@ -135,27 +133,17 @@ impl MsgEngine {
         w.received += written as u64;
         if w.received >= w.take {
             self.stats.pushed += 1;
-            self.count_peer(rdm, peer, super::ops::peer_counter::RECV_WINDOWED_MSGS, w.received);
-            self.reply(rdm, now, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
+            self.count_peer(io.rdm, peer, super::ops::peer_counter::RECV_WINDOWED_MSGS, w.received);
+            self.reply(io, peer, &[&encode_fin(req, FinStatus::Done, w.received)]);
             self.finish_recv(&w.landing, w.received as usize, None);
         } else {
-            self.grant(rdm, now, peer, req, &mut w);
+            self.grant(io, peer, req, &mut w);
             self.windows.insert((peer, req), w);
         }
     }
 
     /// A window grant for one of our rendezvous sends.
-    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub(super) fn handle_cts(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        req: u64,
-        offset: u64,
-        len: u64,
-        mem: &dyn Memory,
-    ) {
+    pub(super) fn handle_cts(&mut self, io: Io<'_>, peer: PeerId, req: u64, offset: u64, len: u64, mem: &dyn Memory) {
         let id = TxId(req as u32);
         let fits = u32::try_from(req).is_ok()
             && self.tx.get(id.0 as usize).is_some_and(|t| {
@@ -171,16 +159,17 @@ impl MsgEngine {
         // connection for reads yet, one broke, our registration failed and
         // the announcement carried no keys) as often as "never", and the
         // receiver decides per message, so keep announcing.
-        if self.path(rdm, peer).is_some_and(|p| p.remote_read && !p.registration) {
+        if self.path(io.rdm, peer).is_some_and(|p| p.remote_read && !p.registration) {
             self.refused.insert(peer);
         }
         self.push_backlog.push_back((id, offset, offset + len));
-        self.retry_pushes(rdm, now, mem);
+        self.retry_pushes(io, mem);
     }
 
     /// Sends the granted ranges as `Push` messages of at most [`PUSH_CHUNK`]
     /// bytes, in order, while the rdm engine takes them.
-    pub(super) fn retry_pushes(&mut self, rdm: &mut Engine, now: Instant, mem: &dyn Memory) {
+    pub(super) fn retry_pushes(&mut self, io: Io<'_>, mem: &dyn Memory) {
+        let Io { rdm, now } = io;
         while let Some(&(id, offset, end)) = self.push_backlog.front() {
             let Some((peer, iov)) = self.tx.get(id.0 as usize).and_then(|t| t.rndv.map(|iov| (t.peer, iov))) else {
                 self.push_backlog.pop_front();

@@ -1,13 +1,14 @@
 //! RMA and atomics in the message engine, emulated as request/answer messages:
 //! at the initiator (requests, answers) and at the target (serving them).
-use super::ops::{Access, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RmaId, Token};
-use super::{MsgEngine, RmaEntry};
+use super::ops::{
+    Access, AtomicRequest, Completion, IoList, Memory, OpError, OpKind, OpMeta, PostError, RmaId, RmaTarget, Token,
+};
+use super::{Io, MsgEngine, RmaEntry};
 use crate::atomic::{self, Datatype, Op};
 use crate::wire::rendezvous::MAX_IOV;
 use crate::wire::rma::{self as rma_wire, Status};
 use crate::wire::{Packet, MAX_HEADER_LEN};
-use rdm::engine::{Engine, PeerId};
-use rdm::Instant;
+use rdm::engine::PeerId;
 
 fn status_error(s: Status) -> Option<OpError> {
     match s {
@@ -21,19 +22,17 @@ fn status_error(s: Status) -> Option<OpError> {
 impl MsgEngine {
     // ------------------------------------------------------------------ RMA
 
-    #[allow(clippy::too_many_arguments)] // one request's parts, as the RMA calls take them
+    /// Sends the request `request` builds from the operation's id, followed
+    /// by `extra`, and records `pending` to wait for its answer.
     fn start_rma(
         &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        kind: OpKind,
-        meta: OpMeta,
-        result: IoList,
-        len: usize,
+        io: Io<'_>,
+        pending: RmaEntry,
         request: impl FnOnce(u64) -> Packet<'static>,
         extra: &[&[u8]],
     ) -> Result<RmaId, PostError> {
+        let Io { rdm, now } = io;
+        let peer = pending.peer;
         let entry = self.rma.vacant_entry();
         let id = RmaId(entry.key() as u32);
         // The request names its id, for the answer to echo; its payload follows as `extra`.
@@ -44,66 +43,50 @@ impl MsgEngine {
         let n = extra.len().min(2 * MAX_IOV);
         parts[1..=n].copy_from_slice(&extra[..n]);
         rdm.send(now, peer, &parts[..=n], Token::Rma(id).encode())?;
-        entry.insert(RmaEntry { kind, meta, peer, result, len });
+        entry.insert(pending);
         self.await_answer(now, peer);
         self.stats.rma_started += 1;
         Ok(id)
     }
 
-    /// fi_write: `payload` to `addr` under `key` at `peer`, with remote CQ data.
-    #[allow(clippy::too_many_arguments)] // fi_writedata's own arguments
+    /// fi_write: `payload` to `target`, with remote CQ data.
     pub fn rma_write(
         &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
+        io: Io<'_>,
+        target: RmaTarget,
         payload: &[&[u8]],
         data: Option<u64>,
         meta: OpMeta,
     ) -> Result<RmaId, PostError> {
+        let RmaTarget { peer, key, addr } = target;
         let len = payload.iter().map(|p| p.len()).sum();
         let request = |req| Packet::Write { req, key, addr, data, payload: &[] };
-        self.start_rma(rdm, now, peer, OpKind::Write, meta, IoList::default(), len, request, payload)
+        let pending = RmaEntry { kind: OpKind::Write, meta, peer, result: IoList::default(), len };
+        self.start_rma(io, pending, request, payload)
     }
 
-    /// fi_read: `dst.total()` bytes at `addr` under `key` at `peer` into `dst`.
-    #[allow(clippy::too_many_arguments)] // the rdm engine is passed, not owned
-    pub fn rma_read(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
-        dst: IoList,
-        meta: OpMeta,
-    ) -> Result<RmaId, PostError> {
+    /// fi_read: `dst.total()` bytes at `target` into `dst`.
+    pub fn rma_read(&mut self, io: Io<'_>, target: RmaTarget, dst: IoList, meta: OpMeta) -> Result<RmaId, PostError> {
+        let RmaTarget { peer, key, addr } = target;
         let len = dst.total();
         let request = |req| Packet::ReadReq { req, key, addr, len };
-        self.start_rma(rdm, now, peer, OpKind::Read, meta, dst, len as usize, request, &[])
+        let pending = RmaEntry { kind: OpKind::Read, meta, peer, result: dst, len: len as usize };
+        self.start_rma(io, pending, request, &[])
     }
 
-    /// An atomic of `count` elements; `fetch` returns the old values into
-    /// `result`; `compare` operands make it a compare atomic.
-    #[allow(clippy::too_many_arguments)]
-    pub fn atomic(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        key: u64,
-        addr: u64,
-        dt: Datatype,
-        op: Op,
-        count: usize,
-        operand: &[&[u8]],
-        compare: &[&[u8]],
-        result: IoList,
-        fetch: bool,
-        meta: OpMeta,
-    ) -> Result<RmaId, PostError> {
+    /// An atomic of `req.count` elements; `req.fetch` returns the old values
+    /// into `req.result`; `req.compare` operands make it a compare atomic.
+    pub fn atomic(&mut self, io: Io<'_>, req: AtomicRequest<'_>, meta: OpMeta) -> Result<RmaId, PostError> {
+        let AtomicRequest {
+            target: RmaTarget { peer, key, addr },
+            datatype: dt,
+            op,
+            count,
+            operand,
+            compare,
+            result,
+            fetch,
+        } = req;
         let family = if !compare.is_empty() {
             atomic::Family::Compare
         } else if fetch {
@@ -130,7 +113,8 @@ impl MsgEngine {
             extra[n] = p;
             n += 1;
         }
-        self.start_rma(rdm, now, peer, OpKind::Atomic { fetch }, meta, result, bytes, request, &extra[..n])
+        let pending = RmaEntry { kind: OpKind::Atomic { fetch }, meta, peer, result, len: bytes };
+        self.start_rma(io, pending, request, &extra[..n])
     }
 
     pub(super) fn finish_rma(&mut self, peer: PeerId, req: u64, status: Status, payload: &[u8], mem: &mut dyn Memory) {
@@ -152,14 +136,7 @@ impl MsgEngine {
         });
     }
 
-    pub(super) fn serve_rma(
-        &mut self,
-        rdm: &mut Engine,
-        now: Instant,
-        peer: PeerId,
-        pkt: Packet<'_>,
-        mem: &mut dyn Memory,
-    ) {
+    pub(super) fn serve_rma(&mut self, io: Io<'_>, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
         match pkt {
             Packet::Write { req, key, addr, data, payload } => {
                 let status = match mem.rma_target(key, addr, payload.len() as u64, Access::RemoteWrite) {
@@ -176,7 +153,7 @@ impl MsgEngine {
                 if status == Status::Ok {
                     self.served(OpKind::RemoteWrite, payload.len(), data);
                 }
-                self.reply(rdm, now, peer, &[&rma_wire::encode_write_ack(req, status)]);
+                self.reply(io, peer, &[&rma_wire::encode_write_ack(req, status)]);
             }
             Packet::ReadReq { req, key, addr, len } => {
                 let mut data = Vec::new();
@@ -192,7 +169,7 @@ impl MsgEngine {
                 if status == Status::Ok {
                     self.served(OpKind::RemoteRead, data.len(), None);
                 }
-                self.reply(rdm, now, peer, &[&rma_wire::encode_read_resp(req, status), &data]);
+                self.reply(io, peer, &[&rma_wire::encode_read_resp(req, status), &data]);
             }
             Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload } => {
                 let mut old = Vec::new();
@@ -222,7 +199,7 @@ impl MsgEngine {
                     Err(s) => s,
                 };
                 let back: &[u8] = if fetch && status == Status::Ok { &old } else { &[] };
-                self.reply(rdm, now, peer, &[&rma_wire::encode_atomic_resp(req, status), back]);
+                self.reply(io, peer, &[&rma_wire::encode_atomic_resp(req, status), back]);
             }
             _ => {}
         }
@@ -238,7 +215,7 @@ impl MsgEngine {
 
     /// An answer nothing waits on: lost only if the rdm engine refuses it, and
     /// then the initiator fails with the peer.
-    pub(super) fn reply(&mut self, rdm: &mut Engine, now: Instant, peer: PeerId, parts: &[&[u8]]) {
-        let _ = rdm.send(now, peer, parts, Token::Reply.encode());
+    pub(super) fn reply(&mut self, io: Io<'_>, peer: PeerId, parts: &[&[u8]]) {
+        let _ = io.rdm.send(io.now, peer, parts, Token::Reply.encode());
     }
 }

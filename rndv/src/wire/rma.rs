@@ -131,17 +131,24 @@ pub fn encode_write_ack(req: u64, status: Status) -> [u8; field::RESP_LEN] {
     h
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The header fields of an `Atomic` request, as [`encode_atomic`] writes
+/// them: every field of [`Packet::Atomic`] but the payload (datatype and op
+/// as their wire codes). Grouped because an atomic's header names all of
+/// them at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AtomicHeader {
+    pub req: u64,
+    pub key: u64,
+    pub addr: u64,
+    pub datatype: u8,
+    pub op: u8,
+    pub count: u32,
+    pub fetch: bool,
+}
+
 #[inline]
-pub fn encode_atomic(
-    req: u64,
-    key: u64,
-    addr: u64,
-    datatype: u8,
-    op: u8,
-    count: u32,
-    fetch: bool,
-) -> [u8; field::ATOMIC_LEN] {
+pub fn encode_atomic(a: AtomicHeader) -> [u8; field::ATOMIC_LEN] {
+    let AtomicHeader { req, key, addr, datatype, op, count, fetch } = a;
     let mut h = [0u8; field::ATOMIC_LEN];
     Packet::Atomic { req, key, addr, datatype, op, count, fetch, payload: &[] }.encode_header(&mut h);
     h
@@ -164,7 +171,9 @@ mod tests {
         let mut r = encode_read_resp(9, Status::Access).to_vec();
         r.push(1);
         assert_eq!(Packet::decode(&r), Ok(Packet::ReadResp { req: 9, status: Status::Access, payload: &[1] }));
-        let mut a = encode_atomic(10, 11, 12, 7, 2, 3, true).to_vec();
+        let mut a =
+            encode_atomic(AtomicHeader { req: 10, key: 11, addr: 12, datatype: 7, op: 2, count: 3, fetch: true })
+                .to_vec();
         a.extend_from_slice(&[0; 24]);
         assert_eq!(
             Packet::decode(&a),
