@@ -316,7 +316,7 @@ inside() {
   # btl ofi, OpenMPI 5 has no osc pt2pt), np 2 and 4; each run must pass its own
   # checks, every rank's mtl ofi must have chosen rdmx, every fabric opened must
   # be rdmx's from $provdir, and one-sided must have selected btl ofi.
-  local ompi prog np mpiout want fabrics opened extra
+  local ompi prog np mpiout want fabrics opened extra pml
   ompi=$(as_user mpirun --version 2>&1 | head -n 1) || true
   as_user mkdir -p "/home/$TUSER/mpi"
   for prog in p2p coll rma; do
@@ -325,28 +325,43 @@ inside() {
       continue
     fi
     for np in 2 4; do
+      pml=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca mtl_ofi_verbose 1)
       extra=(--mca btl self) fabrics=1
       if [[ $prog == rma ]]; then
-        # Two rdmx fabrics per rank: the mtl's and btl ofi's.
-        extra=(--mca btl self,ofi --mca osc rdma --mca osc_rdma_btls ofi --mca osc_base_verbose 50) fabrics=2
+        # One-sided: OpenMPI 5 has no osc pt2pt, and osc rdma cannot use the
+        # mtl: it runs over btl ofi. 5.0.7 brings btls up only under pml ob1
+        # (5.0.11, as mpi_wheels.rs runs it, also under pml cm), so here ob1
+        # carries the two-sided traffic over btl ofi too (btl_ofi_mode 2: one-
+        # and two-sided; its default is one-sided only): one rdmx fabric per
+        # rank and no mtl.
+        pml=(--mca pml ob1)
+        extra=(--mca btl self,ofi --mca btl_ofi_mode 2 --mca btl_ofi_provider_include rdmx --mca osc rdma --mca osc_rdma_btls ofi --mca osc_base_verbose 50) fabrics=1
       fi
       want="$prog: all checks passed on $np ranks"
       # --output tag: each line of each rank whole, prefixed with its rank (the
       # counts below read lines that ranks write at once).
       mpiout=$(as_user timeout --foreground 180 mpirun -np "$np" --oversubscribe --output tag \
-        --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca mtl_ofi_verbose 1 "${extra[@]}" \
+        "${pml[@]}" "${extra[@]}" \
         -x FI_PROVIDER=rdmx -x FI_LOG_LEVEL=info -x FI_LOG_PROV=core -x FI_LOG_SUBSYS=core \
         "/home/$TUSER/mpi/$prog" 2>&1 | tr -d '\0') && s=0 || s=$?
-      opened=$(grep -c 'fi_fabric_.*<info> Using ' <<<"$mpiout" || true)
-      local rdmx_opened chose osc_ofi=$np
-      rdmx_opened=$(grep -c "fi_fabric_.*<info> Using rdmx provider .*$provdir/librdmx-fi.so" <<<"$mpiout" || true)
+      # Counted as tokens, not lines: a rank's log line may be cut by another's.
+      # Every fabric opened names its provider; every rdmx path printed is the
+      # installed one.
+      local rdmx_opened chose osc_ofi=$np elsewhere
+      opened=$(grep -oE '<info> Using [^ ]+ provider' <<<"$mpiout" | wc -l)
+      rdmx_opened=$(grep -oE '<info> Using rdmx provider' <<<"$mpiout" | wc -l)
+      elsewhere=$(grep -oE 'path:[^ ]*librdmx-fi\.so' <<<"$mpiout" | grep -vc "^path:$provdir/librdmx-fi.so$" || true)
+      ((elsewhere == 0)) || rdmx_opened=-1
       chose=$(grep -cE 'mtl:ofi:provider: rdmx\s*$' <<<"$mpiout" || true)
+      [[ $prog == rma ]] && chose=$np # no mtl: the osc line below says btl ofi carried it
       [[ $prog == rma ]] && osc_ofi=$(grep -cE 'accelerated_query: selected btl: ofi\s*$' <<<"$mpiout" || true)
       if ((s == 0)) && grep -qF "$want" <<<"$mpiout" && ((opened == rdmx_opened && rdmx_opened >= np * fabrics)) &&
         ((chose == np && osc_ofi == np)); then
-        pass "$ompi, $prog np $np as $TUSER over the installed rdmx: '$want'; $rdmx_opened fabrics opened, all rdmx's ($provdir), mtl ofi chose rdmx on $chose of $np ranks$([[ $prog == rma ]] && echo ", osc rdma selected btl ofi on $osc_ofi")"
+        pass "$ompi, $prog np $np as $TUSER over the installed rdmx: '$want'; $rdmx_opened fabrics opened, all rdmx's ($provdir)$([[ $prog == rma ]] && echo " (pml ob1: two-sided over btl ofi too), osc rdma selected btl ofi on $osc_ofi" || echo ", mtl ofi chose rdmx on $chose of $np ranks")"
       else
         fail "ompi-$prog-np$np" "$ompi, $prog np $np: exit $s, '$want' $(grep -qF "$want" <<<"$mpiout" && echo found || echo missing), fabrics opened $opened (rdmx's $rdmx_opened, want >= $((np * fabrics)) and all), mtl ofi chose rdmx on $chose of $np, osc btl ofi on $osc_ofi of $np; the output's tail:"
+        printf '%s\n' "$mpiout" >"$CACHE/test-debian13-$prog-np$np.log"
+        say "  the whole output: $CACHE/test-debian13-$prog-np$np.log"
         # What the MPI said of its btl and osc choice, then the end of the output.
         { grep -iE 'btl|osc' <<<"$mpiout" | grep -v 'libfabric:' | head -n 40 || true; } | indent
         tail -n 25 <<<"$mpiout" | indent
