@@ -22,16 +22,17 @@ use crate::shm::ShmDevice;
 use crate::udp::UdpDevice;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use rdm::device::{
-    ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, ReadConnStats, ReadDone, ReadRun, RemoteReads, ShmAddr,
-    TxDatagram,
+    ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, DeviceExt, ReadConnStats, ReadDone, ReadRun, RemoteReads,
+    ShmAddr, TxDatagram,
 };
 use rdm::Instant;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 
-/// Shared memory plus a network device `N` (UDP by default).
-pub struct AutoDevice<N: Device = UdpDevice> {
+/// Shared memory plus a network device `N` (UDP by default; `dyn Device` in
+/// the provider, boxed: no forwarding impl stands between).
+pub struct AutoDevice<N: Device + ?Sized = UdpDevice> {
     shm: Option<ShmDevice>,
-    net: Option<N>,
+    net: Option<Box<N>>,
     /// Watches both wait fds when both exist (the kernel drops an fd from the set
     /// when it is closed, so drop order does not matter).
     epoll: Option<Epoll>,
@@ -65,13 +66,13 @@ const NET_SKIP_AFTER_EMPTY: u32 = 7;
 const NET_SKIP_MAX: u32 = 63;
 const NET_SKIP_IDLE_MAX: u32 = 1023;
 
-impl<N: Device> AutoDevice<N> {
+impl<N: Device + ?Sized> AutoDevice<N> {
     /// Combines the two halves; at least one must be present.
     ///
     /// # Errors
     /// [`DeviceError::Config`] when both are `None`; [`DeviceError::Io`] when the
     /// epoll fd cannot be created.
-    pub fn new(shm: Option<ShmDevice>, net: Option<N>) -> Result<AutoDevice<N>, DeviceError> {
+    pub fn new(shm: Option<ShmDevice>, net: Option<Box<N>>) -> Result<AutoDevice<N>, DeviceError> {
         if shm.is_none() && net.is_none() {
             return Err(DeviceError::Config("auto device needs a shared-memory or a network device".into()));
         }
@@ -99,11 +100,11 @@ impl<N: Device> AutoDevice<N> {
     }
 
     pub fn net(&self) -> Option<&N> {
-        self.net.as_ref()
+        self.net.as_deref()
     }
 
     pub fn net_mut(&mut self) -> Option<&mut N> {
-        self.net.as_mut()
+        self.net.as_deref_mut()
     }
 
     /// The shared-memory address, if this device has a shm half.
@@ -145,11 +146,11 @@ impl AutoDevice<UdpDevice> {
         udp: &crate::udp::UdpConfig,
     ) -> Result<AutoDevice<UdpDevice>, DeviceError> {
         let shm = shm.and_then(|c| ShmDevice::open(c).ok());
-        AutoDevice::new(shm, Some(UdpDevice::open(udp)?))
+        AutoDevice::new(shm, Some(Box::new(UdpDevice::open(udp)?)))
     }
 }
 
-impl<N: Device> Device for AutoDevice<N> {
+impl<N: Device + ?Sized> Device for AutoDevice<N> {
     fn caps(&self) -> DeviceCaps {
         match (&self.shm, &self.net) {
             (Some(s), None) => s.caps(),
@@ -165,25 +166,11 @@ impl<N: Device> Device for AutoDevice<N> {
                     // Per path (`caps_for`): shm needs none, the network half says.
                     registration: false,
                     max_inline: s.max_inline.min(n.max_inline),
+                    // A transmit buffer holds either half's largest.
+                    max_transmit: s.max_transmit.max(n.max_transmit),
                 }
             }
-            (None, None) => DeviceCaps {
-                reliable: false,
-                ordered: false,
-                mtu: 0,
-                remote_read: false,
-                gso: false,
-                registration: false,
-                max_inline: 0,
-            },
-        }
-    }
-
-    fn local_addr(&self) -> DevAddr {
-        match (&self.net, &self.shm) {
-            (Some(n), _) => n.local_addr(),
-            (None, Some(s)) => s.local_addr(),
-            (None, None) => DevAddr::NONE,
+            (None, None) => DeviceCaps::datagram(0),
         }
     }
 
@@ -280,8 +267,10 @@ impl<N: Device> Device for AutoDevice<N> {
         }
     }
 
+    /// The network half's first (the address peers use: every rdmx endpoint
+    /// reaches UDP), then the shm half's.
     fn local_addrs(&self) -> Vec<DevAddr> {
-        self.net.iter().flat_map(|n| n.local_addrs()).chain(self.shm.iter().map(|s| s.local_addr())).collect()
+        self.net.iter().flat_map(|n| n.local_addrs()).chain(self.shm.iter().flat_map(|s| s.local_addrs())).collect()
     }
 
     fn owns(&self, addr: &DevAddr) -> bool {
@@ -317,23 +306,7 @@ impl<N: Device> Device for AutoDevice<N> {
             .or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()))
     }
 
-    fn max_mtu(&self) -> usize {
-        let s = self.shm.as_ref().map_or(0, |s| s.max_mtu());
-        let n = self.net.as_ref().map_or(0, |n| n.max_mtu());
-        s.max(n)
-    }
-
-    fn max_transmit(&self) -> usize {
-        let s = self.shm.as_ref().map_or(0, |s| s.max_transmit());
-        let n = self.net.as_ref().map_or(0, |n| n.max_transmit());
-        s.max(n)
-    }
-
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        Some(self)
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         Some(self)
     }
 }
@@ -341,7 +314,7 @@ impl<N: Device> Device for AutoDevice<N> {
 /// Reads go to the half that reaches the peer: shm for peers on this host,
 /// the network device for the rest; a half that cannot read answers
 /// `Unsupported` (the sender then pushes).
-impl<N: Device> TwoHalves for AutoDevice<N> {
+impl<N: Device + ?Sized> TwoHalves for AutoDevice<N> {
     fn first_carries(&self, peer: &DevAddr) -> Option<bool> {
         if Self::is_shm(peer) {
             self.shm.is_some().then_some(true)
@@ -357,17 +330,9 @@ impl<N: Device> TwoHalves for AutoDevice<N> {
             self.net.as_mut().and_then(|n| n.remote_reads())
         }
     }
-
-    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads> {
-        if first {
-            self.shm.as_ref().and_then(|s| s.remote_reads_ref())
-        } else {
-            self.net.as_ref().and_then(|n| n.remote_reads_ref())
-        }
-    }
 }
 
-impl<N: Device> RemoteReads for AutoDevice<N> {
+impl<N: Device + ?Sized> RemoteReads for AutoDevice<N> {
     fn post_read(
         &mut self,
         now: rdm::time::Instant,
@@ -389,7 +354,7 @@ impl<N: Device> RemoteReads for AutoDevice<N> {
     fn peer_failed(&mut self, peer: DevAddr) {
         routed::peer_failed(self, peer)
     }
-    fn read_conn_stats(&self) -> ReadConnStats {
+    fn read_conn_stats(&mut self) -> ReadConnStats {
         routed::read_conn_stats(self)
     }
 }
@@ -404,12 +369,12 @@ impl<N: Device> RemoteReads for AutoDevice<N> {
 ///   `recvmmsg`; `AutoDevice` already paces the network half as a whole).
 /// * `caps()` is the conservative combination; [`Device::caps_for`] answers
 ///   for the half that carries an address.
-/// * `local_addr()` is the fallback's (UDP, which every rdmx endpoint
-///   reaches); `local_addrs()` lists both.
+/// * `local_addrs()` lists the fallback's first (UDP, which every rdmx
+///   endpoint reaches), then the preferred half's.
 /// * `wait_fd()`: an epoll fd over both halves' fds.
-pub struct NetPair<A: Device, B: Device> {
-    preferred: A,
-    fallback: B,
+pub struct NetPair<A: Device + ?Sized, B: Device + ?Sized> {
+    preferred: Box<A>,
+    fallback: Box<B>,
     epoll: Option<Epoll>,
     preferred_first: bool,
 }
@@ -421,7 +386,6 @@ trait TwoHalves {
     /// Whether the first half carries `peer` (`None`: neither half does).
     fn first_carries(&self, peer: &DevAddr) -> Option<bool>;
     fn half_reads(&mut self, first: bool) -> Option<&mut dyn RemoteReads>;
-    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads>;
 }
 
 /// [`RemoteReads`] of a [`TwoHalves`] device: a peer's reads, control bytes
@@ -467,9 +431,10 @@ mod routed {
 
     /// The half whose connections did something (only one half reads
     /// through connections: verbs RC), else zeros.
-    pub(super) fn read_conn_stats(d: &impl TwoHalves) -> ReadConnStats {
-        let stats = |first| d.half_reads_ref(first).map(|r| r.read_conn_stats()).unwrap_or_default();
-        [stats(true), stats(false)].into_iter().find(|s| *s != ReadConnStats::default()).unwrap_or_default()
+    pub(super) fn read_conn_stats(d: &mut impl TwoHalves) -> ReadConnStats {
+        let mut stats = |first| d.half_reads(first).map(|r| r.read_conn_stats()).unwrap_or_default();
+        let (a, b) = (stats(true), stats(false));
+        [a, b].into_iter().find(|s| *s != ReadConnStats::default()).unwrap_or_default()
     }
 }
 
@@ -518,10 +483,10 @@ fn epoll_over(fds: &[RawFd]) -> Result<Option<Epoll>, DeviceError> {
     Ok(Some(ep))
 }
 
-impl<A: Device, B: Device> NetPair<A, B> {
+impl<A: Device + ?Sized, B: Device + ?Sized> NetPair<A, B> {
     /// # Errors
     /// [`DeviceError::Io`] when the epoll fd cannot be created.
-    pub fn new(preferred: A, fallback: B) -> Result<NetPair<A, B>, DeviceError> {
+    pub fn new(preferred: Box<A>, fallback: Box<B>) -> Result<NetPair<A, B>, DeviceError> {
         let fds: Vec<RawFd> = preferred.wait_fd().into_iter().chain(fallback.wait_fd()).collect();
         let epoll = epoll_over(&fds)?;
         Ok(NetPair { preferred, fallback, epoll, preferred_first: false })
@@ -544,7 +509,7 @@ impl<A: Device, B: Device> NetPair<A, B> {
     }
 }
 
-impl<A: Device, B: Device> Device for NetPair<A, B> {
+impl<A: Device + ?Sized, B: Device + ?Sized> Device for NetPair<A, B> {
     fn caps(&self) -> DeviceCaps {
         let (a, b) = (self.preferred.caps(), self.fallback.caps());
         DeviceCaps {
@@ -556,6 +521,7 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
             // Per path (`caps_for`), as in `AutoDevice`.
             registration: false,
             max_inline: a.max_inline.min(b.max_inline),
+            max_transmit: a.max_transmit.max(b.max_transmit),
         }
     }
 
@@ -565,10 +531,6 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
         } else {
             self.fallback.caps_for(addr)
         }
-    }
-
-    fn local_addr(&self) -> DevAddr {
-        self.fallback.local_addr()
     }
 
     fn local_addrs(&self) -> Vec<DevAddr> {
@@ -625,25 +587,13 @@ impl<A: Device, B: Device> Device for NetPair<A, B> {
         self.preferred.poll_unreachable().or_else(|| self.fallback.poll_unreachable())
     }
 
-    fn max_mtu(&self) -> usize {
-        self.preferred.max_mtu().max(self.fallback.max_mtu())
-    }
-
-    fn max_transmit(&self) -> usize {
-        self.preferred.max_transmit().max(self.fallback.max_transmit())
-    }
-
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        Some(self)
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         Some(self)
     }
 }
 
 /// Reads go to the half that owns the peer's address.
-impl<A: Device, B: Device> TwoHalves for NetPair<A, B> {
+impl<A: Device + ?Sized, B: Device + ?Sized> TwoHalves for NetPair<A, B> {
     fn first_carries(&self, peer: &DevAddr) -> Option<bool> {
         Some(self.preferred.owns(peer))
     }
@@ -655,17 +605,9 @@ impl<A: Device, B: Device> TwoHalves for NetPair<A, B> {
             self.fallback.remote_reads()
         }
     }
-
-    fn half_reads_ref(&self, first: bool) -> Option<&dyn RemoteReads> {
-        if first {
-            self.preferred.remote_reads_ref()
-        } else {
-            self.fallback.remote_reads_ref()
-        }
-    }
 }
 
-impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
+impl<A: Device + ?Sized, B: Device + ?Sized> RemoteReads for NetPair<A, B> {
     fn post_read(
         &mut self,
         now: rdm::time::Instant,
@@ -687,7 +629,7 @@ impl<A: Device, B: Device> RemoteReads for NetPair<A, B> {
     fn peer_failed(&mut self, peer: DevAddr) {
         routed::peer_failed(self, peer)
     }
-    fn read_conn_stats(&self) -> ReadConnStats {
+    fn read_conn_stats(&mut self) -> ReadConnStats {
         routed::read_conn_stats(self)
     }
 }

@@ -126,9 +126,10 @@ enum Src {
     NewHeld(usize),
 }
 
-/// The fault-injecting decorator around device `D`.
-pub struct FaultDevice<D: Device = Box<dyn Device>> {
-    inner: D,
+/// The fault-injecting decorator around device `D` (`dyn Device` in the
+/// provider: boxed, with no forwarding impl between).
+pub struct FaultDevice<D: Device + ?Sized = dyn Device> {
+    inner: Box<D>,
     cfg: FaultConfig,
     rng: Rng,
     /// Datagrams held back for reordering, oldest first.
@@ -139,7 +140,7 @@ pub struct FaultDevice<D: Device = Box<dyn Device>> {
     pub stats: FaultStats,
 }
 
-impl<D: Device> FaultDevice<D> {
+impl<D: Device + ?Sized> FaultDevice<D> {
     /// `send_batch` of datagrams without gathered parts; `corruptible[i]`:
     /// how many leading bytes of datagram i a corruption may hit (all where
     /// `None`).
@@ -263,7 +264,7 @@ impl<D: Device> FaultDevice<D> {
         }
     }
 
-    pub fn new(inner: D, cfg: FaultConfig) -> FaultDevice<D> {
+    pub fn new(inner: Box<D>, cfg: FaultConfig) -> FaultDevice<D> {
         FaultDevice {
             inner,
             rng: Rng::new(cfg.seed),
@@ -286,7 +287,7 @@ impl<D: Device> FaultDevice<D> {
         &mut self.inner
     }
 
-    pub fn into_inner(self) -> D {
+    pub fn into_inner(self) -> Box<D> {
         self.inner
     }
 
@@ -310,14 +311,10 @@ impl<D: Device> FaultDevice<D> {
     }
 }
 
-impl<D: Device> Device for FaultDevice<D> {
+impl<D: Device + ?Sized> Device for FaultDevice<D> {
     fn caps(&self) -> DeviceCaps {
         // Whatever the inner device promises, this one may break it.
         DeviceCaps { reliable: false, ordered: false, gso: false, ..self.inner.caps() }
-    }
-
-    fn local_addr(&self) -> DevAddr {
-        self.inner.local_addr()
     }
 
     fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
@@ -381,10 +378,6 @@ impl<D: Device> Device for FaultDevice<D> {
         self.inner.remote_reads()
     }
 
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
-        self.inner.remote_reads_ref()
-    }
-
     fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
         self.inner.transmit_buffers(count, len)
     }
@@ -402,11 +395,6 @@ impl<D: Device> Device for FaultDevice<D> {
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         self.inner.poll_unreachable()
     }
-
-    fn max_mtu(&self) -> usize {
-        self.inner.max_mtu()
-    }
-    // max_transmit stays max_mtu: no runs through this decorator.
 }
 
 #[cfg(test)]
@@ -429,10 +417,11 @@ mod tests {
                 gso: false,
                 registration: false,
                 max_inline: 0,
+                max_transmit: 100,
             }
         }
-        fn local_addr(&self) -> DevAddr {
-            rdm::simnet::addr(0)
+        fn local_addrs(&self) -> Vec<DevAddr> {
+            vec![rdm::simnet::addr(0)]
         }
         fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
             let mut n = 0;
@@ -465,7 +454,7 @@ mod tests {
     }
 
     fn run(cfg: FaultConfig, n: usize) -> (FaultDevice<Recorder>, usize) {
-        let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
+        let mut d = FaultDevice::new(Box::new(Recorder { sent: vec![], room: usize::MAX }), cfg);
         let msgs = data(n);
         let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
         let taken = d.send_batch(Instant::ZERO, &tx).unwrap();
@@ -503,7 +492,7 @@ mod tests {
     #[test]
     fn reorder_sends_after_the_next() {
         let cfg = FaultConfig { seed: 3, reorder_pct: 100.0, ..Default::default() };
-        let mut d = FaultDevice::new(Recorder { sent: vec![], room: usize::MAX }, cfg);
+        let mut d = FaultDevice::new(Box::new(Recorder { sent: vec![], room: usize::MAX }), cfg);
         let msgs = data(3);
         for m in &msgs {
             assert_eq!(d.send_batch(Instant::ZERO, &[TxDatagram::new(rdm::simnet::addr(1), m)]).unwrap(), 1);
@@ -516,7 +505,7 @@ mod tests {
 
     #[test]
     fn back_pressure_and_errors_keep_their_meaning() {
-        let mut d = FaultDevice::new(Recorder { sent: vec![], room: 3 }, FaultConfig::default());
+        let mut d = FaultDevice::new(Box::new(Recorder { sent: vec![], room: 3 }), FaultConfig::default());
         let msgs = data(5);
         let tx: Vec<TxDatagram> = msgs.iter().map(|m| TxDatagram::new(rdm::simnet::addr(1), m)).collect();
         assert_eq!(d.send_batch(Instant::ZERO, &tx).unwrap(), 3);

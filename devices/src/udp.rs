@@ -907,11 +907,12 @@ impl Device for UdpDevice {
             gso: self.gso,
             registration: false,
             max_inline: 0,
+            max_transmit: if self.gso { GSO_MAX_BYTES } else { self.mtu },
         }
     }
 
-    fn local_addr(&self) -> DevAddr {
-        DevAddr::Udp(self.local)
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![DevAddr::Udp(self.local)]
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
@@ -982,14 +983,6 @@ impl Device for UdpDevice {
         Some(self.sock.as_raw_fd())
     }
 
-    fn max_transmit(&self) -> usize {
-        if self.gso {
-            GSO_MAX_BYTES
-        } else {
-            self.mtu
-        }
-    }
-
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         if self.errq_pending {
             self.errq_pending = false;
@@ -1020,6 +1013,7 @@ impl Device for UdpDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdm::device::DeviceExt;
 
     /// A run formed by the sender (one GSO send) arrives as its datagrams, each
     /// intact; a device without GSO refuses a run instead of mangling it.

@@ -5,6 +5,7 @@ use devices::composite::{AutoDevice, NetPair};
 use devices::fault::{FaultConfig, FaultDevice};
 use devices::shm::{ShmConfig, ShmDevice};
 use devices::udp::{UdpConfig, UdpDevice, UdpOffloads};
+use rdm::device::DeviceExt;
 use rdm::device::ShmAddr;
 use rdm::device::{LocalBuf, ReadRun, RemoteReads, TxDatagram};
 use rdm::{DevAddr, Device, DeviceError};
@@ -412,8 +413,8 @@ impl Device for SrdModel {
     fn caps(&self) -> rdm::DeviceCaps {
         self.dev.caps()
     }
-    fn local_addr(&self) -> DevAddr {
-        self.dev.local_addr()
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        self.dev.local_addrs()
     }
     fn owns(&self, a: &DevAddr) -> bool {
         self.dev.owns(a)
@@ -430,10 +431,6 @@ impl Device for SrdModel {
     }
 
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        Some(self)
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         Some(self)
     }
 }
@@ -529,7 +526,7 @@ conformance!(shm, Some((shm(), shm())));
 
 fn auto() -> AutoDevice {
     let udp = UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(udp)).unwrap()
+    AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(Box::new(udp))).unwrap()
 }
 
 conformance!(auto_udp_route, Some((Box::new(auto()) as Box<dyn Device>, Box::new(auto()) as Box<dyn Device>)));
@@ -538,7 +535,11 @@ conformance!(auto_udp_route, Some((Box::new(auto()) as Box<dyn Device>, Box::new
 /// as the preferred device (it owns its own addresses, as UD does): the suite
 /// runs through the fallback (UDP, the pair's `local_addr`).
 fn net_pair() -> NetPair<ShmDevice, UdpDevice> {
-    NetPair::new(ShmDevice::new().unwrap(), UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap()).unwrap()
+    NetPair::new(
+        Box::new(ShmDevice::new().unwrap()),
+        Box::new(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap()),
+    )
+    .unwrap()
 }
 
 conformance!(
@@ -593,9 +594,9 @@ fn auto_answers_caps_per_address_through_its_network_pair() {
         c.mtu = mtu;
         UdpDevice::open(&c).unwrap()
     };
-    let pair = NetPair::new(udp(1472), udp(1000)).unwrap();
+    let pair = NetPair::new(Box::new(udp(1472)), Box::new(udp(1000))).unwrap();
     assert_eq!(pair.caps().mtu, 1000);
-    let auto = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(pair)).unwrap();
+    let auto = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(Box::new(pair))).unwrap();
     let peer = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
     assert_eq!(auto.caps_for(&peer).mtu, 1472);
     let shm_peer = DevAddr::Shm(auto.shm_addr().unwrap());
@@ -1059,7 +1060,7 @@ fn gathered_writes_are_only_where_offered() {
     assert!(!u.send_gathered(now(), dst, &[b"x"]).unwrap());
     let shm = ShmDevice::new().unwrap();
     let shm_dst = shm.local_addr();
-    let mut f = FaultDevice::new(ShmDevice::new().unwrap(), FaultConfig::default());
+    let mut f = FaultDevice::new(Box::new(ShmDevice::new().unwrap()), FaultConfig::default());
     assert!(!f.send_gathered(now(), shm_dst, &[b"x"]).unwrap());
 }
 
@@ -1262,8 +1263,8 @@ impl Device for CountingUdp {
     fn caps(&self) -> rdm::device::DeviceCaps {
         self.udp.caps()
     }
-    fn local_addr(&self) -> DevAddr {
-        self.udp.local_addr()
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        self.udp.local_addrs()
     }
     fn send_batch(&mut self, now: rdm::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
         self.udp.send_batch(now, batch)
@@ -1289,7 +1290,7 @@ fn auto_polls_the_network_by_what_it_has_heard() {
     use std::sync::atomic::Ordering::Relaxed;
     let polls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let udp = CountingUdp { udp: UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap(), polls: polls.clone() };
-    let mut b = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(udp)).unwrap();
+    let mut b = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(Box::new(udp))).unwrap();
     let mut a = auto();
     let (b_shm, b_udp) = (DevAddr::Shm(b.shm_addr().unwrap()), b.local_addr());
     let calls = |b: &mut AutoDevice<CountingUdp>, n: usize| {
@@ -1334,7 +1335,7 @@ fn auto_dead_shm_peer_stops_the_batch() {
     assert!(matches!(a.send_batch(now(), &[TxDatagram::new(dead, b"x")]), Err(DeviceError::Unreachable(_))));
     assert_eq!(a.send_batch(now(), &[TxDatagram::new(b_udp, b"x"), TxDatagram::new(dead, b"x")]).unwrap(), 1);
     let only_net: AutoDevice =
-        AutoDevice::new(None, Some(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap())).unwrap();
+        AutoDevice::new(None, Some(Box::new(UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap()))).unwrap();
     assert!(!only_net.caps().reliable);
     assert!(AutoDevice::<UdpDevice>::new(None, None).is_err());
 }

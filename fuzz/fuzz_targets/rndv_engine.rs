@@ -568,6 +568,7 @@ fuzz_target!(|input: (bool, Vec<Op>)| {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: 1400,
         },
     );
     let mut bytes = vec![0u8; 3 * AREA as usize];

@@ -41,7 +41,7 @@ use std::sync::{Arc, Weak};
 
 /// The endpoint below libfabric, over the device its domain opened, the
 /// process's memory and the monotonic clock.
-pub type RdmxEndpoint = Endpoint<Box<dyn Device>, ProcessMemory, MonotonicClock>;
+pub type RdmxEndpoint = Endpoint<dyn Device, ProcessMemory, MonotonicClock>;
 
 fn random_u64() -> u64 {
     let mut v = [0u8; 8];

@@ -216,7 +216,7 @@ fn open_auto(
     };
     let ud = rdma;
     let net: Box<dyn Device> = match ud {
-        Some(ud) => Box::new(NetPair::new(ud, udp)?),
+        Some(ud) => Box::new(NetPair::new(ud, Box::new(udp))?),
         None => Box::new(udp),
     };
     let shm = ShmDevice::open(&shm_config(spec.incarnation)).ok();

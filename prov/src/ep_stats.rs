@@ -11,9 +11,10 @@ use crate::stats_json::{DumpReason, Json};
 
 impl EpState {
     /// Logs the endpoint's counters as it closes.
-    pub(crate) fn log_close_stats(&self) {
-        if let Some(r) = self.running.as_ref() {
+    pub(crate) fn log_close_stats(&mut self) {
+        if let Some(r) = self.running.as_mut() {
             let s = r.ep.stats();
+            let local = r.local;
             let (st, m) = (&s.rdm, &s.msg);
             fi_info!(
                 Subsys::EpCtrl,
@@ -39,7 +40,8 @@ impl EpState {
                 );
             }
             if params().stats {
-                print_stats(&r.local, &self.counters());
+                let counters = self.counters();
+                print_stats(&local, &counters);
             }
             if params().stats_path.is_some() {
                 self.write_json_stats(DumpReason::Close);
@@ -49,8 +51,8 @@ impl EpState {
 
     /// Every counter of the endpoint, as `FI_RDMX_STATS=1` prints them (the
     /// JSON document's `counters` holds the same names and values).
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        let Some(r) = self.running.as_ref() else { return Vec::new() };
+    fn counters(&mut self) -> Vec<(&'static str, u64)> {
+        let Some(r) = self.running.as_mut() else { return Vec::new() };
         let s = r.ep.stats();
         let (st, m, rc) = (&s.rdm, &s.msg, &s.read_conns);
         let revoked = self.mr_keys.lock().revoked_by_unmap();
@@ -142,8 +144,9 @@ impl EpState {
     }
 
     /// Appends the endpoint's JSON document to `FI_RDMX_STATS`'s path.
-    pub(crate) fn write_json_stats(&self, reason: DumpReason) {
-        let (Some(r), Some(path)) = (self.running.as_ref(), params().stats_path.as_deref()) else { return };
+    pub(crate) fn write_json_stats(&mut self, reason: DumpReason) {
+        let counters = self.counters();
+        let (Some(r), Some(path)) = (self.running.as_mut(), params().stats_path.as_deref()) else { return };
         let s = r.ep.stats();
         let mut j = Json::object();
         j.field_u64("rdmx_stats", crate::stats_json::SCHEMA_VERSION);
@@ -152,7 +155,7 @@ impl EpState {
         j.field_u64("time_ms", crate::stats_json::unix_ms());
         j.field_str("endpoint", &r.local.to_uri());
         j.begin_object("counters");
-        for (k, v) in self.counters() {
+        for (k, v) in counters {
             j.field_u64(k, v);
         }
         j.end();

@@ -335,8 +335,13 @@ impl SimDevice {
 }
 
 impl Device for SimDevice {
+    /// The port's caps, with the largest transmit any of its paths takes.
     fn caps(&self) -> DeviceCaps {
-        self.net.lock().ports[self.me as usize].caps
+        let n = self.net.lock();
+        let port = &n.ports[self.me as usize];
+        let largest =
+            port.paths.values().map(|c| c.max_transmit.max(c.mtu)).chain([port.caps.max_transmit, port.caps.mtu]).max();
+        DeviceCaps { max_transmit: largest.unwrap_or(0), ..port.caps }
     }
 
     fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
@@ -345,14 +350,8 @@ impl Device for SimDevice {
         node_of(peer).and_then(|j| port.paths.get(&j).copied()).unwrap_or(port.caps)
     }
 
-    fn max_mtu(&self) -> usize {
-        let n = self.net.lock();
-        let port = &n.ports[self.me as usize];
-        port.paths.values().map(|c| c.mtu).chain([port.caps.mtu]).max().unwrap_or(0)
-    }
-
-    fn local_addr(&self) -> DevAddr {
-        addr(self.me)
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![addr(self.me)]
     }
 
     fn owns(&self, a: &DevAddr) -> bool {
@@ -467,10 +466,6 @@ impl Device for SimDevice {
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
         Some(self)
     }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
-        Some(self)
-    }
 }
 
 impl RemoteReads for SimDevice {
@@ -558,7 +553,7 @@ impl RemoteReads for SimDevice {
         }
     }
 
-    fn read_conn_stats(&self) -> crate::device::ReadConnStats {
+    fn read_conn_stats(&mut self) -> crate::device::ReadConnStats {
         let n = self.net.lock();
         n.ports[self.me as usize]
             .conns

@@ -1,6 +1,7 @@
 //! The domain seam on the model device: [`SimContext`] stands for a verbs or
 //! SRD domain (one protection domain), from which endpoints open their queues
 //! and through which memory is registered.
+use rdm::device::DeviceExt;
 use rdm::device::{DeviceContext, LocalBuf, OpenSpec, ReadRun};
 use rdm::sim::Link;
 use rdm::simnet::{addr, SimNet};

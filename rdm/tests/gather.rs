@@ -17,6 +17,7 @@ const UD: DeviceCaps = DeviceCaps {
     gso: false,
     registration: true,
     max_inline: 0,
+    max_transmit: 1048,
 };
 
 fn addr(port: u16) -> DevAddr {

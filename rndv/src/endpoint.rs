@@ -276,9 +276,11 @@ const READ_POLL: Duration = Duration::from_secs(1);
 /// Runs of one read: each source piece against each destination piece.
 const READ_RUNS_MAX: usize = 2 * MAX_IOV;
 
-/// One endpoint below libfabric (see the module docs).
-pub struct Endpoint<D: Device, M: Memory, C: Clock> {
-    device: D,
+/// One endpoint below libfabric (see the module docs). The device is boxed
+/// and may be `dyn Device` (the provider's): the endpoint calls it directly,
+/// with no forwarding impl between that could miss a method.
+pub struct Endpoint<D: Device + ?Sized, M: Memory, C: Clock> {
+    device: Box<D>,
     /// The reliable-datagram engine: sequence numbers, acknowledgements,
     /// windows and timers per peer, datagrams in and out.
     rdm: Engine,
@@ -303,9 +305,9 @@ pub struct Endpoint<D: Device, M: Memory, C: Clock> {
     senders_held_back: bool,
 }
 
-impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
+impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// An endpoint over `device`, ready to move data.
-    pub fn new(mut device: D, cfg: EndpointConfig, mem: M, clock: C) -> Endpoint<D, M, C> {
+    pub fn new(mut device: Box<D>, cfg: EndpointConfig, mem: M, clock: C) -> Endpoint<D, M, C> {
         let caps = device.caps();
         let rdm_cfg = EngineConfig {
             mtu: caps.mtu,
@@ -334,7 +336,10 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
             datagram: cfg.datagram,
         };
         // Paths differ under auto (shm segments are larger than UDP's).
-        let stage = Staging::new(device.transmit_buffers(TX_BATCH, device.max_transmit().max(64)), device.local_addr());
+        let stage = Staging::new(
+            device.transmit_buffers(TX_BATCH, device.caps().max_transmit.max(64)),
+            device.local_addrs().first().copied().unwrap_or(DevAddr::NONE),
+        );
         Endpoint {
             device,
             rdm: Engine::new(rdm_cfg),
@@ -636,12 +641,19 @@ impl<D: Device, M: Memory, C: Clock> Endpoint<D, M, C> {
         self.rdm.is_paused()
     }
 
-    pub fn stats(&self) -> EndpointStats {
+    /// The message engine's counters alone (no device query: `&self`).
+    pub fn msg_stats(&self) -> crate::engine::Stats {
+        self.msg.stats()
+    }
+
+    /// The endpoint's counters (`&mut`: the device's connection counters are
+    /// read through its one accessor for remote reads).
+    pub fn stats(&mut self) -> EndpointStats {
         EndpointStats {
             rdm: *self.rdm.stats(),
             msg: self.msg.stats(),
             unexpected_bytes: self.msg.unexpected_bytes(),
-            read_conns: self.device.remote_reads_ref().map(|r| r.read_conn_stats()).unwrap_or_default(),
+            read_conns: self.device.remote_reads().map(|r| r.read_conn_stats()).unwrap_or_default(),
         }
     }
 

@@ -81,7 +81,7 @@ impl<M: SimMemory> EndpointSim<M> {
     }
 
     fn endpoint(net: &SimNet, i: u32, incarnation: u64, cfg: EndpointConfig, mem: M) -> SimEndpoint<M> {
-        Endpoint::new(net.device(i), EndpointConfig { incarnation, ..cfg }, mem, SimClock(net.clone()))
+        Endpoint::new(Box::new(net.device(i)), EndpointConfig { incarnation, ..cfg }, mem, SimClock(net.clone()))
     }
 
     pub fn now(&self) -> Instant {

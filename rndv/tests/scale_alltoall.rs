@@ -569,7 +569,7 @@ fn alltoall(n: usize, seed: u64, limit: Duration) -> Report {
     r.backlog_drops = sim.net.backlog_drops(0);
     let (mut sum, mut count) = (0usize, 0usize);
     for i in 0..n {
-        let ep = &sim.nodes[i].ep;
+        let ep = &mut sim.nodes[i].ep;
         let s = ep.stats();
         r.sent_data += s.rdm.sent_data;
         r.retransmits += s.rdm.retransmits;

@@ -116,7 +116,7 @@ fn many_messages_under_loss_reorder_dup_corruption() {
     // Release builds run 20,000; debug builds a tenth.
     let n = if cfg!(debug_assertions) { 2_000 } else { 20_000 };
     for seed in seeds(&[7]) {
-        let sim = stream(path(false), link, seed, n, &SIZES);
+        let mut sim = stream(path(false), link, seed, n, &SIZES);
         let rx = sim.nodes[1].ep.stats().rdm;
         let tx = sim.nodes[0].ep.stats().rdm;
         assert!(
@@ -133,7 +133,7 @@ fn many_messages_under_loss_reorder_dup_corruption() {
 fn mtu_4096_device() {
     let link = Link { loss_pct: 5.0, reorder_pct: 10.0, ..Link::default() };
     for seed in seeds(&[11]) {
-        let sim = stream(DeviceCaps::datagram(4096), link, seed, 3000, &SIZES);
+        let mut sim = stream(DeviceCaps::datagram(4096), link, seed, 3000, &SIZES);
         // A 3000-byte message is one datagram at this mtu.
         assert!(sim.nodes[0].ep.stats().rdm.sent_data < 3000 * 3, "{:?}", sim.nodes[0].ep.stats().rdm);
     }
@@ -145,7 +145,7 @@ fn reliable_unordered_device_needs_no_retransmission() {
     let caps = DeviceCaps { reliable: true, ..DeviceCaps::datagram(1400) };
     let link = Link { reorder_pct: 30.0, jitter: Duration::from_micros(50), ..Link::default() };
     for seed in seeds(&[5]) {
-        let sim = stream(caps, link, seed, 5000, &SIZES);
+        let mut sim = stream(caps, link, seed, 5000, &SIZES);
         assert_eq!(sim.nodes[0].ep.stats().rdm.retransmits, 0);
         assert!(sim.nodes[1].ep.stats().rdm.out_of_order > 0);
     }

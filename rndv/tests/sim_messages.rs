@@ -748,7 +748,7 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
     sim.nodes[1].ep.post_recv(spec).unwrap();
     // Some windows in (the endpoint's are 2 MiB: the second is granted once
     // 1 MiB arrived), then the sender dies.
-    assert!(sim.run_until(Duration::from_secs(10), |s| s.nodes[1].ep.stats().msg.windows_granted >= 2));
+    assert!(sim.run_until(Duration::from_secs(10), |s| s.nodes[1].ep.msg_stats().windows_granted >= 2));
     assert!(completions(&sim, 1, OpKind::Recv).is_empty(), "the transfer is still under way");
     sim.kill(0);
     let died = sim.now();
@@ -1723,7 +1723,7 @@ fn srd_model_reliable_unordered_reads_through_keys_and_a_dead_peer_spares_the_ot
             "seed {seed}: the three above the 16 KiB threshold of each sender are read"
         );
         assert!(rx.rdm.out_of_order > 0, "seed {seed}: the model reordered nothing");
-        for (i, (node, reg)) in sim.nodes.iter().zip(&regs).enumerate() {
+        for (i, (node, reg)) in sim.nodes.iter_mut().zip(&regs).enumerate() {
             let st = node.ep.stats();
             assert_eq!(
                 (st.rdm.retransmits, st.rdm.timeouts, st.rdm.probes),

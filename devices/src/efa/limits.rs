@@ -69,6 +69,7 @@ impl EfaLimits {
             gso: false,
             max_inline: self.max_inline,
             registration: true,
+            max_transmit: self.mtu,
         }
     }
 }

@@ -778,8 +778,8 @@ impl Device for EfaDevice {
         self.limits.caps()
     }
 
-    fn local_addr(&self) -> DevAddr {
-        self.local
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![self.local]
     }
 
     fn owns(&self, addr: &DevAddr) -> bool {
@@ -951,10 +951,6 @@ impl Device for EfaDevice {
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
         Some(self)
     }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
-        Some(self)
-    }
 }
 
 impl RemoteReads for EfaDevice {
@@ -1042,7 +1038,7 @@ impl RemoteReads for EfaDevice {
         self.read_done.pop_front()
     }
 
-    fn read_conn_stats(&self) -> rdm::device::ReadConnStats {
+    fn read_conn_stats(&mut self) -> rdm::device::ReadConnStats {
         // No connections: SRD reads on the datagram queue pair. No timer
         // of rdmx's either: a timeout is the device's (the remote did not
         // answer), and the status the last failed read request's.

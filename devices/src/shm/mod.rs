@@ -708,11 +708,12 @@ impl Device for ShmDevice {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: self.mtu,
         }
     }
 
-    fn local_addr(&self) -> DevAddr {
-        DevAddr::Shm(self.addr)
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![DevAddr::Shm(self.addr)]
     }
 
     fn send_batch(&mut self, now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
@@ -815,10 +816,6 @@ impl Device for ShmDevice {
     }
 
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        Some(self)
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         Some(self)
     }
 }

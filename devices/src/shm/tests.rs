@@ -8,6 +8,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use rdm::device::DeviceExt;
 use rdm::device::LocalBuf;
 use std::collections::VecDeque;
 

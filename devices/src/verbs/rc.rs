@@ -453,7 +453,7 @@ impl RemoteReads for VerbsDevice {
         self.rc.conns.peer_failed(&peer, &mut self.rc.queues);
     }
 
-    fn read_conn_stats(&self) -> rdm::device::ReadConnStats {
+    fn read_conn_stats(&mut self) -> rdm::device::ReadConnStats {
         rdm::device::ReadConnStats {
             conns: self.rc.conns.stats,
             open_active: self.rc.conns.active_len(),

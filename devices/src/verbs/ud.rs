@@ -289,11 +289,12 @@ impl Device for VerbsDevice {
             gso: false,
             max_inline: self.ud.max_inline,
             registration: true,
+            max_transmit: self.ud.mtu,
         }
     }
 
-    fn local_addr(&self) -> DevAddr {
-        self.ud.local
+    fn local_addrs(&self) -> Vec<DevAddr> {
+        vec![self.ud.local]
     }
 
     fn owns(&self, addr: &DevAddr) -> bool {
@@ -525,10 +526,6 @@ impl Device for VerbsDevice {
     }
 
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        Some(self)
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         Some(self)
     }
 }

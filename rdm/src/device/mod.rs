@@ -140,6 +140,10 @@ pub struct DeviceCaps {
     /// (`process_vm_readv` reads any address): on those paths no registration
     /// is looked up at all.
     pub registration: bool,
+    /// The largest `TxDatagram::data` the device takes on any of its paths,
+    /// and so what one transmit buffer must hold: `mtu`, or a whole run where
+    /// the device takes runs (`gso`); a composite's largest half's.
+    pub max_transmit: usize,
 }
 
 impl DeviceCaps {
@@ -154,6 +158,7 @@ impl DeviceCaps {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: mtu,
         }
     }
 }
@@ -360,6 +365,14 @@ impl DeviceError {
 
 /// A datagram device. Implementations must be non-blocking: `send_batch` and
 /// `recv_batch` never sleep; callers sleep on [`Device::wait_fd`].
+///
+/// Narrow on purpose: sizes come from [`Device::caps`], addresses from one
+/// accessor ([`Device::local_addrs`]), remote reads from one
+/// ([`Device::remote_reads`]); conveniences derived from them are in
+/// [`DeviceExt`], which no device can override. There is no forwarding impl
+/// for boxes: a holder of a `Box<dyn Device>` is generic over `D: ?Sized`
+/// (`rndv::Endpoint`, the composites, the fault decorator) and calls the
+/// device itself, so no method can silently fall back to its default.
 pub trait Device: Send {
     fn caps(&self) -> DeviceCaps;
 
@@ -369,19 +382,6 @@ pub trait Device: Send {
         let _ = peer;
         self.caps()
     }
-
-    /// The largest datagram any path of this device carries (a composite's
-    /// halves differ): what a transmit buffer must hold.
-    fn max_mtu(&self) -> usize {
-        self.caps().mtu
-    }
-    /// The largest `TxDatagram::data` the device takes: `max_mtu`, or a whole
-    /// run where it takes runs.
-    fn max_transmit(&self) -> usize {
-        self.max_mtu()
-    }
-    /// The address peers use to reach this endpoint.
-    fn local_addr(&self) -> DevAddr;
 
     /// Sends as many datagrams of `batch` as the device accepts now, in order, and
     /// returns how many were taken. A short count means "try the rest later"
@@ -427,11 +427,9 @@ pub trait Device: Send {
     /// ready.
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError>;
 
-    /// Every address this endpoint is reachable at (a composite has one per
-    /// half); `local_addr` is the first.
-    fn local_addrs(&self) -> Vec<DevAddr> {
-        vec![self.local_addr()]
-    }
+    /// Every address this endpoint is reachable at, the one peers use first
+    /// (a composite has one per half). Called at setup, not per datagram.
+    fn local_addrs(&self) -> Vec<DevAddr>;
 
     /// Whether datagrams to `addr` go through this device (a composite asks
     /// its halves): how an endpoint routes by device, never by address kind.
@@ -444,11 +442,6 @@ pub trait Device: Send {
     /// ([`RemoteReads`]: shm's `process_vm_readv`, RDMA reads on verbs and
     /// EFA). `None`: this path cannot read, the sender pushes the bytes.
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        None
-    }
-
-    /// The same, for its counters.
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
         None
     }
 
@@ -529,80 +522,24 @@ pub trait RemoteReads {
     }
 
     /// Counters of the connections for remote reads (`FI_RDMX_STATS`).
-    fn read_conn_stats(&self) -> ReadConnStats {
+    fn read_conn_stats(&mut self) -> ReadConnStats {
         ReadConnStats::default()
     }
 }
 
-/// A boxed device is a device (so decorators such as
-/// `devices::fault::FaultDevice` can wrap a `Box<dyn Device>`).
-impl<D: Device + ?Sized> Device for Box<D> {
-    fn caps(&self) -> DeviceCaps {
-        (**self).caps()
-    }
-
-    fn caps_for(&self, peer: &DevAddr) -> DeviceCaps {
-        (**self).caps_for(peer)
-    }
-    fn poll_unreachable(&mut self) -> Option<DevAddr> {
-        (**self).poll_unreachable()
-    }
-    fn max_mtu(&self) -> usize {
-        (**self).max_mtu()
-    }
-    fn max_transmit(&self) -> usize {
-        (**self).max_transmit()
-    }
-
+/// What every device offers on top of [`Device`], derived from its few
+/// methods and the same for all (a blanket impl: no device overrides it).
+pub trait DeviceExt: Device {
+    /// The address peers use to reach this endpoint: the first of
+    /// [`Device::local_addrs`].
     fn local_addr(&self) -> DevAddr {
-        (**self).local_addr()
+        self.local_addrs().first().copied().unwrap_or(DevAddr::NONE)
     }
 
-    fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {
-        (**self).send_batch(now, batch)
-    }
-
-    fn send_gathered(&mut self, now: crate::time::Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        (**self).send_gathered(now, dst, parts)
-    }
-
-    fn held_back(&mut self, dst: &DevAddr) -> bool {
-        (**self).held_back(dst)
-    }
-
-    fn hold_back_senders(&mut self, hold: bool) {
-        (**self).hold_back_senders(hold)
-    }
-
-    fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
-        (**self).recv_batch(max, deliver)
-    }
-
-    fn local_addrs(&self) -> Vec<DevAddr> {
-        (**self).local_addrs()
-    }
-
-    fn owns(&self, addr: &DevAddr) -> bool {
-        (**self).owns(addr)
-    }
-
-    fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
-        (**self).remote_reads()
-    }
-
-    fn remote_reads_ref(&self) -> Option<&dyn RemoteReads> {
-        (**self).remote_reads_ref()
-    }
-
-    fn transmit_buffers(&mut self, count: usize, len: usize) -> Vec<Box<[u8]>> {
-        (**self).transmit_buffers(count, len)
-    }
-
-    fn wait_fd(&self) -> Option<RawFd> {
-        (**self).wait_fd()
-    }
-
-    fn prepare_wait(&mut self) -> bool {
-        (**self).prepare_wait()
+    /// [`DeviceCaps::max_transmit`].
+    fn max_transmit(&self) -> usize {
+        self.caps().max_transmit
     }
 }
+
+impl<D: Device + ?Sized> DeviceExt for D {}

@@ -46,6 +46,7 @@ fn each_peer_uses_its_own_path() {
         gso: false,
         registration: false,
         max_inline: 0,
+        max_transmit: 8192,
     };
     let near = a.peer_with_path(crate::simnet::addr(1), &shm);
     let far = a.peer(crate::simnet::addr(2));
@@ -93,6 +94,7 @@ fn a_path_is_taken_until_data_went_out_and_reported_as_used() {
         gso: false,
         registration: false,
         max_inline: 0,
+        max_transmit: 8192,
     };
     let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
     let mut b = Engine::new(EngineConfig { incarnation: 2, mtu: 1472, ..EngineConfig::default() });
@@ -164,6 +166,7 @@ const SHM: DeviceCaps = DeviceCaps {
     gso: false,
     registration: false,
     max_inline: 0,
+    max_transmit: 8192,
 };
 
 /// On a shared-memory ring the sender leaves the checksum out (the bytes
@@ -316,6 +319,7 @@ fn unreliable_or_unordered_paths_never_skip_the_sequence() {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: 1472,
         },
         DeviceCaps {
             reliable: true,
@@ -325,6 +329,7 @@ fn unreliable_or_unordered_paths_never_skip_the_sequence() {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: 8192,
         },
         DeviceCaps {
             reliable: false,
@@ -334,6 +339,7 @@ fn unreliable_or_unordered_paths_never_skip_the_sequence() {
             gso: false,
             registration: false,
             max_inline: 0,
+            max_transmit: 1472,
         },
     ] {
         let (mut a, mut b, pb, pa) = pair(path);
@@ -616,6 +622,7 @@ fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
         gso: false,
         registration: false,
         max_inline: 0,
+        max_transmit: 1472,
     };
     let delay = Duration::from_micros(50);
     let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
@@ -696,6 +703,7 @@ fn runs_of_datagrams_only_where_the_device_takes_them() {
         gso: true,
         registration: false,
         max_inline: 0,
+        max_transmit: 1472,
     };
     let gso_peer = a.peer_with_path(crate::simnet::addr(1), &udp_gso);
     let plain = a.peer(crate::simnet::addr(2));
