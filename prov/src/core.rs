@@ -459,7 +459,11 @@ impl EpState {
             delivery_complete,
             silent,
         };
-        let mut user = IoList::default();
+        let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
+        // The message is built in place (its iov list is the larger part of
+        // it) and handed down by reference.
+        let mut msg = OutMsg { peer, header, payload: args.payload, user: IoList::default(), meta };
+        let user = &mut msg.user;
         for s in args.payload.iter().take(user.bufs.len()) {
             user.bufs[user.count] = IoBuf { addr: s.as_ptr() as u64, len: s.len() as u64 };
             user.count += 1;
@@ -476,12 +480,11 @@ impl EpState {
                 }
             }
         }
-        let header = MsgHeader { kind: args.kind, tag: args.tag, data: args.data };
         let r = self.running.as_mut().ok_or(Error::OpNotSupp)?;
         crate::log::debug_with(Subsys::EpData, "send", || {
             format!("{total} bytes to {:?} inject {}", r.ep.peer_addr(peer), copy_at_post)
         });
-        let sent = r.ep.send_reporting(OutMsg { peer, header, payload: args.payload, user, meta });
+        let sent = r.ep.send_reporting(&msg);
         let has_output = r.ep.has_output();
         // A small message completed in the call: reported now, ahead of
         // nothing (the endpoint queues it instead when completions wait).

@@ -428,7 +428,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// Sends a message; runs what the post produced (a DIRECT message leaves
     /// here). `Again` when the send queue is full (after a round of progress).
     pub fn send(&mut self, msg: OutMsg<'_>) -> Result<(), PostError> {
-        if let Some(c) = self.send_reporting(msg)? {
+        if let Some(c) = self.send_reporting(&msg)? {
             self.msg.push_completion(c);
         }
         Ok(())
@@ -438,7 +438,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// (the small-message path) while no completion waits to be pulled
     /// returns its completion instead of queueing it: the caller reports it
     /// at once, in order, and saves the queue's round trip.
-    pub fn send_reporting(&mut self, msg: OutMsg<'_>) -> Result<Option<Completion>, PostError> {
+    pub fn send_reporting(&mut self, msg: &OutMsg<'_>) -> Result<Option<Completion>, PostError> {
         if self.msg.pending_sends() >= self.cfg.tx_size.max(1) * 4 {
             self.progress();
             return Err(PostError::Again);
