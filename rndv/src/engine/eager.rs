@@ -103,7 +103,7 @@ impl MsgEngine {
         // without keys, so the receiver cannot read it and grants windows
         // instead. Never eagerly: a long message nobody has posted a receive
         // for would then fill the receiver's unexpected storage.
-        let keys = if long { self.rendezvous_keys(rdm, peer, &user).unwrap_or(None) } else { None };
+        let keys = if long { self.rendezvous_keys(rdm, peer, user).unwrap_or(None) } else { None };
         let entry = self.tx.vacant_entry();
         let id = TxId(entry.key() as u32);
         if long {
