@@ -5,10 +5,13 @@
 //! the application's buffers) vouches that the memory stays valid while the
 //! operation naming it is in flight. A `LocalBuf` is plain data (`Copy`), so
 //! a copy can outlive that operation; holding one proves nothing about *now*.
-//! Hence every read of its bytes is `unsafe` too ([`LocalBuf::append_to`]),
-//! and its caller states why the operation is still in flight at that moment
-//! (a device inside the send call that handed the datagram over; a NIC posted
-//! a read while its pull is pending). The engine crates (`rdm`, `rndv`) carry
+//! Hence every access to its bytes is `unsafe` too: [`LocalBuf::bytes`],
+//! [`LocalBuf::bytes_mut`] and [`LocalBuf::append_to`] are the only code that
+//! turns its address into memory, and each caller states why the operation is
+//! still in flight at that moment (a device inside the send call that handed
+//! it the datagram; shm inside the read it completes). A NIC reaches the
+//! memory only through a request a device posts in an unsafe call, whose
+//! `SAFETY` line says the same. The engine crates (`rdm`, `rndv`) carry
 //! such buffers and forbid unsafe code, so they never read one: a datagram a
 //! device did not take goes back to the rdm engine
 //! (`rdm::engine::Engine::not_transmitted`) rather than being copied.
@@ -66,6 +69,39 @@ impl LocalBuf {
         self.key
     }
 
+    /// The bytes of this memory, to read: what a device copies into a bounce
+    /// buffer when its NIC cannot gather.
+    ///
+    /// # Safety
+    /// The operation this memory was vouched for ([`LocalBuf::new`]) is still
+    /// in flight for as long as the slice is used: for a datagram's gathered
+    /// part, the caller is inside the device call the datagram was handed to.
+    #[allow(unsafe_code)]
+    pub unsafe fn bytes<'a>(&self) -> &'a [u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: valid for reads while the operation is in flight (the
+        // vouch of `LocalBuf::new`), which the caller states it is.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) }
+    }
+
+    /// The bytes of this memory, to write: the destination of a read a device
+    /// completes with the CPU (shm's `process_vm_readv`).
+    ///
+    /// # Safety
+    /// As [`LocalBuf::bytes`], and nothing else reads or writes the memory
+    /// while the slice is used (a posted read's destination is the read's
+    /// alone until it completes).
+    #[allow(unsafe_code)]
+    pub unsafe fn bytes_mut<'a>(&self) -> &'a mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: as above; the caller states the memory is the read's alone.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len as usize) }
+    }
+
     /// Appends the bytes of this memory to `v`: for devices that cannot
     /// gather and decorators that hold a datagram past its send call.
     ///
@@ -75,12 +111,7 @@ impl LocalBuf {
     /// device call the datagram was handed to.
     #[allow(unsafe_code)]
     pub unsafe fn append_to(&self, v: &mut Vec<u8>) {
-        if self.len == 0 {
-            return;
-        }
-        // SAFETY: the memory is valid for reads while the operation naming it
-        // is in flight, as whoever built this vouched ([`LocalBuf::new`]), and
-        // the caller states it is.
-        v.extend_from_slice(unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) });
+        // SAFETY: the caller states the operation is in flight (as `bytes`).
+        v.extend_from_slice(unsafe { self.bytes() });
     }
 }

@@ -733,9 +733,9 @@ impl EfaDevice {
         match gather {
             Some(g) if self.limits.send_sges < 2 => {
                 // One SGE only: both parts into a bounce slot.
-                // SAFETY: a gathered part is memory its sender vouched for
-                // until the message completes, after this send.
-                let part = unsafe { std::slice::from_raw_parts(g.addr() as *const u8, g.len() as usize) };
+                // SAFETY: inside `send_batch`, which the datagram was handed
+                // to: its message is in flight ([`TxDatagram::gather`]).
+                let part = unsafe { g.bytes() };
                 let (b, sge) = self
                     .bounce
                     .copy_in(&[d.data, part])

@@ -518,10 +518,10 @@ impl ShmDevice {
         let mut bytes = 0u64;
         for run in runs {
             let len = run.local.len() as usize;
-            // SAFETY: `LocalBuf`'s contract: its memory is this process's,
-            // valid and used by nothing else until this read completes,
-            // which it does before `post_read` returns.
-            let dst = unsafe { std::slice::from_raw_parts_mut(run.local.addr() as *mut u8, len) };
+            // SAFETY: inside `post_read`, which the run was handed to: the read
+            // is in flight and its destination the read's alone until it
+            // completes, which it does before `post_read` returns.
+            let dst = unsafe { run.local.bytes_mut() };
             match self.remote_read(peer, run.remote_addr, dst) {
                 Ok(n) => {
                     bytes += n as u64;
