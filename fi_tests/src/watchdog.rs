@@ -80,3 +80,20 @@ pub fn watch_this_test() {
             .expect("spawn the test watchdog");
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/testing.md states the default deadline this file enforces.
+    #[test]
+    fn testing_doc_states_the_default_deadline() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/testing.md")).unwrap();
+        let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+        let want = format!(
+            "(`fi_tests/src/watchdog.rs`: {} minutes, or `RDMX_TEST_DEADLINE_SECS`)",
+            DEFAULT_DEADLINE.as_secs() / 60
+        );
+        assert!(doc.contains(&want), "docs/testing.md should say \"{want}\"");
+    }
+}
