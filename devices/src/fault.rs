@@ -392,6 +392,23 @@ impl<D: Device + ?Sized> Device for FaultDevice<D> {
         self.inner.prepare_wait()
     }
 
+    /// Never: a datagram written straight into a peer's ring would escape
+    /// the faults (and such writes go only to reliable, ordered paths, which
+    /// this decorator does not offer).
+    fn send_gathered(&mut self, _now: Instant, _dst: DevAddr, _parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        Ok(false)
+    }
+
+    /// The receiver's side of holding senders back is the inner device's: a
+    /// peer without this decorator still writes straight into our ring.
+    fn hold_back_senders(&mut self, hold: bool) {
+        self.inner.hold_back_senders(hold)
+    }
+
+    fn held_back(&mut self, dst: &DevAddr) -> bool {
+        self.inner.held_back(dst)
+    }
+
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         self.inner.poll_unreachable()
     }

@@ -315,11 +315,29 @@ pub(crate) struct AhCache<K> {
     /// Test hook: creations still to refuse as a device out of address
     /// handles would (`ENOMEM`).
     refuse: u32,
+    /// A full cache whose every AH is in use makes one more instead of
+    /// answering `Busy` (verbs: its posted requests may wait for a signaled
+    /// one behind them before they release theirs, so waiting could stall);
+    /// counted by `ah_full`. EFA waits.
+    grows_when_busy: bool,
 }
 
 impl<K: Copy + Eq + Hash> AhCache<K> {
     pub(crate) fn new(cap: usize) -> AhCache<K> {
-        AhCache { by_key: FxHashMap::default(), key_by_ahn: FxHashMap::default(), cap: cap.max(1), clock: 0, refuse: 0 }
+        AhCache {
+            by_key: FxHashMap::default(),
+            key_by_ahn: FxHashMap::default(),
+            cap: cap.max(1),
+            clock: 0,
+            refuse: 0,
+            grows_when_busy: false,
+        }
+    }
+
+    /// The same cache, growing past its bound rather than answering `Busy`
+    /// when every AH is in use (see [`AhCache::grows_when_busy`]).
+    pub(crate) fn growing_when_busy(self) -> AhCache<K> {
+        AhCache { grows_when_busy: true, ..self }
     }
 
     /// Address handles cached now.
@@ -449,8 +467,10 @@ impl<K: Copy + Eq + Hash> AhCache<K> {
             reclaim(self, stats);
             if !self.evict_one(stats) {
                 stats.ah_full();
-                stats.ah_busy();
-                return Err(AhError::Busy);
+                if !self.grows_when_busy {
+                    stats.ah_busy();
+                    return Err(AhError::Busy);
+                }
             }
         }
         let mut attr = attr();

@@ -35,7 +35,9 @@
 //! module declares its own: `#![forbid(unsafe_code)]` where it has none, and
 //! where it has some, `#![allow(unsafe_code)]` with a line of its module doc
 //! that begins "Unsafe here:" and says what for (`prov/tests/crate_graph.rs`
-//! holds every module to one or the other).
+//! holds every module to one or the other). The crate denies unsafe code by
+//! default, so a new module has none until it says otherwise.
+#![deny(unsafe_code)]
 
 pub mod addr;
 pub mod composite;

@@ -1293,6 +1293,8 @@ fn auto_polls_the_network_by_what_it_has_heard() {
     let mut b = AutoDevice::new(Some(ShmDevice::new().unwrap()), Some(Box::new(udp))).unwrap();
     let mut a = auto();
     let (b_shm, b_udp) = (DevAddr::Shm(b.shm_addr().unwrap()), b.local_addr());
+    assert!(matches!(b_udp, DevAddr::Udp(_)), "auto's first address, the one peers use, is the network half's");
+    assert_eq!(b.local_addrs(), vec![b_udp, b_shm], "the network half's address, then the shm half's");
     let calls = |b: &mut AutoDevice<CountingUdp>, n: usize| {
         let before = polls.load(Relaxed);
         let mut got = 0;

@@ -5,13 +5,17 @@
 //! the application's buffers) vouches that the memory stays valid while the
 //! operation naming it is in flight. A `LocalBuf` is plain data (`Copy`), so
 //! a copy can outlive that operation; holding one proves nothing about *now*.
-//! Hence every access to its bytes is `unsafe` too: [`LocalBuf::bytes`],
-//! [`LocalBuf::bytes_mut`] and [`LocalBuf::append_to`] are the only code that
+//! Hence every access to its bytes is `unsafe` too: [`LocalBuf::with_bytes`],
+//! [`LocalBuf::with_bytes_mut`] and [`LocalBuf::append_to`] are the only code that
 //! turns its address into memory, and each caller states why the operation is
 //! still in flight at that moment (a device inside the send call that handed
 //! it the datagram; shm inside the read it completes). A NIC reaches the
 //! memory only through a request a device posts in an unsafe call, whose
-//! `SAFETY` line says the same. The engine crates (`rdm`, `rndv`) carry
+//! `SAFETY` line says the same; such a request may be read by the NIC after
+//! the call returns (a retransmission of a gathered datagram whose original
+//! was acknowledged meanwhile), which the registration the memory is read
+//! under keeps from faulting, and whose bytes the receiver then discards as a
+//! duplicate. The engine crates (`rdm`, `rndv`) carry
 //! such buffers and forbid unsafe code, so they never read one: a datagram a
 //! device did not take goes back to the rdm engine
 //! (`rdm::engine::Engine::not_transmitted`) rather than being copied.
@@ -69,41 +73,43 @@ impl LocalBuf {
         self.key
     }
 
-    /// The bytes of this memory, to read: what a device copies into a bounce
-    /// buffer when its NIC cannot gather.
+    /// Calls `f` with the bytes of this memory, to read: what a device copies
+    /// into a bounce buffer when its NIC cannot gather. The slice lives only
+    /// for the call, so it cannot outlive the moment the caller vouches for.
     ///
     /// # Safety
     /// The operation this memory was vouched for ([`LocalBuf::new`]) is still
-    /// in flight for as long as the slice is used: for a datagram's gathered
-    /// part, the caller is inside the device call the datagram was handed to.
+    /// in flight: for a datagram's gathered part, the caller is inside the
+    /// device call the datagram was handed to.
     #[allow(unsafe_code)]
-    pub unsafe fn bytes<'a>(&self) -> &'a [u8] {
+    pub unsafe fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         if self.len == 0 {
-            return &[];
+            return f(&[]);
         }
         // SAFETY: valid for reads while the operation is in flight (the
-        // vouch of `LocalBuf::new`), which the caller states it is.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) }
+        // vouch of `LocalBuf::new`), which the caller states it is; the slice
+        // does not outlive `f`.
+        f(unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len as usize) })
     }
 
-    /// The bytes of this memory, to write: the destination of a read a device
-    /// completes with the CPU (shm's `process_vm_readv`).
+    /// Calls `f` with the bytes of this memory, to write: the destination of a
+    /// read a device completes with the CPU (shm's `process_vm_readv`).
     ///
     /// # Safety
-    /// As [`LocalBuf::bytes`], and nothing else reads or writes the memory
-    /// while the slice is used (a posted read's destination is the read's
+    /// As [`LocalBuf::with_bytes`], and nothing else reads or writes the
+    /// memory during the call (a posted read's destination is the read's
     /// alone until it completes).
     #[allow(unsafe_code)]
-    pub unsafe fn bytes_mut<'a>(&self) -> &'a mut [u8] {
+    pub unsafe fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         if self.len == 0 {
-            return &mut [];
+            return f(&mut []);
         }
         // SAFETY: as above; the caller states the memory is the read's alone.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len as usize) }
+        f(unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len as usize) })
     }
 
-    /// Appends the bytes of this memory to `v`: for devices that cannot
-    /// gather and decorators that hold a datagram past its send call.
+    /// Appends the bytes of this memory to `v`, inside the call that handed
+    /// the memory over: for decorators that then hold their copy past it.
     ///
     /// # Safety
     /// The operation this memory was vouched for ([`LocalBuf::new`]) is still
@@ -111,7 +117,7 @@ impl LocalBuf {
     /// device call the datagram was handed to.
     #[allow(unsafe_code)]
     pub unsafe fn append_to(&self, v: &mut Vec<u8>) {
-        // SAFETY: the caller states the operation is in flight (as `bytes`).
-        v.extend_from_slice(unsafe { self.bytes() });
+        // SAFETY: the caller states the operation is in flight (as `with_bytes`).
+        unsafe { self.with_bytes(|b| v.extend_from_slice(b)) }
     }
 }

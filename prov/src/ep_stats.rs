@@ -145,6 +145,9 @@ impl EpState {
 
     /// Appends the endpoint's JSON document to `FI_RDMX_STATS`'s path.
     pub(crate) fn write_json_stats(&mut self, reason: DumpReason) {
+        if self.running.is_none() || params().stats_path.is_none() {
+            return;
+        }
         let counters = self.counters();
         let (Some(r), Some(path)) = (self.running.as_mut(), params().stats_path.as_deref()) else { return };
         let s = r.ep.stats();

@@ -123,6 +123,8 @@ fn a_gathered_datagram_given_back_is_formed_again_only_while_its_message_is_pend
     assert_eq!(g2, g, "the same segment, the same share of the memory");
     assert_eq!(wire_bytes(&buf[..again.len], g2.buf), first);
     assert!(a.poll_transmit(t, &mut buf).is_none(), "given back once, formed once");
+    // A datagram that never left is no retransmission.
+    assert_eq!((a.stats().sent_data, a.stats().retransmits), (1, 0), "one data packet sent, none resent");
 
     // Given back after it went (say a retransmission the device refused),
     // but acknowledged before the next poll: never formed again.
@@ -135,4 +137,29 @@ fn a_gathered_datagram_given_back_is_formed_again_only_while_its_message_is_pend
     while let Some(z) = a.poll_transmit(t, &mut buf) {
         assert!(z.gather.is_none(), "a completed message's memory was named again: {z:?}");
     }
+}
+
+/// Several gathered datagrams given back newest first (as the endpoint does)
+/// are formed again oldest first, none counted as resent.
+#[test]
+fn gathered_datagrams_given_back_are_formed_again_in_order() {
+    let (mut a, _b, pb, _) = pair(UD);
+    let t = Instant::ZERO;
+    let body: Vec<u8> = (0..3000u32).map(|i| (i * 5) as u8).collect();
+    // SAFETY: `body` outlives the message (it is never completed here).
+    let mem = unsafe { LocalBuf::new(body.as_ptr() as u64, body.len() as u64) }.with_key(0x77);
+    a.send_gather(t, pb, b"HDR!", mem, 3).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let shares: Vec<_> =
+        std::iter::from_fn(|| a.poll_transmit(t, &mut buf)).map(|x| x.gather.expect("it gathers")).collect();
+    assert!(shares.len() >= 3, "{} datagrams", shares.len());
+    let sent = a.stats().sent_data;
+    // The device took the first; the rest go back, newest first.
+    for g in shares[1..].iter().rev() {
+        a.not_transmitted(*g);
+    }
+    let again: Vec<_> =
+        std::iter::from_fn(|| a.poll_transmit(t, &mut buf)).map(|x| x.gather.expect("it gathers")).collect();
+    assert_eq!(again, shares[1..], "formed again, in order");
+    assert_eq!((a.stats().sent_data, a.stats().retransmits), (sent, 0), "nothing counted twice or as resent");
 }

@@ -222,15 +222,19 @@ impl Staging {
     /// ([`Engine::not_transmitted`]) and takes them out of the stage, keeping
     /// the others in order.
     fn give_back_gathered(&mut self, from: usize, rdm: &mut Engine) {
+        // Newest first: each goes to the front of its peer's queue, so the
+        // oldest ends up first again.
+        for i in (from..self.count).rev() {
+            if let Some(g) = self.staged[i].gather {
+                rdm.not_transmitted(g);
+            }
+        }
         let mut kept = from;
         for i in from..self.count {
-            match self.staged[i].gather {
-                Some(g) => rdm.not_transmitted(g),
-                None => {
-                    self.bufs.swap(kept, i);
-                    self.staged[kept] = self.staged[i];
-                    kept += 1;
-                }
+            if self.staged[i].gather.is_none() {
+                self.bufs.swap(kept, i);
+                self.staged[kept] = self.staged[i];
+                kept += 1;
             }
         }
         self.count = kept;
@@ -336,10 +340,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             datagram: cfg.datagram,
         };
         // Paths differ under auto (shm segments are larger than UDP's).
-        let stage = Staging::new(
-            device.transmit_buffers(TX_BATCH, device.caps().max_transmit.max(64)),
-            device.local_addrs().first().copied().unwrap_or(DevAddr::NONE),
-        );
+        let stage = Staging::new(device.transmit_buffers(TX_BATCH, caps.max_transmit.max(64)), DevAddr::NONE);
         Endpoint {
             device,
             rdm: Engine::new(rdm_cfg),

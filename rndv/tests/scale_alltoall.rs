@@ -787,7 +787,10 @@ fn scale(n: usize) {
     // the n-endpoint run measured them), with the larger of the fitted and the
     // measured per-peer cost, so that a cost that still grows with the job is
     // not extrapolated from the smaller runs' slope.
-    let m = ModelInputs { peer: m.peer.max(measured), ..m };
+    // Slope against slope: the measured part less the fit's intercept, which
+    // the model counts once, in the buffers.
+    let measured_slope = (r.peer_part() - m.other) / (n - 1) as f64;
+    let m = ModelInputs { peer: m.peer.max(measured_slope), ..m };
     print_model(n, &m);
     print_model(JOB_PROCS, &m);
     // The bounds docs/scale.md states (runs of 256 endpoints or more: smaller

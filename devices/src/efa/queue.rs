@@ -733,12 +733,10 @@ impl EfaDevice {
         match gather {
             Some(g) if self.limits.send_sges < 2 => {
                 // One SGE only: both parts into a bounce slot.
+                let bounce_slot = &mut self.bounce;
                 // SAFETY: inside `send_batch`, which the datagram was handed
                 // to: its message is in flight ([`TxDatagram::gather`]).
-                let part = unsafe { g.bytes() };
-                let (b, sge) = self
-                    .bounce
-                    .copy_in(&[d.data, part])
+                let (b, sge) = unsafe { g.with_bytes(|part| bounce_slot.copy_in(&[d.data, part])) }
                     .expect("send_batch took no more datagrams than free bounce slots");
                 sges[0] = sge;
                 n = 1;

@@ -521,8 +521,8 @@ impl ShmDevice {
             // SAFETY: inside `post_read`, which the run was handed to: the read
             // is in flight and its destination the read's alone until it
             // completes, which it does before `post_read` returns.
-            let dst = unsafe { run.local.bytes_mut() };
-            match self.remote_read(peer, run.remote_addr, dst) {
+            let got = unsafe { run.local.with_bytes_mut(|dst| self.remote_read(peer, run.remote_addr, dst)) };
+            match got {
                 Ok(n) => {
                     bytes += n as u64;
                     if n < len {

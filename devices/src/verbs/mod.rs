@@ -333,9 +333,9 @@ pub struct VerbsStats {
     pub recv_errors: u64,
     pub ah_created: u64,
     pub ah_evicted: u64,
-    /// Times a send was held back (a short count) because the cache was
-    /// full and every cached address handle was still used by an
-    /// outstanding send: the bound holds, no handle is made beyond it.
+    /// Address handles made past the cache's bound because it was full and
+    /// every cached one was still used by an outstanding send (waiting could
+    /// stall: requests release theirs only when a signaled one completes).
     pub ah_overflow: u64,
     /// Address handles that could not be created (destination unreachable).
     pub ah_failed: u64,
@@ -435,7 +435,9 @@ impl VerbsDevice {
                 check_qp: false,
                 corrupt_next_key: false,
             },
-            ahs: AhCache::new(ah_cap),
+            // As verbs always did: past the bound rather than wait, counted
+            // in `ah_overflow`.
+            ahs: AhCache::new(ah_cap).growing_when_busy(),
             rc: RcReads {
                 conns: ConnTable::new(cfg.rc_max_peers.unwrap_or(DEFAULT_RC_MAX_PEERS), RC_IDLE, spec.incarnation),
                 queues: RcFactory {

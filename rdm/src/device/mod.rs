@@ -372,7 +372,9 @@ impl DeviceError {
 /// [`DeviceExt`], which no device can override. There is no forwarding impl
 /// for boxes: a holder of a `Box<dyn Device>` is generic over `D: ?Sized`
 /// (`rndv::Endpoint`, the composites, the fault decorator) and calls the
-/// device itself, so no method can silently fall back to its default.
+/// device itself, so a box never hides a device's method behind a default;
+/// a default a device keeps is its own choice (the fault decorator and
+/// `NetPair` write nothing straight into a ring, by design).
 pub trait Device: Send {
     fn caps(&self) -> DeviceCaps;
 
@@ -534,11 +536,6 @@ pub trait DeviceExt: Device {
     /// [`Device::local_addrs`].
     fn local_addr(&self) -> DevAddr {
         self.local_addrs().first().copied().unwrap_or(DevAddr::NONE)
-    }
-
-    /// [`DeviceCaps::max_transmit`].
-    fn max_transmit(&self) -> usize {
-        self.caps().max_transmit
     }
 }
 

@@ -204,11 +204,18 @@ pub struct Transmit {
 /// formed anew while the message is still pending, instead of being held by
 /// the caller (whose copy of the address could outlive the message, if an
 /// earlier transmission of the segment were acknowledged meanwhile).
+///
+/// It also carries what forming the datagram changed in the segment, so that
+/// giving it back undoes it: a datagram that never left is no retransmission
+/// (no RTT sample lost, no congestion signal, no counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gathered {
     pub buf: LocalBuf,
     peer: PeerId,
     psn: Psn,
+    /// The segment's `sent_at` and `retransmitted` before this datagram.
+    sent_before: Option<Instant>,
+    retransmitted_before: bool,
 }
 
 /// Most datagrams in one run, and most bytes (what one UDP GSO send takes).

@@ -135,8 +135,13 @@ impl Engine {
                     continue;
                 }
                 let (held_len, gather) = {
-                    let (held, gather) = hot.tx.unacked[idx as usize].split();
-                    (held.len(), gather.map(|buf| Gathered { buf, peer: hot.peer, psn }))
+                    let seg = &hot.tx.unacked[idx as usize];
+                    let (held, gather) = seg.split();
+                    let (sent_before, retransmitted_before) = (seg.sent_at, seg.retransmitted);
+                    (
+                        held.len(),
+                        gather.map(|buf| Gathered { buf, peer: hot.peer, psn, sent_before, retransmitted_before }),
+                    )
                 };
                 let wire_len = HEADER_LEN + held_len;
                 if total == 0 {
@@ -240,16 +245,29 @@ impl Engine {
     /// with `g` (its send queue was full): its segment goes back to the front
     /// of its peer's queue, to be written again by a later `poll_transmit` if
     /// its message is still pending then. The caller drops the datagram and
-    /// keeps no copy of `g`'s address (see [`Gathered`]). To the engine the
-    /// segment has been sent once, so it goes again as a retransmission.
+    /// keeps no copy of `g`'s address (see [`Gathered`]). What forming it
+    /// changed is undone: the segment's send time and retransmission mark,
+    /// the data and retransmit counts, and the acknowledgement the datagram
+    /// would have carried (owed again). Several given back in a row go back
+    /// newest first, so that they are formed again in order.
     pub fn not_transmitted(&mut self, g: Gathered) {
         let Some(h) = self.cold.get(g.peer.0 as usize).and_then(|c| c.hot) else { return };
         let Some(hot) = self.hot.get_mut(h as usize) else { return };
+        hot.rx.ack_now = true;
         let Some(front) = hot.tx.unacked.front() else { return };
         let idx = g.psn.diff(front.psn);
         let Some(seg) = usize::try_from(idx).ok().and_then(|i| hot.tx.unacked.get_mut(i)) else { return };
         if seg.sacked || seg.queued {
             return;
+        }
+        if seg.sent_at.is_some() {
+            seg.sent_at = g.sent_before;
+            seg.retransmitted = g.retransmitted_before;
+            self.stats.sent_data = self.stats.sent_data.saturating_sub(1);
+            if g.sent_before.is_some() {
+                self.stats.retransmits = self.stats.retransmits.saturating_sub(1);
+                hot.counters.retransmits = hot.counters.retransmits.saturating_sub(1);
+            }
         }
         seg.queued = true;
         hot.tx.to_send.push_front(g.psn);
