@@ -28,9 +28,13 @@ for f in "$APT_DIR"/sources.list.d/*.sources; do
   [[ -f $f ]] || continue
   found=$(awk '
     function flush() {
+      if (found) return
       if (types ~ /(^| )deb( |$)/ && uris != "" && suites != "") {
         n = split(suites, s, " ")
-        for (i = 1; i <= n; i++) if (s[i] !~ /-security$/) { split(uris, u, " "); print u[1]; exit }
+        m = split(uris, u, " ")
+        for (i = 1; i <= n; i++) if (s[i] !~ /-security$/) {
+          for (k = 1; k <= m; k++) if (u[k] ~ /\/debian\/?$/) { print u[k]; found = 1; exit }
+        }
       }
       types = ""; uris = ""; suites = ""
     }
@@ -40,7 +44,7 @@ for f in "$APT_DIR"/sources.list.d/*.sources; do
     /^URIs:/   { sub(/^URIs:[ \t]*/, "");   uris = $0 }
     /^Suites:/ { sub(/^Suites:[ \t]*/, ""); suites = $0 }
     END { flush() }
-  ' "$f" | grep -E '/debian/?$' | head -n1 || true)
+  ' "$f" || true)
   [[ -n $found ]] && break
 done
 
@@ -50,7 +54,7 @@ if [[ -z $found ]]; then
     found=$(awk '
       $1 == "deb" {
         i = 2
-        if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+        if ($i ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
         uri = $i; suite = $(i + 1)
         if (suite !~ /-security$/ && uri ~ /\/debian\/?$/) { print uri; exit }
       }

@@ -340,7 +340,7 @@ inside() {
       want="$prog: all checks passed on $np ranks"
       # --output tag: each line of each rank whole, prefixed with its rank (the
       # counts below read lines that ranks write at once).
-      mpiout=$(as_user timeout --foreground 180 mpirun -np "$np" --oversubscribe --output tag \
+      mpiout=$(as_user timeout --foreground -k 10 180 mpirun -np "$np" --oversubscribe --output tag \
         "${pml[@]}" "${extra[@]}" \
         -x FI_PROVIDER=rdmx -x FI_LOG_LEVEL=info -x FI_LOG_PROV=core -x FI_LOG_SUBSYS=core \
         "/home/$TUSER/mpi/$prog" 2>&1 | tr -d '\0') && s=0 || s=$?
@@ -348,9 +348,10 @@ inside() {
       # Every fabric opened names its provider; every rdmx path printed is the
       # installed one.
       local rdmx_opened chose osc_ofi=$np elsewhere
-      opened=$(grep -oE '<info> Using [^ ]+ provider' <<<"$mpiout" | wc -l)
-      rdmx_opened=$(grep -oE '<info> Using rdmx provider' <<<"$mpiout" | wc -l)
-      elsewhere=$(grep -oE 'path:[^ ]*librdmx-fi\.so' <<<"$mpiout" | grep -vc "^path:$provdir/librdmx-fi.so$" || true)
+      # (`|| true`: a grep that finds nothing must not end the script.)
+      opened=$({ grep -oE '<info> Using [^ ]+ provider' <<<"$mpiout" || true; } | wc -l)
+      rdmx_opened=$({ grep -oE '<info> Using rdmx provider' <<<"$mpiout" || true; } | wc -l)
+      elsewhere=$({ grep -oE 'path:[^ ]*librdmx-fi\.so' <<<"$mpiout" || true; } | grep -vcxF "path:$provdir/librdmx-fi.so" || true)
       ((elsewhere == 0)) || rdmx_opened=-1
       chose=$(grep -cE 'mtl:ofi:provider: rdmx\s*$' <<<"$mpiout" || true)
       [[ $prog == rma ]] && chose=$np # no mtl: the osc line below says btl ofi carried it

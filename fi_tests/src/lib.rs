@@ -397,6 +397,8 @@ impl Stack {
                 }
                 Err(e) => assert_eq!(e.err, fi::FI_ENOMSG as i32, "peek"),
             }
+            // Not there yet: let the sender (maybe another process) run.
+            std::thread::sleep(std::time::Duration::from_millis(1));
             assert!(
                 std::time::Instant::now() < deadline,
                 "no message tagged {tag:#x} arrived within {limit:?} (FI_PEEK)"
@@ -571,8 +573,11 @@ pub fn assert_mtl_chose_rdmx(out: &str, np: usize) {
 /// Intel MPI chose rdmx: with `I_MPI_DEBUG=5` its rank 0 prints
 /// `libfabric provider: <name>`.
 pub fn assert_impi_chose_rdmx(out: &str) {
-    let chosen: Vec<&str> =
-        out.lines().filter_map(|l| l.split_once("libfabric provider: ")).map(|(_, name)| name.trim()).collect();
+    let chosen: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.split_once("libfabric provider: "))
+        .filter_map(|(_, rest)| rest.split_whitespace().next())
+        .collect();
     assert!(
         !chosen.is_empty() && chosen.iter().all(|n| *n == "rdmx"),
         "want Intel MPI to report rdmx as its libfabric provider:\n{out}"

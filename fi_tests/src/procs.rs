@@ -102,21 +102,38 @@ pub fn kill_tree(child: &mut Child) {
 
 /// Waits for a child with a deadline; kills it on timeout.
 pub fn wait_output(mut child: Child, limit: Duration) -> Output {
+    // Both pipes are drained while the child runs: a child that writes more
+    // than a pipe holds would otherwise block until the deadline.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
     let deadline = Instant::now() + limit;
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            return child.wait_with_output().expect("collect output");
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Some(status);
         }
         if Instant::now() > deadline {
             kill_tree(&mut child);
-            let out = child.wait_with_output().expect("collect output");
-            panic!(
-                "child timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            break None;
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
+    match status {
+        Some(status) => Output { status, stdout, stderr },
+        None => panic!(
+            "child timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        ),
     }
 }
 
@@ -211,10 +228,20 @@ impl Lines {
         let out = child.stdout.take().expect("the child's stdout is piped");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(std::io::BufReader::new(out)) {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
+            // Bytes, not UTF-8 lines: a child that writes something else
+            // must not end the reading (nor close its pipe under it).
+            let mut r = std::io::BufReader::new(out);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match std::io::BufRead::read_until(&mut r, b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let line = String::from_utf8_lossy(&buf).trim_end_matches(['\n', '\r']).to_string();
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
                 }
             }
         });

@@ -4,11 +4,29 @@
 use serde_json::Value;
 use std::path::Path;
 
-/// The documents of `path` whose endpoint is `uri` (its `rdmx://` address),
-/// in the order they were written; a line still being written is skipped.
-pub fn documents_of(path: &Path, uri: &str) -> Vec<Value> {
+/// Every document of `path`, in the order they were written. The provider
+/// writes one line per document: a last line without its newline is still
+/// being written and is left out; any other line that does not parse fails
+/// the test.
+pub fn documents(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().filter_map(|l| serde_json::from_str(l).ok()).filter(|d: &Value| d["endpoint"] == uri).collect()
+    text.split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not a JSON document ({e}): {l}", path.display()))
+        })
+        .collect()
+}
+
+/// The documents of `path` whose endpoint is `uri` (its `rdmx://` address).
+pub fn documents_of(path: &Path, uri: &str) -> Vec<Value> {
+    documents(path).into_iter().filter(|d| d["endpoint"] == uri).collect()
+}
+
+/// Messages `doc`'s endpoint received from its first peer, by every protocol.
+pub fn received_from_first_peer(doc: &Value) -> u64 {
+    let r = &doc["peers"][0]["received"];
+    ["eager", "rendezvous_pulled", "rendezvous_windowed"].iter().filter_map(|k| r[k]["messages"].as_u64()).sum()
 }
 
 /// The one document `uri` wrote at its close.

@@ -24,7 +24,7 @@
 //! The receiver's `FI_RDMX_STATS` interval documents say when it refuses new
 //! messages (`refusing_messages`): the test waits for that, not for a quiet
 //! spell.
-use fi_tests::stats_docs::{refusing_since, unix_ms};
+use fi_tests::stats_docs::{documents_of, received_from_first_peer};
 use fi_tests::*;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
@@ -113,18 +113,24 @@ fn unexpected_memory_limit_applies_back_pressure_without_loss() {
     }
 
     // No receive posted: both sides progress until the receiver says (its
-    // interval document, written after the last send completed) that it
-    // refuses new messages: it holds its limit.
+    // interval document) that it refuses new messages, holding its limit,
+    // and every message it took has completed at the sender (the count in
+    // the document equals ours: no acknowledgement still on its way).
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last_change = (done, unix_ms());
+    let b_uri = b.uri();
+    let mut looked = Instant::now();
     loop {
         drain(&a, &mut done);
         check_held(done, 0, "with no receive posted");
-        if done != last_change.0 {
-            last_change = (done, unix_ms());
-        }
-        if done >= LEAST && refusing_since(&stats, &b.uri(), last_change.1) {
-            break;
+        // The file grows by a document every 20 ms: read it every 10.
+        if done >= LEAST && looked.elapsed() >= Duration::from_millis(10) {
+            looked = Instant::now();
+            let settled = documents_of(&stats, &b_uri)
+                .last()
+                .is_some_and(|d| d["refusing_messages"] == true && received_from_first_peer(d) == done as u64);
+            if settled {
+                break;
+            }
         }
         assert!(Instant::now() < deadline, "the receiver accepted only {done} messages of {LEN} bytes within 30 s: it stopped before holding more than its limit of {LIMIT} bytes ({LEAST} messages)");
         // SAFETY: a libfabric call on objects this test opened and still holds.

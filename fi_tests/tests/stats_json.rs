@@ -113,11 +113,9 @@ fn check_schema(doc: &Value, schema: &BTreeMap<String, String>, counters: &BTree
     seen
 }
 
+/// One JSON document per line (a last line still being written left out).
 fn read_docs(path: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not one JSON document per line ({e}): {l}")))
-        .collect()
+    fi_tests::stats_docs::documents(path)
 }
 
 fn u(v: &Value) -> u64 {
