@@ -48,6 +48,9 @@ pub struct AutoDevice<N: Device + ?Sized = UdpDevice> {
     /// Whether the network half has: until it has, the skip may grow to
     /// [`NET_SKIP_IDLE_MAX`] (no off-host peer has spoken yet).
     net_heard: bool,
+    /// The network half sent since its unreachable reports were last drained
+    /// (a send can produce one): no round is quiet until they are.
+    net_sent: bool,
 }
 
 /// After a network poll that found nothing, this many `recv_batch` calls leave
@@ -88,6 +91,7 @@ impl<N: Device + ?Sized> AutoDevice<N> {
             net_backoff: NET_SKIP_AFTER_EMPTY,
             shm_heard: false,
             net_heard: false,
+            net_sent: false,
         })
     }
 
@@ -131,6 +135,7 @@ impl<N: Device + ?Sized> AutoDevice<N> {
             }
             (false, _, Some(n)) => {
                 self.net_heard = true;
+                self.net_sent = true;
                 n.send_batch(now, run)
             }
             _ => Err(DeviceError::Unreachable(run[0].dst)),
@@ -300,10 +305,32 @@ impl<N: Device + ?Sized> Device for AutoDevice<N> {
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
-        self.shm
+        let found = self
+            .shm
             .as_mut()
             .and_then(|s| s.poll_unreachable())
-            .or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()))
+            .or_else(|| self.net.as_mut().and_then(|n| n.poll_unreachable()));
+        if found.is_none() {
+            self.net_sent = false;
+        }
+        found
+    }
+
+    /// Quiet when the shm half is and the network half's turn is being
+    /// skipped anyway (`recv_batch`'s schedule; the skipped turn is taken
+    /// here) with nothing it sent left to report.
+    fn quiet(&mut self) -> bool {
+        let net_skipped = match &self.net {
+            None => true,
+            Some(_) => self.net_skip > 0 && !self.net_sent,
+        };
+        if !net_skipped || !self.shm.as_mut().is_none_or(|s| s.quiet()) {
+            return false;
+        }
+        if self.net.is_some() {
+            self.net_skip -= 1;
+        }
+        true
     }
 
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {

@@ -212,6 +212,24 @@ fn flood_never_errors((mut a, b): Pair) {
     drop(b);
 }
 
+/// [`Device::quiet`] never hides input: with a datagram sent to it and
+/// waiting (the send returned, so it is in the ring or the socket), a device
+/// does not say it is quiet; and a device that says so has nothing to
+/// deliver.
+fn quiet_never_hides_input((mut a, mut b): Pair) {
+    drain(b.as_mut());
+    let dst = b.local_addr();
+    for i in 0..64 {
+        if b.quiet() {
+            assert_eq!(drain(b.as_mut()), 0, "quiet, yet a datagram was there");
+        }
+        let data = payload(i, 64);
+        send_all(a.as_mut(), &[TxDatagram::new(dst, &data)]);
+        assert!(!b.quiet(), "datagram {i} waits, yet the device says it is quiet");
+        assert_eq!(recv_n(b.as_mut(), 1), [(a.local_addr(), data)]);
+    }
+}
+
 macro_rules! conformance {
     ($name:ident, $open:expr) => {
         mod $name {
@@ -253,6 +271,12 @@ macro_rules! conformance {
             fn no_spurious_data() {
                 if let Some(p) = pair() {
                     super::no_spurious_data(p)
+                }
+            }
+            #[test]
+            fn quiet_never_hides_input() {
+                if let Some(p) = pair() {
+                    super::quiet_never_hides_input(p)
                 }
             }
             #[test]

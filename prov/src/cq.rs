@@ -8,12 +8,9 @@ use crate::entry::{entry, non_null, Out};
 use crate::error::{Error, Result};
 use crate::fid::{self, FidObject, Refs};
 use crate::progress;
-use crate::progress::BoundEndpoints;
 use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
-use parking_lot::Mutex;
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,17 +85,7 @@ entry! {
         if attr.wait_cond != fi::FI_CQ_COND_NONE && attr.wait_cond != fi::FI_CQ_COND_THRESHOLD {
             return Err(Error::Inval("wait_cond"));
         }
-        let shared = Arc::new(CqShared {
-            wait,
-            format,
-            queue: Mutex::new(VecDeque::with_capacity(attr.size.clamp(16, 1 << 16))),
-            err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
-            last_err_data: Mutex::new((0, 0)),
-            strerror_text: Mutex::new(std::ffi::CString::default()),
-            eps: BoundEndpoints::default(),
-            signaled: AtomicBool::new(false),
-            empty_reads: Default::default(),
-        });
+        let shared = Arc::new(CqShared::new(wait, format, attr.size.clamp(16, 1 << 16)));
         if let Some(s) = &wait_set {
             s.join_cq(&shared);
         }

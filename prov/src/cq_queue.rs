@@ -7,7 +7,7 @@ use crate::wait_fd::WaitFd;
 use libfabric_sys as fi;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// One completion, successful or not. Pointers are the application's opaque
@@ -48,6 +48,12 @@ pub struct CqShared {
     pub wait: Option<WaitFd>,
     pub format: fi::fi_cq_format,
     pub(crate) queue: Mutex<VecDeque<Completion>>,
+    /// The queue's length as of its last push or read, for a read that
+    /// finds it empty without taking the lock (an application polls an empty
+    /// CQ far more often than it finds something). Never zero while an entry
+    /// is queued: every push stores it under the lock, and a removal elsewhere
+    /// (`fi_cq_readerr`) only leaves it high until the next read.
+    queued: AtomicUsize,
     /// Provider-owned `err_data` for callers that pass `err_data_size == 0`; valid
     /// until the next readerr, as libfabric specifies.
     pub(crate) err_data: Mutex<[u8; crate::addr::ADDR_LEN]>,
@@ -63,9 +69,25 @@ pub struct CqShared {
 }
 
 impl CqShared {
+    pub(crate) fn new(wait: Option<WaitFd>, format: fi::fi_cq_format, capacity: usize) -> CqShared {
+        CqShared {
+            wait,
+            format,
+            queue: Mutex::new(VecDeque::with_capacity(capacity)),
+            queued: AtomicUsize::new(0),
+            err_data: Mutex::new([0; crate::addr::ADDR_LEN]),
+            last_err_data: Mutex::new((0, 0)),
+            strerror_text: Mutex::new(std::ffi::CString::default()),
+            eps: BoundEndpoints::default(),
+            signaled: AtomicBool::new(false),
+            empty_reads: Default::default(),
+        }
+    }
+
     pub fn push(&self, c: Completion) {
         let mut q = self.queue.lock();
         q.push_back(c);
+        self.queued.store(q.len(), Ordering::Release);
         if q.len() == 1 {
             if let Some(w) = &self.wait {
                 w.set(true);
@@ -114,7 +136,16 @@ impl CqShared {
 
     /// Copies up to `count` good entries to `buf` (and sources to `src`).
     /// `Ok(0)` means empty; `Err(Avail)` style is returned as -FI_EAVAIL by caller.
+    #[inline]
     pub(crate) fn read(&self, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Err(Error::Again);
+        }
+        self.read_queued(buf, count, src)
+    }
+
+    #[inline(never)]
+    fn read_queued(&self, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
         let mut q = self.queue.lock();
         let mut n = 0;
         while n < count {
@@ -135,6 +166,7 @@ impl CqShared {
                 _ => break,
             }
         }
+        self.queued.store(q.len(), Ordering::Release);
         if q.is_empty() {
             if let Some(w) = &self.wait {
                 w.set(false);

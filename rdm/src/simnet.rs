@@ -419,6 +419,15 @@ impl Device for SimDevice {
         Ok(batch.len())
     }
 
+    /// Quiet when nothing waits in the port's inbox (it reports no
+    /// unreachable destination: a send to a dead process fails at once), so
+    /// that every simulated endpoint takes the idle check real ones take.
+    fn quiet(&mut self) -> bool {
+        let n = self.net.lock();
+        let port = &n.ports[self.me as usize];
+        !port.alive || port.inbox.is_empty()
+    }
+
     fn recv_batch(&mut self, max: usize, deliver: &mut dyn FnMut(DevAddr, &[u8])) -> Result<usize, DeviceError> {
         let mut got = Vec::new();
         {

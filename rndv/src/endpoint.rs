@@ -721,7 +721,17 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
     // ------------------------------------------------------------ progress
 
     /// One round of progress (see the module docs for its order).
+    #[inline]
     pub fn progress(&mut self) {
+        if !self.quiet() {
+            self.progress_round();
+        }
+    }
+
+    /// [`Endpoint::progress`] when the endpoint is not quiet (out of line:
+    /// an idle poll does not pay for this frame).
+    #[inline(never)]
+    fn progress_round(&mut self) {
         // The clock is read only when something needs it: an idle poll (nothing
         // received, no timer, nothing to send) costs no clock read.
         let mut clock: Option<Instant> = None;
@@ -783,6 +793,26 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             let t = clock.unwrap_or_else(|| self.clock.now());
             self.flush(t);
         }
+    }
+
+    /// Whether a round of progress would do nothing now: no timer armed in
+    /// either engine (so no clock is read), nothing queued to run, send or
+    /// report, no read in flight, no close lingering, and the device quiet
+    /// ([`Device::quiet`], which counts this as one of its polls). Checked
+    /// first, in this order, so that an idle poll costs a few loads: the
+    /// device is asked last, since asking takes a turn of its schedule.
+    #[inline]
+    fn quiet(&mut self) -> bool {
+        self.stage.count == 0
+            && self.reads.is_empty()
+            && self.linger.is_none()
+            && self.rdm.no_timers()
+            && self.msg.no_timers()
+            && !self.rdm.has_events()
+            && !self.rdm.wants_transmit()
+            && !self.rdm.has_pathless_peers()
+            && !self.msg.has_actions()
+            && self.device.quiet()
     }
 
     /// Tells the device when the rdm engine started or stopped pausing

@@ -214,6 +214,13 @@ fn summary(st: &Store, targets: &[Target], mpi_stacks: &[MpiStack], lf2: bool, r
             .map_or("—".to_string(), |x| format!("{x:.2}×")),
         "≤ 1.0×".to_string(),
     ]);
+    rows.push(vec![
+        "instructions per empty progress call (callgrind, `fi_cq_read` finding nothing)".to_string(),
+        cg("idle").map_or("—".to_string(), |x| format!("{x:.0}")),
+        format!("budget: {IDLE_POLL_BUDGET:.0}"),
+        ratio(cg("idle"), Some(IDLE_POLL_BUDGET)).map_or("—".to_string(), |x| format!("{x:.2}×")),
+        "≤ 1.0×".to_string(),
+    ]);
     let head: Vec<String> = ["figure", "rdmx", "peer", "rdmx / peer", "target"].iter().map(|s| s.to_string()).collect();
     table(&mut out, &head, &rows);
     out
@@ -416,9 +423,15 @@ const CALLGRIND_WINDOWS: [usize; 2] = [20, 120];
 /// Where the callgrind stage collects: rdmx's send and receive entries and
 /// the per-datagram receive closure of a progress round.
 const CALLGRIND_FUNCTIONS: [&str; 3] =
-    ["rdmx_fi::ep_msg::do_send", "rdmx_fi::ep_msg::do_recv", "*Endpoint*progress*closure*"];
+    ["rdmx_fi::ep_msg::do_send", "rdmx_fi::ep_msg::do_recv", "*Endpoint*progress_round*closure*"];
 /// Issue 35's budget: rdmx's instructions per 8 B message, send and receive.
 const CALLGRIND_BUDGET: f64 = 600.0;
+/// `idle_poll` read counts of the callgrind stage (the difference is per read).
+const IDLE_POLLS: [usize; 2] = [10_000, 20_000];
+/// Where the idle-poll count collects: rdmx's `fi_cq_read`, whole.
+const IDLE_POLL_FUNCTION: &str = "rdmx_fi::cq::cq_read";
+/// Issue 44's budget: rdmx's instructions per empty progress call.
+const IDLE_POLL_BUDGET: f64 = 100.0;
 /// Runs of the stall check (issue 35: 30 in a row, each within 2x of the median).
 const STALL_RUNS: usize = 30;
 const STALL_RUNS_QUICK: usize = 3;
@@ -1452,7 +1465,7 @@ fn main() {
                     };
                     let send = inclusive(0, "rdmx_fi::ep_msg::do_send");
                     let recv = inclusive(1, "rdmx_fi::ep_msg::do_recv")
-                        .zip(inclusive(1, "rndv::endpoint::Endpoint<D,M,C>::progress::{{closure}}"))
+                        .zip(inclusive(1, "rndv::endpoint::Endpoint<D,M,C>::progress_round::{{closure}}"))
                         .map(|(a, b)| a + b);
                     match (ok, send, recv) {
                         (true, Some(s), Some(r)) => per_run.push((windows, s, r)),
@@ -1470,6 +1483,46 @@ fn main() {
                     CALLGRIND_WINDOWS[0],
                     CALLGRIND_WINDOWS[1]
                 );
+            }
+        }
+        // The empty progress call: `fi_cq_read` on an endpoint with nothing
+        // to do (benches/fi/idle_poll.c), two read counts, the difference
+        // per read.
+        match compile(&env, "idle_poll", &root.join("benches/fi/idle_poll.c"), "cc", &["-lfabric"]) {
+            None => failures.push("callgrind: idle_poll.c did not compile".into()),
+            Some(exe) => {
+                let mut totals = Vec::new();
+                for polls in IDLE_POLLS {
+                    let file = tmp.join(format!("cg.idle.{polls}"));
+                    let mut cmd = env.cmd(&[], "valgrind");
+                    cmd.args(["--tool=callgrind", &format!("--toggle-collect={IDLE_POLL_FUNCTION}")])
+                        .arg(format!("--callgrind-out-file={}", file.display()))
+                        .arg(&exe)
+                        .args(["-p", "rdmx", &polls.to_string()]);
+                    let ok = cmd
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .spawn()
+                        .map(|mut ch| wait_for(&mut ch, Duration::from_secs(300)).0)
+                        .unwrap_or(false);
+                    let total = Command::new("callgrind_annotate").arg(&file).output().ok().and_then(|o| {
+                        String::from_utf8_lossy(&o.stdout)
+                            .lines()
+                            .find(|l| l.contains("PROGRAM TOTALS"))
+                            .and_then(|l| l.split_whitespace().next()?.replace(',', "").parse::<f64>().ok())
+                    });
+                    match (ok, total) {
+                        (true, Some(t)) => totals.push(t),
+                        _ => failures.push(format!("callgrind run of idle_poll {polls} failed")),
+                    }
+                }
+                if let [a, b] = totals[..] {
+                    st.push("callgrind/idle".into(), (b - a) / (IDLE_POLLS[1] - IDLE_POLLS[0]) as f64);
+                }
+                cg_note.push_str(&format!(
+                    "\n\nEmpty progress call: `benches/fi/idle_poll.c` (one process, two rdmx endpoints that exchanged a tagged message each way and then sat idle for 100 ms; {} and {} reads of the first one's CQ, each finding nothing) under `valgrind --tool=callgrind --toggle-collect={IDLE_POLL_FUNCTION}`, the difference divided by the reads between them: everything rdmx does for an `fi_cq_read` that finds nothing, the round of progress included.",
+                    IDLE_POLLS[0], IDLE_POLLS[1]
+                ));
             }
         }
         eprintln!("[{:>5.0}s] callgrind", t_all.elapsed().as_secs_f64());
@@ -1761,6 +1814,16 @@ fn main() {
             goal: 1.0,
         });
     }
+    // Issue 44: instructions per empty progress call, as a share of its budget.
+    targets.push(Target {
+        what: format!(
+            "callgrind: rdmx instructions per empty progress call (fi_cq_read finding nothing) / budget of {IDLE_POLL_BUDGET:.0} ({})",
+            st.med("callgrind/idle").map_or("—".into(), |x| format!("{x:.0}"))
+        ),
+        ratio: st.med("callgrind/idle").map(|x| x / IDLE_POLL_BUDGET),
+        le: true,
+        goal: 1.0,
+    });
 
     let mut plots_md = String::new();
     // ---- Plots
@@ -2091,16 +2154,16 @@ fn main() {
 
     if !cg_note.is_empty() {
         let _ = writeln!(md, "## Instructions per message\n\n{cg_note}\n");
-        let rows: Vec<Vec<String>> = [("callgrind/send", "8 B send"), ("callgrind/recv", "8 B receive")]
-            .iter()
-            .map(|(k, what)| {
-                vec![
-                    what.to_string(),
-                    st.med(k).map_or("—".into(), |x| format!("{x:.0}")),
-                    format!("{CALLGRIND_BUDGET:.0}"),
-                ]
-            })
-            .collect();
+        let rows: Vec<Vec<String>> = [
+            ("callgrind/send", "8 B send", CALLGRIND_BUDGET),
+            ("callgrind/recv", "8 B receive", CALLGRIND_BUDGET),
+            ("callgrind/idle", "empty progress call", IDLE_POLL_BUDGET),
+        ]
+        .iter()
+        .map(|(k, what, budget)| {
+            vec![what.to_string(), st.med(k).map_or("—".into(), |x| format!("{x:.0}")), format!("{budget:.0}")]
+        })
+        .collect();
         table(&mut md, &["".to_string(), "rdmx instructions".to_string(), "budget".to_string()], &rows);
     }
 

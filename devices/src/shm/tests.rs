@@ -215,3 +215,35 @@ fn attach_rejects_garbage() {
     // SAFETY: as above, but claims fewer bytes than the geometry needs.
     assert!(unsafe { Ring::attach(r.ring.base, len - 1) }.is_err());
 }
+
+/// An idle device's quiet rounds count toward its liveness checks: a
+/// progress round that asks [`Device::quiet`] first, and polls only when
+/// told to, still polls (and so checks its peers) once every
+/// `LIVENESS_EVERY` rounds, and a datagram waiting is never called quiet.
+#[test]
+fn quiet_rounds_keep_the_liveness_schedule_and_never_hide_input() {
+    let mut a = ShmDevice::new().expect("shm device");
+    let mut b = ShmDevice::new().expect("shm device");
+    let round = |d: &mut ShmDevice| -> Option<usize> {
+        if d.quiet() {
+            return None;
+        }
+        let got = d.recv_batch(64, &mut |_, _| {}).unwrap();
+        while d.poll_unreachable().is_some() {}
+        Some(got)
+    };
+    let rounds = LIVENESS_EVERY as usize * 3;
+    let polled: Vec<usize> = (0..rounds).filter_map(|_| round(&mut b)).collect();
+    assert_eq!(polled, [0, 0, 0], "one polled round in LIVENESS_EVERY, finding nothing");
+    let dst = b.local_addr();
+    for i in 0..3 * LIVENESS_EVERY as usize / 2 {
+        assert_eq!(a.send_batch(rdm::Instant::from_nanos(0), &[TxDatagram::new(dst, &[i as u8; 8])]).unwrap(), 1);
+        assert!(!b.quiet(), "round {i}: a datagram waits, yet the device says it is quiet");
+        assert_eq!(round(&mut b), Some(1));
+    }
+    // A peer found dead and not yet reported is not quiet either.
+    let gone = a.local_addr();
+    b.dead.push_back(gone);
+    assert!(!b.quiet(), "a dead peer waits to be reported, yet the device says it is quiet");
+    assert_eq!(b.poll_unreachable(), Some(gone));
+}

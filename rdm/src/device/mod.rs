@@ -477,6 +477,21 @@ pub trait Device: Send {
     fn poll_unreachable(&mut self) -> Option<DevAddr> {
         None
     }
+
+    /// Whether a round of progress may leave this device alone now:
+    /// [`Device::recv_batch`] would deliver nothing and
+    /// [`Device::poll_unreachable`] would report nothing, and the device's own
+    /// schedule of polls (liveness checks, turns of a network half) says it
+    /// need not be asked. True counts as one poll of that schedule. False
+    /// when unsure (the default: a device that must make a system call to know
+    /// whether input waits, like UDP's socket, is always polled).
+    ///
+    /// Why: an application polls its CQ far more often than data arrives
+    /// (MPICH makes one empty progress call per `MPI_Isend`), and an idle
+    /// round must cost a few loads, not a walk through every layer.
+    fn quiet(&mut self) -> bool {
+        false
+    }
 }
 
 /// What a device that reads peers' memory offers besides moving datagrams

@@ -76,6 +76,13 @@ impl Engine {
     /// receive batch, so that what is sent to it (an answer to its rendezvous,
     /// a DIRECT reply on shm) uses its path, not the engine's defaults, and
     /// the layer above sees the same path for it ([`Engine::path`]).
+    /// Whether a sender heard for the first time still waits for its path
+    /// ([`Engine::poll_pathless_peer`]).
+    #[inline]
+    pub fn has_pathless_peers(&self) -> bool {
+        !self.pathless.is_empty()
+    }
+
     pub fn poll_pathless_peer(&mut self) -> Option<PeerId> {
         while let Some(p) = self.pathless.pop() {
             if self.cold.get(p.0 as usize).is_some_and(|c| c.path.is_none()) {

@@ -91,6 +91,14 @@ impl Engine {
 
     /// Like [`Engine::poll_timeout`], after dropping stale entries from the top:
     /// `None` when no peer has a deadline (callers then read no clock).
+    /// Whether no timer is armed: no deadline, so a round with no input
+    /// needs no clock. Conservative (a timer that went stale still counts
+    /// until [`Engine::next_timeout`] drops it).
+    #[inline]
+    pub fn no_timers(&self) -> bool {
+        self.timers.is_empty()
+    }
+
     pub fn next_timeout(&mut self) -> Option<Instant> {
         while let Some(&Reverse((t, h))) = self.timers.peek() {
             if self.hot.get(h as usize).is_some_and(|hot| hot.armed_at == Some(t)) {

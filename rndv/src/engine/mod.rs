@@ -338,6 +338,13 @@ impl MsgEngine {
     }
 
     /// The next time [`MsgEngine::handle_timeout`] has work (a keepalive due).
+    /// Whether no keepalive is due at any time ([`MsgEngine::poll_timeout`]
+    /// is `None`).
+    #[inline]
+    pub fn no_timers(&self) -> bool {
+        self.awaiting.is_empty()
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.awaiting.values().min().copied()
     }
