@@ -52,6 +52,11 @@ stage clippy
 cargo clippy --release --workspace --all-targets -- -D warnings
 stage "cargo test (all but fi_tests)"
 cargo test --release --workspace --exclude fi_tests
+stage "debug assertions (sim_fast_path)"
+# The small-message path's model test once more with debug assertions on (the
+# dev profile): the rdm engine asserts, per message, that a send handle's quick
+# check agrees with the full one (Engine::route_open).
+cargo test -p rndv --test sim_fast_path
 stage loom
 # The shm ring's loom model checks (a separate build: loom replaces its atomics).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p devices --lib loom

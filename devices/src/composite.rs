@@ -22,8 +22,8 @@ use crate::shm::ShmDevice;
 use crate::udp::UdpDevice;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use rdm::device::{
-    ControlMsg, DevAddr, Device, DeviceCaps, DeviceError, DeviceExt, ReadConnStats, ReadDone, ReadRun, RemoteReads,
-    ShmAddr, TxDatagram,
+    ControlMsg, Dest, DevAddr, Device, DeviceCaps, DeviceError, DeviceExt, ReadConnStats, ReadDone, ReadRun,
+    RemoteReads, ShmAddr, TxDatagram,
 };
 use rdm::Instant;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -68,6 +68,10 @@ pub struct AutoDevice<N: Device + ?Sized = UdpDevice> {
 const NET_SKIP_AFTER_EMPTY: u32 = 7;
 const NET_SKIP_MAX: u32 = 63;
 const NET_SKIP_IDLE_MAX: u32 = 1023;
+
+/// The bit of a [`Dest`] that marks the network half's (a half's own
+/// destinations leave it free: shm's generation has 31 bits).
+const NET_DEST: u64 = 1 << 63;
 
 impl<N: Device + ?Sized> AutoDevice<N> {
     /// Combines the two halves; at least one must be present.
@@ -183,15 +187,42 @@ impl<N: Device + ?Sized> Device for AutoDevice<N> {
         send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(now, shm, run))
     }
 
-    /// Through the shm half for a same-host peer; the network half writes
-    /// nothing this way.
-    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+    /// A same-host peer resolves through the shm half, any other through
+    /// the network half, whose destinations carry [`NET_DEST`] so that a
+    /// write goes back to the half that made it.
+    fn resolve(&mut self, dst: &DevAddr) -> Result<Option<Dest>, DeviceError> {
+        if Self::is_shm(dst) {
+            return match &mut self.shm {
+                Some(s) => s.resolve(dst),
+                None => Ok(None),
+            };
+        }
+        match &mut self.net {
+            Some(n) => Ok(n.resolve(dst)?.map(|d| {
+                debug_assert_eq!(d.0 & NET_DEST, 0, "a network half's Dest leaves the top bit free");
+                Dest(d.0 | NET_DEST)
+            })),
+            None => Ok(None),
+        }
+    }
+
+    fn write(&mut self, now: Instant, dest: Dest, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        if dest.0 & NET_DEST != 0 {
+            return match &mut self.net {
+                Some(n) => {
+                    self.net_heard = true;
+                    self.net_sent = true;
+                    n.write(now, Dest(dest.0 & !NET_DEST), parts)
+                }
+                None => Ok(false),
+            };
+        }
         match &mut self.shm {
-            Some(s) if Self::is_shm(&dst) => {
+            Some(s) => {
                 self.shm_heard = true;
-                s.send_gathered(now, dst, parts)
+                s.write(now, dest, parts)
             }
-            _ => Ok(false),
+            None => Ok(false),
         }
     }
 

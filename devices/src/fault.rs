@@ -395,8 +395,8 @@ impl<D: Device + ?Sized> Device for FaultDevice<D> {
     /// Never: a datagram written straight into a peer's ring would escape
     /// the faults (and such writes go only to reliable, ordered paths, which
     /// this decorator does not offer).
-    fn send_gathered(&mut self, _now: Instant, _dst: DevAddr, _parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        Ok(false)
+    fn resolve(&mut self, _dst: &DevAddr) -> Result<Option<rdm::device::Dest>, DeviceError> {
+        Ok(None)
     }
 
     /// The receiver's side of holding senders back is the inner device's: a

@@ -1043,11 +1043,13 @@ fn shm_caps_and_names() {
     assert!(!path.exists(), "ring file removed on drop");
 }
 
-/// The gathered write of the small-message path: the parts arrive as one
-/// datagram, back to back, in order with batched sends; a full ring takes
-/// nothing (`Ok(false)`, the caller sends it another way) and takes again
-/// once drained; a destination of another kind, an oversized datagram and
-/// a gone peer are errors, as for `send_batch`.
+/// The gathered write of the small-message path, to a resolved destination:
+/// the parts arrive as one datagram, back to back, in order with batched
+/// sends; a full ring takes nothing (`Ok(false)`, the caller sends it another
+/// way) and takes again once drained; an oversized datagram and a closed
+/// peer are errors, as for `send_batch`; a destination of another kind does
+/// not resolve; a destination kept past its peer's removal is refused, also
+/// once its slot serves another peer, whose writes land in its own ring.
 #[test]
 fn shm_gathered_write_is_one_datagram_and_honours_the_ring() {
     let cfg = ShmConfig { slots: 4, ..ShmConfig::default() };
@@ -1055,37 +1057,48 @@ fn shm_gathered_write_is_one_datagram_and_honours_the_ring() {
     let mut b = ShmDevice::open(&cfg).unwrap();
     let dst = b.local_addr();
     let me = a.local_addr();
+    let d = a.resolve(&dst).unwrap().expect("a same-host peer resolves");
     send_all(&mut a, &[TxDatagram::new(dst, b"first")]);
-    assert!(a.send_gathered(now(), dst, &[b"head|", b"", b"payload"]).unwrap());
+    assert!(a.write(now(), d, &[b"head|", b"", b"payload"]).unwrap());
     send_all(&mut a, &[TxDatagram::new(dst, b"third")]);
-    assert!(a.send_gathered(now(), dst, &[b"fourth"]).unwrap());
-    assert!(!a.send_gathered(now(), dst, &[b"fifth"]).unwrap(), "full ring: not taken");
+    assert!(a.write(now(), d, &[b"fourth"]).unwrap());
+    assert!(!a.write(now(), d, &[b"fifth"]).unwrap(), "full ring: not taken");
     let got = recv_n(&mut b, 4);
     let bytes: Vec<&[u8]> = got.iter().map(|(_, d)| &d[..]).collect();
     assert_eq!(bytes, [&b"first"[..], b"head|payload", b"third", b"fourth"]);
     assert!(got.iter().all(|(from, _)| *from == me));
     assert_eq!(b.recv_batch(8, &mut |_, _| {}).unwrap(), 0, "the refused write left nothing behind");
-    assert!(a.send_gathered(now(), dst, &[b"fifth"]).unwrap(), "drained: taken again");
+    assert!(a.write(now(), d, &[b"fifth"]).unwrap(), "drained: taken again");
     assert_eq!(recv_n(&mut b, 1)[0].1, b"fifth");
     let big = vec![0u8; a.caps().mtu + 1];
-    assert!(matches!(a.send_gathered(now(), dst, &[&big[..8], &big[8..]]), Err(DeviceError::TooLarge { .. })));
+    assert!(matches!(a.write(now(), d, &[&big[..8], &big[8..]]), Err(DeviceError::TooLarge { .. })));
     let udp: DevAddr = DevAddr::Udp("127.0.0.1:9".parse().unwrap());
-    assert!(matches!(a.send_gathered(now(), udp, &[b"x"]), Err(DeviceError::Unreachable(_))));
+    assert_eq!(a.resolve(&udp).unwrap(), None, "only a same-host peer resolves");
     drop(b);
-    assert!(matches!(a.send_gathered(now(), dst, &[b"x"]), Err(DeviceError::Unreachable(_))));
+    assert!(matches!(a.write(now(), d, &[b"x"]), Err(DeviceError::Unreachable(_))), "its owner closed the ring");
+    assert!(!a.write(now(), d, &[b"x"]).unwrap(), "a destination outliving its peer is refused");
+    assert!(matches!(a.resolve(&dst), Err(DeviceError::Unreachable(_))));
+    // The freed slot serves the next peer; the old destination still names nobody.
+    let mut c = ShmDevice::open(&cfg).unwrap();
+    let dc = a.resolve(&c.local_addr()).unwrap().expect("resolves");
+    assert_ne!(dc, d);
+    assert!(!a.write(now(), d, &[b"stale"]).unwrap(), "never misdirected to the slot's new peer");
+    assert!(a.write(now(), dc, &[b"to c"]).unwrap());
+    assert_eq!(recv_n(&mut c, 1)[0].1, b"to c");
+    assert_eq!(c.recv_batch(8, &mut |_, _| {}).unwrap(), 0, "c got its own datagram only");
 }
 
 /// A device that does not offer gathered writes (udp; the fault decorator,
-/// whose faults must apply) takes none: the caller sends another way.
+/// whose faults must apply) resolves nothing: the caller sends another way.
 #[test]
 fn gathered_writes_are_only_where_offered() {
     let mut u = UdpDevice::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dst = u.local_addr();
-    assert!(!u.send_gathered(now(), dst, &[b"x"]).unwrap());
+    assert_eq!(u.resolve(&dst).unwrap(), None);
     let shm = ShmDevice::new().unwrap();
     let shm_dst = shm.local_addr();
     let mut f = FaultDevice::new(Box::new(ShmDevice::new().unwrap()), FaultConfig::default());
-    assert!(!f.send_gathered(now(), shm_dst, &[b"x"]).unwrap());
+    assert_eq!(f.resolve(&shm_dst).unwrap(), None);
 }
 
 #[test]

@@ -14,7 +14,7 @@
 
 use crate::device::rc::{ConnStats, ConnTable, QueueFactory, QueueInfo};
 use crate::device::{
-    ControlMsg, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun,
+    ControlMsg, Dest, DevAddr, Device, DeviceCaps, DeviceContext, DeviceError, OpenSpec, RawAddr, ReadDone, ReadRun,
     Registrar, RemoteReads, TxDatagram,
 };
 use crate::sim::{Link, Wire};
@@ -74,7 +74,7 @@ struct NetState {
     /// Each domain's live registrations: key -> (addr, len).
     domains: Vec<HashMap<u64, (u64, u64)>>,
     next_key: u64,
-    /// Devices take gathered writes ([`Device::send_gathered`]) on reliable,
+    /// Devices take gathered writes ([`Device::write`]) on reliable,
     /// ordered paths, as shm does (on unless a test compares without).
     gathered_writes: bool,
 }
@@ -358,15 +358,23 @@ impl Device for SimDevice {
         node_of(a).is_some()
     }
 
-    /// As shm: on a reliable, ordered path, the datagram is put together
-    /// from its parts and sent as `send_batch` would send it.
-    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        let path = self.caps_for(&dst);
+    /// As shm: on a reliable, ordered path, a destination resolves to its
+    /// node, and a write puts the datagram together from its parts and sends
+    /// it as `send_batch` would.
+    fn resolve(&mut self, dst: &DevAddr) -> Result<Option<Dest>, DeviceError> {
+        let path = self.caps_for(dst);
         if !(self.net.lock().gathered_writes && path.reliable && path.ordered) {
+            return Ok(None);
+        }
+        Ok(node_of(dst).map(|j| Dest(j as u64)))
+    }
+
+    fn write(&mut self, now: Instant, dest: Dest, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        if !self.net.lock().gathered_writes {
             return Ok(false);
         }
         let whole: Vec<u8> = parts.concat();
-        Ok(self.send_batch(now, &[TxDatagram::new(dst, &whole)])? == 1)
+        Ok(self.send_batch(now, &[TxDatagram::new(addr(dest.0 as u32), &whole)])? == 1)
     }
 
     fn send_batch(&mut self, _now: Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError> {

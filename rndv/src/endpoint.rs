@@ -307,6 +307,102 @@ pub struct Endpoint<D: Device + ?Sized, M: Memory, C: Clock> {
     /// What the device was last told of the rdm engine's pause
     /// ([`Endpoint::tell_senders_if_paused`]).
     senders_held_back: bool,
+    /// Per peer (by id), what its small messages need to go straight to the
+    /// device ([`SendHandle`]), made at its first such message. Boxed: only
+    /// the few peers on a reliable, ordered path (this host's) have one.
+    handles: Vec<Option<Box<SendHandle>>>,
+}
+
+/// What a peer's small messages need to go straight to the device, made once
+/// and kept while the peer keeps its incarnation: the rdm engine's route (the
+/// destination and the engine's header, every field written) and the
+/// destination the device resolved for it. Checked per message
+/// ([`Engine::route_open`]: a few loads), dropped when the engine refuses it
+/// or the device no longer takes it (a new incarnation, a full or closed
+/// ring), and made again at the next message.
+struct SendHandle {
+    route: rdm::engine::DirectRoute,
+    dest: rdm::device::Dest,
+}
+
+/// Parts of a datagram written over a send handle: the engine's header, the
+/// message header, the payload.
+const HANDLE_PARTS_MAX: usize = MAX_IOV + 2;
+
+/// Writes a small message to `peer` (`parts`: the message header and the
+/// payload) over the peer's send handle, made first if it has none or its
+/// own was refused: the rdm engine's header prepended, straight to the
+/// device. True when the device took it (the engine counted it). False when
+/// nothing was done: DIRECT not allowed to the peer now, the device offers
+/// no such writes toward it, or it did not take this one (`held_back` says
+/// whether because the receiver holds its senders back; the handle is dropped
+/// and made again at the next message, so a stale one is never used twice).
+#[inline]
+fn write_over_handle<D: Device + ?Sized>(
+    device: &mut D,
+    rdm: &mut Engine,
+    handles: &mut Vec<Option<Box<SendHandle>>>,
+    now: Instant,
+    peer: PeerId,
+    parts: &[&[u8]],
+    held_back: &mut bool,
+) -> bool {
+    if parts.len() >= HANDLE_PARTS_MAX {
+        return false;
+    }
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let i = peer.index() as usize;
+    let open = matches!(handles.get(i), Some(Some(h)) if rdm.route_open(peer, &h.route, len));
+    if !open && !make_handle(device, rdm, handles, peer, len) {
+        return false;
+    }
+    let Some(Some(h)) = handles.get(i) else { return false };
+    let head = h.route.header_over(parts);
+    let mut all: [&[u8]; HANDLE_PARTS_MAX] = [&[]; HANDLE_PARTS_MAX];
+    all[0] = &head;
+    all[1..=parts.len()].copy_from_slice(parts);
+    match device.write(now, h.dest, &all[..=parts.len()]) {
+        Ok(true) => {
+            rdm.direct_written();
+            true
+        }
+        Ok(false) => {
+            *held_back = device.held_back(&h.route.dst);
+            handles[i] = None;
+            false
+        }
+        Err(_) => {
+            handles[i] = None;
+            false
+        }
+    }
+}
+
+/// Makes `peer`'s send handle (out of line: once per peer, and again after a
+/// refusal): false when DIRECT is not allowed to it for a message of `len`
+/// bytes now or the device offers no such writes toward it.
+#[inline(never)]
+fn make_handle<D: Device + ?Sized>(
+    device: &mut D,
+    rdm: &Engine,
+    handles: &mut Vec<Option<Box<SendHandle>>>,
+    peer: PeerId,
+    len: usize,
+) -> bool {
+    let i = peer.index() as usize;
+    if let Some(slot) = handles.get_mut(i) {
+        *slot = None;
+    }
+    let Some(route) = rdm.direct_route(peer) else { return false };
+    if !rdm.route_open(peer, &route, len) {
+        return false;
+    }
+    let Ok(Some(dest)) = device.resolve(&route.dst) else { return false };
+    if handles.len() <= i {
+        handles.resize_with(i + 1, || None);
+    }
+    handles[i] = Some(Box::new(SendHandle { route, dest }));
+    true
 }
 
 impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
@@ -356,6 +452,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             linger: None,
             closed: false,
             senders_held_back: false,
+            handles: Vec::new(),
         }
     }
 
@@ -455,15 +552,10 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             && !self.rdm.has_events()
             && !self.msg.has_actions()
         {
-            let device = &mut self.device;
+            let (device, handles) = (&mut self.device, &mut self.handles);
             let mut held_back = false;
-            let write = |dst, parts: &[&[u8]]| match device.send_gathered(t, dst, parts) {
-                Ok(true) => true,
-                Ok(false) => {
-                    held_back = device.held_back(&dst);
-                    false
-                }
-                Err(_) => false,
+            let write = |rdm: &mut Engine, parts: &[&[u8]]| {
+                write_over_handle(&mut **device, rdm, handles, t, msg.peer, parts, &mut held_back)
             };
             if let DirectSend::Sent(c) = self.msg.send_direct(&mut self.rdm, msg, write) {
                 return Ok(match c {

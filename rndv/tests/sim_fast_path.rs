@@ -1,5 +1,5 @@
 //! The small-message path of a reliable, ordered device (shm's gathered
-//! write, [`rdm::device::Device::send_gathered`]) checked against the engine
+//! write over a peer's send handle, [`rdm::device::Device::write`]) checked against the engine
 //! path it short-cuts, for the same operation sequences.
 //!
 //! Each scenario runs twice on the simulated network, once with the devices

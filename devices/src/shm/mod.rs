@@ -18,7 +18,7 @@
 //!   count); the device is `reliable` and `ordered` (per sender, one ring).
 //! * **Holding senders back.** A receiver whose engine paused (its
 //!   unexpected-message limit) sets `held_back` in its ring header
-//!   ([`Device::hold_back_senders`]); a sender's `send_gathered` then writes no
+//!   ([`Device::hold_back_senders`]); a sender's `write` then writes no
 //!   message straight in, and the engine sends that peer sequenced messages,
 //!   which the receiver's window holds. The zero-window ACK says the same,
 //!   but only to a sender that reads its own ring.
@@ -66,6 +66,7 @@
 //! Unsafe here: handing fresh mappings to the ring, `posix_fallocate`, pidfd syscalls, and posted reads' buffers.
 #![allow(unsafe_code)]
 
+mod peers;
 mod ring;
 mod segment;
 #[cfg(all(test, not(loom)))]
@@ -75,13 +76,14 @@ pub use crate::host::host_id;
 pub use ring::segment_size;
 pub use segment::{cleanup_stale, segment_name, unlink_own_at_exit, OpenRing};
 
-use rdm::device::{DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, RemoteReads, ShmAddr, TxDatagram};
+use peers::PeerTable;
+use rdm::device::{
+    Dest, DevAddr, Device, DeviceCaps, DeviceError, ReadDone, ReadRun, RemoteReads, ShmAddr, TxDatagram,
+};
 use rdm::Instant;
 use ring::sync::{fence, Ordering};
 use ring::{Ring, HEADER_SIZE, MAGIC};
-use rustc_hash::FxHashMap;
 use segment::{create_fifo, fifo_path, remember_open_ring, ExitPath, FifoFiles, Mapping, Segment};
-use std::collections::hash_map::Entry;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -138,7 +140,7 @@ pub struct ShmStats {
     /// Posted reads failed because the sender's endpoint had closed before
     /// or while they copied (see the module docs): their receives fail.
     pub reads_after_close: u64,
-    /// Messages not written straight in (`send_gathered`) because the
+    /// Messages not written straight in (`write`) because the
     /// peer held its senders back.
     pub held_back: u64,
     /// Times this endpoint started or stopped holding its senders back.
@@ -237,7 +239,7 @@ pub struct ShmDevice {
     _fifo_self: Option<File>,
     /// `process_vm_readv` works in this process at all.
     cma_ok: bool,
-    peers: FxHashMap<ShmAddr, Peer>,
+    peers: PeerTable<Peer>,
     touched: Vec<ShmAddr>,
     /// Mapped peers found dead, not yet reported by `poll_unreachable`.
     dead: std::collections::VecDeque<DevAddr>,
@@ -383,7 +385,7 @@ impl ShmDevice {
             fifo_rx,
             _fifo_self: fifo_self,
             cma_ok: false,
-            peers: FxHashMap::default(),
+            peers: PeerTable::default(),
             touched: Vec::new(),
             dead: std::collections::VecDeque::new(),
             reads_done: std::collections::VecDeque::new(),
@@ -543,20 +545,22 @@ impl ShmDevice {
 
     /// The mapping of `peer`'s ring, created on first use.
     fn peer(&mut self, a: &ShmAddr) -> Result<&mut Peer, DeviceError> {
+        let i = self.peer_slot(a)?;
+        Ok(self.peers.at_mut(i))
+    }
+
+    /// The slot of `peer`'s ring in the table, mapped on first use.
+    fn peer_slot(&mut self, a: &ShmAddr) -> Result<u32, DeviceError> {
         let unreachable = || DeviceError::Unreachable(DevAddr::Shm(*a));
-        // One hash probe (this runs on every send): a mapped ring is lent
-        // unless its owner closed it; an unmapped one is mapped into the
-        // vacant entry.
-        let vacant = match self.peers.entry(*a) {
-            Entry::Occupied(o) => {
-                if o.get().seg.ring.header().closed.load(Ordering::Acquire) != 0 {
-                    o.remove();
-                    return Err(unreachable());
-                }
-                return Ok(o.into_mut());
+        // One hash probe (this runs on every send by address): a mapped ring
+        // is lent unless its owner closed it; an unmapped one is mapped.
+        if let Some(i) = self.peers.slot_of(a) {
+            if self.peers.at(i).seg.ring.header().closed.load(Ordering::Acquire) != 0 {
+                self.peers.remove(a);
+                return Err(unreachable());
             }
-            Entry::Vacant(v) => v,
-        };
+            return Ok(i);
+        }
         if a.host_id != self.addr.host_id || !pid_alive(a.pid) {
             return Err(unreachable());
         }
@@ -596,7 +600,9 @@ impl ShmDevice {
         // Opened after the pid was checked alive and its ring found with
         // its pid and id: a pid reused since would not own that ring.
         let pidfd = pidfd_open(a.pid);
-        Ok(vacant.insert(Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd }))
+        Ok(self
+            .peers
+            .insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd }))
     }
 
     /// Empties our FIFO.
@@ -631,7 +637,7 @@ impl ShmDevice {
     /// `Ok(false)` when the ring is full. Checks the peer's process at most
     /// once per [`ALIVE_FOR`] of `now`, and whenever its ring is full.
     /// Pushes one datagram, gathered from `parts`, into `a`'s ring. With
-    /// `direct` (a message written straight in, `send_gathered`): `Ok(false)`
+    /// `direct` (a message written straight in, `write`): `Ok(false)`
     /// also when the owner holds its senders back, and the owner is woken if
     /// it sleeps, through the same peer entry (a lone send looks its peer up
     /// once, not twice; a batch wakes each peer once, after it).
@@ -646,8 +652,26 @@ impl ShmDevice {
         if len > self.mtu {
             return Err(DeviceError::TooLarge { len, mtu: self.mtu });
         }
+        let i = self.peer_slot(&a)?;
+        self.push_at(now, i, parts, len, direct)
+    }
+
+    /// [`ShmDevice::push_one`] to the peer in slot `i` of the table.
+    #[inline]
+    fn push_at(
+        &mut self,
+        now: Instant,
+        i: u32,
+        parts: &[&[u8]],
+        len: usize,
+        direct: bool,
+    ) -> Result<bool, DeviceError> {
+        if len > self.mtu {
+            return Err(DeviceError::TooLarge { len, mtu: self.mtu });
+        }
         let me = self.addr;
-        let peer = self.peer(&a)?;
+        let a = self.peers.addr_at(i);
+        let peer = self.peers.at_mut(i);
         match peer.alive_at {
             Some(at) if now.saturating_duration_since(at) > ALIVE_FOR => {
                 if !peer.alive(a.pid) {
@@ -753,10 +777,26 @@ impl Device for ShmDevice {
         result
     }
 
-    fn send_gathered(&mut self, now: Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        let DevAddr::Shm(a) = dst else { return Err(DeviceError::Unreachable(dst)) };
+    /// A same-host peer resolves to its slot in the table of mapped rings
+    /// (mapped now if it was not).
+    fn resolve(&mut self, dst: &DevAddr) -> Result<Option<Dest>, DeviceError> {
+        let DevAddr::Shm(a) = dst else { return Ok(None) };
+        let i = self.peer_slot(a)?;
+        Ok(Some(self.peers.dest(i)))
+    }
+
+    /// One index and a generation check instead of `send_batch`'s hash probe;
+    /// the checks of a send by address otherwise (the owner closed its ring,
+    /// its process died, the ring is full, it holds its senders back).
+    fn write(&mut self, now: Instant, dest: Dest, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        let Some(i) = self.peers.by_dest(dest) else { return Ok(false) };
+        if self.peers.at(i).seg.ring.header().closed.load(Ordering::Acquire) != 0 {
+            let a = self.peers.addr_at(i);
+            self.peers.remove(&a);
+            return Err(DeviceError::Unreachable(DevAddr::Shm(a)));
+        }
         let len = parts.iter().map(|p| p.len()).sum();
-        self.push_one(now, a, parts, len, true)
+        self.push_at(now, i, parts, len, true)
     }
 
     fn held_back(&mut self, dst: &DevAddr) -> bool {

@@ -53,7 +53,7 @@ pub(super) struct Header {
     pub(super) owner_hdr_addr: AtomicU64,
     /// 1 while the owner holds its senders back ([`Device::hold_back_senders`](rdm::device::Device::hold_back_senders):
     /// its engine paused at its unexpected-message limit): senders then
-    /// write no message straight in (`send_gathered`) and send sequenced
+    /// write no message straight in (`write`) and send sequenced
     /// ones only, which its window holds. Zero in a ring of an older rdmx
     /// (the file is created zeroed), which never sets it.
     pub(super) held_back: AtomicU32,

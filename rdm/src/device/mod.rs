@@ -170,6 +170,12 @@ impl DeviceCaps {
 /// unsafe code.
 pub use local_mem::LocalBuf;
 
+/// A destination a device resolved once ([`Device::resolve`]) for the writes
+/// that follow ([`Device::write`]): its own index of the peer, opaque to
+/// callers, checked by the device on every write (a stale one is refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest(pub u64);
+
 /// One piece of a posted remote read: `local.len()` bytes of the peer's memory
 /// at `remote_addr`, named through `remote_key` on devices that need keys
 /// ([`DeviceCaps::registration`]).
@@ -393,19 +399,32 @@ pub trait Device: Send {
     /// peer) uses it and reads no clock of its own.
     fn send_batch(&mut self, now: crate::time::Instant, batch: &[TxDatagram<'_>]) -> Result<usize, DeviceError>;
 
-    /// Writes one datagram, gathered from `parts`, to `dst` at once, where the
-    /// device can without a staging buffer (shm: header and payload copied
-    /// once, into the peer's ring cell). `Ok(true)`: taken; `Ok(false)`: not
-    /// taken and nothing done (the device does not offer it, or the ring is
-    /// full): send it with `send_batch`. Errors as for `send_batch`'s first
-    /// datagram. Used only toward peers whose path is reliable and ordered;
-    /// `now` as for `send_batch`.
-    fn send_gathered(&mut self, now: crate::time::Instant, dst: DevAddr, parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        let _ = (now, dst, parts);
+    /// Resolves `dst` once for the many [`Device::write`]s that follow (a
+    /// peer's small messages): `Ok(None)` where the device offers no such
+    /// writes to it (they go by `send_batch`). The device keeps what a
+    /// write needs (shm: the mapped ring) until the destination goes away;
+    /// a [`Dest`] that outlived it is refused by `write`, never misdirected.
+    /// Errors as for `send_batch`'s first datagram (shm: the peer's ring
+    /// cannot be mapped). Asked only for peers whose path is reliable and
+    /// ordered.
+    fn resolve(&mut self, dst: &DevAddr) -> Result<Option<Dest>, DeviceError> {
+        let _ = dst;
+        Ok(None)
+    }
+
+    /// Writes one datagram, gathered from `parts`, to a destination
+    /// [`Device::resolve`] gave, at once and without a staging buffer (shm:
+    /// header and payload copied once, into the peer's ring cell).
+    /// `Ok(true)`: taken; `Ok(false)`: not taken and nothing done (the ring
+    /// is full, its receiver holds senders back, or `dest` no longer
+    /// resolves): resolve again or send it with `send_batch`. Errors as for
+    /// `send_batch`'s first datagram; `now` as for `send_batch`.
+    fn write(&mut self, now: crate::time::Instant, dest: Dest, parts: &[&[u8]]) -> Result<bool, DeviceError> {
+        let _ = (now, dest, parts);
         Ok(false)
     }
 
-    /// After [`Device::send_gathered`] to `dst` answered `Ok(false)`: whether
+    /// After [`Device::write`] to `dst` answered `Ok(false)`: whether
     /// because `dst`'s receiver holds its senders back
     /// ([`Device::hold_back_senders`]). The sender then sends sequenced
     /// messages only, which the receiver's window holds.

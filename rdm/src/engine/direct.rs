@@ -2,16 +2,12 @@
 //! message with nothing sequenced to its peer ahead of it goes without sequence
 //! number or acknowledgement: queued ([`Engine::send_transmit_complete`]),
 //! written at once into the caller's buffer ([`Engine::transmit_direct_now`]),
-//! or handed to the caller's device ([`Engine::send_direct_with`]). When the
+//! or handed to the caller's device over a route ([`Engine::direct_route`]). When the
 //! peer pauses, what was queued DIRECT and not begun goes sequenced instead
 //! ([`Engine::peer_holds_back`]). Separate because it is shared memory's
 //! small-message fast path, with its own conditions and its own argument for
 //! why nothing overtakes the sequenced stream.
 use super::*;
-
-/// Parts of a datagram written by [`Engine::send_direct_with`], the engine's
-/// header included.
-const DIRECT_PARTS_MAX: usize = 8;
 
 /// Whether a message to the peer of `hot` over `path` may go as DIRECT
 /// packets (rdm/PROTOCOL.md §2.2), size and queue aside: the path keeps
@@ -163,7 +159,7 @@ impl Engine {
     /// its header, if one may go now: nothing queued to write ahead of it,
     /// DIRECT allowed to the peer, one datagram of its path. The conditions
     /// of both ways of sending one ([`Engine::transmit_direct_now`],
-    /// [`Engine::send_direct_with`]).
+    /// [`Engine::direct_route`]).
     fn direct_header(&self, peer: PeerId, len: usize) -> Option<(DevAddr, Header)> {
         if !self.dgram_tx.is_empty() {
             return None;
@@ -218,40 +214,58 @@ impl Engine {
         Some(Transmit { dst, len: n, seg: n, gather: None })
     }
 
-    /// A DIRECT message the caller writes to the device itself: on the
-    /// conditions of [`Engine::transmit_direct_now`] (nothing queued to write
-    /// ahead of it, DIRECT allowed to the peer, one datagram of its path),
-    /// hands `write` the destination and the datagram as a gather list (this
-    /// engine's header, then `parts`), and counts it sent if `write` took it.
-    /// No `SendComplete` follows and nothing is kept: the caller completes
-    /// the message itself (a device that took a datagram on a reliable,
-    /// ordered path has delivered it as far as this engine can tell). False:
-    /// nothing was done, send it another way.
-    ///
-    /// This is the small-message path of a shared-memory peer: no staging
-    /// buffer, no queue, no event; the device copies header and payload once,
-    /// into the peer's ring cell.
-    pub fn send_direct_with(
-        &mut self,
-        peer: PeerId,
-        parts: &[&[u8]],
-        write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
-    ) -> bool {
-        if parts.len() >= DIRECT_PARTS_MAX {
+    /// The DIRECT route to `peer`: what every DIRECT datagram to it that the
+    /// caller writes to its device itself needs and that does not change
+    /// from message to message (its address, the engine's header with every
+    /// field written, the incarnation the header names, the payload bound),
+    /// made once and kept by the caller ([`Engine::route_open`] says, per
+    /// message, whether it may still be used). `None` unless a DIRECT packet
+    /// may go to the peer now ([`Engine::direct_header`]'s conditions) over a
+    /// path fixed for good (given, not the engine's default).
+    pub fn direct_route(&self, peer: PeerId) -> Option<DirectRoute> {
+        let path = self.cold.get(peer.0 as usize)?.path?;
+        let (dst, header) = self.direct_header(peer, 0)?;
+        Some(DirectRoute {
+            dst,
+            header: header.encode_over(&[]),
+            summed: !header.unsummed,
+            dst_inc: header.dst_inc,
+            payload_max: (path.payload_max as usize).min(DIRECT_MAX),
+        })
+    }
+
+    /// Whether `route` (from [`Engine::direct_route`] for `peer`) may carry a
+    /// DIRECT datagram of `len` payload bytes now: nothing queued to write
+    /// ahead of it, DIRECT still allowed to the peer, the peer still the
+    /// incarnation the route's header names, one datagram of its path. The
+    /// per-message half of the conditions of [`Engine::direct_route`] (the
+    /// path is fixed once given), a few loads. A route it refuses for the
+    /// incarnation is stale for good: the caller makes a new one.
+    #[inline]
+    pub fn route_open(&self, peer: PeerId, route: &DirectRoute, len: usize) -> bool {
+        if !self.dgram_tx.is_empty() || len > route.payload_max {
             return false;
         }
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let Some((dst, header)) = self.direct_header(peer, len) else { return false };
-        let head = header.encode_over(parts);
-        let mut all: [&[u8]; DIRECT_PARTS_MAX] = [&[]; DIRECT_PARTS_MAX];
-        all[0] = &head;
-        all[1..=parts.len()].copy_from_slice(parts);
-        if !write(dst, &all[..=parts.len()]) {
-            return false;
-        }
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return false };
+        let hot = &self.hot[h as usize];
+        let open =
+            hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy() && hot.peer_inc == route.dst_inc;
+        debug_assert!(
+            !open || self.direct_route(peer).is_some_and(|r| r.header == route.header && r.dst == route.dst),
+            "an open route is the route the full check makes"
+        );
+        open
+    }
+
+    /// Counts a DIRECT datagram the caller wrote over a route (its device
+    /// took it). No `SendComplete` follows and nothing is kept: the caller
+    /// completes the message itself (a device that took a datagram on a
+    /// reliable, ordered path has delivered it as far as this engine can
+    /// tell).
+    #[inline]
+    pub fn direct_written(&mut self) {
         self.stats.sent_direct += 1;
         self.stats.sent_direct_written += 1;
-        true
     }
 
     /// Whether a DIRECT packet waits in the queue (behind a full ring): the
@@ -265,5 +279,37 @@ impl Engine {
     /// `poll_transmit` writes out, if that is one.
     pub fn direct_queued_to(&self) -> Option<(PeerId, DevAddr)> {
         self.dgram_tx.front().filter(|d| d.ptype == PacketType::Direct).map(|d| (d.peer, d.dst))
+    }
+}
+
+/// A peer's DIRECT route ([`Engine::direct_route`]): what its small messages
+/// need to go straight to the device, written once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectRoute {
+    /// Where the datagrams go.
+    pub dst: DevAddr,
+    /// The engine's header of every DIRECT datagram to the peer.
+    header: [u8; HEADER_LEN],
+    /// Whether the path wants a checksum over header and payload (every
+    /// path that crosses a wire); a shared-memory route's header is whole.
+    summed: bool,
+    /// The peer's incarnation the header names.
+    dst_inc: u64,
+    /// The largest payload of one DIRECT datagram on the path.
+    payload_max: usize,
+}
+
+impl DirectRoute {
+    /// The header of a DIRECT datagram whose payload is `parts` (the
+    /// caller writes them after it): the route's header, summed over the
+    /// parts where the path wants it. The same bytes as
+    /// [`Header::encode_over`] of the header the route was made from.
+    #[inline]
+    pub fn header_over(&self, parts: &[&[u8]]) -> [u8; HEADER_LEN] {
+        if self.summed {
+            wire::sum_over(self.header, parts)
+        } else {
+            self.header
+        }
     }
 }

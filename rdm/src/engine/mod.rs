@@ -52,6 +52,7 @@ mod transmit;
 pub mod wire;
 
 use congestion::Congestion;
+pub use direct::DirectRoute;
 use peers::{Cold, Hot};
 use reassembly::RecvState;
 use recovery::SendState;
@@ -253,7 +254,7 @@ pub struct Stats {
     pub sent_direct: u64,
     pub received_direct: u64,
     /// Of `sent_direct`, those written by the caller's device straight from
-    /// the application's buffers ([`Engine::send_direct_with`]: shm's
+    /// the application's buffers ([`Engine::direct_route`]: shm's
     /// small-message path, no staging buffer, no queue, no event).
     pub sent_direct_written: u64,
     /// DIRECT messages queued to a peer that then paused, moved to its

@@ -291,17 +291,24 @@ impl Header {
             return b;
         }
         if !unsummed {
-            let mut h = crc32fast::Hasher::new();
-            h.update(&b[..field::CHECKSUM.start]);
-            h.update(&[0; field::CHECKSUM.end - field::CHECKSUM.start]);
-            h.update(&b[field::CHECKSUM.end..]);
-            for p in parts {
-                h.update(p);
-            }
-            b[field::CHECKSUM].copy_from_slice(&h.finalize().to_le_bytes());
+            return sum_over(b, parts);
         }
         b
     }
+}
+
+/// `b` (a header whose checksum field is not yet written) with its checksum
+/// over itself and the payload `parts` written in.
+pub(crate) fn sum_over(mut b: [u8; HEADER_LEN], parts: &[&[u8]]) -> [u8; HEADER_LEN] {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[..field::CHECKSUM.start]);
+    h.update(&[0; field::CHECKSUM.end - field::CHECKSUM.start]);
+    h.update(&b[field::CHECKSUM.end..]);
+    for p in parts {
+        h.update(p);
+    }
+    b[field::CHECKSUM].copy_from_slice(&h.finalize().to_le_bytes());
+    b
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use crate::matching::{Arrived, RecvPost};
 use crate::wire::msg::MsgHeader;
 use crate::wire::rendezvous::{encode_fin, FinStatus, RemoteIov, Rts, MAX_IOV, RTS_MAX};
 use rdm::engine::{Engine, PeerId};
-use rdm::DevAddr;
 
 impl MsgEngine {
     // ---------------------------------------------------------------- sends
@@ -21,8 +20,10 @@ impl MsgEngine {
         self.send_staged(io, &msg, None).map(|(id, _)| id)
     }
 
-    /// A small message written by `write` straight to the device: what
-    /// [`Engine::send_direct_with`] takes (a peer reached over a reliable,
+    /// A small message written by `write` straight to the device (given the
+    /// rdm engine and the message header and payload as a gather list; it
+    /// answers whether the device took them, and takes only what
+    /// [`Engine::direct_route`] allows: a peer reached over a reliable,
     /// ordered path, nothing queued or in flight ahead of it), where the
     /// message goes eagerly and completes once written (not a rendezvous, not
     /// delivery complete, not an unreliable datagram endpoint). It completes
@@ -41,7 +42,7 @@ impl MsgEngine {
         &mut self,
         rdm: &mut Engine,
         msg: &OutMsg<'_>,
-        write: impl FnOnce(DevAddr, &[&[u8]]) -> bool,
+        write: impl FnOnce(&mut Engine, &[&[u8]]) -> bool,
     ) -> DirectSend {
         // By reference: the message (its iov list above all) is not copied
         // on its way down the send path.
@@ -60,7 +61,7 @@ impl MsgEngine {
         let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
         parts[0] = &hdr;
         parts[1..=payload.len()].copy_from_slice(payload);
-        if !rdm.send_direct_with(peer, &parts[..=payload.len()], write) {
+        if !write(rdm, &parts[..=payload.len()]) {
             return DirectSend::NotTaken;
         }
         self.stats.eager_sent += 1;
