@@ -4,14 +4,15 @@
 //! arrived before a matching receive ("unexpected"), both binned by source (see
 //! [`Matcher`]): a new receive takes the oldest unexpected message it accepts, a
 //! new message the oldest posted receive that accepts it, so that matching cost does
-//! not grow with the number of peers. Together with the engine's per-peer in-order
+//! not grow with the number of peers. The bins are vectors indexed by the
+//! engine's dense peer id: an arriving message finds its source's bin with one
+//! index, not a hash. Together with the engine's per-peer in-order
 //! delivery this gives MPI's non-overtaking rule.
 //!
 //! Untagged (`FI_MSG`) and tagged (`FI_TAGGED`) traffic match only within their
 //! own kind.
 use crate::wire::msg::MsgKind;
 use rdm::engine::PeerId;
-use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, VecDeque};
 
 /// Which senders a receive accepts.
@@ -94,13 +95,52 @@ impl RecvPost {
 #[derive(Debug, Default)]
 pub struct Matcher {
     seq: u64,
-    posted_by_src: HashMap<PeerId, VecDeque<(u64, RecvPost)>>,
+    /// Receives directed at one source, by its peer id.
+    posted_by_src: Bins<RecvPost>,
     posted_any: VecDeque<(u64, RecvPost)>,
     posted_count: usize,
-    unexpected_by_src: HashMap<PeerId, VecDeque<(u64, Arrived)>>,
+    unexpected_by_src: Bins<Arrived>,
     /// Arrival order of unexpected messages: seq -> source.
     unexpected_order: BTreeMap<u64, PeerId>,
     unexpected_bytes: usize,
+}
+
+/// Queues of sequence-numbered entries, one per peer, indexed by its dense
+/// id (grown on first use of an id; empty bins stay, so that a busy peer's
+/// queue is not made again per message).
+#[derive(Debug)]
+struct Bins<T>(Vec<VecDeque<(u64, T)>>);
+
+impl<T> Default for Bins<T> {
+    fn default() -> Self {
+        Bins(Vec::new())
+    }
+}
+
+impl<T> Bins<T> {
+    #[inline]
+    fn get(&self, peer: PeerId) -> Option<&VecDeque<(u64, T)>> {
+        self.0.get(peer.index() as usize)
+    }
+
+    #[inline]
+    fn get_mut(&mut self, peer: PeerId) -> Option<&mut VecDeque<(u64, T)>> {
+        self.0.get_mut(peer.index() as usize)
+    }
+
+    /// `peer`'s bin, made (with those of every lower id) if it had none.
+    fn bin(&mut self, peer: PeerId) -> &mut VecDeque<(u64, T)> {
+        let i = peer.index() as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, VecDeque::new);
+        }
+        &mut self.0[i]
+    }
+
+    /// Every non-empty bin with its peer.
+    fn iter(&self) -> impl Iterator<Item = (PeerId, &VecDeque<(u64, T)>)> {
+        self.0.iter().enumerate().filter(|(_, q)| !q.is_empty()).map(|(i, q)| (PeerId::from_index(i as u32), q))
+    }
 }
 
 fn first_match<T>(q: &VecDeque<(u64, T)>, pred: impl Fn(&T) -> bool) -> Option<(usize, u64)> {
@@ -120,14 +160,18 @@ impl Matcher {
     /// Finds the oldest unexpected message `recv` accepts: (source, index in
     /// its bin).
     fn find_unexpected(&self, recv: &RecvPost) -> Option<(PeerId, usize)> {
+        // Nothing unexpected (the usual case of pre-posted receives): no bin to look at.
+        if self.unexpected_order.is_empty() {
+            return None;
+        }
         match recv.src {
             Src::Peer(p) => {
-                let bin = self.unexpected_by_src.get(&p)?;
+                let bin = self.unexpected_by_src.get(p)?;
                 first_match(bin, |m| recv.accepts(m.peer, m.kind, m.tag)).map(|(i, _)| (p, i))
             }
             Src::Any => {
                 for (&seq, &peer) in &self.unexpected_order {
-                    let bin = self.unexpected_by_src.get(&peer)?;
+                    let bin = self.unexpected_by_src.get(peer)?;
                     if let Some(i) = bin.iter().position(|(s, m)| *s == seq && recv.accepts(m.peer, m.kind, m.tag)) {
                         return Some((peer, i));
                     }
@@ -138,9 +182,7 @@ impl Matcher {
     }
 
     fn remove_unexpected(&mut self, peer: PeerId, i: usize) -> Option<Arrived> {
-        let bin = self.unexpected_by_src.get_mut(&peer)?;
-        // Empty bins stay: re-creating them per message would allocate on the
-        // hot path.
+        let bin = self.unexpected_by_src.get_mut(peer)?;
         let (seq, m) = bin.remove(i)?;
         self.unexpected_order.remove(&seq);
         self.unexpected_bytes -= m.msg.len();
@@ -167,7 +209,7 @@ impl Matcher {
         let seq = self.next_seq();
         self.unexpected_bytes += msg.msg.len();
         self.unexpected_order.insert(seq, msg.peer);
-        self.unexpected_by_src.entry(msg.peer).or_default().push_back((seq, msg));
+        self.unexpected_by_src.bin(msg.peer).push_back((seq, msg));
         None
     }
 
@@ -176,9 +218,9 @@ impl Matcher {
     /// queue is not involved (datagram endpoints drop what nothing awaits).
     pub fn match_posted(&mut self, peer: PeerId, kind: MsgKind, tag: u64) -> Option<RecvPost> {
         let accepts = |r: &RecvPost| r.accepts(peer, kind, tag);
-        let in_any = first_match(&self.posted_any, accepts);
-        // The source's bin, looked up once (this runs for every arriving message).
-        if let Some(q) = self.posted_by_src.get_mut(&peer) {
+        let in_any = if self.posted_any.is_empty() { None } else { first_match(&self.posted_any, accepts) };
+        // The source's bin, by index (this runs for every arriving message).
+        if let Some(q) = self.posted_by_src.get_mut(peer) {
             if let Some((i, seq)) = first_match(q, accepts) {
                 if in_any.is_none_or(|(_, any_seq)| seq < any_seq) {
                     if q[i].1.persistent {
@@ -200,7 +242,7 @@ impl Matcher {
     /// The oldest unexpected message `probe` would match, left in place (FI_PEEK).
     pub fn peek(&self, probe: &RecvPost) -> Option<&Arrived> {
         let (peer, i) = self.find_unexpected(probe)?;
-        self.unexpected_by_src.get(&peer).and_then(|b| b.get(i)).map(|(_, m)| m)
+        self.unexpected_by_src.get(peer).and_then(|b| b.get(i)).map(|(_, m)| m)
     }
 
     /// Removes and returns the oldest unexpected message `probe` matches, without
@@ -216,7 +258,7 @@ impl Matcher {
         let seq = self.next_seq();
         self.posted_count += 1;
         match recv.src {
-            Src::Peer(p) => self.posted_by_src.entry(p).or_default().push_back((seq, recv)),
+            Src::Peer(p) => self.posted_by_src.bin(p).push_back((seq, recv)),
             Src::Any => self.posted_any.push_back((seq, recv)),
         }
     }
@@ -227,8 +269,8 @@ impl Matcher {
             self.posted_count -= 1;
             return self.posted_any.remove(i).map(|(_, r)| r);
         }
-        let peer = self.posted_by_src.iter().find(|(_, q)| q.iter().any(|(_, r)| r.token == token)).map(|(p, _)| *p)?;
-        let q = self.posted_by_src.get_mut(&peer)?;
+        let peer = self.posted_by_src.iter().find(|(_, q)| q.iter().any(|(_, r)| r.token == token)).map(|(p, _)| p)?;
+        let q = self.posted_by_src.get_mut(peer)?;
         let i = q.iter().position(|(_, r)| r.token == token)?;
         let r = q.remove(i).map(|(_, r)| r);
         self.posted_count -= 1;
@@ -241,7 +283,7 @@ impl Matcher {
             .iter()
             .map(|(_, r)| r)
             .find(|r| pred(r))
-            .or_else(|| self.posted_by_src.values().flat_map(|q| q.iter().map(|(_, r)| r)).find(|r| pred(r)))
+            .or_else(|| self.posted_by_src.iter().flat_map(|(_, q)| q.iter().map(|(_, r)| r)).find(|r| pred(r)))
     }
 
     pub fn posted_len(&self) -> usize {
@@ -261,7 +303,7 @@ impl Matcher {
     /// never match), oldest first. Wildcard receives stay: another peer may
     /// still satisfy them.
     pub fn take_posted_from(&mut self, peer: PeerId) -> Vec<RecvPost> {
-        let Some(q) = self.posted_by_src.get_mut(&peer) else { return Vec::new() };
+        let Some(q) = self.posted_by_src.get_mut(peer) else { return Vec::new() };
         self.posted_count -= q.len();
         q.drain(..).map(|(_, r)| r).collect()
     }
@@ -270,8 +312,8 @@ impl Matcher {
     pub fn drain_posted(&mut self) -> Vec<RecvPost> {
         self.posted_count = 0;
         let mut v: Vec<(u64, RecvPost)> = self.posted_any.drain(..).collect();
-        for (_, q) in self.posted_by_src.drain() {
-            v.extend(q);
+        for q in &mut self.posted_by_src.0 {
+            v.extend(q.drain(..));
         }
         v.sort_by_key(|(s, _)| *s);
         v.into_iter().map(|(_, r)| r).collect()
