@@ -32,8 +32,8 @@ pingpong2="$prefix/bin/fi_pingpong"
 # ------------------------------------------------------------------ 1. build
 lf2dir=$(pwd)/build-out/lf2
 mkdir -p "$lf2dir"
-PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 cargo build --release -p rdmx-prov
-install -m 0755 target/lf2/release/librdmx_fi.so "$lf2dir/librdmx-fi.so"
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 cargo build --profile provider -p rdmx-prov
+install -m 0755 target/lf2/provider/librdmx_fi.so "$lf2dir/librdmx-fi.so"
 pass "build against libfabric $("$fi_info2" --version | sed -n 's/^libfabric: //p') headers: $lf2dir/librdmx-fi.so"
 
 # Two processes: a server and a client on 127.0.0.1 (a port of its own per run).
