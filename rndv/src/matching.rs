@@ -191,6 +191,7 @@ impl Matcher {
 
     /// Posts a receive. Returns the oldest unexpected message it matches (the
     /// receive is then complete), or queues it.
+    #[inline]
     pub fn post(&mut self, recv: RecvPost) -> Option<Arrived> {
         if let Some(m) = self.take_unexpected(&recv) {
             return Some(m);
@@ -247,7 +248,12 @@ impl Matcher {
 
     /// Removes and returns the oldest unexpected message `probe` matches, without
     /// posting anything (FI_PEEK|FI_CLAIM, FI_PEEK|FI_DISCARD, multi-receive).
+    #[inline]
     pub fn take_unexpected(&mut self, probe: &RecvPost) -> Option<Arrived> {
+        // Nothing unexpected (the usual case of pre-posted receives): no call.
+        if self.unexpected_order.is_empty() {
+            return None;
+        }
         let (peer, i) = self.find_unexpected(probe)?;
         self.remove_unexpected(peer, i)
     }

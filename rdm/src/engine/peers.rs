@@ -266,7 +266,21 @@ impl Engine {
     /// incarnation — which fails what was sent to the old one. Returns false
     /// when the peer was heard from as another incarnation: the address is
     /// stale and nothing may be sent on it (the process it named is gone).
+    #[inline]
     pub fn expect_incarnation(&mut self, peer: PeerId, inc: u64) -> bool {
+        // Every send and directed receive asks: the usual answer (a peer with
+        // state, already addressed as `inc`) in a few loads, inline.
+        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
+            if inc == 0 || self.hot[h as usize].peer_inc == inc {
+                return true;
+            }
+        }
+        self.expect_incarnation_slow(peer, inc)
+    }
+
+    /// [`Engine::expect_incarnation`] beyond its usual answer.
+    #[inline(never)]
+    fn expect_incarnation_slow(&mut self, peer: PeerId, inc: u64) -> bool {
         let Some(cold) = self.cold.get_mut(peer.0 as usize) else { return false };
         if inc == 0 {
             return true;
