@@ -13,6 +13,14 @@
 //! and rendezvous messages (which take the engine and must keep their order
 //! with the fast ones), tagged and untagged, posted and unexpected receives,
 //! and wildcard receives.
+//!
+//! Both runs are also held to what the application sent ([`check_against_sent`]),
+//! so that a defect the two paths share fails too: every landed receive holds
+//! the bytes of one message sent to that node that the receive accepts, with
+//! its length, tag and source; no message lands twice; a send completes at
+//! most once, an eager one always and a rendezvous one exactly when its
+//! message landed; and messages of one sender are matched in order (MPI's
+//! non-overtaking rule).
 mod common;
 
 use common::*;
@@ -20,7 +28,9 @@ use rdm::rng::Rng;
 use rdm::sim::Link;
 use rdm::DeviceCaps;
 use rndv::engine::{IoList, OpKind, OutMsg, RecvSpec};
+use rndv::sim::EndpointSim;
 use rndv::{EndpointConfig, MsgHeader, MsgKind, Src};
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// A shared-memory-like path: reliable, ordered, remote reads, 8 KiB datagrams.
@@ -45,6 +55,130 @@ struct Observed {
     refused: Vec<String>,
     /// Messages the devices wrote straight from application buffers.
     written: u64,
+    /// Where the run departs from what the application sent
+    /// ([`check_against_sent`]); empty when it does not.
+    violations: Vec<String>,
+}
+
+/// A message the application sent (and the send was taken).
+struct Sent {
+    op: u64,
+    from: usize,
+    to: usize,
+    kind: MsgKind,
+    tag: u64,
+    data: Vec<u8>,
+}
+
+/// A receive the application posted.
+struct Posted {
+    op: u64,
+    kind: MsgKind,
+    /// The node a directed receive names.
+    src: Option<usize>,
+    tag: u64,
+    ignore: u64,
+    addr: u64,
+}
+
+impl Posted {
+    fn accepts(&self, m: &Sent) -> bool {
+        self.kind == m.kind
+            && self.src.is_none_or(|s| s == m.from)
+            && (m.kind == MsgKind::Msg || (self.tag | self.ignore) == (m.tag | self.ignore))
+    }
+}
+
+/// The payload of send `op`: a pattern led by the operation's number, so that
+/// a landed receive names the message it holds (a message under 2 bytes may
+/// be taken for another of its length, which the checks allow for).
+fn payload(len: usize, seed: u64, op: u64) -> Vec<u8> {
+    let mut d = pattern(len, seed * 1000 + op);
+    for (b, x) in d.iter_mut().zip((op as u16).to_le_bytes()) {
+        *b = x;
+    }
+    d
+}
+
+/// Holds a run to what the application sent and posted (see the module docs):
+/// the departures found, each said once.
+fn check_against_sent(
+    sim: &mut EndpointSim<Mem>,
+    sent: &[Sent],
+    posted: &[Vec<Posted>],
+    rndv_threshold: usize,
+) -> Vec<String> {
+    let mut bad = Vec::new();
+    // Send completions by (node, context).
+    let mut send_done: HashMap<(usize, u64), usize> = HashMap::new();
+    for node in 0..NODES {
+        for c in sim.completions(node, OpKind::Send) {
+            *send_done.entry((node, c.meta.context)).or_default() += 1;
+        }
+    }
+    for (&(node, op), &n) in &send_done {
+        if n > 1 || !sent.iter().any(|m| m.from == node && m.op == op) {
+            bad.push(format!("node {node}: send {op} completed {n} times, or was never taken"));
+        }
+    }
+    let mut used = vec![false; sent.len()];
+    for (node, posts) in posted.iter().enumerate() {
+        // (receive, message) in the order the receives completed.
+        let mut matched: Vec<(&Posted, &Sent)> = Vec::new();
+        for c in sim.completions(node, OpKind::Recv) {
+            let Some(r) = posts.iter().find(|r| r.op == c.meta.context) else {
+                bad.push(format!("node {node}: a receive completion for no posted receive: {c:?}"));
+                continue;
+            };
+            if c.err.is_some() {
+                continue;
+            }
+            let bytes = sim.nodes[node].ep.mem().at(r.addr, c.len).to_vec();
+            let found =
+                sent.iter().enumerate().find(|(k, m)| !used[*k] && m.to == node && m.data == bytes && r.accepts(m));
+            let Some((k, m)) = found else {
+                bad.push(format!("node {node}: receive {} holds {} bytes no accepted send to it carried", r.op, c.len));
+                continue;
+            };
+            used[k] = true;
+            let src = sim.peer(node, m.from);
+            if c.src != Some(src) || (m.kind == MsgKind::Tagged && c.tag != m.tag) {
+                bad.push(format!("node {node}: receive {} of send {}: source or tag wrong: {c:?}", r.op, m.op));
+            }
+            matched.push((r, m));
+        }
+        // Non-overtaking: of two messages from one sender, the earlier one
+        // never lands in a later-posted receive while an earlier-posted one
+        // that accepts it took the later message.
+        for (r1, m1) in &matched {
+            for (r2, m2) in &matched {
+                let identified = m1.data.len() >= 2 && m2.data.len() >= 2;
+                if identified && m1.from == m2.from && m1.op < m2.op && r2.op < r1.op && r2.accepts(m1) {
+                    bad.push(format!(
+                        "node {node}: send {} (later) overtook send {} from node {}: receive {} took it though it accepts the earlier one, which went to receive {}",
+                        m2.op, m1.op, m1.from, r2.op, r1.op
+                    ));
+                }
+            }
+        }
+    }
+    // An eager message completes once written; a rendezvous one once its
+    // receiver took it, and only then.
+    for (k, m) in sent.iter().enumerate() {
+        let done = send_done.contains_key(&(m.from, m.op));
+        let eager = m.data.len() < rndv_threshold;
+        if (eager && !done) || (!eager && done != used[k]) {
+            bad.push(format!(
+                "send {} ({} bytes, node {} to {}): completed {done}, landed {}",
+                m.op,
+                m.data.len(),
+                m.from,
+                m.to,
+                used[k]
+            ));
+        }
+    }
+    bad
 }
 
 fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
@@ -54,6 +188,8 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
     let mut rng = Rng::new(seed);
     let mut recv_len = vec![Vec::new(); NODES];
     let mut refused = Vec::new();
+    let mut sent: Vec<Sent> = Vec::new();
+    let mut posted: Vec<Vec<Posted>> = (0..NODES).map(|_| Vec::new()).collect();
     for op in 0..OPS {
         if kill_at == Some(op) {
             sim.kill(2);
@@ -72,7 +208,7 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
                     tag: rng.below(3) as u64,
                     data: None,
                 };
-                let data = pattern(len, seed * 1000 + op as u64);
+                let data = payload(len, seed, op as u64);
                 let addr = BASE + op as u64 * SLOT;
                 let peer = sim.peer(from, to);
                 sim.nodes[from].ep.mem_mut().put(addr, &data);
@@ -86,6 +222,8 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
                     meta: meta(op as u64),
                 }) {
                     refused.push(format!("node {from} op {op}: {e:?}"));
+                } else {
+                    sent.push(Sent { op: op as u64, from, to, kind: h.kind, tag: h.tag, data });
                 }
             }
             5..=7 => {
@@ -95,13 +233,25 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
                 }
                 let tagged = rng.chance(50.0);
                 let any_tag = rng.chance(30.0);
-                let src = if rng.chance(30.0) { Src::Peer(sim.peer(node, (node + 1) % NODES)) } else { Src::Any };
+                let directed = rng.chance(30.0);
+                let src = if directed { Src::Peer(sim.peer(node, (node + 1) % NODES)) } else { Src::Any };
                 let addr = RECV_BASE + op as u64 * SLOT;
+                let kind = if tagged { MsgKind::Tagged } else { MsgKind::Msg };
+                let tag = rng.below(3) as u64;
+                let ignore = if any_tag { u64::MAX } else { 0 };
+                posted[node].push(Posted {
+                    op: op as u64,
+                    kind,
+                    src: directed.then_some((node + 1) % NODES),
+                    tag,
+                    ignore,
+                    addr,
+                });
                 let spec = RecvSpec {
-                    kind: if tagged { MsgKind::Tagged } else { MsgKind::Msg },
+                    kind,
                     src,
-                    tag: rng.below(3) as u64,
-                    ignore: if any_tag { u64::MAX } else { 0 },
+                    tag,
+                    ignore,
                     iov: IoList::one(addr, MAX_LEN as u64),
                     multi: false,
                     meta: meta(op as u64),
@@ -123,6 +273,8 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
     for i in 0..NODES {
         sim.drain(i);
     }
+    let violations =
+        if kill_at.is_none() { check_against_sent(&mut sim, &sent, &posted, cfg.rndv_threshold) } else { Vec::new() };
     let mut landed = vec![Vec::new(); NODES];
     for (i, posted) in recv_len.iter().enumerate() {
         for c in sim.completions(i, OpKind::Recv) {
@@ -143,6 +295,7 @@ fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
         landed,
         refused,
         written: (0..NODES).map(|i| sim.nodes[i].ep.stats().rdm.sent_direct_written).sum(),
+        violations,
     }
 }
 
@@ -172,6 +325,8 @@ fn the_fast_path_is_the_engine_path_as_the_application_sees_it() {
             fast.completions.iter().map(Vec::len).sum::<usize>() > OPS / 2,
             "seed {seed}: the scenario completes work"
         );
+        assert!(fast.violations.is_empty(), "seed {seed}, fast path: {:#?}", fast.violations);
+        assert!(engine.violations.is_empty(), "seed {seed}, engine path: {:#?}", engine.violations);
         same_completions(seed, &fast, &engine);
         assert_eq!(fast.landed, engine.landed, "seed {seed}");
         assert_eq!(fast.refused, engine.refused, "seed {seed}");
