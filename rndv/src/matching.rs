@@ -143,8 +143,17 @@ impl<T> Bins<T> {
     }
 }
 
+/// The position and sequence number of the oldest entry of `q` that `pred`
+/// accepts. The oldest is tried alone first: receives posted in the order
+/// their messages come (the common case) match at the front, and a walk of a
+/// `VecDeque` costs several times a look at its front.
+#[inline]
 fn first_match<T>(q: &VecDeque<(u64, T)>, pred: impl Fn(&T) -> bool) -> Option<(usize, u64)> {
-    q.iter().enumerate().find(|(_, (_, x))| pred(x)).map(|(i, (s, _))| (i, *s))
+    let (s, x) = q.front()?;
+    if pred(x) {
+        return Some((0, *s));
+    }
+    q.iter().enumerate().skip(1).find(|(_, (_, x))| pred(x)).map(|(i, (s, _))| (i, *s))
 }
 
 impl Matcher {
