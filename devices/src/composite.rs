@@ -69,10 +69,6 @@ const NET_SKIP_AFTER_EMPTY: u32 = 7;
 const NET_SKIP_MAX: u32 = 63;
 const NET_SKIP_IDLE_MAX: u32 = 1023;
 
-/// The bit of a [`Dest`] that marks the network half's (a half's own
-/// destinations leave it free: shm's generation has 31 bits).
-const NET_DEST: u64 = 1 << 63;
-
 impl<N: Device + ?Sized> AutoDevice<N> {
     /// Combines the two halves; at least one must be present.
     ///
@@ -187,36 +183,16 @@ impl<N: Device + ?Sized> Device for AutoDevice<N> {
         send_in_runs(self, batch, |_, a| Self::is_shm(a), |d, shm, run| d.send_run(now, shm, run))
     }
 
-    /// A same-host peer resolves through the shm half, any other through
-    /// the network half, whose destinations carry [`NET_DEST`] so that a
-    /// write goes back to the half that made it.
+    /// A same-host peer resolves through the shm half; the network half
+    /// offers no such writes (its devices resolve nothing yet).
     fn resolve(&mut self, dst: &DevAddr) -> Result<Option<Dest>, DeviceError> {
-        if Self::is_shm(dst) {
-            return match &mut self.shm {
-                Some(s) => s.resolve(dst),
-                None => Ok(None),
-            };
-        }
-        match &mut self.net {
-            Some(n) => Ok(n.resolve(dst)?.map(|d| {
-                debug_assert_eq!(d.0 & NET_DEST, 0, "a network half's Dest leaves the top bit free");
-                Dest(d.0 | NET_DEST)
-            })),
-            None => Ok(None),
+        match &mut self.shm {
+            Some(s) if Self::is_shm(dst) => s.resolve(dst),
+            _ => Ok(None),
         }
     }
 
     fn write(&mut self, now: Instant, dest: Dest, parts: &[&[u8]]) -> Result<bool, DeviceError> {
-        if dest.0 & NET_DEST != 0 {
-            return match &mut self.net {
-                Some(n) => {
-                    self.net_heard = true;
-                    self.net_sent = true;
-                    n.write(now, Dest(dest.0 & !NET_DEST), parts)
-                }
-                None => Ok(false),
-            };
-        }
         match &mut self.shm {
             Some(s) => {
                 self.shm_heard = true;

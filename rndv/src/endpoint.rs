@@ -317,12 +317,14 @@ pub struct Endpoint<D: Device + ?Sized, M: Memory, C: Clock> {
 /// and kept while the peer keeps its incarnation: the rdm engine's route (the
 /// destination and the engine's header, every field written) and the
 /// destination the device resolved for it. Checked per message
-/// ([`Engine::route_open`]: a few loads), dropped when the engine refuses it
-/// or the device no longer takes it (a new incarnation, a full or closed
-/// ring), and made again at the next message.
+/// ([`Engine::route_open`]: a few loads); marked unusable when the engine
+/// refuses it or the device does not take a write (a new incarnation, a full
+/// or closed ring), and made again in place at the next message (its box is
+/// allocated once per peer, never per message).
 struct SendHandle {
     route: rdm::engine::DirectRoute,
     dest: rdm::device::Dest,
+    usable: bool,
 }
 
 /// Parts of a datagram written over a send handle: the engine's header, the
@@ -335,8 +337,9 @@ const HANDLE_PARTS_MAX: usize = MAX_IOV + 2;
 /// device. True when the device took it (the engine counted it). False when
 /// nothing was done: DIRECT not allowed to the peer now, the device offers
 /// no such writes toward it, or it did not take this one (`held_back` says
-/// whether because the receiver holds its senders back; the handle is dropped
-/// and made again at the next message, so a stale one is never used twice).
+/// whether because the receiver holds its senders back; the handle is marked
+/// unusable and made again at the next message, so a stale one is never used
+/// twice).
 #[inline]
 fn write_over_handle<D: Device + ?Sized>(
     device: &mut D,
@@ -352,11 +355,11 @@ fn write_over_handle<D: Device + ?Sized>(
     }
     let len: usize = parts.iter().map(|p| p.len()).sum();
     let i = peer.index() as usize;
-    let open = matches!(handles.get(i), Some(Some(h)) if rdm.route_open(peer, &h.route, len));
+    let open = matches!(handles.get(i), Some(Some(h)) if h.usable && rdm.route_open(peer, &h.route, len));
     if !open && !make_handle(device, rdm, handles, peer, len) {
         return false;
     }
-    let Some(Some(h)) = handles.get(i) else { return false };
+    let Some(Some(h)) = handles.get_mut(i) else { return false };
     let head = h.route.header_over(parts);
     let mut all: [&[u8]; HANDLE_PARTS_MAX] = [&[]; HANDLE_PARTS_MAX];
     all[0] = &head;
@@ -368,19 +371,20 @@ fn write_over_handle<D: Device + ?Sized>(
         }
         Ok(false) => {
             *held_back = device.held_back(&h.route.dst);
-            handles[i] = None;
+            h.usable = false;
             false
         }
         Err(_) => {
-            handles[i] = None;
+            h.usable = false;
             false
         }
     }
 }
 
-/// Makes `peer`'s send handle (out of line: once per peer, and again after a
-/// refusal): false when DIRECT is not allowed to it for a message of `len`
-/// bytes now or the device offers no such writes toward it.
+/// Makes `peer`'s send handle, in its box if it has one (out of line: once per
+/// peer, and again after a refusal): false, and the handle left unusable,
+/// when DIRECT is not allowed to it for a message of `len` bytes now or the
+/// device offers no such writes toward it.
 #[inline(never)]
 fn make_handle<D: Device + ?Sized>(
     device: &mut D,
@@ -390,19 +394,22 @@ fn make_handle<D: Device + ?Sized>(
     len: usize,
 ) -> bool {
     let i = peer.index() as usize;
-    if let Some(slot) = handles.get_mut(i) {
-        *slot = None;
+    let made = rdm.direct_route(peer).filter(|route| rdm.route_open(peer, route, len)).and_then(|route| {
+        let dest = device.resolve(&route.dst).ok().flatten()?;
+        Some(SendHandle { route, dest, usable: true })
+    });
+    match (made, handles.get_mut(i)) {
+        (Some(made), Some(Some(h))) => **h = made,
+        (Some(made), _) => {
+            if handles.len() <= i {
+                handles.resize_with(i + 1, || None);
+            }
+            handles[i] = Some(Box::new(made));
+        }
+        (None, Some(Some(h))) => h.usable = false,
+        (None, _) => {}
     }
-    let Some(route) = rdm.direct_route(peer) else { return false };
-    if !rdm.route_open(peer, &route, len) {
-        return false;
-    }
-    let Ok(Some(dest)) = device.resolve(&route.dst) else { return false };
-    if handles.len() <= i {
-        handles.resize_with(i + 1, || None);
-    }
-    handles[i] = Some(Box::new(SendHandle { route, dest }));
-    true
+    matches!(handles.get(i), Some(Some(h)) if h.usable)
 }
 
 impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {

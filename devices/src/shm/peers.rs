@@ -94,8 +94,8 @@ impl<P> PeerTable<P> {
     }
 
     /// The destination naming slot `i` as it is now: the slot, and the
-    /// generation's low 31 bits (the top bit of a `Dest` is left to a
-    /// composite device to tell its halves apart).
+    /// generation's low 31 bits (the top bit of a `Dest` is left free, for a
+    /// composite device whose halves both resolve to tell them apart).
     pub(super) fn dest(&self, i: u32) -> Dest {
         Dest(((self.slots[i as usize].generation & GENERATION_MASK) as u64) << 32 | i as u64)
     }
