@@ -29,14 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                    \
-    do {                                                                            \
-        int _r = (int)(x);                                                          \
-        if (_r) {                                                                   \
-            fprintf(stderr, "fi_msgrate: %s: %s (%d)\n", #x, fi_strerror(-_r), _r); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
+#define PROG "fi_msgrate"
+#include "check.h"
 
 static struct fid_ep *ep;
 static struct fid_cq *cq;

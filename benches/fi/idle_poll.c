@@ -22,14 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CHECK(x)                                                                    \
-    do {                                                                            \
-        int _r = (int)(x);                                                          \
-        if (_r) {                                                                   \
-            fprintf(stderr, "idle_poll: %s: %s (%d)\n", #x, fi_strerror(-_r), _r); \
-            exit(1);                                                                \
-        }                                                                           \
-    } while (0)
+#define PROG "idle_poll"
+#include "check.h"
 
 struct side {
     struct fid_ep *ep;

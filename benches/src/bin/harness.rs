@@ -1120,6 +1120,16 @@ fn capture(cmd: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The count leading the first line of `callgrind_annotate ARGS FILE` that
+/// `line` picks (its figures are written with thousands separators).
+fn callgrind_count(file: &Path, args: &[&str], line: impl Fn(&str) -> bool) -> Option<f64> {
+    let out = Command::new("callgrind_annotate").args(args).arg(file).output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| line(l))
+        .find_map(|l| l.split_whitespace().next()?.replace(',', "").parse().ok())
+}
+
 fn compile(env: &Env, out: &str, src: &Path, cc: &str, libs: &[&str]) -> Option<PathBuf> {
     let exe = env.tmp.join(out);
     let ok = Command::new(cc)
@@ -1468,15 +1478,9 @@ fn main() {
                     let ok = o.map(|mut ch| wait_for(&mut ch, Duration::from_secs(600)).0).unwrap_or(false);
                     // Inclusive instructions of each function, on the rank that counts it.
                     let inclusive = |rank: u32, function: &str| -> Option<f64> {
-                        let out = Command::new("callgrind_annotate")
-                            .args(["--inclusive=yes", "--threshold=100"])
-                            .arg(format!("{}.{rank}", files.display()))
-                            .output()
-                            .ok()?;
-                        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-                        text.lines()
-                            .filter(|l| l.contains(&format!(":{function} ")))
-                            .find_map(|l| l.split_whitespace().next()?.replace(',', "").parse().ok())
+                        let file = PathBuf::from(format!("{}.{rank}", files.display()));
+                        let name = format!(":{function} ");
+                        callgrind_count(&file, &["--inclusive=yes", "--threshold=100"], |l| l.contains(&name))
                     };
                     let send = inclusive(0, "rdmx_fi::ep_msg::do_send");
                     let recv = inclusive(1, "rdmx_fi::ep_msg::do_recv")
@@ -1520,12 +1524,7 @@ fn main() {
                         .spawn()
                         .map(|mut ch| wait_for(&mut ch, Duration::from_secs(300)).0)
                         .unwrap_or(false);
-                    let total = Command::new("callgrind_annotate").arg(&file).output().ok().and_then(|o| {
-                        String::from_utf8_lossy(&o.stdout)
-                            .lines()
-                            .find(|l| l.contains("PROGRAM TOTALS"))
-                            .and_then(|l| l.split_whitespace().next()?.replace(',', "").parse::<f64>().ok())
-                    });
+                    let total = callgrind_count(&file, &[], |l| l.contains("PROGRAM TOTALS"));
                     match (ok, total) {
                         (true, Some(t)) => totals.push(t),
                         _ => failures.push(format!("callgrind run of idle_poll {polls} failed")),
