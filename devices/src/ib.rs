@@ -296,8 +296,10 @@ struct CachedAh {
 /// most `cap` handles, each counted per request in flight that uses it
 /// and destroyed only when none does and room is needed (least recently
 /// used first). A full cache whose every handle is in use gives none
-/// (`Busy`: the send waits), and so does a device out of handles after
-/// one was given back; a destination the device refuses is `Unreachable`.
+/// (`Busy`: the send waits), unless it grows when busy
+/// ([`AhCache::growing_when_busy`], verbs: it then makes one beyond `cap`,
+/// counted by `ah_full`); so does a device out of handles after one was
+/// given back; a destination the device refuses is `Unreachable`.
 ///
 /// Receive completions of some devices (EFA) name a sender that has an AH
 /// by its number, so a number's key can be recorded ([`AhCache::insert`]'s
@@ -433,7 +435,8 @@ impl<K: Copy + Eq + Hash> AhCache<K> {
     /// eviction tried again.
     ///
     /// A full cache first gives back the least recently used AH no request
-    /// uses; none (every one in use): `Busy`. `ibv_create_ah` failing for
+    /// uses; none (every one in use): `Busy`, or, in a cache that grows when
+    /// busy, one more AH beyond `cap`. `ibv_create_ah` failing for
     /// want of room (errno cleared before the call, so an older errno is
     /// never read as this failure's) gives one back and tries once more,
     /// else `Busy`; any other failure is `Unreachable`.

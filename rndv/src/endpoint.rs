@@ -208,8 +208,8 @@ struct Staged {
 }
 
 impl Staging {
-    fn new(bufs: Vec<Box<[u8]>>, placeholder: DevAddr) -> Staging {
-        Staging { bufs, staged: [Staged { dst: placeholder, len: 0, seg: 0, gather: None }; TX_BATCH], count: 0 }
+    fn new(bufs: Vec<Box<[u8]>>) -> Staging {
+        Staging { bufs, staged: [Staged { dst: DevAddr::NONE, len: 0, seg: 0, gather: None }; TX_BATCH], count: 0 }
     }
 
     /// The `i`th staged datagram as the device takes it.
@@ -443,7 +443,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             datagram: cfg.datagram,
         };
         // Paths differ under auto (shm segments are larger than UDP's).
-        let stage = Staging::new(device.transmit_buffers(TX_BATCH, caps.max_transmit.max(64)), DevAddr::NONE);
+        let stage = Staging::new(device.transmit_buffers(TX_BATCH, caps.max_transmit.max(64)));
         Endpoint {
             device,
             rdm: Engine::new(rdm_cfg),

@@ -208,7 +208,9 @@ pub struct Transmit {
 ///
 /// It also carries what forming the datagram changed in the segment, so that
 /// giving it back undoes it: a datagram that never left is no retransmission
-/// (no RTT sample lost, no congestion signal, no counter).
+/// (no RTT sample from it, no counter). Not undone: the retransmission timer
+/// forming it may have started, which can still fire (a probe or a timeout,
+/// with its backoff) if the device stays full past it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Gathered {
     pub buf: LocalBuf,

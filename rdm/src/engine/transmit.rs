@@ -248,7 +248,8 @@ impl Engine {
     /// keeps no copy of `g`'s address (see [`Gathered`]). What forming it
     /// changed is undone: the segment's send time and retransmission mark,
     /// the data and retransmit counts, and the acknowledgement the datagram
-    /// would have carried (owed again). Several given back in a row go back
+    /// would have carried (owed again, at once). Its retransmission timer is
+    /// not (see [`Gathered`]). Several given back in a row go back
     /// newest first, so that they are formed again in order.
     pub fn not_transmitted(&mut self, g: Gathered) {
         let Some(h) = self.cold.get(g.peer.0 as usize).and_then(|c| c.hot) else { return };
@@ -260,14 +261,14 @@ impl Engine {
         if seg.sacked || seg.queued {
             return;
         }
-        if seg.sent_at.is_some() {
-            seg.sent_at = g.sent_before;
-            seg.retransmitted = g.retransmitted_before;
-            self.stats.sent_data = self.stats.sent_data.saturating_sub(1);
-            if g.sent_before.is_some() {
-                self.stats.retransmits = self.stats.retransmits.saturating_sub(1);
-                hot.counters.retransmits = hot.counters.retransmits.saturating_sub(1);
-            }
+        // Formed in the same flush, so its send time is set.
+        debug_assert!(seg.sent_at.is_some(), "a gathered datagram given back was formed");
+        seg.sent_at = g.sent_before;
+        seg.retransmitted = g.retransmitted_before;
+        self.stats.sent_data = self.stats.sent_data.saturating_sub(1);
+        if g.sent_before.is_some() {
+            self.stats.retransmits = self.stats.retransmits.saturating_sub(1);
+            hot.counters.retransmits = hot.counters.retransmits.saturating_sub(1);
         }
         seg.queued = true;
         hot.tx.to_send.push_front(g.psn);
