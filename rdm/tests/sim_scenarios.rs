@@ -1,8 +1,9 @@
 //! Engine scenarios in the deterministic simulator (`rdm::sim`). Every scenario
 //! asserts exactly-once, in-order delivery of every byte; each replays exactly
 //! from its seed.
-use rdm::engine::{EngineConfig, Event, FailReason};
+use rdm::engine::{EngineConfig, Event, FailReason, JobAuth, JobSecret};
 use rdm::sim::{Link, Sim};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn msg(i: u64, len: usize) -> Vec<u8> {
@@ -103,6 +104,40 @@ fn hundred_thousand_messages_under_loss_reorder_dup_corruption() {
         "{rx:?}"
     );
     assert!(tx.retransmits > 0, "{tx:?}");
+}
+
+/// A job with a secret (`rdm/PROTOCOL.md` §2.5): tagged, or enciphered too.
+fn sealed(encrypt: bool) -> EngineConfig {
+    let secret = JobSecret::new(b"a job secret of some length").unwrap();
+    EngineConfig { auth: Some(Arc::new(JobAuth { secret, encrypt })), ..EngineConfig::default() }
+}
+
+/// Sealed traffic under the same faults: every corrupted datagram fails its
+/// tag (none its checksum: it has none), duplicates are refused as replays
+/// or duplicates, and everything arrives once, in order, from a first
+/// contact that named no incarnation.
+#[test]
+fn sealed_stream_under_loss_reorder_dup_corruption() {
+    let link = Link { loss_pct: 10.0, reorder_pct: 20.0, dup_pct: 1.0, corrupt_pct: 0.1, ..Link::default() };
+    let n = if cfg!(debug_assertions) { 3_000 } else { 30_000 };
+    for encrypt in [false, true] {
+        let sim = stream(sealed(encrypt), link, 17, n, &SIZES);
+        let (tx, rx) = (sim.nodes[0].engine.stats(), sim.nodes[1].engine.stats());
+        assert!(rx.dropped_auth + tx.dropped_auth > 0 && rx.dropped_checksum + tx.dropped_checksum == 0, "{rx:?}");
+        assert!(rx.duplicates + rx.dropped_replay > 0 && tx.retransmits > 0, "{rx:?} {tx:?}");
+    }
+}
+
+/// Sealed over a device that never loses but reorders (SRD): nothing is
+/// refused as too old that no retransmission would send again.
+#[test]
+fn sealed_reliable_unordered_device_needs_no_retransmission() {
+    let cfg = EngineConfig { reliable: true, ..sealed(false) };
+    let link = Link { reorder_pct: 30.0, jitter: Duration::from_micros(50), ..Link::default() };
+    let sim = stream(cfg, link, 5, 5000, &SIZES);
+    let rx = sim.nodes[1].engine.stats();
+    assert_eq!(rx.dropped_replay, 0, "{rx:?}");
+    assert_eq!(rx.dropped_unnamed, 1, "one datagram asked for the receiver's incarnation: {rx:?}");
 }
 
 #[test]
@@ -272,7 +307,12 @@ fn dead_peer_fails_every_pending_operation_within_the_timeout() {
 
 #[test]
 fn restarted_peer_gets_a_new_session_and_stale_packets_are_ignored() {
-    let mut sim = Sim::new(2, EngineConfig::default(), Link::default(), 8);
+    restart_scenario(EngineConfig::default());
+    restart_scenario(sealed(false));
+}
+
+fn restart_scenario(cfg: EngineConfig) {
+    let mut sim = Sim::new(2, cfg, Link::default(), 8);
     let p = sim.peer(0, 1);
     let q = sim.peer(1, 0);
     for i in 0..5 {
@@ -315,7 +355,12 @@ fn restarted_peer_gets_a_new_session_and_stale_packets_are_ignored() {
 /// fails, and the old address is refused from then on; the new one works.
 #[test]
 fn an_address_naming_a_gone_incarnation_reaches_nobody() {
-    let mut sim = Sim::new(2, EngineConfig::default(), Link::default(), 9);
+    gone_incarnation_scenario(EngineConfig::default());
+    gone_incarnation_scenario(sealed(true));
+}
+
+fn gone_incarnation_scenario(cfg: EngineConfig) {
+    let mut sim = Sim::new(2, cfg, Link::default(), 9);
     let gone_inc = 424_242;
     sim.restart(1, 777_777); // node 1 is now incarnation 777777
     let p = sim.peer(0, 1);

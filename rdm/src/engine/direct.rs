@@ -170,6 +170,11 @@ impl Engine {
         if !(direct_allowed(path, hot) && len <= (path.payload_max as usize).min(DIRECT_MAX)) {
             return None;
         }
+        // DIRECT packets are never sealed (a receiver with a secret takes
+        // them only from a shared-memory ring): over a wire, DATA.
+        if self.sealing_to(&cold.addr) != Sealed::No {
+            return None;
+        }
         let header = Header {
             ptype: PacketType::Direct,
             first: true,
@@ -182,6 +187,7 @@ impl Engine {
             sack: 0,
             header_sum: false,
             unsummed: unsummed_to(&cold.addr, path),
+            sealed: Sealed::No,
         };
         Some((cold.addr, header))
     }

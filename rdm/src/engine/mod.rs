@@ -46,6 +46,7 @@ mod peers;
 pub mod reassembly;
 mod receive;
 pub mod recovery;
+pub mod seal;
 mod send;
 pub mod seq;
 mod transmit;
@@ -56,8 +57,10 @@ pub use direct::DirectRoute;
 use peers::{Cold, Hot};
 use reassembly::RecvState;
 use recovery::SendState;
+use seal::Sealer;
+pub use seal::{JobAuth, JobSecret};
 pub use seq::Psn;
-pub use wire::{DecodeError, Header, PacketType, HEADER_LEN, MAGIC, SACK_SPAN, VERSION};
+pub use wire::{DecodeError, Header, PacketType, Sealed, HEADER_LEN, MAGIC, SACK_SPAN, TRAILER_LEN, VERSION};
 
 use crate::device::{DevAddr, DeviceCaps, LocalBuf};
 use crate::time::Instant;
@@ -90,7 +93,12 @@ pub struct EngineConfig {
     pub mtu: usize,
     /// The device never loses, duplicates or corrupts: no retransmission.
     pub reliable: bool,
+    /// The job key every packet carries; with `auth`, its secret's job id
+    /// (the engine sets it).
     pub job_key: u64,
+    /// The job's secret, when it has one: datagrams over a wire are sealed
+    /// with it, and only sealed ones are taken from a wire (`seal`).
+    pub auth: Option<Arc<JobAuth>>,
     pub incarnation: u64,
     /// A peer silent this long while data to it is unacknowledged is unreachable.
     pub peer_timeout: Duration,
@@ -116,6 +124,7 @@ impl Default for EngineConfig {
             mtu: 1472,
             reliable: false,
             job_key: 0,
+            auth: None,
             incarnation: 1,
             peer_timeout: Duration::from_secs(30),
             max_window: 1024,
@@ -245,6 +254,22 @@ pub struct Stats {
     pub dropped_malformed: u64,
     pub dropped_checksum: u64,
     pub dropped_job_key: u64,
+    /// Datagrams over a wire that a job with a secret refused before anything
+    /// else looked at them: unsealed, or sealed with a tag that does not
+    /// verify (forged, altered, another job's, truncated); and sealed ones
+    /// that reached an engine without a secret.
+    pub dropped_auth: u64,
+    /// Sealed datagrams refused as replays: a packet counter seen before (or
+    /// too old to tell, for anything but data), or data from the peer's
+    /// current incarnation that does not name ours.
+    pub dropped_replay: u64,
+    /// Sealed datagrams that named no incarnation of this endpoint (their
+    /// sender had not heard from it yet, or they are replays of such):
+    /// acted on by nobody; a live sender sends them again once it has.
+    pub dropped_unnamed: u64,
+    /// ACKs sent to a sealed peer incarnation that did not name ours, so that
+    /// it learns our incarnation (only packets naming it are acted on).
+    pub sent_challenges: u64,
     pub dropped_stale: u64,
     pub dropped_window: u64,
     pub peers_failed: u64,
@@ -329,9 +354,11 @@ pub struct PeerPath {
     pub registration: bool,
 }
 
-/// The payload per datagram of a path of `mtu` bytes (at least 1, at most 64 KiB).
-fn payload_max(mtu: usize) -> u16 {
-    mtu.saturating_sub(HEADER_LEN).clamp(1, u16::MAX as usize) as u16
+/// The payload per datagram of a path of `mtu` bytes (at least 1, at most
+/// 64 KiB), `sealed` ones ending in a trailer.
+fn payload_max(mtu: usize, sealed: bool) -> u16 {
+    let trailer = if sealed { TRAILER_LEN } else { 0 };
+    mtu.saturating_sub(HEADER_LEN + trailer).clamp(1, u16::MAX as usize) as u16
 }
 
 pub(super) struct TxSeg {
@@ -463,6 +490,8 @@ pub struct Engine {
     /// a path: the layer above, which knows the devices, gives them one
     /// ([`Engine::poll_pathless_peer`]) before anything is sent to them.
     pathless: Vec<PeerId>,
+    /// With a job secret: seals and opens datagrams over a wire.
+    sealer: Option<Sealer>,
     stats: Stats,
 }
 
@@ -478,9 +507,13 @@ pub const POOL_DEPTH: usize = 64;
 pub const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
-    pub fn new(cfg: EngineConfig) -> Engine {
+    pub fn new(mut cfg: EngineConfig) -> Engine {
+        let sealer = cfg.auth.clone().map(|a| {
+            cfg.job_key = a.secret.job_id();
+            Sealer::new(a, cfg.incarnation)
+        });
         let default_path = PeerPath {
-            payload_max: payload_max(cfg.mtu),
+            payload_max: payload_max(cfg.mtu, sealer.is_some()),
             reliable: cfg.reliable,
             gso: false,
             ordered: false,
@@ -507,8 +540,24 @@ impl Engine {
             dgram_bytes: 0,
             direct_unpolled: Vec::new(),
             pathless: Vec::new(),
+            sealer,
             stats: Stats::default(),
         }
+    }
+
+    /// How a datagram to `dst` is sealed: over a wire with a job secret;
+    /// never through a shared-memory ring, which the kernel guards.
+    #[inline]
+    pub(super) fn sealing_to(&self, dst: &DevAddr) -> Sealed {
+        match &self.sealer {
+            Some(s) if !dst.crosses_no_wire() => s.sealing(),
+            _ => Sealed::No,
+        }
+    }
+
+    /// Whether datagrams over a wire are sealed (the job has a secret).
+    pub fn sealed(&self) -> bool {
+        self.sealer.is_some()
     }
 
     pub fn config(&self) -> &EngineConfig {

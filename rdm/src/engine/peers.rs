@@ -28,6 +28,9 @@ pub(super) struct Hot {
     /// the application gave).
     pub(super) inc_heard: bool,
     pub(super) retired: [u64; 2],
+    /// What a sealed peer adds (`receive`), boxed: only a job with a
+    /// secret pays for it, and an idle peer of one without stays small.
+    pub(super) sealed: Option<Box<SealedPeer>>,
     pub(super) last_heard: Instant,
     /// Declared unreachable: sends fail at once until the peer shows up with a
     /// new incarnation (a restart), since the stream to the old one is broken.
@@ -48,6 +51,7 @@ impl Hot {
             peer_inc: 0,
             inc_heard: false,
             retired: [0; 2],
+            sealed: None,
             last_heard: now,
             failed: false,
             scheduled: false,
@@ -59,6 +63,25 @@ impl Hot {
         }
     }
 }
+
+/// A sealed peer's incarnations and packet counters.
+#[derive(Default)]
+pub(super) struct SealedPeer {
+    /// The incarnations this endpoint asked to name it (challenged) and
+    /// that did not yet, and every one it took or asked about and then
+    /// left (so that none is ever taken again), at most [`SEALED_HISTORY`]
+    /// each.
+    pub(super) challenged: Vec<u64>,
+    pub(super) history: Vec<u64>,
+    /// The packet counters of the current incarnation.
+    pub(super) replay: seal::ReplayWindow,
+}
+
+/// Incarnations of one peer a sealed endpoint remembers as challenged, and
+/// as left behind: a peer that restarted more often than this while this
+/// endpoint lived could have a datagram of its oldest incarnations replayed
+/// to it (`PROTOCOL.md` §2.5).
+pub const SEALED_HISTORY: usize = 64;
 
 impl Engine {
     /// The entry of a datagram's sender; a new one is remembered as pathless.
@@ -121,13 +144,19 @@ impl Engine {
         let id = self.peer(addr);
         let cold = &mut self.cold[id.0 as usize];
         if cold.path.is_none() {
+            // A sealed path carries everything in sealed datagrams: no
+            // remote reads (the rendezvous pushes instead) and no payloads
+            // gathered unread from registered memory.
+            let sealed = self.sealer.is_some() && !addr.crosses_no_wire();
             let path = PeerPath {
-                payload_max: payload_max(caps.mtu),
+                payload_max: payload_max(caps.mtu, sealed),
                 reliable: caps.reliable,
                 gso: caps.gso,
-                ordered: caps.ordered,
-                remote_read: caps.remote_read,
-                registration: caps.registration,
+                // DIRECT packets (which a reliable, ordered path carries)
+                // are never sealed.
+                ordered: caps.ordered && !sealed,
+                remote_read: caps.remote_read && !sealed,
+                registration: caps.registration && !sealed,
             };
             match cold.hot {
                 None => cold.path = Some(path),
@@ -244,6 +273,10 @@ impl Engine {
             + hot.tx.pending.capacity() * std::mem::size_of::<PendingMsg>()
             + hot.rx.ooo.len() * (std::mem::size_of::<(u32, RxSeg)>() + 16)
             + hot.rx.assembling.as_ref().map_or(0, |b| b.capacity())
+            + hot
+                .sealed
+                .as_ref()
+                .map_or(0, |s| std::mem::size_of::<SealedPeer>() + (s.challenged.capacity() + s.history.capacity()) * 8)
     }
 
     pub(super) fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {

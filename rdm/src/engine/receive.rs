@@ -47,6 +47,49 @@ impl Engine {
             self.stats.dropped_job_key += 1;
             return None;
         }
+        if hdr.sealed == Sealed::No && (self.sealer.is_none() || from.crosses_no_wire()) {
+            return self.accept(now, from, hdr, payload, None, lend);
+        }
+        // A job with a secret takes nothing unsealed from a wire, and nothing
+        // sealed is taken without one; the tag is checked before anything
+        // else looks at the datagram (no peer state, no byte, no event).
+        let Some(sealer) = self.sealer.as_mut() else {
+            self.stats.dropped_auth += 1;
+            return None;
+        };
+        if hdr.sealed == Sealed::No || hdr.ptype == PacketType::Direct {
+            // DIRECT packets go only through a shared-memory ring, unsealed.
+            self.stats.dropped_auth += 1;
+            return None;
+        }
+        let Some(counter) = sealer.open(bytes, hdr.src_inc, hdr.sealed) else {
+            self.stats.dropped_auth += 1;
+            return None;
+        };
+        if hdr.sealed == Sealed::Encrypted {
+            let opened = std::mem::take(&mut sealer.opened);
+            let lent = self.accept(now, from, hdr, &opened, Some(counter), false);
+            if let Some(s) = self.sealer.as_mut() {
+                s.opened = opened;
+            }
+            return lent;
+        }
+        self.accept(now, from, hdr, payload, Some(counter), false)
+    }
+
+    /// A datagram past the checks of its bytes (checksum or tag, job key):
+    /// `counter` is its packet counter if it was sealed. The checks of its
+    /// identity (incarnations, and for sealed ones freshness and replay),
+    /// then its acknowledgement state and its data.
+    fn accept(
+        &mut self,
+        now: Instant,
+        from: DevAddr,
+        hdr: Header,
+        payload: &[u8],
+        counter: Option<u64>,
+        lend: bool,
+    ) -> Option<PeerId> {
         if hdr.ptype == PacketType::Datagram {
             // Stateless: no incarnation, order or acknowledgement to track;
             // the cold entry names the sender for the layer above.
@@ -70,6 +113,11 @@ impl Engine {
         let peer = self.peer_heard(from);
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
+        if let Some(counter) = counter {
+            if !self.accept_sealed(h, &hdr, counter) {
+                return None;
+            }
+        }
         let mut hot = &mut self.hot[h as usize];
         if hot.retired.contains(&hdr.src_inc) && hdr.src_inc != 0 {
             self.stats.dropped_stale += 1;
@@ -153,6 +201,111 @@ impl Engine {
         lent
     }
 
+    /// The identity checks of a sealed datagram from hot peer `h`, whose tag
+    /// verified (`PROTOCOL.md` §2.5); true when it may go on. A tag proves
+    /// a job member made the datagram, not when: only one naming this
+    /// endpoint's incarnation was made after this endpoint began, so only
+    /// such a datagram is acted on or makes a new incarnation of the peer
+    /// current, and no incarnation ever left behind comes back. One naming
+    /// none (its sender has not heard from us) or an earlier one of ours is
+    /// answered with an ACK naming its sender, so that a live sender learns
+    /// our incarnation and sends again. Within the current incarnation, a
+    /// packet counter seen before is a replay.
+    fn accept_sealed(&mut self, h: u32, hdr: &Header, counter: u64) -> bool {
+        let my_inc = self.cfg.incarnation;
+        let hot = &mut self.hot[h as usize];
+        let inc = hdr.src_inc;
+        let sp = hot.sealed.get_or_insert_with(Default::default);
+        if inc == 0 || hot.retired.contains(&inc) || sp.history.contains(&inc) {
+            self.stats.dropped_stale += 1;
+            hot.counters.dropped_stale += 1;
+            return false;
+        }
+        if hdr.dst_inc != my_inc {
+            if hdr.dst_inc == 0 {
+                self.stats.dropped_unnamed += 1;
+            } else {
+                self.stats.dropped_stale += 1;
+                hot.counters.dropped_stale += 1;
+            }
+            if inc == hot.peer_inc {
+                // Its sender was only expected (from the application's
+                // address): our acknowledgement names it. Once heard from,
+                // it has heard from us: this is late, or a replay.
+                if !hot.inc_heard {
+                    hot.rx.ack_now = true;
+                    self.schedule(h);
+                }
+                return false;
+            }
+            if !sp.challenged.contains(&inc) {
+                if sp.challenged.len() == peers::SEALED_HISTORY {
+                    let oldest = sp.challenged.remove(0);
+                    remember(&mut sp.history, oldest);
+                }
+                sp.challenged.push(inc);
+            }
+            let peer = hot.peer;
+            let queued = self.dgram_tx.iter().any(|d| d.ptype == PacketType::Ack && d.peer == peer && d.dst_inc == inc);
+            if !queued {
+                let dst = self.cold[peer.0 as usize].addr;
+                let payload = self.take_buffer();
+                self.dgram_tx.push_back(DgramTx {
+                    dst,
+                    payload,
+                    token: 0,
+                    ptype: PacketType::Ack,
+                    dst_inc: inc,
+                    peer,
+                    first: false,
+                    last: false,
+                });
+            }
+            return false;
+        }
+        if inc != hot.peer_inc {
+            // A new incarnation of the peer (or its first), taken below as
+            // an unsealed one is: the one it replaces and every other one
+            // challenged are left behind for good.
+            let (old, unheard) = (hot.peer_inc, hot.peer_inc == 0);
+            if old != 0 {
+                remember(&mut sp.history, old);
+            }
+            for c in std::mem::take(&mut sp.challenged) {
+                if c != inc {
+                    remember(&mut sp.history, c);
+                }
+            }
+            sp.replay = seal::ReplayWindow::default();
+            if unheard {
+                // What we sent named no incarnation, and a sealed receiver
+                // acts on nothing that does not name its own: all of it
+                // goes again, now naming this one, without waiting for the
+                // retransmission timer.
+                let mut n = 0u64;
+                for seg in hot.tx.unacked.iter_mut().rev() {
+                    if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
+                        seg.queued = true;
+                        hot.tx.to_send.push_front(seg.psn);
+                        n += 1;
+                    }
+                }
+                self.stats.retransmits += n;
+                hot.counters.retransmits += n;
+            }
+        }
+        match sp.replay.check(counter) {
+            seal::Replay::Fresh => true,
+            // Beyond the window, data is still told apart by its sequence
+            // number (a duplicate is dropped as one); anything else is not.
+            seal::Replay::TooOld if hdr.ptype == PacketType::Data => true,
+            seal::Replay::Seen | seal::Replay::TooOld => {
+                self.stats.dropped_replay += 1;
+                false
+            }
+        }
+    }
+
     /// Back-pressure from the layer above. While paused, in-order data that would
     /// start or continue delivery is left unacknowledged (the sender keeps and
     /// resends it) and ACKs advertise a zero window; nothing is ever dropped for
@@ -207,4 +360,13 @@ impl Engine {
             self.schedule(h);
         }
     }
+}
+
+/// Adds `inc` to a sealed peer's incarnations left behind, forgetting the
+/// oldest beyond [`peers::SEALED_HISTORY`].
+fn remember(history: &mut Vec<u64>, inc: u64) {
+    if history.len() == peers::SEALED_HISTORY {
+        history.remove(0);
+    }
+    history.push(inc);
 }

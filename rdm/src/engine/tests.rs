@@ -23,6 +23,7 @@ fn header_roundtrip_and_corruption_is_detected() {
         sack: 0b101,
         header_sum: false,
         unsummed: false,
+        sealed: Sealed::No,
     };
     let mut buf = [0u8; 100];
     let n = h.encode(b"hello", &mut buf);
@@ -572,6 +573,7 @@ fn a_direct_fragment_out_of_place_is_dropped_and_counted() {
         sack: 0,
         header_sum: false,
         unsummed: false,
+        sealed: Sealed::No,
     };
     let mut buf = vec![0u8; 200];
     // A LAST with no message open; then a FIRST, and a FIRST again.

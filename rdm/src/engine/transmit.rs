@@ -21,7 +21,9 @@ impl Engine {
     /// `buf`, if any, and reports its send complete.
     fn transmit_datagram(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let d = self.dgram_tx.front()?;
-        if buf.len() < HEADER_LEN + d.payload.len() {
+        let sealed = self.sealing_to(&d.dst);
+        let trailer = if sealed == Sealed::No { 0 } else { TRAILER_LEN };
+        if buf.len() < HEADER_LEN + d.payload.len() + trailer {
             return None;
         }
         let d = self.dgram_tx.pop_front()?;
@@ -32,15 +34,22 @@ impl Engine {
             job_key: self.cfg.job_key,
             src_inc: self.cfg.incarnation,
             dst_inc: d.dst_inc,
-            psn_or_window: 0,
+            // A challenge (the one ACK queued here) closes no window.
+            psn_or_window: if d.ptype == PacketType::Ack { RX_WINDOW } else { 0 },
             ack: Psn(0),
             sack: 0,
             header_sum: false,
             unsummed: unsummed_to(&d.dst, self.path_of(d.peer)),
+            sealed,
         };
-        let len = header.encode(&d.payload, buf);
+        let mut len = header.encode(&d.payload, buf);
+        if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+            len = s.seal(buf, len, sealed);
+        }
         self.dgram_bytes -= d.payload.len();
-        if d.ptype == PacketType::Direct {
+        if d.ptype == PacketType::Ack {
+            self.stats.sent_challenges += 1;
+        } else if d.ptype == PacketType::Direct {
             self.stats.sent_direct += 1;
             if d.last {
                 self.events.push_back(Event::SendComplete { token: d.token });
@@ -59,9 +68,16 @@ impl Engine {
 
     /// Moves pending messages into segments while the window allows.
     pub(super) fn fill_window(&mut self, h: u32) {
-        let payload_max = self.path_of(self.hot[h as usize].peer).payload_max as usize;
+        let peer = self.hot[h as usize].peer;
+        let payload_max = self.path_of(peer).payload_max as usize;
+        let sealed = self.sealing_to(&self.cold[peer.0 as usize].addr) != Sealed::No;
         let hot = &mut self.hot[h as usize];
-        let window = hot.cc.window().min(hot.tx.peer_window).min(self.cfg.max_window).max(1);
+        let mut window = hot.cc.window().min(hot.tx.peer_window).min(self.cfg.max_window).max(1);
+        if sealed && hot.peer_inc == 0 {
+            // A sealed receiver acts on nothing that does not name it: one
+            // datagram asks for its incarnation; the rest waits for it.
+            window = 1;
+        }
         while (hot.tx.unacked.len() as u32) < window {
             let Some(m) = hot.tx.pending.front_mut() else { break };
             let total = m.data.len() + m.gather.map_or(0, |g| g.len() as usize);
@@ -116,6 +132,11 @@ impl Engine {
             let (dst, path) = (cold.addr, cold.path.unwrap_or(self.default_path));
             let reliable = path.reliable;
             let unsummed = unsummed_to(&dst, path);
+            let sealed = match &self.sealer {
+                Some(s) if !dst.crosses_no_wire() => s.sealing(),
+                _ => Sealed::No,
+            };
+            let trailer = if sealed == Sealed::No { 0 } else { TRAILER_LEN };
             // Data: one datagram, or a run of them back to back in `buf` where the
             // path's device takes runs (each `seg` bytes, the last maybe shorter).
             let run_room = if path.gso && self.runs { buf.len().min(RUN_MAX_BYTES) } else { 0 };
@@ -143,7 +164,7 @@ impl Engine {
                         gather.map(|buf| Gathered { buf, peer: hot.peer, psn, sent_before, retransmitted_before }),
                     )
                 };
-                let wire_len = HEADER_LEN + held_len;
+                let wire_len = HEADER_LEN + held_len + trailer;
                 if total == 0 {
                     if buf.len() < wire_len {
                         return None;
@@ -173,8 +194,12 @@ impl Engine {
                     sack,
                     header_sum: gather.is_some(),
                     unsummed,
+                    sealed,
                 };
-                let len = header.encode(seg.split().0, &mut buf[total..]);
+                let mut len = header.encode(seg.split().0, &mut buf[total..]);
+                if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+                    len = s.seal(&mut buf[total..], len, sealed);
+                }
                 if seg.sent_at.is_some() {
                     seg.retransmitted = true;
                     self.stats.retransmits += 1;
@@ -227,11 +252,15 @@ impl Engine {
                     sack: hot.rx.sack_bits(),
                     header_sum: false,
                     unsummed,
+                    sealed,
                 };
-                if buf.len() < HEADER_LEN {
+                if buf.len() < HEADER_LEN + trailer {
                     return None;
                 }
-                let len = header.encode(&[], buf);
+                let mut len = header.encode(&[], buf);
+                if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+                    len = s.seal(buf, len, sealed);
+                }
                 self.stats.sent_acks += 1;
                 return Some(Transmit { dst, len, seg: len, gather: None });
             }

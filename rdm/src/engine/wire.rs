@@ -35,6 +35,28 @@ const F_FIRST: u8 = 1;
 const F_LAST: u8 = 2;
 const F_HEADER_SUM: u8 = 4;
 const F_UNSUMMED: u8 = 8;
+const F_SEALED: u8 = 16;
+const F_ENCRYPTED: u8 = 32;
+
+/// Bytes a sealed datagram carries after its payload (`PROTOCOL.md` §2.5):
+/// the sender's packet counter (8, the AEAD nonce) and the tag (16).
+pub const TRAILER_LEN: usize = 8 + TAG_LEN;
+/// Bytes of the authentication tag.
+pub const TAG_LEN: usize = 16;
+
+/// Whether (and how) a datagram is sealed with the job's secret
+/// (`PROTOCOL.md` §2.5): an AEAD tag over header and payload, and, with
+/// [`Sealed::Encrypted`], the payload enciphered. A sealed datagram has no
+/// checksum (the tag is a stronger one) and ends in a [`TRAILER_LEN`]-byte
+/// trailer, which the engine's sealer writes and checks (the header alone
+/// cannot: it has no key).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sealed {
+    #[default]
+    No,
+    Tagged,
+    Encrypted,
+}
 
 /// A parsed packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +86,9 @@ pub struct Header {
     /// single cost of a small message. A receiver takes it only from such a
     /// ring ([`crate::device::DevAddr::crosses_no_wire`]).
     pub unsummed: bool,
+    /// Sealed with the job's secret (`PROTOCOL.md` §2.5): no checksum, a
+    /// trailer after the payload. Never with `unsummed` or `header_sum`.
+    pub sealed: Sealed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,7 +206,20 @@ impl Header {
             return Err(DecodeError::Version(b[field::VERSION]));
         }
         let flags = b[field::FLAGS];
-        if flags & F_UNSUMMED != 0 {
+        let mut end = b.len();
+        if flags & F_SEALED != 0 {
+            // The tag, checked by the engine's sealer, guards it all; a
+            // sealer writes zero here and no other coverage beside it.
+            if get_u32(b, field::CHECKSUM) != 0 || flags & (F_HEADER_SUM | F_UNSUMMED) != 0 {
+                return Err(DecodeError::Flags(flags));
+            }
+            if b.len() < HEADER_LEN + TRAILER_LEN {
+                return Err(DecodeError::Short);
+            }
+            end -= TRAILER_LEN;
+        } else if flags & F_ENCRYPTED != 0 {
+            return Err(DecodeError::Flags(flags));
+        } else if flags & F_UNSUMMED != 0 {
             // Nothing to verify, but a sender that leaves the sum out
             // writes zero there, and says nothing else about its coverage.
             if get_u32(b, field::CHECKSUM) != 0 || flags & F_HEADER_SUM != 0 {
@@ -195,6 +233,8 @@ impl Header {
         }
         let ptype = PacketType::from_wire(b[field::TYPE]).ok_or(DecodeError::Type(b[field::TYPE]))?;
         let allowed = F_UNSUMMED
+            | F_SEALED
+            | F_ENCRYPTED
             | match ptype {
                 PacketType::Data => F_FIRST | F_LAST | F_HEADER_SUM,
                 PacketType::Direct => F_FIRST | F_LAST,
@@ -215,8 +255,13 @@ impl Header {
             sack: get_u64(b, field::SACK),
             header_sum: flags & F_HEADER_SUM != 0,
             unsummed: flags & F_UNSUMMED != 0,
+            sealed: match (flags & F_SEALED != 0, flags & F_ENCRYPTED != 0) {
+                (false, _) => Sealed::No,
+                (true, false) => Sealed::Tagged,
+                (true, true) => Sealed::Encrypted,
+            },
         };
-        Ok((h, &b[HEADER_LEN..]))
+        Ok((h, &b[HEADER_LEN..end]))
     }
 
     /// Writes every field of the header, then `payload`, into `buf`, then
@@ -229,21 +274,29 @@ impl Header {
     }
 
     /// Writes every field but the checksum into `b` (the header's
-    /// [`HEADER_LEN`] bytes); returns (UNSUMMED, HEADER_SUM) as written.
+    /// [`HEADER_LEN`] bytes); returns (UNSUMMED, HEADER_SUM) as written
+    /// (both false for a sealed header, which carries no checksum).
     #[inline(always)]
     fn put_fields(&self, b: &mut [u8]) -> (bool, bool) {
         debug_assert_eq!(b.len(), HEADER_LEN);
         b[field::MAGIC] = MAGIC;
         b[field::VERSION] = VERSION;
         b[field::TYPE] = self.ptype.to_wire();
-        // UNSUMMED wins over HEADER_SUM: a path that crosses no wire does
-        // not gather from registered memory, and the two never go together.
-        let unsummed = self.unsummed;
-        let header_sum = self.header_sum && !unsummed;
+        // Sealing wins over both (a sealed path neither crosses no wire nor
+        // gathers); UNSUMMED wins over HEADER_SUM: a path that crosses no
+        // wire does not gather from registered memory.
+        let sealed = match self.sealed {
+            Sealed::No => 0,
+            Sealed::Tagged => F_SEALED,
+            Sealed::Encrypted => F_SEALED | F_ENCRYPTED,
+        };
+        let unsummed = self.unsummed && sealed == 0;
+        let header_sum = self.header_sum && !unsummed && sealed == 0;
         b[field::FLAGS] = (if self.first { F_FIRST } else { 0 })
             | (if self.last { F_LAST } else { 0 })
             | (if header_sum { F_HEADER_SUM } else { 0 })
-            | (if unsummed { F_UNSUMMED } else { 0 });
+            | (if unsummed { F_UNSUMMED } else { 0 })
+            | sealed;
         b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
         b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
         b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
@@ -266,7 +319,7 @@ impl Header {
             b[at..at + p.len()].copy_from_slice(p);
             at += p.len();
         }
-        if unsummed {
+        if unsummed || self.sealed != Sealed::No {
             b[field::CHECKSUM].fill(0);
         } else if header_sum {
             seal(&mut b[..HEADER_LEN]);
@@ -290,7 +343,7 @@ impl Header {
             seal(&mut b);
             return b;
         }
-        if !unsummed {
+        if !unsummed && self.sealed == Sealed::No {
             return sum_over(b, parts);
         }
         b
@@ -333,6 +386,7 @@ mod tests {
                 sack: 0,
                 header_sum,
                 unsummed,
+                sealed: Sealed::No,
             };
             let parts: [&[u8]; 3] = [b"header..", b"", b"payload bytes"];
             let mut whole = [0u8; 256];
@@ -353,7 +407,7 @@ mod tests {
                     src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64, header_sum: bool, unsummed: bool) -> Header {
             let fragments = ptype.has_fragments();
             Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack,
-                     header_sum: header_sum && ptype == PacketType::Data && !unsummed, unsummed }
+                     header_sum: header_sum && ptype == PacketType::Data && !unsummed, unsummed, sealed: Sealed::No }
         }
     }
 
@@ -371,6 +425,7 @@ mod tests {
             sack: 0,
             header_sum: true,
             unsummed: false,
+            sealed: Sealed::No,
         };
         let mut buf = [0u8; HEADER_LEN + 8];
         let n = h.encode(b"abcdefgh", &mut buf);
@@ -412,6 +467,7 @@ mod tests {
                 sack: 6,
                 header_sum: false,
                 unsummed: true,
+                sealed: Sealed::No,
             };
             let mut buf = [0xaau8; HEADER_LEN + 8];
             let n = h.encode(b"abcdefgh", &mut buf);
@@ -441,6 +497,7 @@ mod tests {
             sack: 0,
             header_sum: true,
             unsummed: true,
+            sealed: Sealed::No,
         };
         let mut buf = [0u8; HEADER_LEN];
         let n = both.encode(b"", &mut buf);
