@@ -140,7 +140,7 @@ pub struct EpState {
 fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dyn Device>, RdmxAddr)> {
     let src = profile.src.unwrap_or(RdmxAddr::EMPTY);
     let incarnation = random_u64();
-    let job_key = profile.auth_key.map(|(k, _)| k).unwrap_or(params().job_key);
+    let job_key = crate::job::job_of(profile)?.key;
     let dev = devices.open(&OpenSpec { bind: src.udp, incarnation, job_key })?;
     let local = RdmxAddr::of_local(&dev.local_addrs(), incarnation);
     Ok((dev, local))
@@ -280,8 +280,10 @@ impl EpShared {
         let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
         let caps = device.caps();
         let p = params();
+        let job = crate::job::job_of(&st.profile)?;
         let cfg = EndpointConfig {
-            job_key: st.profile.auth_key.map(|(k, _)| k).unwrap_or(p.job_key),
+            job_key: job.key,
+            auth: job.auth.clone(),
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
             background_progress: auto,

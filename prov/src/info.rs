@@ -8,6 +8,7 @@
 //! them.
 use crate::addr::{RdmxAddr, ADDR_LEN};
 use crate::error::{Error, Result};
+use crate::job::AuthKey;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::{params, DeviceChoice};
 use libfabric_sys as fi;
@@ -242,9 +243,10 @@ pub struct Profile {
     pub dest: Option<Vec<u8>>,
     /// The application's `handle` (an opaque pointer value, echoed back).
     pub handle: usize,
-    /// Job key from the endpoint's or domain's `auth_key` (up to 8 bytes), with
-    /// its length so it is echoed back exactly.
-    pub auth_key: Option<(u64, usize)>,
+    /// The endpoint's or domain's `auth_key`: a job key in clear (up to 8
+    /// bytes, with its length so it is echoed back exactly) or a job secret
+    /// (16 to 1024 bytes; `job.rs`).
+    pub auth_key: Option<AuthKey>,
     /// The API version the application asked for (`fi_getinfo`'s `version`,
     /// or the fabric's `api_version` from `fi_domain` on): which rules and
     /// which appended struct fields apply ([`appended`]).
@@ -511,18 +513,19 @@ unsafe fn opt_cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
     }
 }
 
-/// An `auth_key` of up to 8 bytes as the job key (little-endian, zero-padded).
+/// An `auth_key` as rdmx takes it ([`AuthKey::from_bytes`]).
 ///
 /// # Safety
 /// `key` is null or valid for `len` bytes.
-unsafe fn auth_key(key: *const u8, len: usize) -> Option<(u64, usize)> {
-    if key.is_null() || len == 0 || len > 8 {
-        return None;
+unsafe fn auth_key(key: *const u8, len: usize) -> Result<Option<AuthKey>> {
+    if key.is_null() || len == 0 {
+        return Ok(None);
     }
-    let mut b = [0u8; 8];
+    if len > rdm::engine::seal::SECRET_MAX_LEN {
+        return Err(Error::NoData);
+    }
     // SAFETY: per contract.
-    b[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(key, len) });
-    Some((u64::from_le_bytes(b), len))
+    AuthKey::from_bytes(unsafe { std::slice::from_raw_parts(key, len) })
 }
 
 /// Applies one hint set to a profile: `Err(NoData)` if it cannot be satisfied,
@@ -564,14 +567,11 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
             // Includes FI_SHARED_CONTEXT (usize::MAX): no shared or scalable contexts.
             return Err(Error::NoData);
         }
-        if ep.auth_key_size > 8 {
-            return Err(Error::NoData);
-        }
         if let Some(f) = mem_tag_format(ep.mem_tag_format, version)? {
             p.mem_tag_format = f;
         }
         // SAFETY: auth_key points at auth_key_size bytes when non-null.
-        if let Some(k) = unsafe { auth_key(ep.auth_key, ep.auth_key_size) } {
+        if let Some(k) = unsafe { auth_key(ep.auth_key, ep.auth_key_size) }? {
             p.auth_key = Some(k);
         }
     }
@@ -607,14 +607,13 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
             || dom.max_ep_rx_ctx > 1
             || dom.max_ep_stx_ctx > 0
             || dom.max_ep_srx_ctx > 0
-            || dom.auth_key_size > 8
             || dom.max_err_data > 0
         {
             return Err(Error::NoData);
         }
         if p.auth_key.is_none() {
             // SAFETY: as above.
-            p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) };
+            p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) }?;
         }
         // SAFETY: `domain_attr` is non-null (`h.dom` is Some) and, as the
         // hints of a request of API `version` (<= the running library's), was
@@ -983,9 +982,10 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         ep.mem_tag_format = p.mem_tag_format;
         ep.tx_ctx_cnt = 1;
         ep.rx_ctx_cnt = 1;
-        if let Some((k, len)) = p.auth_key {
-            ep.auth_key = malloc_copy(&k.to_le_bytes()[..len]) as *mut u8;
-            ep.auth_key_size = if ep.auth_key.is_null() { 0 } else { len };
+        if let Some(k) = &p.auth_key {
+            let bytes = k.bytes();
+            ep.auth_key = malloc_copy(&bytes) as *mut u8;
+            ep.auth_key_size = if ep.auth_key.is_null() { 0 } else { bytes.len() };
         }
         let d = &mut *i.domain_attr;
         d.name = strdup(domain_name(p.device));

@@ -50,6 +50,7 @@ pub mod error;
 pub mod fabric;
 pub mod fid;
 pub mod info;
+pub mod job;
 pub mod log;
 pub mod mr;
 pub mod params;

@@ -27,6 +27,11 @@ pub struct Params {
     pub udp_mtu: usize,
     pub peer_timeout: Duration,
     pub job_key: u64,
+    /// `FI_RDMX_JOB_SECRET_FILE` / `FI_RDMX_JOB_SECRET`: the job's secret
+    /// (`job.rs`), or why the one named cannot be used.
+    pub job_secret: Option<Result<crate::job::SecretBytes, String>>,
+    /// `FI_RDMX_JOB_ENCRYPT`: with a secret, encipher payloads too.
+    pub job_encrypt: bool,
     pub progress_thread: bool,
     /// Print the endpoint's counters at close (`rdmx: <name> <value>` lines):
     /// `FI_RDMX_STATS=1`.
@@ -68,6 +73,8 @@ impl Default for Params {
             udp_mtu: 1472,
             peer_timeout: engine.peer_timeout,
             job_key: engine.job_key,
+            job_secret: None,
+            job_encrypt: false,
             progress_thread: true,
             stats: false,
             stats_path: None,
@@ -105,6 +112,9 @@ const DEFINITIONS: &[(&CStr, Kind, &CStr)] = &[
     (c"udp_mtu", Kind::Size, c"Largest UDP datagram rdmx sends, headers included (default 1472)"),
     (c"peer_timeout", Kind::Int, c"Milliseconds a peer may stay silent while operations to it are pending before it is declared unreachable and they fail (default 30000)"),
     (c"job_key", Kind::Size, c"Job key carried by every packet when the endpoint has no auth_key; packets with another key are dropped (default 0)"),
+    (c"job_secret", Kind::Str, c"The job's secret (16 to 1024 bytes), the same in every rank, when the endpoint's auth_key is not one: every datagram over a wire (UDP, verbs, EFA; not shared memory) is then sealed with an AES-128-GCM tag, and only sealed datagrams of the job are taken. Prefer FI_RDMX_JOB_SECRET_FILE (an environment is readable by more tools than a file of mode 0600). Default: none (the job key in clear)"),
+    (c"job_secret_file", Kind::Str, c"A file holding the job's secret (16 to 1024 bytes; one trailing newline is dropped); wins over FI_RDMX_JOB_SECRET. An endpoint fails to open if the file cannot be read or is too short"),
+    (c"job_encrypt", Kind::Bool, c"With a job secret: encipher payloads too, not only tag them (default 0)"),
     (c"progress_thread", Kind::Bool, c"Run a background progress thread per endpoint that serves acks, retransmissions and incoming data while the application is not calling in (default 1; 0 = pure manual progress, and FI_PROGRESS_AUTO is then not offered)"),
     (c"inject_size", Kind::Size, c"Largest message sent with fi_inject / FI_INJECT (default 4096)"),
     (c"stats", Kind::Str, c"1 (or yes, true, on): print each endpoint's counters to stderr when it closes, one line per counter: 'rdmx: <name> <value>'. Any other value except 0 (no, false, off) is a path: each endpoint appends a JSON document (one per line) with its counters and per-peer counters there at close, on SIGUSR1 and every FI_RDMX_STATS_INTERVAL ms; %p in the path is replaced by the process id (default 0, off)"),
@@ -224,6 +234,8 @@ fn read() -> Params {
             .map(|v| Duration::from_millis(v as u64))
             .unwrap_or(d.peer_timeout),
         job_key: get_size(c"job_key").unwrap_or(d.job_key),
+        job_secret: crate::job::secret_from_env(get_str(c"job_secret"), get_str(c"job_secret_file")),
+        job_encrypt: get_bool(c"job_encrypt").unwrap_or(d.job_encrypt),
         progress_thread: get_bool(c"progress_thread").unwrap_or(d.progress_thread),
         stats: stats_mode.0,
         stats_path: stats_mode.1,

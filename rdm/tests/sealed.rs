@@ -217,7 +217,8 @@ fn altered_and_truncated_datagrams_are_refused() {
 }
 
 /// Every datagram of a finished exchange sent again, to the same receiver
-/// (inside and beyond its windows), to the receiver restarted, and from an
+/// (inside and beyond its windows, from the sender's address and from
+/// another), to the receiver restarted, and from an
 /// incarnation of the sender left behind several restarts ago: nothing is
 /// delivered twice or again, no send fails, and each is counted.
 #[test]
@@ -256,6 +257,15 @@ fn replayed_datagrams_are_refused_across_restarts() {
         p.a.handle_datagram(t, addr(1), d);
     }
     assert_eq!(counted(&p.a) - before, acks.len() as u64, "{:?}", p.a.stats());
+
+    // The same receiver, sent from another address (a new peer to it).
+    let before = counted(&p.b);
+    for d in &captured {
+        p.b.handle_datagram(t, addr(9), d);
+    }
+    assert!(delivered(&mut p.b).is_empty(), "a replay from elsewhere was delivered");
+    assert_eq!(counted(&p.b) - before, captured.len() as u64, "{:?}", p.b.stats());
+    assert_eq!(p.b.peer_id_of(addr(9)), None, "a replay from elsewhere made a peer");
 
     // The receiver restarted (same address, new incarnation).
     let mut b2 = engine(0xB2, Some(key.clone()));

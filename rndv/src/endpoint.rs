@@ -65,10 +65,13 @@ pub trait Clock {
 /// What the provider chooses for an endpoint (libfabric parameters and the
 /// endpoint's attributes); the engines' configurations follow from it and the
 /// device's caps.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct EndpointConfig {
     /// Packets of another job key are dropped.
     pub job_key: u64,
+    /// The job's secret, when it has one: traffic over a wire is sealed
+    /// (`rdm/PROTOCOL.md` §2.5), and `job_key` is its job id.
+    pub auth: Option<std::sync::Arc<rdm::engine::JobAuth>>,
     /// This endpoint instance (a restarted process has a new one).
     pub incarnation: u64,
     /// A peer silent this long while we wait on it is declared failed.
@@ -97,6 +100,7 @@ impl Default for EndpointConfig {
         let msg = Config::default();
         EndpointConfig {
             job_key: 0,
+            auth: None,
             incarnation: 1,
             peer_timeout: Duration::from_secs(30),
             background_progress: false,
@@ -420,6 +424,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             mtu: caps.mtu,
             reliable: caps.reliable,
             job_key: cfg.job_key,
+            auth: cfg.auth.clone(),
             incarnation: cfg.incarnation,
             peer_timeout: cfg.peer_timeout,
             // With a progress thread, the ack of a completed message may wait

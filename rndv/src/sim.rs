@@ -71,7 +71,7 @@ impl<M: SimMemory> EndpointSim<M> {
             .into_iter()
             .enumerate()
             .map(|(i, mem)| SimNode {
-                ep: Self::endpoint(&net, i as u32, 1000 + i as u64, cfg, mem),
+                ep: Self::endpoint(&net, i as u32, 1000 + i as u64, cfg.clone(), mem),
                 done: Vec::new(),
                 events: Vec::new(),
                 closing: false,
@@ -102,7 +102,7 @@ impl<M: SimMemory> EndpointSim<M> {
     /// at the same address.
     pub fn restart(&mut self, i: usize, incarnation: u64, mem: M) {
         self.nodes[i] = SimNode {
-            ep: Self::endpoint(&self.net, i as u32, incarnation, self.cfg, mem),
+            ep: Self::endpoint(&self.net, i as u32, incarnation, self.cfg.clone(), mem),
             done: Vec::new(),
             events: Vec::new(),
             closing: false,

@@ -183,7 +183,7 @@ fn check_against_sent(
 
 fn run(seed: u64, gathered_writes: bool, kill_at: Option<usize>) -> Observed {
     let cfg = EndpointConfig { rndv_threshold: 4096, window_threshold: 4096, ..config() };
-    let mut sim = net_with(NODES, shm_path(), Link::default(), seed, cfg);
+    let mut sim = net_with(NODES, shm_path(), Link::default(), seed, cfg.clone());
     sim.net.set_gathered_writes(gathered_writes);
     let mut rng = Rng::new(seed);
     let mut recv_len = vec![Vec::new(); NODES];

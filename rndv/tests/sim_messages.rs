@@ -770,7 +770,7 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
 #[test]
 fn datagram_mode_matches_or_drops_and_never_retransmits() {
     let cfg = EndpointConfig { datagram: true, ..config() };
-    let mut sim = net_with(2, path(false), Link::default(), 1, cfg);
+    let mut sim = net_with(2, path(false), Link::default(), 1, cfg.clone());
     let to1 = sim.peer(0, 1);
     let at1 = sim.peer(1, 0);
     let max = 1400 - rdm::engine::HEADER_LEN - rndv::HEADER_LEN;

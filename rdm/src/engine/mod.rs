@@ -492,6 +492,11 @@ pub struct Engine {
     pathless: Vec<PeerId>,
     /// With a job secret: seals and opens datagrams over a wire.
     sealer: Option<Sealer>,
+    /// With a job secret: the peer each sealed incarnation was heard at
+    /// (taken or challenged there). A sealed datagram of one of them from
+    /// any other address is a copy sent from elsewhere: refused before any
+    /// peer state is made for that address.
+    sealed_homes: FxHashMap<u64, PeerId>,
     stats: Stats,
 }
 
@@ -541,6 +546,7 @@ impl Engine {
             direct_unpolled: Vec::new(),
             pathless: Vec::new(),
             sealer,
+            sealed_homes: FxHashMap::default(),
             stats: Stats::default(),
         }
     }

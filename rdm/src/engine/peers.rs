@@ -75,6 +75,9 @@ pub(super) struct SealedPeer {
     pub(super) history: Vec<u64>,
     /// The packet counters of the current incarnation.
     pub(super) replay: seal::ReplayWindow,
+    /// The incarnation last recorded as living at this peer's address
+    /// (`Engine::sealed_homes`).
+    pub(super) homed: u64,
 }
 
 /// Incarnations of one peer a sealed endpoint remembers as challenged, and
@@ -317,6 +320,11 @@ impl Engine {
         let Some(cold) = self.cold.get_mut(peer.0 as usize) else { return false };
         if inc == 0 {
             return true;
+        }
+        if self.sealer.is_some() {
+            // The application says where it lives: a sealed datagram of it
+            // from anywhere else is a copy (`receive`).
+            self.sealed_homes.entry(inc).or_insert(peer);
         }
         match cold.hot {
             None => {

@@ -66,6 +66,14 @@ impl Engine {
             self.stats.dropped_auth += 1;
             return None;
         };
+        if let Some(&home) = self.sealed_homes.get(&hdr.src_inc) {
+            // One incarnation sends from one address: a genuine datagram of
+            // it from another is a replay from elsewhere.
+            if self.cold[home.0 as usize].addr != from {
+                self.stats.dropped_replay += 1;
+                return None;
+            }
+        }
         if hdr.sealed == Sealed::Encrypted {
             let opened = std::mem::take(&mut sealer.opened);
             let lent = self.accept(now, from, hdr, &opened, Some(counter), false);
@@ -239,6 +247,7 @@ impl Engine {
                 return false;
             }
             if !sp.challenged.contains(&inc) {
+                self.sealed_homes.insert(inc, hot.peer);
                 if sp.challenged.len() == peers::SEALED_HISTORY {
                     let oldest = sp.challenged.remove(0);
                     remember(&mut sp.history, oldest);
@@ -277,6 +286,7 @@ impl Engine {
                 }
             }
             sp.replay = seal::ReplayWindow::default();
+            self.sealed_homes.insert(inc, hot.peer);
             if unheard {
                 // What we sent named no incarnation, and a sealed receiver
                 // acts on nothing that does not name its own: all of it
@@ -293,6 +303,10 @@ impl Engine {
                 self.stats.retransmits += n;
                 hot.counters.retransmits += n;
             }
+        }
+        if sp.homed != inc {
+            sp.homed = inc;
+            self.sealed_homes.entry(inc).or_insert(hot.peer);
         }
         match sp.replay.check(counter) {
             seal::Replay::Fresh => true,

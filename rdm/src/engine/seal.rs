@@ -21,12 +21,12 @@
 //! for data beyond it, by the sequence numbers), and across incarnations by
 //! the engine's rules on fresh packets (`receive`).
 //!
-//! The cryptography is `ring`'s (AES-GCM with AES-NI and carry-less multiply
-//! where the CPU has them; HKDF-SHA256); nothing here is hand-written beyond
-//! laying out the nonce and the trailer.
-use super::wire::{Sealed, HEADER_LEN, TAG_LEN, TRAILER_LEN};
-use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_128_GCM};
-use ring::hkdf;
+//! The cryptography is AWS-LC's (`aws-lc-rs`: AES-GCM with AES-NI, VAES and
+//! carry-less multiply where the CPU has them; HKDF-SHA256); nothing here is
+//! hand-written beyond laying out the nonce and the trailer.
+use super::wire::{Sealed, HEADER_LEN, TRAILER_LEN};
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+use aws_lc_rs::hkdf;
 use rustc_hash::FxHashMap;
 
 /// Fewest bytes a job secret has (128 bits).
@@ -50,7 +50,7 @@ pub struct SecretLength(pub usize);
 /// elsewhere gives unrelated keys.
 const SALT: &[u8] = b"rdmx job traffic, protocol 2";
 
-/// An HKDF output length for `ring`'s expand.
+/// An HKDF output length for `aws-lc-rs`'s expand.
 struct Len(usize);
 impl hkdf::KeyType for Len {
     fn len(&self) -> usize {
@@ -170,8 +170,7 @@ impl Sealer {
         let end = bytes.len() - TRAILER_LEN;
         let trailer = &bytes[end..];
         let counter = u64::from_le_bytes(trailer[..8].try_into().ok()?);
-        let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&trailer[8..]);
+        let tag = &trailer[8..];
         let derived;
         let key = match self.rx_keys.get(&src_inc) {
             Some(k) => k,
@@ -183,17 +182,10 @@ impl Sealer {
         let ok = if sealed == Sealed::Encrypted {
             self.opened.clear();
             self.opened.extend_from_slice(&bytes[HEADER_LEN..end]);
-            key.open_in_place_separate_tag(
-                nonce(counter),
-                Aad::from(&bytes[..HEADER_LEN]),
-                Tag::from(tag),
-                &mut self.opened,
-                0..,
-            )
-            .is_ok()
-        } else {
-            key.open_in_place_separate_tag(nonce(counter), Aad::from(&bytes[..end]), Tag::from(tag), &mut [], 0..)
+            key.open_in_place_separate_tag(nonce(counter), Aad::from(&bytes[..HEADER_LEN]), tag, &mut self.opened)
                 .is_ok()
+        } else {
+            key.open_in_place_separate_tag(nonce(counter), Aad::from(&bytes[..end]), tag, &mut []).is_ok()
         };
         if !ok {
             return None;

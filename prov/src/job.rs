@@ -1,0 +1,178 @@
+//! Which job an endpoint belongs to, and how its traffic is protected
+//! (`rdm/PROTOCOL.md` §2.5): the endpoint's `auth_key` (up to 8 bytes, a job
+//! key carried in clear; 16 to 1024 bytes, a job secret), else a secret the
+//! launcher hands every rank (`FI_RDMX_JOB_SECRET`, or a file named by
+//! `FI_RDMX_JOB_SECRET_FILE`), else `FI_RDMX_JOB_KEY` in clear. With a
+//! secret, datagrams over a wire are sealed (tagged; enciphered too with
+//! `FI_RDMX_JOB_ENCRYPT=1`). The secret's bytes are never logged.
+use crate::error::{Error, Result};
+use crate::info::Profile;
+use crate::params::params;
+use rdm::engine::{JobAuth, JobSecret};
+use std::sync::Arc;
+
+/// A job secret's bytes, as given (kept for `fi_getinfo`'s answer, which
+/// echoes the `auth_key`); `Debug` shows their length only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretBytes(pub Arc<[u8]>);
+
+impl std::fmt::Debug for SecretBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretBytes({} bytes)", self.0.len())
+    }
+}
+
+/// An `auth_key` as rdmx takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthKey {
+    /// Up to 8 bytes: the job key (little-endian, zero-padded) and its length.
+    JobKey(u64, usize),
+    /// 16 to 1024 bytes: the job secret.
+    Secret(SecretBytes),
+}
+
+impl AuthKey {
+    /// Reads an `auth_key` of `len` bytes: `Ok(None)` for none, an error
+    /// for a length rdmx does not take (9 to 15 bytes: too long for a key in
+    /// clear, too short for a secret; more than 1024).
+    pub fn from_bytes(key: &[u8]) -> Result<Option<AuthKey>> {
+        match key.len() {
+            0 => Ok(None),
+            1..=8 => {
+                let mut b = [0u8; 8];
+                b[..key.len()].copy_from_slice(key);
+                Ok(Some(AuthKey::JobKey(u64::from_le_bytes(b), key.len())))
+            }
+            n if (rdm::engine::seal::SECRET_MIN_LEN..=rdm::engine::seal::SECRET_MAX_LEN).contains(&n) => {
+                Ok(Some(AuthKey::Secret(SecretBytes(key.into()))))
+            }
+            _ => Err(Error::NoData),
+        }
+    }
+
+    /// The bytes given (what `fi_getinfo` echoes).
+    pub fn bytes(&self) -> Vec<u8> {
+        match self {
+            AuthKey::JobKey(k, len) => k.to_le_bytes()[..*len].to_vec(),
+            AuthKey::Secret(s) => s.0.to_vec(),
+        }
+    }
+}
+
+/// How an endpoint's traffic over a wire goes (the stats and the logs say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// The job key in clear, a CRC-32 against corruption only.
+    Clear,
+    /// Every datagram tagged with the job's secret.
+    Tagged,
+    /// Tagged, and payloads enciphered.
+    Encrypted,
+}
+
+impl Protection {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protection::Clear => "clear",
+            Protection::Tagged => "tagged",
+            Protection::Encrypted => "encrypted",
+        }
+    }
+}
+
+/// An endpoint's job: the key its packets carry, and the secret sealing
+/// them when it has one.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub key: u64,
+    pub auth: Option<Arc<JobAuth>>,
+}
+
+impl Job {
+    pub fn protection(&self) -> Protection {
+        match &self.auth {
+            None => Protection::Clear,
+            Some(a) if a.encrypt => Protection::Encrypted,
+            Some(_) => Protection::Tagged,
+        }
+    }
+}
+
+/// The job of an endpoint with `profile`. An error when a secret was asked
+/// for and cannot be had (an unreadable or too short secret file): the
+/// endpoint must not fall back to traffic in clear.
+pub fn job_of(profile: &Profile) -> Result<Job> {
+    let p = params();
+    let secret = match &profile.auth_key {
+        Some(AuthKey::JobKey(k, _)) => return Ok(Job { key: *k, auth: None }),
+        Some(AuthKey::Secret(s)) => Some(s.0.clone()),
+        None => match &p.job_secret {
+            None => None,
+            Some(Ok(s)) => Some(s.0.clone()),
+            Some(Err(why)) => return Err(Error::Other(why.clone())),
+        },
+    };
+    let Some(secret) = secret else { return Ok(Job { key: p.job_key, auth: None }) };
+    let secret = JobSecret::new(&secret).map_err(|_| Error::NoData)?;
+    let key = secret.job_id();
+    Ok(Job { key, auth: Some(Arc::new(JobAuth { secret, encrypt: p.job_encrypt })) })
+}
+
+/// The secret the environment names: `FI_RDMX_JOB_SECRET_FILE` (a file's
+/// bytes, one trailing newline dropped) wins over `FI_RDMX_JOB_SECRET` (the
+/// value's bytes). `None` when neither is set; an error text when the one
+/// set cannot be used.
+pub fn secret_from_env(
+    value: Option<String>,
+    file: Option<String>,
+) -> Option<std::result::Result<SecretBytes, String>> {
+    let bytes = match (file, value) {
+        (Some(path), _) => match std::fs::read(&path) {
+            Ok(mut b) => {
+                if b.last() == Some(&b'\n') {
+                    b.pop();
+                }
+                b
+            }
+            Err(e) => return Some(Err(format!("FI_RDMX_JOB_SECRET_FILE {path}: {e}"))),
+        },
+        (None, Some(v)) => v.into_bytes(),
+        (None, None) => return None,
+    };
+    let (min, max) = (rdm::engine::seal::SECRET_MIN_LEN, rdm::engine::seal::SECRET_MAX_LEN);
+    if !(min..=max).contains(&bytes.len()) {
+        return Some(Err(format!("the job secret has {} bytes; it needs {min} to {max}", bytes.len())));
+    }
+    Some(Ok(SecretBytes(bytes.into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_keys_are_keys_in_clear_or_secrets_by_length() {
+        assert_eq!(AuthKey::from_bytes(&[]).unwrap(), None);
+        assert_eq!(AuthKey::from_bytes(&[1, 2]).unwrap(), Some(AuthKey::JobKey(0x0201, 2)));
+        for bad in [9, 15, 1025] {
+            assert!(AuthKey::from_bytes(&vec![1; bad]).is_err(), "{bad} bytes");
+        }
+        let s = AuthKey::from_bytes(&[3; 16]).unwrap().unwrap();
+        assert_eq!(s.bytes(), vec![3; 16]);
+        assert!(!format!("{s:?}").contains("3, 3"), "a secret's bytes in Debug: {s:?}");
+    }
+
+    #[test]
+    fn the_environment_secret_comes_from_a_file_or_the_value_and_is_checked() {
+        assert!(secret_from_env(None, None).is_none());
+        assert_eq!(secret_from_env(Some("x".repeat(16)), None), Some(Ok(SecretBytes(b"xxxxxxxxxxxxxxxx"[..].into()))));
+        assert!(secret_from_env(Some("short".into()), None).unwrap().is_err());
+        let dir = std::env::temp_dir().join(format!("rdmx-secret-{}", std::process::id()));
+        std::fs::write(&dir, b"0123456789abcdef\n").unwrap();
+        let got = secret_from_env(Some("ignored value, the file wins".into()), Some(dir.display().to_string()));
+        assert_eq!(got, Some(Ok(SecretBytes(b"0123456789abcdef"[..].into()))));
+        std::fs::remove_file(&dir).unwrap();
+        let missing = secret_from_env(None, Some(dir.display().to_string())).unwrap();
+        assert!(missing.unwrap_err().contains("FI_RDMX_JOB_SECRET_FILE"));
+    }
+}
