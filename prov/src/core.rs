@@ -133,6 +133,8 @@ pub struct EpState {
     /// `FI_RDMX_STATS=<path>`: when this endpoint writes its JSON document
     /// besides at close (SIGUSR1, the interval). None otherwise.
     pub(crate) stats_dump: Option<crate::stats_json::DumpSchedule>,
+    /// How the endpoint's traffic over a wire goes (set at enable).
+    pub job_traffic: crate::job::Protection,
 }
 
 /// Opens the endpoint's queue on its domain's device and returns it with the
@@ -200,6 +202,7 @@ impl EpShared {
                 local,
                 running: None,
                 stats_dump: None,
+                job_traffic: crate::job::Protection::Clear,
             }),
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
@@ -281,6 +284,7 @@ impl EpShared {
         let caps = device.caps();
         let p = params();
         let job = crate::job::job_of(&st.profile)?;
+        st.job_traffic = job.protection();
         let cfg = EndpointConfig {
             job_key: job.key,
             auth: job.auth.clone(),
@@ -300,10 +304,11 @@ impl EpShared {
         let local = st.local;
         fi_info!(
             Subsys::EpCtrl,
-            "endpoint enabled at {} (mtu {}, reliable device: {})",
+            "endpoint enabled at {} (mtu {}, reliable device: {}, job traffic over a wire: {})",
             local.to_uri(),
             caps.mtu,
-            caps.reliable
+            caps.reliable,
+            st.job_traffic.name()
         );
         let mem = ProcessMemory { keys: st.mr_keys.clone(), virt_addr: st.mr_virt_addr };
         let mut ep = Endpoint::new(device, cfg, mem, MonotonicClock);

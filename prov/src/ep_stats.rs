@@ -84,6 +84,16 @@ impl EpState {
             ("dropped_checksum", st.dropped_checksum),
             ("dropped_job_key", st.dropped_job_key),
             ("dropped_stale", st.dropped_stale),
+            // Sealed job traffic (a job secret; rdm/PROTOCOL.md §2.5): how it
+            // goes (0 the job key in clear, 1 tagged, 2 tagged and
+            // enciphered), datagrams refused as unsealed or forged, as
+            // replays, as naming no incarnation of ours, and the challenges
+            // that asked their senders to name it.
+            ("job_traffic_sealed", self.job_traffic as u64),
+            ("dropped_auth", st.dropped_auth),
+            ("dropped_replay", st.dropped_replay),
+            ("dropped_unnamed", st.dropped_unnamed),
+            ("challenges_sent", st.sent_challenges),
             ("peers_failed", st.peers_failed),
             ("eager_sent", m.eager_sent),
             ("rendezvous_sent", m.rts_sent),
@@ -157,6 +167,7 @@ impl EpState {
         j.field_u64("pid", std::process::id() as u64);
         j.field_u64("time_ms", crate::stats_json::unix_ms());
         j.field_str("endpoint", &r.local.to_uri());
+        j.field_str("job_traffic", self.job_traffic.name());
         j.begin_object("counters");
         for (k, v) in counters {
             j.field_u64(k, v);
