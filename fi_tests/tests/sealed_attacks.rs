@@ -242,7 +242,7 @@ fn attack() {
         sock.send_to(d, b_udp).unwrap();
         sent[kind] += 1;
         paced += 1;
-        if paced % 32 == 0 {
+        if paced.is_multiple_of(32) {
             // Within the receiver's socket buffer: a datagram the kernel
             // drops would be counted nowhere.
             b.poll_cq(Duration::ZERO);

@@ -137,12 +137,19 @@ pub struct EpState {
     pub job_traffic: crate::job::Protection,
 }
 
+/// The job of an endpoint with `profile` (its `auth_key`, else the
+/// environment's; `job.rs`).
+fn job_of_profile(profile: &Profile) -> Result<crate::job::Job> {
+    let p = params();
+    crate::job::job_of(profile.auth_key.as_ref(), p.job_secret.as_ref(), p.job_key, p.job_encrypt)
+}
+
 /// Opens the endpoint's queue on its domain's device and returns it with the
 /// local address (built from every address the device answers on).
 fn open_device(profile: &Profile, devices: &dyn DeviceContext) -> Result<(Box<dyn Device>, RdmxAddr)> {
     let src = profile.src.unwrap_or(RdmxAddr::EMPTY);
     let incarnation = random_u64();
-    let job_key = crate::job::job_of(profile)?.key;
+    let job_key = job_of_profile(profile)?.key;
     let dev = devices.open(&OpenSpec { bind: src.udp, incarnation, job_key })?;
     let local = RdmxAddr::of_local(&dev.local_addrs(), incarnation);
     Ok((dev, local))
@@ -283,7 +290,7 @@ impl EpShared {
         let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
         let caps = device.caps();
         let p = params();
-        let job = crate::job::job_of(&st.profile)?;
+        let job = job_of_profile(&st.profile)?;
         st.job_traffic = job.protection();
         let cfg = EndpointConfig {
             job_key: job.key,

@@ -6,8 +6,6 @@
 //! secret, datagrams over a wire are sealed (tagged; enciphered too with
 //! `FI_RDMX_JOB_ENCRYPT=1`). The secret's bytes are never logged.
 use crate::error::{Error, Result};
-use crate::info::Profile;
-use crate::params::params;
 use rdm::engine::{JobAuth, JobSecret};
 use std::sync::Arc;
 
@@ -98,24 +96,30 @@ impl Job {
     }
 }
 
-/// The job of an endpoint with `profile`. An error when a secret was asked
-/// for and cannot be had (an unreadable or too short secret file): the
-/// endpoint must not fall back to traffic in clear.
-pub fn job_of(profile: &Profile) -> Result<Job> {
-    let p = params();
-    let secret = match &profile.auth_key {
+/// The job of an endpoint whose `auth_key` is `auth_key`, given the
+/// environment's secret (`FI_RDMX_JOB_SECRET_FILE` / `FI_RDMX_JOB_SECRET`,
+/// [`secret_from_env`]), `FI_RDMX_JOB_KEY` and `FI_RDMX_JOB_ENCRYPT`. An
+/// error when a secret was asked for and cannot be had (an unreadable or
+/// too short secret file): the endpoint must not fall back to traffic in
+/// clear.
+pub fn job_of(
+    auth_key: Option<&AuthKey>,
+    env_secret: Option<&std::result::Result<SecretBytes, String>>,
+    job_key: u64,
+    encrypt: bool,
+) -> Result<Job> {
+    let secret = match auth_key {
         Some(AuthKey::JobKey(k, _)) => return Ok(Job { key: *k, auth: None }),
-        Some(AuthKey::Secret(s)) => Some(s.0.clone()),
-        None => match &p.job_secret {
-            None => None,
-            Some(Ok(s)) => Some(s.0.clone()),
+        Some(AuthKey::Secret(s)) => s.0.clone(),
+        None => match env_secret {
+            None => return Ok(Job { key: job_key, auth: None }),
+            Some(Ok(s)) => s.0.clone(),
             Some(Err(why)) => return Err(Error::Other(why.clone())),
         },
     };
-    let Some(secret) = secret else { return Ok(Job { key: p.job_key, auth: None }) };
     let secret = JobSecret::new(&secret).map_err(|_| Error::NoData)?;
     let key = secret.job_id();
-    Ok(Job { key, auth: Some(Arc::new(JobAuth { secret, encrypt: p.job_encrypt })) })
+    Ok(Job { key, auth: Some(Arc::new(JobAuth { secret, encrypt })) })
 }
 
 /// The secret the environment names: `FI_RDMX_JOB_SECRET_FILE` (a file's
@@ -160,6 +164,19 @@ mod tests {
         let s = AuthKey::from_bytes(&[3; 16]).unwrap().unwrap();
         assert_eq!(s.bytes(), vec![3; 16]);
         assert!(!format!("{s:?}").contains("3, 3"), "a secret's bytes in Debug: {s:?}");
+    }
+
+    #[test]
+    fn an_auth_key_wins_and_a_secret_that_cannot_be_had_fails() {
+        let env = secret_from_env(Some("e".repeat(16)), None);
+        let clear = job_of(Some(&AuthKey::JobKey(9, 1)), env.as_ref(), 5, false).unwrap();
+        assert_eq!((clear.key, clear.auth.is_none()), (9, true));
+        let sealed = job_of(None, env.as_ref(), 5, true).unwrap();
+        assert!(sealed.auth.is_some() && sealed.protection() == Protection::Encrypted);
+        assert_eq!(sealed.key, JobSecret::new(&[b'e'; 16]).unwrap().job_id());
+        assert_eq!(job_of(None, None, 5, false).unwrap().protection(), Protection::Clear);
+        let broken = Some(Err("FI_RDMX_JOB_SECRET_FILE x: not found".to_string()));
+        assert!(job_of(None, broken.as_ref(), 5, false).is_err(), "a broken secret falls back to clear");
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// Bottom to top.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version"]),
+    ("base", &["error", "log", "params", "clock", "addr", "entry", "fid", "info", "version", "job"]),
     (
         "arguments and queues",
         &[
