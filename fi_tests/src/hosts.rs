@@ -114,6 +114,17 @@ impl Hosts {
         self.hostfile.clone()
     }
 
+    /// The words that run a command on the switch between the hosts, where
+    /// every frame between them passes (an observer, or an attacker), with
+    /// the address `10.<net>.0.250` there so that it can also send from
+    /// an address of its own.
+    pub fn run_on_switch(&self) -> Vec<String> {
+        let ip = &self.hosts[0].ip;
+        let net = &ip[..ip.rfind('.').unwrap()];
+        let _ = sh(&format!("ip -n {} addr add {net}.250/24 dev br0 2>/dev/null", self.switch));
+        ["ip", "netns", "exec", &self.switch].iter().map(|x| x.to_string()).collect()
+    }
+
     /// The words that run a command on host `i` (prefix them to the command).
     pub fn run_on(&self, i: usize) -> Vec<String> {
         vec![self.agent.display().to_string(), self.hosts[i].name.clone()]

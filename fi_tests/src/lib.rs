@@ -5,6 +5,7 @@
 //! `scripts/test.sh`; default `build-out/lib` of the workspace) and select it with
 //! `FI_PROVIDER=rdmx`, exactly as an application would.
 
+pub mod attack;
 pub mod hosts;
 pub mod procs;
 pub mod stats_docs;

@@ -164,11 +164,22 @@ struct Job<'a> {
     osc_over_btl_ofi: bool,
     /// Words before the launcher (a wrapper that ends in `exec "$@"`).
     wrap: Vec<String>,
+    /// More variables the launcher hands every rank (a job's secret).
+    rank_env: Vec<(String, String)>,
 }
 
 impl<'a> Job<'a> {
     fn new(wheel: &'a Wheel, exe: &'a Path, np: usize) -> Job<'a> {
-        Job { wheel, exe, np, load: Load::ProviderPath, place: Place::OneHost, osc_over_btl_ofi: false, wrap: vec![] }
+        Job {
+            wheel,
+            exe,
+            np,
+            load: Load::ProviderPath,
+            place: Place::OneHost,
+            osc_over_btl_ofi: false,
+            wrap: vec![],
+            rank_env: vec![],
+        }
     }
 
     fn command(&self) -> Command {
@@ -205,6 +216,9 @@ impl<'a> Job<'a> {
         ];
         if self.load == Load::ProviderPath {
             fi.push(("FI_PROVIDER_PATH", fi_tests::provider_dir().canonicalize().unwrap().display().to_string()));
+        }
+        for (k, v) in &self.rank_env {
+            fi.push((k.as_str(), v.clone()));
         }
         let np = self.np.to_string();
         match w.mpi {
@@ -495,6 +509,33 @@ fn two_hosts(mpi: Mpi, prefix: &str, net: u8, np: usize, drop_pct: u32) {
             hosts.hosts[i].name
         );
     }
+}
+
+/// `two_hosts` with the job's secret in a file the launcher hands every
+/// rank (`-genv`-style for MPICH's hydra, which passes its whole
+/// environment; `-x` for OpenMPI) and an attacker on the switch between the
+/// hosts (`fi_tests::attack`): the job finishes with every byte intact, and
+/// the ranks refused and counted everything the attacker sent.
+fn two_hosts_sealed_under_attack(mpi: Mpi, prefix: &str, net: u8, np: usize) {
+    let Some(w) = Wheel::find(mpi) else { return };
+    let exe = w.build("multihost");
+    let Some(hosts) = Hosts::create(prefix, net, 2, 0) else { return };
+    let attack = fi_tests::attack::Attack::start(&hosts, env!("CARGO_BIN_EXE_rdmx_mitm"));
+    let mut job = Job::new(&w, &exe, np);
+    job.place = Place::Hosts(&hosts, net);
+    job.rank_env = attack.rank_env();
+    job.pass(TWO_HOSTS, WHY_TWO_HOSTS, &format!("multihost: all checks passed on 2 hosts, {np} ranks"), 1);
+    attack.check(np);
+}
+
+#[test]
+fn mpich_np4_on_two_hosts_sealed_under_attack() {
+    two_hosts_sealed_under_attack(Mpi::Mpich, "rdmxwms", 189, 4);
+}
+
+#[test]
+fn ompi5_np4_on_two_hosts_sealed_under_attack() {
+    two_hosts_sealed_under_attack(Mpi::Ompi5, "rdmxwos", 188, 4);
 }
 
 /// One rank per host: every message crosses the hosts (no pair on one host).

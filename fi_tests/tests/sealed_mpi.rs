@@ -1,0 +1,57 @@
+//! Sealed job traffic under a real MPI job across two simulated hosts, with
+//! an attacker on the switch between them (`src/bin/rdmx_mitm.rs`).
+//!
+//! OpenMPI 4.1 (`pml cm`, `mtl ofi`) runs `fi_tests/mpi/multihost.c` (pairwise
+//! exchanges up to 4 MiB, every byte checked) with 4 ranks on 2 hosts (two per
+//! host: shared memory within a host, UDP between them), the job's secret in a
+//! file handed to every rank by the launcher (`mpirun -x
+//! FI_RDMX_JOB_SECRET_FILE=...`, as fi_rdmx(7) says). While it runs, the
+//! attacker captures sealed datagrams between the hosts and sends them again
+//! from its own address and with the sender's, each altered in a bit, and
+//! forgeries of every packet type naming the job and the receiver. The job
+//! must finish with every byte intact; the ranks' counters (`FI_RDMX_STATS`
+//! JSON documents) must say their traffic was tagged and count at least every
+//! altered and forged datagram as refused, and every replay as one.
+use fi_tests::hosts::Hosts;
+use fi_tests::procs::{self, text};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn an_attacker_on_the_wire_cannot_touch_a_sealed_mpi_job() {
+    fi_tests::init();
+    let Some(exe) = procs::build_mpi("multihost", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi")) else {
+        return;
+    };
+    let Some(hosts) = Hosts::create("rdmxsl", 197, 2, 0) else { return };
+    let attack = fi_tests::attack::Attack::start(&hosts, env!("CARGO_BIN_EXE_rdmx_mitm"));
+    let np = 4;
+    let hostfile = hosts.hostfile(np / 2);
+    let mut c = Command::new(&hosts.run_on(0)[0]);
+    c.arg(&hosts.run_on(0)[1])
+        .arg("mpirun")
+        .args(["--allow-run-as-root", "-np", &np.to_string(), "--hostfile"])
+        .arg(&hostfile)
+        .args(["--mca", "plm_rsh_agent"])
+        .arg(&hosts.agent)
+        .args(["--mca", "oob_tcp_if_include", "10.197.0.0/24"]) // Hosts::create(.., 197, ..)
+        .args(["--mca", "pml", "cm", "--mca", "mtl", "ofi", "--mca", "mtl_ofi_provider_include", "rdmx"])
+        .args(["--mca", "btl", "self", "--mca", "mtl_ofi_verbose", "1"])
+        .args(["-x", "FI_PROVIDER=rdmx", "-x"])
+        .arg(format!("FI_PROVIDER_PATH={}", fi_tests::provider_dir().display()))
+        .args(attack.rank_env().iter().flat_map(|(k, v)| ["-x".to_string(), format!("{k}={v}")]))
+        .arg(&exe)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+        c.env_remove(k);
+    }
+    let job = c.spawn().expect("mpirun");
+    let out = procs::wait_output(job, Duration::from_secs(240));
+    let t = text(&out);
+    assert!(out.status.success(), "the job failed:\n{t}");
+    assert!(t.contains(&format!("multihost: all checks passed on 2 hosts, {np} ranks")), "{t}");
+    fi_tests::assert_mtl_chose_rdmx(&t, np);
+    attack.check(np);
+}
