@@ -13,6 +13,11 @@
 #   5. fabtests 2.1's `runfabtests.sh -t quick` over rdmx with no exclude list:
 #      every test runs; the pass/notrun/fail counts and each notrun's reason
 #      (the error both sides printed) go to target/fabtests-2.1-quick.txt;
+#   5b. the same quick set again with sealed job traffic (docs/security.md): the
+#      one step that sets variables, the job's secret (FI_RDMX_JOB_SECRET) and the
+#      udp device (so that every datagram crosses a wire and is sealed), and
+#      FI_RDMX_STATS to read back that every endpoint was sealed; it must count
+#      exactly as step 5;
 #   6. the fi_tests that drive getinfo, the 2.x rules and two processes, built
 #      against the 2.1 headers and run on 2.1.
 # Each step prints PASS or FAIL; the exit status is 1 if any failed.
@@ -147,6 +152,28 @@ else
   pass "fabtests quick: pass $npass, notrun $nnotrun, fail $nfail, all failures known fabtests defects ($ft_secs s)"
 fi
 rm -f "$log"
+
+# ------------------------------------------------------------------ 5b. fabtests quick, sealed
+sealed_stats=$(mktemp -d)
+log=$(mktemp)
+ft_start=$SECONDS
+FI_PROVIDER_PATH=$lf2dir FI_RDMX_DEVICE=udp FI_RDMX_JOB_SECRET="fabtests job secret 0123456789" \
+  FI_RDMX_STATS="$sealed_stats/ep-%p.jsonl" \
+  timeout 1500 "$prefix/bin/runfabtests.sh" -vv -T 60 -p "$prefix/bin" -t quick rdmx >"$log" 2>&1 || true
+sealed=$(awk '/^- name:/ { sub(/^- name: +/, ""); name = $0 } /^  result:/ { print $2 "\t" name }' "$log" | sed 's/ -p "rdmx"$//')
+spass=$(grep -c '^Pass' <<<"$sealed" || true)
+snotrun=$(grep -c '^Notrun' <<<"$sealed" || true)
+sfail=$(grep -c '^Fail' <<<"$sealed" || true)
+# Every endpoint's closing document, and how its traffic went.
+docs=$(cat "$sealed_stats"/*.jsonl 2>/dev/null | grep -c '"reason":"close"' || true)
+tagged=$(cat "$sealed_stats"/*.jsonl 2>/dev/null | grep '"reason":"close"' | grep -c '"job_traffic":"tagged"' || true)
+if [[ "$spass $snotrun $sfail" == "$npass $nnotrun $nfail" ]] && [[ "$sealed" == "$results" ]] && ((docs > 0 && tagged == docs)); then
+  pass "fabtests quick over udp with a job secret: pass $spass, notrun $snotrun, fail $sfail, test by test as without; $tagged of $docs endpoints tagged ($((SECONDS - ft_start)) s)"
+else
+  fail fabtests-sealed "fabtests quick over udp with a job secret: pass $spass, notrun $snotrun, fail $sfail (without: $npass, $nnotrun, $nfail); $tagged of $docs endpoints tagged"
+  diff <(echo "$results") <(echo "$sealed") | sed 's/^/  | /' || true
+fi
+rm -rf "$log" "$sealed_stats"
 
 # ------------------------------------------------------------------ 6. fi_tests on 2.1
 if PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 RDMX_PROVIDER_DIR="$lf2dir" RDMX_EXPECT_FI_VERSION=2.1 \

@@ -207,7 +207,11 @@ pub fn dgram_max_msg_size(device: DeviceChoice) -> usize {
         // SRD's max_msg_sz where no device answers (its usual value).
         DeviceChoice::Efa => efa_mtu().unwrap_or(8928),
     };
-    mtu.saturating_sub(headers)
+    // A job secret in the environment seals every datagram over a wire: its
+    // trailer takes room from the payload (one given as an `auth_key`
+    // takes it in `match_hints`).
+    let trailer = if params().job_secret.is_some() { rdm::engine::TRAILER_LEN } else { 0 };
+    mtu.saturating_sub(headers + trailer)
 }
 pub const TX_SIZE: usize = 1024;
 pub const RX_SIZE: usize = 1024;
@@ -528,6 +532,16 @@ unsafe fn auth_key(key: *const u8, len: usize) -> Result<Option<AuthKey>> {
     AuthKey::from_bytes(unsafe { std::slice::from_raw_parts(key, len) })
 }
 
+/// A DGRAM profile whose `auth_key` is a job secret: each datagram's sealed
+/// trailer takes room from the largest message (unless a secret in the
+/// environment took it already).
+fn sealed_room(p: &mut Profile, k: &AuthKey) {
+    if p.ep_type == fi::FI_EP_DGRAM && matches!(k, AuthKey::Secret(_)) && params().job_secret.is_none() {
+        p.max_msg_size = p.max_msg_size.saturating_sub(rdm::engine::TRAILER_LEN);
+        p.inject_size = p.inject_size.min(p.max_msg_size);
+    }
+}
+
 /// Applies one hint set to a profile: `Err(NoData)` if it cannot be satisfied,
 /// otherwise the altered profile (ofi_check_info + ofi_alter_info).
 fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
@@ -572,6 +586,7 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         }
         // SAFETY: auth_key points at auth_key_size bytes when non-null.
         if let Some(k) = unsafe { auth_key(ep.auth_key, ep.auth_key_size) }? {
+            sealed_room(&mut p, &k);
             p.auth_key = Some(k);
         }
     }
@@ -614,6 +629,9 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         if p.auth_key.is_none() {
             // SAFETY: as above.
             p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) }?;
+            if let Some(k) = p.auth_key.clone() {
+                sealed_room(&mut p, &k);
+            }
         }
         // SAFETY: `domain_attr` is non-null (`h.dom` is Some) and, as the
         // hints of a request of API `version` (<= the running library's), was

@@ -109,6 +109,13 @@ pub fn job_of(
     encrypt: bool,
 ) -> Result<Job> {
     let secret = match auth_key {
+        // The operator asked for sealed traffic; an application's key in
+        // clear must not quietly turn it off.
+        Some(AuthKey::JobKey(..)) if env_secret.is_some() => {
+            return Err(Error::Other(
+                "an auth_key of up to 8 bytes (a job key in clear) beside a job secret in the environment".into(),
+            ))
+        }
         Some(AuthKey::JobKey(k, _)) => return Ok(Job { key: *k, auth: None }),
         Some(AuthKey::Secret(s)) => s.0.clone(),
         None => match env_secret {
@@ -169,8 +176,12 @@ mod tests {
     #[test]
     fn an_auth_key_wins_and_a_secret_that_cannot_be_had_fails() {
         let env = secret_from_env(Some("e".repeat(16)), None);
-        let clear = job_of(Some(&AuthKey::JobKey(9, 1)), env.as_ref(), 5, false).unwrap();
+        let clear = job_of(Some(&AuthKey::JobKey(9, 1)), None, 5, false).unwrap();
         assert_eq!((clear.key, clear.auth.is_none()), (9, true));
+        assert!(
+            job_of(Some(&AuthKey::JobKey(9, 1)), env.as_ref(), 5, false).is_err(),
+            "a key in clear beside a secret"
+        );
         let sealed = job_of(None, env.as_ref(), 5, true).unwrap();
         assert!(sealed.auth.is_some() && sealed.protection() == Protection::Encrypted);
         assert_eq!(sealed.key, JobSecret::new(&[b'e'; 16]).unwrap().job_id());

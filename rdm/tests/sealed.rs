@@ -330,3 +330,66 @@ fn sealed_and_plain_engines_do_not_mix() {
     assert!(delivered(&mut plain_same_key).is_empty() && delivered(&mut plain).is_empty());
     assert_eq!(HEADER_LEN + b"sealed".len() + TRAILER_LEN, x.len);
 }
+
+/// Sealed unreliable datagrams (`FI_EP_DGRAM`) are refused when sent again,
+/// from the sender's address or any other, and a copy from a forged
+/// address makes no peer.
+#[test]
+fn sealed_unreliable_datagrams_are_not_taken_twice() {
+    let key = auth(SECRET, false);
+    let t = Instant::ZERO;
+    let (mut a, mut b) = (engine(0xA1, Some(key.clone())), engine(0xB1, Some(key)));
+    let pb = a.peer(addr(1));
+    let mut buf = vec![0u8; 2000];
+    let mut sent = Vec::new();
+    for i in 0..5u8 {
+        a.send_datagram(pb, &[&[i; 100]], i as u64).unwrap();
+        let x = a.poll_transmit(t, &mut buf).unwrap();
+        sent.push(buf[..x.len].to_vec());
+    }
+    for d in &sent {
+        b.handle_datagram(t, addr(0), d);
+    }
+    let got =
+        |b: &mut Engine| std::iter::from_fn(|| b.poll_event()).filter(|e| matches!(e, Event::Datagram { .. })).count();
+    assert_eq!(got(&mut b), 5);
+    for d in &sent {
+        b.handle_datagram(t, addr(0), d);
+        b.handle_datagram(t, addr(8), d);
+    }
+    assert_eq!(got(&mut b), 0, "a copy of a datagram was taken");
+    assert_eq!(b.stats().dropped_replay, 10);
+    assert_eq!(b.peer_id_of(addr(8)), None, "a copy from a forged address made a peer");
+}
+
+/// Data older than the packet counters tell apart (the sender sent more than
+/// the window to others meanwhile): a copy of one received before is still
+/// refused (by its sequence number) and counted, and nothing is answered.
+#[test]
+fn sealed_data_beyond_the_counter_window_is_taken_only_if_new() {
+    let key = auth(SECRET, false);
+    let t = Instant::ZERO;
+    let mut p = Pair::new(engine(0xA1, Some(key.clone())), engine(0xB1, Some(key)));
+    let pb = p.a.peer(addr(1));
+    assert!(p.a.expect_incarnation(pb, 0xB1));
+    p.a.send(t, pb, &[b"first"], 1).unwrap();
+    p.pump(t);
+    let first = p.wire.iter().find(|(ab, _)| *ab).unwrap().1.clone();
+    // 1100 datagrams to someone else move a's packet counter past the window.
+    let elsewhere = p.a.peer(addr(5));
+    let mut buf = vec![0u8; 2000];
+    for i in 0..1100u64 {
+        p.a.send_datagram(elsewhere, &[b"x"], 100 + i).unwrap();
+        p.a.poll_transmit(t, &mut buf).unwrap();
+    }
+    p.a.send(t, pb, &[b"second"], 2).unwrap();
+    p.pump(t);
+    assert_eq!(delivered(&mut p.b), vec![b"first".to_vec(), b"second".to_vec()]);
+    let before = (p.b.stats().dropped_replay, p.b.stats().sent_acks);
+    p.b.handle_datagram(t, addr(0), &first);
+    assert!(delivered(&mut p.b).is_empty());
+    assert_eq!(p.b.stats().dropped_replay, before.0 + 1);
+    let mut out = vec![0u8; 2000];
+    assert!(p.b.poll_transmit(t, &mut out).is_none(), "an old copy was answered");
+    assert_eq!(p.b.stats().sent_acks, before.1);
+}

@@ -260,8 +260,8 @@ pub struct Stats {
     /// that reached an engine without a secret.
     pub dropped_auth: u64,
     /// Sealed datagrams refused as replays: a packet counter seen before (or
-    /// too old to tell, for anything but data), or data from the peer's
-    /// current incarnation that does not name ours.
+    /// too old to tell, and for data a sequence number received before), or
+    /// a copy from another address than its sender's.
     pub dropped_replay: u64,
     /// Sealed datagrams that named no incarnation of this endpoint (their
     /// sender had not heard from it yet, or they are replays of such):
@@ -497,6 +497,9 @@ pub struct Engine {
     /// any other address is a copy sent from elsewhere: refused before any
     /// peer state is made for that address.
     sealed_homes: FxHashMap<u64, PeerId>,
+    /// With a job secret: the packet counters of each sender of unreliable
+    /// datagrams (DGRAM), by incarnation.
+    dgram_replay: FxHashMap<u64, seal::ReplayWindow>,
     stats: Stats,
 }
 
@@ -547,6 +550,7 @@ impl Engine {
             pathless: Vec::new(),
             sealer,
             sealed_homes: FxHashMap::default(),
+            dgram_replay: FxHashMap::default(),
             stats: Stats::default(),
         }
     }

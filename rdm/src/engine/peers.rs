@@ -322,9 +322,10 @@ impl Engine {
             return true;
         }
         if self.sealer.is_some() {
-            // The application says where it lives: a sealed datagram of it
-            // from anywhere else is a copy (`receive`).
-            self.sealed_homes.entry(inc).or_insert(peer);
+            // The application says where it lives (and knows better than any
+            // datagram): a sealed datagram of it from anywhere else is a
+            // copy (`receive`).
+            self.sealed_homes.insert(inc, peer);
         }
         match cold.hot {
             None => {

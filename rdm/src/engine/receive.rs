@@ -100,7 +100,19 @@ impl Engine {
     ) -> Option<PeerId> {
         if hdr.ptype == PacketType::Datagram {
             // Stateless: no incarnation, order or acknowledgement to track;
-            // the cold entry names the sender for the layer above.
+            // the cold entry names the sender for the layer above. Sealed
+            // ones are refused when their sender's packet counter was seen
+            // (before any entry is made for a forged address).
+            if let Some(counter) = counter {
+                if self.dgram_replay.len() >= DGRAM_SENDERS_MAX && !self.dgram_replay.contains_key(&hdr.src_inc) {
+                    self.dgram_replay.clear();
+                }
+                let w = self.dgram_replay.entry(hdr.src_inc).or_default();
+                if w.check(counter) != seal::Replay::Fresh {
+                    self.stats.dropped_replay += 1;
+                    return None;
+                }
+            }
             self.stats.received_datagrams += 1;
             let peer = self.peer_heard(from);
             let mut msg = self.pool.pop().unwrap_or_default();
@@ -121,9 +133,11 @@ impl Engine {
         let peer = self.peer_heard(from);
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
+        let mut data_only = false;
         if let Some(counter) = counter {
-            if !self.accept_sealed(h, &hdr, counter) {
-                return None;
+            match self.accept_sealed(h, &hdr, counter) {
+                None => return None,
+                Some(b) => data_only = b == Beyond::DataOnly,
             }
         }
         let mut hot = &mut self.hot[h as usize];
@@ -146,6 +160,16 @@ impl Engine {
             hot.counters.dropped_stale += 1;
             hot.rx.ack_now = true;
             self.schedule(h);
+            return None;
+        }
+        if data_only {
+            // Sealed data older than the packet counters tell apart: only
+            // what was never received counts, silently.
+            if Psn(hdr.psn_or_window).diff(hot.rx.rx_next) < 0 || hot.rx.ooo.contains_key(&hdr.psn_or_window) {
+                self.stats.dropped_replay += 1;
+                return None;
+            }
+            self.process_data(h, now, &hdr, payload);
             return None;
         }
         hot.last_heard = now;
@@ -219,7 +243,7 @@ impl Engine {
     /// answered with an ACK naming its sender, so that a live sender learns
     /// our incarnation and sends again. Within the current incarnation, a
     /// packet counter seen before is a replay.
-    fn accept_sealed(&mut self, h: u32, hdr: &Header, counter: u64) -> bool {
+    fn accept_sealed(&mut self, h: u32, hdr: &Header, counter: u64) -> Option<Beyond> {
         let my_inc = self.cfg.incarnation;
         let hot = &mut self.hot[h as usize];
         let inc = hdr.src_inc;
@@ -227,7 +251,7 @@ impl Engine {
         if inc == 0 || hot.retired.contains(&inc) || sp.history.contains(&inc) {
             self.stats.dropped_stale += 1;
             hot.counters.dropped_stale += 1;
-            return false;
+            return None;
         }
         if hdr.dst_inc != my_inc {
             if hdr.dst_inc == 0 {
@@ -244,10 +268,11 @@ impl Engine {
                     hot.rx.ack_now = true;
                     self.schedule(h);
                 }
-                return false;
+                return None;
             }
             if !sp.challenged.contains(&inc) {
-                self.sealed_homes.insert(inc, hot.peer);
+                // No home from a datagram that names no one: a replay of one
+                // from a forged address would pin its sender there.
                 if sp.challenged.len() == peers::SEALED_HISTORY {
                     let oldest = sp.challenged.remove(0);
                     remember(&mut sp.history, oldest);
@@ -270,7 +295,7 @@ impl Engine {
                     last: false,
                 });
             }
-            return false;
+            return None;
         }
         if inc != hot.peer_inc {
             // A new incarnation of the peer (or its first), taken below as
@@ -309,13 +334,15 @@ impl Engine {
             self.sealed_homes.entry(inc).or_insert(hot.peer);
         }
         match sp.replay.check(counter) {
-            seal::Replay::Fresh => true,
+            seal::Replay::Fresh => Some(Beyond::No),
             // Beyond the window, data is still told apart by its sequence
-            // number (a duplicate is dropped as one); anything else is not.
-            seal::Replay::TooOld if hdr.ptype == PacketType::Data => true,
+            // number; its data is taken if never received (it is the
+            // sender's), and nothing else of it (a replay could otherwise
+            // keep a dead peer alive, or answer old acknowledgements).
+            seal::Replay::TooOld if hdr.ptype == PacketType::Data => Some(Beyond::DataOnly),
             seal::Replay::Seen | seal::Replay::TooOld => {
                 self.stats.dropped_replay += 1;
-                false
+                None
             }
         }
     }
@@ -384,3 +411,17 @@ fn remember(history: &mut Vec<u64>, inc: u64) {
     }
     history.push(inc);
 }
+
+/// What of a sealed datagram may be acted on ([`Engine::accept_sealed`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Beyond {
+    /// All of it.
+    No,
+    /// Data beyond the replay window: its data if never received, nothing else.
+    DataOnly,
+}
+
+/// Senders of sealed unreliable datagrams whose packet counters are kept;
+/// beyond, all are forgotten at once (a copy of one of their datagrams is
+/// then taken once more).
+const DGRAM_SENDERS_MAX: usize = 4096;

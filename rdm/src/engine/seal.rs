@@ -171,13 +171,10 @@ impl Sealer {
         let trailer = &bytes[end..];
         let counter = u64::from_le_bytes(trailer[..8].try_into().ok()?);
         let tag = &trailer[8..];
-        let derived;
+        let mut derived = None;
         let key = match self.rx_keys.get(&src_inc) {
             Some(k) => k,
-            None => {
-                derived = self.auth.secret.sender_key(src_inc);
-                &derived
-            }
+            None => derived.insert(self.auth.secret.sender_key(src_inc)),
         };
         let ok = if sealed == Sealed::Encrypted {
             self.opened.clear();
@@ -190,11 +187,11 @@ impl Sealer {
         if !ok {
             return None;
         }
-        if !self.rx_keys.contains_key(&src_inc) {
+        if let Some(k) = derived {
             if self.rx_keys.len() >= RX_KEYS_MAX {
                 self.rx_keys.clear();
             }
-            self.rx_keys.insert(src_inc, self.auth.secret.sender_key(src_inc));
+            self.rx_keys.insert(src_inc, k);
         }
         Some(counter)
     }
