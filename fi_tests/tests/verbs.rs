@@ -203,6 +203,37 @@ fn verbs_pulls_by_rdma_read_between_two_devices() {
     }
 }
 
+/// Sealed job traffic over verbs UD (`docs/security.md`): a job secret
+/// tags every datagram between the two devices; every size arrives intact,
+/// both endpoints say their traffic was tagged, and long messages go by
+/// windows pushed in sealed datagrams, never by an RDMA read (which the tag
+/// would not cover).
+#[test]
+fn verbs_sealed_job_traffic_between_two_devices() {
+    if !verbs_device_present() || !two_devices_present() {
+        return;
+    }
+    init();
+    let env = [("FI_RDMX_STATS", "1"), ("FI_RDMX_JOB_SECRET", "a job secret for the verbs VM")];
+    let (s, c) = pingpong(
+        &["-d", "verbs", "-m", "tagged", "-S", "all", "-c", "-I", "10"],
+        &env,
+        "127.0.0.1",
+        SERVER_ON_RXE0,
+        CLIENT_ON_RXE1,
+    );
+    let (st, ct) = (text(&s), text(&c));
+    assert!(s.status.success() && c.status.success(), "server:\n{st}\nclient:\n{ct}");
+    for (who, out) in [("server", &st), ("client", &ct)] {
+        let (pulled, windowed) = (stat(out, "rendezvous_pulled"), stat(out, "rendezvous_windowed"));
+        println!("{who}: pulled {pulled}, windowed {windowed}, dropped_auth {}", stat(out, "dropped_auth"));
+        assert_eq!(stat(out, "job_traffic_sealed"), 1, "{who}: not tagged");
+        assert_eq!(pulled, 0, "{who}: an RDMA read on a sealed path");
+        assert!(windowed >= 10, "{who}: {windowed} rendezvous windowed");
+        assert_eq!(stat(out, "dropped_auth"), 0, "{who}: a genuine datagram failed its tag");
+    }
+}
+
 /// Runs the rest of the command in a new UTS namespace whose host name is
 /// the next argument: another "host" for rdmx (its host id hashes the host
 /// name), on the same kernel and the same rxe devices (which a network

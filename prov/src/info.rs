@@ -522,11 +522,13 @@ unsafe fn opt_cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
 /// # Safety
 /// `key` is null or valid for `len` bytes.
 unsafe fn auth_key(key: *const u8, len: usize) -> Result<Option<AuthKey>> {
-    if key.is_null() || len == 0 {
-        return Ok(None);
-    }
+    // Checked before the pointer: `FI_AV_AUTH_KEY` (SIZE_MAX, keys per AV
+    // entry) comes with no key, and is not offered.
     if len > rdm::engine::seal::SECRET_MAX_LEN {
         return Err(Error::NoData);
+    }
+    if key.is_null() || len == 0 {
+        return Ok(None);
     }
     // SAFETY: per contract.
     AuthKey::from_bytes(unsafe { std::slice::from_raw_parts(key, len) })
