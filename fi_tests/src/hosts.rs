@@ -130,6 +130,26 @@ impl Hosts {
         vec![self.agent.display().to_string(), self.hosts[i].name.clone()]
     }
 
+    /// UDP datagrams host `i`'s kernel dropped so far for a full socket
+    /// buffer or a closed port (`RcvbufErrors` and `NoPorts` of its
+    /// `/proc/net/snmp`).
+    pub fn udp_kernel_drops(&self, i: usize) -> u64 {
+        self.udp_snmp(i, "RcvbufErrors") + self.udp_snmp(i, "NoPorts")
+    }
+
+    fn udp_snmp(&self, i: usize, name: &str) -> u64 {
+        let out =
+            Command::new("ip").args(["netns", "exec", &self.hosts[i].ns, "cat", "/proc/net/snmp"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+        let (Some(head), Some(vals)) = (udp.next(), udp.next()) else { return 0 };
+        head.split_whitespace()
+            .zip(vals.split_whitespace())
+            .find(|(k, _)| *k == name)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// UDP datagrams nftables dropped on host `i` so far.
     pub fn dropped(&self, i: usize) -> u64 {
         let out =

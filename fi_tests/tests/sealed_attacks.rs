@@ -22,7 +22,7 @@
 //! message after all that still arrives. The test re-runs itself in a child
 //! with `FI_RDMX_STATS=1` (the counters are printed when an endpoint closes).
 use fi_tests::*;
-use rdm::engine::wire::{field, Header, PacketType, Sealed, HEADER_LEN, TRAILER_LEN};
+use rdm::engine::wire::{field, Header, Hello, PacketType, Sealed, HEADER_LEN, TRAILER_LEN};
 use rdm::engine::Psn;
 use std::net::{SocketAddr, UdpSocket};
 use std::ptr::null_mut;
@@ -163,6 +163,7 @@ fn forgeries(job_id: u64, dst_inc: u64) -> Vec<Vec<u8>> {
                 header_sum: false,
                 unsummed: false,
                 sealed,
+                hello: Hello::None,
             };
             let mut b = vec![0x33u8; 300];
             let n = h.encode(&[0x44; 64], &mut b);

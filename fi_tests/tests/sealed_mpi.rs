@@ -1,8 +1,8 @@
 //! Sealed job traffic under a real MPI job across two simulated hosts, with
 //! an attacker on the switch between them (`src/bin/rdmx_mitm.rs`).
 //!
-//! OpenMPI 4.1 (`pml cm`, `mtl ofi`) runs `fi_tests/mpi/multihost.c` (pairwise
-//! exchanges up to 4 MiB, every byte checked) with 4 ranks on 2 hosts (two per
+//! OpenMPI 4.1 (`pml cm`, `mtl ofi`) runs `fi_tests/mpi/alltoall.c` (rounds
+//! of MPI_Alltoall at 8 B, 4 KiB and 64 KiB per peer, every element checked) with 4 ranks on 2 hosts (two per
 //! host: shared memory within a host, UDP between them), the job's secret in a
 //! file handed to every rank by the launcher (`mpirun -x
 //! FI_RDMX_JOB_SECRET_FILE=...`, as fi_rdmx(7) says). While it runs, the
@@ -18,10 +18,15 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+/// Rounds of the alltoall loop (three sizes each): long enough that the
+/// attack is over well before the ranks close (a datagram still queued at a
+/// closed endpoint would be counted nowhere).
+const ROUNDS: usize = 2000;
+
 #[test]
 fn an_attacker_on_the_wire_cannot_touch_a_sealed_mpi_job() {
     fi_tests::init();
-    let Some(exe) = procs::build_mpi("multihost", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi")) else {
+    let Some(exe) = procs::build_mpi("alltoall", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mpi")) else {
         return;
     };
     let Some(hosts) = Hosts::create("rdmxsl", 197, 2, 0) else { return };
@@ -42,6 +47,7 @@ fn an_attacker_on_the_wire_cannot_touch_a_sealed_mpi_job() {
         .arg(format!("FI_PROVIDER_PATH={}", fi_tests::provider_dir().display()))
         .args(attack.rank_env().iter().flat_map(|(k, v)| ["-x".to_string(), format!("{k}={v}")]))
         .arg(&exe)
+        .arg(ROUNDS.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
@@ -51,7 +57,7 @@ fn an_attacker_on_the_wire_cannot_touch_a_sealed_mpi_job() {
     let out = procs::wait_output(job, Duration::from_secs(240));
     let t = text(&out);
     assert!(out.status.success(), "the job failed:\n{t}");
-    assert!(t.contains(&format!("multihost: all checks passed on 2 hosts, {np} ranks")), "{t}");
+    assert!(t.contains(&format!("alltoall: all checks passed on {np} ranks, {} rounds, 2 hosts", 3 * ROUNDS)), "{t}");
     fi_tests::assert_mtl_chose_rdmx(&t, np);
-    attack.check(np);
+    attack.check(&hosts, np);
 }

@@ -22,7 +22,7 @@
 #![no_main]
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rdm::engine::{DecodeError, Engine, EngineConfig, Event, Header, PacketType, PeerId, Psn, Sealed, Stats};
+use rdm::engine::{DecodeError, Engine, EngineConfig, Event, Header, Hello, PacketType, PeerId, Psn, Sealed, Stats};
 use rdm::{DevAddr, Instant};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -409,6 +409,7 @@ impl Net {
                     header_sum: f.header_sum && ptype == PacketType::Data,
                     unsummed: f.unsummed,
                     sealed: Sealed::No,
+                    hello: Hello::None,
                 };
                 let payload = &f.payload[..f.payload.len().min(MTU - rdm::engine::HEADER_LEN)];
                 let mut b = vec![0u8; rdm::engine::HEADER_LEN + payload.len()];

@@ -18,7 +18,9 @@
 #![no_main]
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use rdm::engine::{Engine, EngineConfig, Event, Header, JobAuth, JobSecret, PacketType, Psn, Sealed, TRAILER_LEN};
+use rdm::engine::{
+    Engine, EngineConfig, Event, Header, Hello, JobAuth, JobSecret, PacketType, Psn, Sealed, TRAILER_LEN,
+};
 use rdm::{DevAddr, Instant};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -39,6 +41,8 @@ struct Forged {
     ack: u32,
     sack: u64,
     encrypted: bool,
+    /// 1: a challenge, 2: an echo (ACKs only), else neither.
+    hello: u8,
     payload: Vec<u8>,
     tag: [u8; 16],
     counter: u64,
@@ -245,6 +249,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     header_sum: false,
                     unsummed: false,
                     sealed: if f.encrypted { Sealed::Encrypted } else { Sealed::Tagged },
+                    hello: match f.hello {
+                        1 => Hello::Challenge,
+                        2 => Hello::Echo,
+                        _ => Hello::None,
+                    },
                 };
                 let payload = &f.payload[..f.payload.len().min(MTU)];
                 let mut b = vec![0u8; 48 + payload.len() + TRAILER_LEN];

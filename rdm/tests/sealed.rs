@@ -4,7 +4,7 @@
 //! incarnation), and that nothing forged, altered, replayed or of another
 //! job is acted on — each refusal counted, no peer state made by a forgery.
 use rdm::engine::{
-    Engine, EngineConfig, Event, Header, JobAuth, JobSecret, PacketType, Psn, Sealed, HEADER_LEN, TRAILER_LEN,
+    Engine, EngineConfig, Event, Header, Hello, JobAuth, JobSecret, PacketType, Psn, Sealed, HEADER_LEN, TRAILER_LEN,
 };
 use rdm::{DevAddr, Instant};
 use std::sync::Arc;
@@ -148,6 +148,7 @@ fn forgeries(job_id: u64, dst_inc: u64) -> Vec<Vec<u8>> {
                 header_sum: false,
                 unsummed: false,
                 sealed,
+                hello: Hello::None,
             };
             let mut b = vec![0u8; 200];
             let n = h.encode(b"forged message", &mut b);
@@ -190,8 +191,10 @@ fn altered_and_truncated_datagrams_are_refused() {
     for encrypt in [false, true] {
         let key = auth(SECRET, encrypt);
         let mut p = Pair::new(engine(0xA1, Some(key.clone())), engine(0xB1, Some(key.clone())));
-        let pb = p.a.peer(addr(1));
-        assert!(p.a.expect_incarnation(pb, 0xB1));
+        let (pb, pa) = (p.a.peer(addr(1)), p.b.peer(addr(0)));
+        // Both know each other's incarnation (as MPI ranks do from their
+        // address vectors): the first datagram is acted on.
+        assert!(p.a.expect_incarnation(pb, 0xB1) && p.b.expect_incarnation(pa, 0xA1));
         p.a.send(Instant::ZERO, pb, &[b"the one genuine message"], 1).unwrap();
         let mut buf = vec![0u8; 2000];
         let x = p.a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
@@ -392,4 +395,43 @@ fn sealed_data_beyond_the_counter_window_is_taken_only_if_new() {
     let mut out = vec![0u8; 2000];
     assert!(p.b.poll_transmit(t, &mut out).is_none(), "an old copy was answered");
     assert_eq!(p.b.stats().sent_acks, before.1);
+}
+
+/// A datagram of an incarnation the receiver never heard from, which named
+/// the receiver (the sender had its address) and never arrived, sent to it
+/// later: from the sender's address while a newer incarnation is current,
+/// it is no restart (nothing fails, the current one stays); from another
+/// address, it is taken nowhere. Only an echo of the receiver's own
+/// challenge, or the application's address, makes an incarnation current.
+#[test]
+fn an_incarnation_never_heard_from_is_not_taken_from_a_replay() {
+    let key = auth(SECRET, false);
+    let t = Instant::ZERO;
+    let mut buf = vec![0u8; 2000];
+    // a0 knew c's incarnation and sent it a message that never arrived.
+    let mut a0 = engine(0xA0, Some(key.clone()));
+    let pc = a0.peer(addr(1));
+    assert!(a0.expect_incarnation(pc, 0xC1));
+    a0.send(t, pc, &[b"from a0, lost"], 1).unwrap();
+    let lost = a0.poll_transmit(t, &mut buf).map(|x| buf[..x.len].to_vec()).unwrap();
+    // a1, at the same address later, and c know each other and talk.
+    let mut p = Pair::new(engine(0xA1, Some(key.clone())), engine(0xC1, Some(key)));
+    let (pc, pa) = (p.a.peer(addr(1)), p.b.peer(addr(0)));
+    assert!(p.a.expect_incarnation(pc, 0xC1) && p.b.expect_incarnation(pa, 0xA1));
+    p.a.send(t, pc, &[b"from a1"], 1).unwrap();
+    p.pump(t);
+    assert_eq!(delivered(&mut p.b), vec![b"from a1".to_vec()]);
+    p.b.send(t, pa, &[b"to a1"], 7).unwrap();
+    p.b.handle_datagram(t, addr(0), &lost);
+    p.b.handle_datagram(t, addr(6), &lost);
+    let evs = events(&mut p.b);
+    assert!(
+        !evs.iter()
+            .any(|e| matches!(e, Event::Delivered { .. } | Event::PeerRestarted { .. } | Event::SendFailed { .. })),
+        "a0's datagram acted on: {evs:?}"
+    );
+    p.pump(t);
+    assert_eq!(delivered(&mut p.a), vec![b"to a1".to_vec()], "c's send to a1 still arrives");
+    assert!(events(&mut p.b).contains(&Event::SendComplete { token: 7 }));
+    assert!(delivered(&mut p.b).is_empty());
 }

@@ -137,7 +137,10 @@ fn sealed_reliable_unordered_device_needs_no_retransmission() {
     let sim = stream(cfg, link, 5, 5000, &SIZES);
     let rx = sim.nodes[1].engine.stats();
     assert_eq!(rx.dropped_replay, 0, "{rx:?}");
-    assert_eq!(rx.dropped_unnamed, 1, "one datagram asked for the receiver's incarnation: {rx:?}");
+    // First contact by address alone: the one datagram a sender keeps in
+    // flight until it knows its peer, and its copy resent before the echo
+    // that made the sender current arrived, at most.
+    assert!((1..=2).contains(&rx.dropped_unnamed), "the first contact's datagrams only: {rx:?}");
 }
 
 #[test]

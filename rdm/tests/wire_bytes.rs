@@ -3,7 +3,7 @@
 //! (`rdm/PROTOCOL.md`), so that refactoring the encoder cannot silently break
 //! interoperation with a peer built from an earlier commit. The expected
 //! strings were produced by the encoder before the field table existed.
-use rdm::engine::{Header, PacketType, Psn, Sealed, HEADER_LEN};
+use rdm::engine::{Header, Hello, PacketType, Psn, Sealed, HEADER_LEN};
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -23,6 +23,7 @@ fn header(ptype: PacketType, first: bool, last: bool) -> Header {
         header_sum: false,
         unsummed: false,
         sealed: Sealed::No,
+        hello: Hello::None,
         ptype,
         first,
         last,

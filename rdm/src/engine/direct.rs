@@ -138,6 +138,8 @@ impl Engine {
                         peer,
                         first,
                         last,
+                        hello: Hello::None,
+                        sack: 0,
                     });
                     if last {
                         break;
@@ -188,6 +190,7 @@ impl Engine {
             header_sum: false,
             unsummed: unsummed_to(&cold.addr, path),
             sealed: Sealed::No,
+            hello: Hello::None,
         };
         Some((cold.addr, header))
     }

@@ -60,7 +60,7 @@ use recovery::SendState;
 use seal::Sealer;
 pub use seal::{JobAuth, JobSecret};
 pub use seq::Psn;
-pub use wire::{DecodeError, Header, PacketType, Sealed, HEADER_LEN, MAGIC, SACK_SPAN, TRAILER_LEN, VERSION};
+pub use wire::{DecodeError, Header, Hello, PacketType, Sealed, HEADER_LEN, MAGIC, SACK_SPAN, TRAILER_LEN, VERSION};
 
 use crate::device::{DevAddr, DeviceCaps, LocalBuf};
 use crate::time::Instant;
@@ -267,8 +267,10 @@ pub struct Stats {
     /// sender had not heard from it yet, or they are replays of such):
     /// acted on by nobody; a live sender sends them again once it has.
     pub dropped_unnamed: u64,
-    /// ACKs sent to a sealed peer incarnation that did not name ours, so that
-    /// it learns our incarnation (only packets naming it are acted on).
+    /// Challenges sent: ACKs asking a sealed peer incarnation to echo a
+    /// cookie (it named none or an earlier incarnation of ours, or it is
+    /// not current yet); only an echo, or the application's address, makes
+    /// an incarnation current.
     pub sent_challenges: u64,
     pub dropped_stale: u64,
     pub dropped_window: u64,
@@ -436,6 +438,9 @@ struct DgramTx {
     /// message; DGRAM: neither). The send completes with the last.
     first: bool,
     last: bool,
+    /// A sealed challenge or echo (an ACK) and its cookie (the SACK field).
+    hello: Hello,
+    sack: u64,
 }
 
 pub(super) struct RxSeg {
@@ -500,6 +505,8 @@ pub struct Engine {
     /// With a job secret: the packet counters of each sender of unreliable
     /// datagrams (DGRAM), by incarnation.
     dgram_replay: FxHashMap<u64, seal::ReplayWindow>,
+    /// The last cookie this endpoint challenged a sealed peer with.
+    next_cookie: u64,
     stats: Stats,
 }
 
@@ -551,6 +558,7 @@ impl Engine {
             sealer,
             sealed_homes: FxHashMap::default(),
             dgram_replay: FxHashMap::default(),
+            next_cookie: 0,
             stats: Stats::default(),
         }
     }

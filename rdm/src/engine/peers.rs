@@ -67,11 +67,11 @@ impl Hot {
 /// A sealed peer's incarnations and packet counters.
 #[derive(Default)]
 pub(super) struct SealedPeer {
-    /// The incarnations this endpoint asked to name it (challenged) and
-    /// that did not yet, and every one it took or asked about and then
+    /// The incarnations this endpoint challenged and that did not echo
+    /// yet, with their cookies, and every one it took or challenged and then
     /// left (so that none is ever taken again), at most [`SEALED_HISTORY`]
     /// each.
-    pub(super) challenged: Vec<u64>,
+    pub(super) challenged: Vec<Challenged>,
     pub(super) history: Vec<u64>,
     /// The packet counters of the current incarnation.
     pub(super) replay: seal::ReplayWindow,
@@ -80,10 +80,19 @@ pub(super) struct SealedPeer {
     pub(super) homed: u64,
 }
 
+/// An incarnation challenged and not yet current: its cookie, and the
+/// packet counters of its challenges and echoes (which become the current
+/// incarnation's when it is taken).
+pub(super) struct Challenged {
+    pub(super) inc: u64,
+    pub(super) cookie: u64,
+    pub(super) replay: seal::ReplayWindow,
+}
+
 /// Incarnations of one peer a sealed endpoint remembers as challenged, and
-/// as left behind: a peer that restarted more often than this while this
-/// endpoint lived could have a datagram of its oldest incarnations replayed
-/// to it (`PROTOCOL.md` §2.5).
+/// as left behind (the oldest forgotten beyond): one forgotten still cannot
+/// become current again (a replay cannot echo a new challenge), it is only
+/// challenged instead of dropped as stale (`PROTOCOL.md` §2.5).
 pub const SEALED_HISTORY: usize = 64;
 
 impl Engine {
@@ -276,10 +285,11 @@ impl Engine {
             + hot.tx.pending.capacity() * std::mem::size_of::<PendingMsg>()
             + hot.rx.ooo.len() * (std::mem::size_of::<(u32, RxSeg)>() + 16)
             + hot.rx.assembling.as_ref().map_or(0, |b| b.capacity())
-            + hot
-                .sealed
-                .as_ref()
-                .map_or(0, |s| std::mem::size_of::<SealedPeer>() + (s.challenged.capacity() + s.history.capacity()) * 8)
+            + hot.sealed.as_ref().map_or(0, |s| {
+                std::mem::size_of::<SealedPeer>()
+                    + s.challenged.capacity() * std::mem::size_of::<Challenged>()
+                    + s.history.capacity() * 8
+            })
     }
 
     pub(super) fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {

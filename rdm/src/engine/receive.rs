@@ -234,15 +234,16 @@ impl Engine {
     }
 
     /// The identity checks of a sealed datagram from hot peer `h`, whose tag
-    /// verified (`PROTOCOL.md` §2.5); true when it may go on. A tag proves
-    /// a job member made the datagram, not when: only one naming this
-    /// endpoint's incarnation was made after this endpoint began, so only
-    /// such a datagram is acted on or makes a new incarnation of the peer
-    /// current, and no incarnation ever left behind comes back. One naming
-    /// none (its sender has not heard from us) or an earlier one of ours is
-    /// answered with an ACK naming its sender, so that a live sender learns
-    /// our incarnation and sends again. Within the current incarnation, a
-    /// packet counter seen before is a replay.
+    /// verified (`PROTOCOL.md` §2.5): what of it may go on. A tag proves a
+    /// job member made the datagram, not when. So an incarnation of a peer
+    /// becomes current only when the application named it (its address), or
+    /// when it sent back a cookie this endpoint challenged it with (an echo,
+    /// made after the challenge); anything else from it, and anything that
+    /// names none or an earlier incarnation of ours, is answered by a
+    /// challenge and not acted on. A challenge is answered with an echo (made
+    /// now, whatever the challenge's age), and everything it refused goes
+    /// again. Incarnations left behind never come back, and within the
+    /// current one a packet counter seen before is a replay.
     fn accept_sealed(&mut self, h: u32, hdr: &Header, counter: u64) -> Option<Beyond> {
         let my_inc = self.cfg.incarnation;
         let hot = &mut self.hot[h as usize];
@@ -253,70 +254,32 @@ impl Engine {
             hot.counters.dropped_stale += 1;
             return None;
         }
-        if hdr.dst_inc != my_inc {
-            if hdr.dst_inc == 0 {
-                self.stats.dropped_unnamed += 1;
-            } else {
-                self.stats.dropped_stale += 1;
-                hot.counters.dropped_stale += 1;
+        let named = hdr.dst_inc == my_inc;
+        if named && hdr.hello != Hello::None {
+            // A challenge or echo is refused when sent again, like the rest:
+            // by the counters of its incarnation, current or challenged (an
+            // incarnation not yet challenged is, by the challenge below).
+            if inc != hot.peer_inc && !sp.challenged.iter().any(|c| c.inc == inc) {
+                self.challenge(h, inc);
             }
-            if inc == hot.peer_inc {
-                // Its sender was only expected (from the application's
-                // address): our acknowledgement names it. Once heard from,
-                // it has heard from us: this is late, or a replay.
-                if !hot.inc_heard {
-                    hot.rx.ack_now = true;
-                    self.schedule(h);
-                }
+            let hot = &mut self.hot[h as usize];
+            let sp = hot.sealed.get_or_insert_with(Default::default);
+            let window = if inc == hot.peer_inc {
+                Some(&mut sp.replay)
+            } else {
+                sp.challenged.iter_mut().find(|c| c.inc == inc).map(|c| &mut c.replay)
+            };
+            if window.is_none_or(|w| w.check(counter) != seal::Replay::Fresh) {
+                self.stats.dropped_replay += 1;
                 return None;
             }
-            if !sp.challenged.contains(&inc) {
-                // No home from a datagram that names no one: a replay of one
-                // from a forged address would pin its sender there.
-                if sp.challenged.len() == peers::SEALED_HISTORY {
-                    let oldest = sp.challenged.remove(0);
-                    remember(&mut sp.history, oldest);
-                }
-                sp.challenged.push(inc);
-            }
-            let peer = hot.peer;
-            let queued = self.dgram_tx.iter().any(|d| d.ptype == PacketType::Ack && d.peer == peer && d.dst_inc == inc);
-            if !queued {
-                let dst = self.cold[peer.0 as usize].addr;
-                let payload = self.take_buffer();
-                self.dgram_tx.push_back(DgramTx {
-                    dst,
-                    payload,
-                    token: 0,
-                    ptype: PacketType::Ack,
-                    dst_inc: inc,
-                    peer,
-                    first: false,
-                    last: false,
-                });
-            }
-            return None;
         }
-        if inc != hot.peer_inc {
-            // A new incarnation of the peer (or its first), taken below as
-            // an unsealed one is: the one it replaces and every other one
-            // challenged are left behind for good.
-            let (old, unheard) = (hot.peer_inc, hot.peer_inc == 0);
-            if old != 0 {
-                remember(&mut sp.history, old);
-            }
-            for c in std::mem::take(&mut sp.challenged) {
-                if c != inc {
-                    remember(&mut sp.history, c);
-                }
-            }
-            sp.replay = seal::ReplayWindow::default();
-            self.sealed_homes.insert(inc, hot.peer);
-            if unheard {
-                // What we sent named no incarnation, and a sealed receiver
-                // acts on nothing that does not name its own: all of it
-                // goes again, now naming this one, without waiting for the
-                // retransmission timer.
+        let hot = &mut self.hot[h as usize];
+        match hdr.hello {
+            Hello::Challenge if named => {
+                // Everything we sent it since it last took us was refused:
+                // all of it again (naming it once it is current), after the
+                // echo (whole-message packets go first).
                 let mut n = 0u64;
                 for seg in hot.tx.unacked.iter_mut().rev() {
                     if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
@@ -327,7 +290,57 @@ impl Engine {
                 }
                 self.stats.retransmits += n;
                 hot.counters.retransmits += n;
+                let (peer, unknown) = (hot.peer, inc != hot.peer_inc);
+                self.queue_hello(peer, inc, Hello::Echo, hdr.sack);
+                if unknown {
+                    // We cannot name it before it is current: ask it too.
+                    self.challenge(h, inc);
+                }
+                self.schedule(h);
+                return None;
             }
+            Hello::Echo if named => {
+                let sp = hot.sealed.get_or_insert_with(Default::default);
+                let Some(at) = sp.challenged.iter().position(|c| c.inc == inc && c.cookie == hdr.sack) else {
+                    // An echo of a cookie not (or no longer) outstanding.
+                    self.stats.dropped_replay += 1;
+                    return None;
+                };
+                if inc == hot.peer_inc {
+                    // Current already (the application named it): now heard.
+                    sp.challenged.remove(at);
+                    hot.inc_heard = true;
+                    return None;
+                }
+                self.take_incarnation(h, inc);
+                return None;
+            }
+            Hello::Challenge | Hello::Echo => {
+                self.stats.dropped_stale += 1;
+                return None;
+            }
+            Hello::None => {}
+        }
+        let sp = hot.sealed.get_or_insert_with(Default::default);
+        if !named {
+            if hdr.dst_inc == 0 {
+                self.stats.dropped_unnamed += 1;
+            } else {
+                self.stats.dropped_stale += 1;
+                hot.counters.dropped_stale += 1;
+            }
+            // Once the current incarnation was heard from, it has heard from
+            // us: one of its datagrams naming none is late, or a replay.
+            if !(inc == hot.peer_inc && hot.inc_heard) {
+                self.challenge(h, inc);
+            }
+            return None;
+        }
+        if inc != hot.peer_inc {
+            // Names us, but is not (yet) current: only its echo makes it so.
+            self.stats.dropped_unnamed += 1;
+            self.challenge(h, inc);
+            return None;
         }
         if sp.homed != inc {
             sp.homed = inc;
@@ -345,6 +358,100 @@ impl Engine {
                 None
             }
         }
+    }
+
+    /// Challenges incarnation `inc` at hot peer `h` (its cookie kept, one
+    /// per incarnation challenged; the oldest left behind beyond
+    /// [`peers::SEALED_HISTORY`]).
+    fn challenge(&mut self, h: u32, inc: u64) {
+        let hot = &mut self.hot[h as usize];
+        let peer = hot.peer;
+        let sp = hot.sealed.get_or_insert_with(Default::default);
+        let cookie = match sp.challenged.iter().find(|c| c.inc == inc) {
+            Some(c) => c.cookie,
+            None => {
+                // No home from a challenged incarnation: a replay of one of
+                // its datagrams from a forged address would pin it there.
+                if sp.challenged.len() == peers::SEALED_HISTORY {
+                    let oldest = sp.challenged.remove(0);
+                    remember(&mut sp.history, oldest.inc);
+                }
+                // Unique per challenge of this endpoint incarnation (an echo
+                // of an earlier one is refused once it is answered).
+                self.next_cookie += 1;
+                let cookie = self.next_cookie;
+                sp.challenged.push(peers::Challenged { inc, cookie, replay: seal::ReplayWindow::default() });
+                cookie
+            }
+        };
+        self.queue_hello(peer, inc, Hello::Challenge, cookie);
+    }
+
+    /// Queues a challenge or echo to incarnation `inc` of `peer`, unless the
+    /// same one waits already.
+    fn queue_hello(&mut self, peer: PeerId, inc: u64, hello: Hello, cookie: u64) {
+        let queued =
+            self.dgram_tx.iter().any(|d| d.peer == peer && d.dst_inc == inc && d.hello == hello && d.sack == cookie);
+        if queued {
+            return;
+        }
+        let dst = self.cold[peer.0 as usize].addr;
+        let payload = self.take_buffer();
+        self.dgram_tx.push_back(DgramTx {
+            dst,
+            payload,
+            token: 0,
+            ptype: PacketType::Ack,
+            dst_inc: inc,
+            peer,
+            first: false,
+            last: false,
+            hello,
+            sack: cookie,
+        });
+    }
+
+    /// Makes `inc` the current incarnation of hot peer `h` (it echoed our
+    /// cookie): the one it replaces and every other one challenged are left
+    /// behind for good; a restart if there was one.
+    fn take_incarnation(&mut self, h: u32, inc: u64) {
+        let hot = &mut self.hot[h as usize];
+        let peer = hot.peer;
+        let old = hot.peer_inc;
+        let sp = hot.sealed.get_or_insert_with(Default::default);
+        if old != 0 {
+            remember(&mut sp.history, old);
+        }
+        sp.replay = seal::ReplayWindow::default();
+        for c in std::mem::take(&mut sp.challenged) {
+            if c.inc == inc {
+                // Its challenges and echoes so far stay refused if sent again.
+                sp.replay = c.replay;
+            } else {
+                remember(&mut sp.history, c.inc);
+            }
+        }
+        sp.homed = inc;
+        self.sealed_homes.insert(inc, peer);
+        if old == 0 {
+            // What we sent named no incarnation and was refused: all of it
+            // again, naming this one.
+            let mut n = 0u64;
+            for seg in hot.tx.unacked.iter_mut().rev() {
+                if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
+                    seg.queued = true;
+                    hot.tx.to_send.push_front(seg.psn);
+                    n += 1;
+                }
+            }
+            self.stats.retransmits += n;
+            hot.counters.retransmits += n;
+            hot.peer_inc = inc;
+        } else {
+            self.reset_for_restart(h, inc);
+        }
+        self.hot[h as usize].inc_heard = true;
+        self.schedule(h);
     }
 
     /// Back-pressure from the layer above. While paused, in-order data that would

@@ -143,6 +143,8 @@ impl Engine {
             peer,
             first: false,
             last: false,
+            hello: Hello::None,
+            sack: 0,
         });
         Ok(())
     }

@@ -24,6 +24,7 @@ fn header_roundtrip_and_corruption_is_detected() {
         header_sum: false,
         unsummed: false,
         sealed: Sealed::No,
+        hello: Hello::None,
     };
     let mut buf = [0u8; 100];
     let n = h.encode(b"hello", &mut buf);
@@ -574,6 +575,7 @@ fn a_direct_fragment_out_of_place_is_dropped_and_counted() {
         header_sum: false,
         unsummed: false,
         sealed: Sealed::No,
+        hello: Hello::None,
     };
     let mut buf = vec![0u8; 200];
     // A LAST with no message open; then a FIRST, and a FIRST again.

@@ -34,13 +34,14 @@ impl Engine {
             job_key: self.cfg.job_key,
             src_inc: self.cfg.incarnation,
             dst_inc: d.dst_inc,
-            // A challenge (the one ACK queued here) closes no window.
+            // A challenge or echo (the ACKs queued here) closes no window.
             psn_or_window: if d.ptype == PacketType::Ack { RX_WINDOW } else { 0 },
             ack: Psn(0),
-            sack: 0,
+            sack: d.sack,
             header_sum: false,
             unsummed: unsummed_to(&d.dst, self.path_of(d.peer)),
             sealed,
+            hello: d.hello,
         };
         let mut len = header.encode(&d.payload, buf);
         if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
@@ -48,7 +49,9 @@ impl Engine {
         }
         self.dgram_bytes -= d.payload.len();
         if d.ptype == PacketType::Ack {
-            self.stats.sent_challenges += 1;
+            if d.hello == Hello::Challenge {
+                self.stats.sent_challenges += 1;
+            }
         } else if d.ptype == PacketType::Direct {
             self.stats.sent_direct += 1;
             if d.last {
@@ -195,6 +198,7 @@ impl Engine {
                     header_sum: gather.is_some(),
                     unsummed,
                     sealed,
+                    hello: Hello::None,
                 };
                 let mut len = header.encode(seg.split().0, &mut buf[total..]);
                 if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
@@ -253,6 +257,7 @@ impl Engine {
                     header_sum: false,
                     unsummed,
                     sealed,
+                    hello: Hello::None,
                 };
                 if buf.len() < HEADER_LEN + trailer {
                     return None;

@@ -37,6 +37,8 @@ const F_HEADER_SUM: u8 = 4;
 const F_UNSUMMED: u8 = 8;
 const F_SEALED: u8 = 16;
 const F_ENCRYPTED: u8 = 32;
+const F_CHALLENGE: u8 = 64;
+const F_ECHO: u8 = 128;
 
 /// Bytes a sealed datagram carries after its payload (`PROTOCOL.md` §2.5):
 /// the sender's packet counter (8, the AEAD nonce) and the tag (16).
@@ -50,6 +52,19 @@ pub const TAG_LEN: usize = 16;
 /// checksum (the tag is a stronger one) and ends in a [`TRAILER_LEN`]-byte
 /// trailer, which the engine's sealer writes and checks (the header alone
 /// cannot: it has no key).
+/// A sealed ACK that asks its receiver to prove it is alive now, or answers
+/// one (`PROTOCOL.md` §2.5): the SACK field carries the challenger's random
+/// cookie, and the ACK carries no acknowledgement state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Hello {
+    #[default]
+    None,
+    /// Flags bit6: name me with this cookie (echo it) before I act on you.
+    Challenge,
+    /// Flags bit7: the cookie of a challenge, sent back.
+    Echo,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Sealed {
     #[default]
@@ -89,6 +104,8 @@ pub struct Header {
     /// Sealed with the job's secret (`PROTOCOL.md` §2.5): no checksum, a
     /// trailer after the payload. Never with `unsummed` or `header_sum`.
     pub sealed: Sealed,
+    /// Sealed ACKs only: a challenge or its echo.
+    pub hello: Hello,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +234,13 @@ impl Header {
                 return Err(DecodeError::Short);
             }
             end -= TRAILER_LEN;
-        } else if flags & F_ENCRYPTED != 0 {
+            if flags & (F_CHALLENGE | F_ECHO) != 0
+                && (b[field::TYPE] != PacketType::Ack.to_wire()
+                    || flags & (F_CHALLENGE | F_ECHO) == F_CHALLENGE | F_ECHO)
+            {
+                return Err(DecodeError::Flags(flags));
+            }
+        } else if flags & (F_ENCRYPTED | F_CHALLENGE | F_ECHO) != 0 {
             return Err(DecodeError::Flags(flags));
         } else if flags & F_UNSUMMED != 0 {
             // Nothing to verify, but a sender that leaves the sum out
@@ -235,6 +258,8 @@ impl Header {
         let allowed = F_UNSUMMED
             | F_SEALED
             | F_ENCRYPTED
+            | F_CHALLENGE
+            | F_ECHO
             | match ptype {
                 PacketType::Data => F_FIRST | F_LAST | F_HEADER_SUM,
                 PacketType::Direct => F_FIRST | F_LAST,
@@ -259,6 +284,11 @@ impl Header {
                 (false, _) => Sealed::No,
                 (true, false) => Sealed::Tagged,
                 (true, true) => Sealed::Encrypted,
+            },
+            hello: match (flags & F_CHALLENGE != 0, flags & F_ECHO != 0) {
+                (true, _) => Hello::Challenge,
+                (false, true) => Hello::Echo,
+                _ => Hello::None,
             },
         };
         Ok((h, &b[HEADER_LEN..end]))
@@ -292,11 +322,18 @@ impl Header {
         };
         let unsummed = self.unsummed && sealed == 0;
         let header_sum = self.header_sum && !unsummed && sealed == 0;
+        // A challenge or echo only on a sealed ACK.
+        let hello = match (self.hello, sealed != 0 && self.ptype == PacketType::Ack) {
+            (Hello::Challenge, true) => F_CHALLENGE,
+            (Hello::Echo, true) => F_ECHO,
+            _ => 0,
+        };
         b[field::FLAGS] = (if self.first { F_FIRST } else { 0 })
             | (if self.last { F_LAST } else { 0 })
             | (if header_sum { F_HEADER_SUM } else { 0 })
             | (if unsummed { F_UNSUMMED } else { 0 })
-            | sealed;
+            | sealed
+            | hello;
         b[field::JOB_KEY].copy_from_slice(&self.job_key.to_le_bytes());
         b[field::SRC_INC].copy_from_slice(&self.src_inc.to_le_bytes());
         b[field::DST_INC].copy_from_slice(&self.dst_inc.to_le_bytes());
@@ -387,6 +424,7 @@ mod tests {
                 header_sum,
                 unsummed,
                 sealed: Sealed::No,
+                hello: Hello::None,
             };
             let parts: [&[u8]; 3] = [b"header..", b"", b"payload bytes"];
             let mut whole = [0u8; 256];
@@ -407,7 +445,7 @@ mod tests {
                     src_inc: u64, dst_inc: u64, psn_or_window: u32, ack: u32, sack: u64, header_sum: bool, unsummed: bool) -> Header {
             let fragments = ptype.has_fragments();
             Header { ptype, first: first && fragments, last: last && fragments, job_key, src_inc, dst_inc, psn_or_window, ack: Psn(ack), sack,
-                     header_sum: header_sum && ptype == PacketType::Data && !unsummed, unsummed, sealed: Sealed::No }
+                     header_sum: header_sum && ptype == PacketType::Data && !unsummed, unsummed, sealed: Sealed::No, hello: Hello::None }
         }
     }
 
@@ -426,6 +464,7 @@ mod tests {
             header_sum: true,
             unsummed: false,
             sealed: Sealed::No,
+            hello: Hello::None,
         };
         let mut buf = [0u8; HEADER_LEN + 8];
         let n = h.encode(b"abcdefgh", &mut buf);
@@ -468,6 +507,7 @@ mod tests {
                 header_sum: false,
                 unsummed: true,
                 sealed: Sealed::No,
+                hello: Hello::None,
             };
             let mut buf = [0xaau8; HEADER_LEN + 8];
             let n = h.encode(b"abcdefgh", &mut buf);
@@ -498,6 +538,7 @@ mod tests {
             header_sum: true,
             unsummed: true,
             sealed: Sealed::No,
+            hello: Hello::None,
         };
         let mut buf = [0u8; HEADER_LEN];
         let n = both.encode(b"", &mut buf);
