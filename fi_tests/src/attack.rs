@@ -39,6 +39,7 @@ impl Attack {
             .arg(exe)
             .args([&ATTACKED.to_string(), "60000"])
             .arg(dir.join("attack.txt"))
+            .arg(hosts.switch_ip())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -80,18 +81,7 @@ impl Attack {
             r["dropped_auth"],
             refused_bytes - r["dropped_auth"]
         );
-        // Of the altered copies, some (up to 36 of 50, in about one run in
-        // five on an idle machine and most runs on a loaded one) reach no
-        // counter of the ranks, for a reason not found yet: the kernels
-        // report no drop, and `tests/sealed_attacks.rs` (one host, a relay)
-        // counts every one. None is taken: every element the job moved is
-        // checked. So they are reported here, not required.
-        println!(
-            "altered copies counted: {} of {}",
-            (refused_bytes + kernel).saturating_sub(sent["forged"]),
-            sent["altered"]
-        );
-        assert!(refused_bytes + kernel >= sent["forged"], "{r:?}\n{sent:?}");
+        assert!(refused_bytes + kernel >= sent["altered"] + sent["forged"], "{r:?}\n{sent:?}");
         assert!(r["dropped_auth"] + kernel >= sent["forged"], "every forgery fails its tag: {r:?}");
         assert!(refused_replays + kernel >= sent["replayed"] + sent["elsewhere"], "{r:?}\n{sent:?}");
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -119,10 +119,14 @@ impl Hosts {
     /// the address `10.<net>.0.250` there so that it can also send from
     /// an address of its own.
     pub fn run_on_switch(&self) -> Vec<String> {
-        let ip = &self.hosts[0].ip;
-        let net = &ip[..ip.rfind('.').unwrap()];
-        let _ = sh(&format!("ip -n {} addr add {net}.250/24 dev br0 2>/dev/null", self.switch));
+        let _ = sh(&format!("ip -n {} addr add {}/24 dev br0 2>/dev/null", self.switch, self.switch_ip()));
         ["ip", "netns", "exec", &self.switch].iter().map(|x| x.to_string()).collect()
+    }
+
+    /// The switch's own address ([`Hosts::run_on_switch`]).
+    pub fn switch_ip(&self) -> String {
+        let ip = &self.hosts[0].ip;
+        format!("{}.250", &ip[..ip.rfind('.').unwrap()])
     }
 
     /// The words that run a command on host `i` (prefix them to the command).

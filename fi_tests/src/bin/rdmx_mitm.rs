@@ -3,9 +3,9 @@
 //! but has no job secret. Used by `tests/sealed_mpi.rs` against a running MPI
 //! job whose traffic is sealed (`rdm/PROTOCOL.md` §2.5).
 //!
-//! `rdmx_mitm <want> <limit-ms> <counts-file>`: captures sealed rdmx
+//! `rdmx_mitm <want> <limit-ms> <counts-file> <own-ip>`: captures sealed rdmx
 //! datagrams between the hosts (an AF_PACKET socket on every interface of
-//! its namespace), `want` of them (or until `limit-ms` passed), and as it
+//! its namespace; none to or from its own address `own-ip`), `want` of them (or until `limit-ms` passed), and as it
 //! sees each one sends it to its destination again from its own address
 //! (`elsewhere`) and with the sender's address (`replayed`, a raw socket),
 //! altered in one bit with the sender's address (`altered`), and for the
@@ -99,6 +99,9 @@ impl Spoofer {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let (want, limit, out): (usize, u64, &str) = (args[1].parse().unwrap(), args[2].parse().unwrap(), &args[3]);
+    // Its own address: datagrams to it (the ranks answer its copies sent
+    // from there with challenges) are not the job's traffic between hosts.
+    let me: Ipv4Addr = args[4].parse().unwrap();
     // SAFETY: socket(2) with constant arguments; the fd is checked.
     // ETH_P_ALL: frames a bridge forwards between its ports reach only the
     // taps of every protocol (the bridge takes them before protocol ones).
@@ -149,6 +152,9 @@ fn main() {
             continue;
         }
         let Some(c) = parse(&buf[..n as usize]) else { continue };
+        if *c.dst.ip() == me || *c.src.ip() == me {
+            continue;
+        }
         captured += 1;
         own.send_to(&c.payload, c.dst).unwrap();
         counts[0] += 1;
