@@ -194,16 +194,7 @@ impl Engine {
                     // reliable path has no retransmission timer to resend it:
                     // its window reopening is the signal (go back to the
                     // cumulative point, in order, ahead of what never left).
-                    let mut n = 0u64;
-                    for seg in hot.tx.unacked.iter_mut().rev() {
-                        if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
-                            seg.queued = true;
-                            hot.tx.to_send.push_front(seg.psn);
-                            n += 1;
-                        }
-                    }
-                    self.stats.retransmits += n;
-                    hot.counters.retransmits += n;
+                    self.stats.retransmits += resend_refused(hot);
                 }
             }
             PacketType::Direct => {
@@ -280,16 +271,7 @@ impl Engine {
                 // Everything we sent it since it last took us was refused:
                 // all of it again (naming it once it is current), after the
                 // echo (whole-message packets go first).
-                let mut n = 0u64;
-                for seg in hot.tx.unacked.iter_mut().rev() {
-                    if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
-                        seg.queued = true;
-                        hot.tx.to_send.push_front(seg.psn);
-                        n += 1;
-                    }
-                }
-                self.stats.retransmits += n;
-                hot.counters.retransmits += n;
+                self.stats.retransmits += resend_refused(hot);
                 let (peer, unknown) = (hot.peer, inc != hot.peer_inc);
                 self.queue_hello(peer, inc, Hello::Echo, hdr.sack);
                 if unknown {
@@ -436,16 +418,7 @@ impl Engine {
         if old == 0 {
             // What we sent named no incarnation and was refused: all of it
             // again, naming this one.
-            let mut n = 0u64;
-            for seg in hot.tx.unacked.iter_mut().rev() {
-                if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
-                    seg.queued = true;
-                    hot.tx.to_send.push_front(seg.psn);
-                    n += 1;
-                }
-            }
-            self.stats.retransmits += n;
-            hot.counters.retransmits += n;
+            self.stats.retransmits += resend_refused(hot);
             hot.peer_inc = inc;
         } else {
             self.reset_for_restart(h, inc);
@@ -532,3 +505,20 @@ enum Beyond {
 /// beyond, all are forgotten at once (a copy of one of their datagrams is
 /// then taken once more).
 const DGRAM_SENDERS_MAX: usize = 4096;
+
+/// Queues again, in order and ahead of what never left, every segment of
+/// `hot` that went out and is neither acknowledged nor queued (the peer
+/// refused it: a window that reopened, a challenge, an incarnation taken);
+/// counts them as retransmissions on the peer and returns how many.
+fn resend_refused(hot: &mut peers::Hot) -> u64 {
+    let mut n = 0u64;
+    for seg in hot.tx.unacked.iter_mut().rev() {
+        if seg.sent_at.is_some() && !seg.queued && !seg.sacked {
+            seg.queued = true;
+            hot.tx.to_send.push_front(seg.psn);
+            n += 1;
+        }
+    }
+    hot.counters.retransmits += n;
+    n
+}
