@@ -28,7 +28,7 @@ impl Engine {
     /// application that only sends). Taken as that ACK: no more DIRECT
     /// packets to it, and those queued and not begun go sequenced.
     pub fn peer_holds_back(&mut self, now: Instant, peer: PeerId) {
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) else { return };
         let hot = &mut self.hot[h as usize];
         if hot.tx.peer_paused {
             return;
@@ -96,7 +96,7 @@ impl Engine {
         parts: &[&[u8]],
         token: u64,
     ) -> Result<(), SendError> {
-        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
+        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) {
             let path = self.path_of(peer);
             let hot = &self.hot[h as usize];
             let len: usize = parts.iter().map(|p| p.len()).sum();
@@ -167,21 +167,21 @@ impl Engine {
             return None;
         }
         let cold = self.cold.get(peer.0 as usize)?;
-        let hot = &self.hot[cold.hot? as usize];
+        let hot = &self.hot[cold.hot()? as usize];
         let path = self.path_of(peer);
         if !(direct_allowed(path, hot) && len <= (path.payload_max as usize).min(DIRECT_MAX)) {
             return None;
         }
         // DIRECT packets are never sealed (a receiver with a secret takes
         // them only from a shared-memory ring): over a wire, DATA.
-        if self.sealing_to(&cold.addr) != Sealed::No {
+        if self.sealing_of(peer) != Sealed::No {
             return None;
         }
         let header = Header {
             ptype: PacketType::Direct,
             first: true,
             last: true,
-            job_key: self.cfg.job_key,
+            job_key: self.jobs[cold.job.0 as usize].key,
             src_inc: self.cfg.incarnation,
             dst_inc: hot.peer_inc,
             psn_or_window: 0,
@@ -255,7 +255,7 @@ impl Engine {
         if !self.dgram_tx.is_empty() || len > route.payload_max {
             return false;
         }
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return false };
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) else { return false };
         let hot = &self.hot[h as usize];
         let open =
             hot.inc_heard && !hot.failed && !hot.tx.peer_paused && !hot.tx.busy() && hot.peer_inc == route.dst_inc;

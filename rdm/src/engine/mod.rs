@@ -87,6 +87,26 @@ impl PeerId {
     }
 }
 
+/// One more job an endpoint serves ([`EngineConfig::other_jobs`]): its key
+/// in clear, or its secret (whose job id then is the key).
+#[derive(Clone, Debug)]
+pub struct JobConfig {
+    pub job_key: u64,
+    pub auth: Option<Arc<JobAuth>>,
+}
+
+/// Which of an endpoint's jobs a peer belongs to: 0 is
+/// [`EngineConfig::job_key`]'s, then [`EngineConfig::other_jobs`] in order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct JobIdx(pub u8);
+
+impl JobIdx {
+    pub const FIRST: JobIdx = JobIdx(0);
+}
+
+/// Jobs one endpoint serves, at most (libfabric's `max_ep_auth_key`).
+pub const JOBS_MAX: usize = 16;
+
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Largest datagram, header included.
@@ -99,6 +119,11 @@ pub struct EngineConfig {
     /// The job's secret, when it has one: datagrams over a wire are sealed
     /// with it, and only sealed ones are taken from a wire (`seal`).
     pub auth: Option<Arc<JobAuth>>,
+    /// The other jobs this endpoint serves ([`JobIdx`] 1 on, in this
+    /// order), each with its key or secret: a peer is one process *in one
+    /// job*, so a process met in two jobs is two peers, with two streams.
+    /// Empty for an endpoint of one job. At most [`JOBS_MAX`] jobs in all.
+    pub other_jobs: Vec<JobConfig>,
     pub incarnation: u64,
     /// A peer silent this long while data to it is unacknowledged is unreachable.
     pub peer_timeout: Duration,
@@ -125,6 +150,7 @@ impl Default for EngineConfig {
             reliable: false,
             job_key: 0,
             auth: None,
+            other_jobs: Vec::new(),
             incarnation: 1,
             peer_timeout: Duration::from_secs(30),
             max_window: 1024,
@@ -320,6 +346,7 @@ pub struct PeerCounters {
 pub struct PeerSnapshot {
     pub peer: PeerId,
     pub addr: DevAddr,
+    pub job: JobIdx,
     pub counters: PeerCounters,
     /// Smoothed round-trip time (none before the first sample).
     pub srtt: Option<Duration>,
@@ -443,6 +470,48 @@ struct DgramTx {
     sack: u64,
 }
 
+/// One job an endpoint serves: its key, and with a secret what sealing
+/// needs; its counters.
+struct Job {
+    key: u64,
+    /// With a secret: seals and opens this job's datagrams over a wire.
+    sealer: Option<Sealer>,
+    /// With a secret: the peer each sealed incarnation was heard at (taken
+    /// or challenged there). A sealed datagram of one of them from any other
+    /// address is a copy sent from elsewhere: refused before any peer state
+    /// is made for that address.
+    homes: FxHashMap<u64, PeerId>,
+    /// With a secret: the packet counters of each sender of unreliable
+    /// datagrams (DGRAM), by incarnation.
+    dgram_replay: FxHashMap<u64, seal::ReplayWindow>,
+    counters: JobCounters,
+}
+
+impl Job {
+    fn new(key: u64, auth: Option<Arc<JobAuth>>, incarnation: u64) -> Job {
+        let key = auth.as_ref().map_or(key, |a| a.secret.job_id());
+        Job {
+            key,
+            sealer: auth.map(|a| Sealer::new(a, incarnation)),
+            homes: FxHashMap::default(),
+            dgram_replay: FxHashMap::default(),
+            counters: JobCounters::default(),
+        }
+    }
+}
+
+/// One job's counters ([`Engine::job_counters`]): what its key or tag let in,
+/// and what it refused. Messages and bytes are the layer above's, per peer
+/// ([`PeerSnapshot::job`] says whose).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobCounters {
+    /// Datagrams that carried this job's key and passed its tag (if sealed).
+    pub received: u64,
+    /// Datagrams of this job refused by their tag, or unsealed from a wire
+    /// while the job has a secret.
+    pub dropped_auth: u64,
+}
+
 pub(super) struct RxSeg {
     first: bool,
     last: bool,
@@ -462,11 +531,15 @@ pub struct Engine {
     /// The path of peers the layer above gave none for.
     default_path: PeerPath,
     cold: Vec<Cold>,
+    /// Peers of the first job by address, and of the others by address
+    /// and job (a process met in two jobs is two peers): an endpoint of one
+    /// job keeps its map entries as small as ever.
     by_addr: FxHashMap<DevAddr, PeerId>,
-    /// The last address [`Engine::peer`] answered for: datagrams come in runs
-    /// from one sender, and a run then costs one comparison per datagram
-    /// instead of a hash lookup. Never stale: `by_addr` only grows.
-    last_peer: Option<(DevAddr, PeerId)>,
+    by_addr_in_job: FxHashMap<(DevAddr, JobIdx), PeerId>,
+    /// The last address and job [`Engine::peer_in`] answered for: datagrams
+    /// come in runs from one sender, and a run then costs one comparison per
+    /// datagram instead of a hash lookup. Never stale: `by_addr` only grows.
+    last_peer: Option<(DevAddr, JobIdx, PeerId)>,
     /// The incarnation the application's address names, for peers without hot
     /// state yet ([`Engine::expect_incarnation`]); a side map so that cold
     /// peers stay small.
@@ -495,16 +568,9 @@ pub struct Engine {
     /// a path: the layer above, which knows the devices, gives them one
     /// ([`Engine::poll_pathless_peer`]) before anything is sent to them.
     pathless: Vec<PeerId>,
-    /// With a job secret: seals and opens datagrams over a wire.
-    sealer: Option<Sealer>,
-    /// With a job secret: the peer each sealed incarnation was heard at
-    /// (taken or challenged there). A sealed datagram of one of them from
-    /// any other address is a copy sent from elsewhere: refused before any
-    /// peer state is made for that address.
-    sealed_homes: FxHashMap<u64, PeerId>,
-    /// With a job secret: the packet counters of each sender of unreliable
-    /// datagrams (DGRAM), by incarnation.
-    dgram_replay: FxHashMap<u64, seal::ReplayWindow>,
+    /// The jobs this endpoint serves, [`JobIdx`] order: the first is the
+    /// configuration's `job_key`/`auth`, then `other_jobs`.
+    jobs: Vec<Job>,
     /// The last cookie this endpoint challenged a sealed peer with.
     next_cookie: u64,
     stats: Stats,
@@ -523,12 +589,14 @@ pub const POOL_MAX_CAPACITY: usize = 64 << 10;
 
 impl Engine {
     pub fn new(mut cfg: EngineConfig) -> Engine {
-        let sealer = cfg.auth.clone().map(|a| {
-            cfg.job_key = a.secret.job_id();
-            Sealer::new(a, cfg.incarnation)
-        });
+        let mut jobs = vec![Job::new(cfg.job_key, cfg.auth.clone(), cfg.incarnation)];
+        cfg.job_key = jobs[0].key;
+        for j in cfg.other_jobs.iter().take(JOBS_MAX - 1) {
+            jobs.push(Job::new(j.job_key, j.auth.clone(), cfg.incarnation));
+        }
+        let any_sealed = jobs.iter().any(|j| j.sealer.is_some());
         let default_path = PeerPath {
-            payload_max: payload_max(cfg.mtu, sealer.is_some()),
+            payload_max: payload_max(cfg.mtu, any_sealed),
             reliable: cfg.reliable,
             gso: false,
             ordered: false,
@@ -541,6 +609,7 @@ impl Engine {
             default_path,
             cold: Vec::new(),
             by_addr: FxHashMap::default(),
+            by_addr_in_job: FxHashMap::default(),
             last_peer: None,
             expected_inc: FxHashMap::default(),
             hot: Slab::new(),
@@ -555,27 +624,43 @@ impl Engine {
             dgram_bytes: 0,
             direct_unpolled: Vec::new(),
             pathless: Vec::new(),
-            sealer,
-            sealed_homes: FxHashMap::default(),
-            dgram_replay: FxHashMap::default(),
+            jobs,
             next_cookie: 0,
             stats: Stats::default(),
         }
     }
 
-    /// How a datagram to `dst` is sealed: over a wire with a job secret;
-    /// never through a shared-memory ring, which the kernel guards.
+    /// How a datagram to `peer` is sealed: over a wire when its job has a
+    /// secret; never through a shared-memory ring, which the kernel guards.
     #[inline]
-    pub(super) fn sealing_to(&self, dst: &DevAddr) -> Sealed {
-        match &self.sealer {
-            Some(s) if !dst.crosses_no_wire() => s.sealing(),
+    pub(super) fn sealing_of(&self, peer: PeerId) -> Sealed {
+        let cold = &self.cold[peer.0 as usize];
+        match &self.jobs[cold.job.0 as usize].sealer {
+            Some(s) if !cold.addr.crosses_no_wire() => s.sealing(),
             _ => Sealed::No,
         }
     }
 
-    /// Whether datagrams over a wire are sealed (the job has a secret).
+    /// Whether the first job's datagrams over a wire are sealed (it has a
+    /// secret).
     pub fn sealed(&self) -> bool {
-        self.sealer.is_some()
+        self.jobs[0].sealer.is_some()
+    }
+
+    /// The jobs this endpoint serves ([`JobIdx`] order) by their keys (a
+    /// sealed job's key is its job id).
+    pub fn job_keys(&self) -> impl Iterator<Item = u64> + '_ {
+        self.jobs.iter().map(|j| j.key)
+    }
+
+    /// Whether job `job` is sealed.
+    pub fn job_sealed(&self, job: JobIdx) -> bool {
+        self.jobs.get(job.0 as usize).is_some_and(|j| j.sealer.is_some())
+    }
+
+    /// One job's counters.
+    pub fn job_counters(&self, job: JobIdx) -> JobCounters {
+        self.jobs.get(job.0 as usize).map(|j| j.counters).unwrap_or_default()
     }
 
     pub fn config(&self) -> &EngineConfig {

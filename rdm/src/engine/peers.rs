@@ -9,7 +9,11 @@ use super::*;
 
 pub(super) struct Cold {
     pub(super) addr: DevAddr,
-    pub(super) hot: Option<u32>,
+    /// The job this peer is a process of (its packets carry the job's key).
+    pub(super) job: JobIdx,
+    /// The index of its hot state, plus one ([`Cold::hot`]): four bytes, so
+    /// that the job index fits beside it in a cold peer's 96 bytes.
+    hot: Option<std::num::NonZeroU32>,
     /// The path to the peer, when the layer above gave one
     /// ([`Engine::peer_with_path`]); else the engine's defaults
     /// ([`Engine::path_of`]). The one place a peer's path is kept.
@@ -21,6 +25,18 @@ pub(super) struct Cold {
 /// ([`RecvState`], [`reassembly`]) and the congestion window
 /// ([`Congestion`]) each in their own type. The path is not here: it is the
 /// peer's cold entry's ([`Engine::path_of`]).
+impl Cold {
+    pub(super) fn new(addr: DevAddr, job: JobIdx) -> Cold {
+        Cold { addr, job, hot: None, path: None }
+    }
+
+    /// The index of the peer's hot state, once it has some.
+    #[inline]
+    pub(super) fn hot(&self) -> Option<u32> {
+        self.hot.map(|h| h.get() - 1)
+    }
+}
+
 pub(super) struct Hot {
     pub(super) peer: PeerId,
     pub(super) peer_inc: u64,
@@ -96,10 +112,11 @@ pub(super) struct Challenged {
 pub const SEALED_HISTORY: usize = 64;
 
 impl Engine {
-    /// The entry of a datagram's sender; a new one is remembered as pathless.
-    pub(super) fn peer_heard(&mut self, addr: DevAddr) -> PeerId {
+    /// The entry of a datagram's sender in `job`; a new one is remembered
+    /// as pathless.
+    pub(super) fn peer_heard(&mut self, addr: DevAddr, job: JobIdx) -> PeerId {
         let known = self.cold.len();
-        let p = self.peer(addr);
+        let p = self.peer_in(addr, job);
         if p.0 as usize == known {
             self.pathless.push(p);
         }
@@ -127,24 +144,41 @@ impl Engine {
         None
     }
 
-    /// Finds or creates the (cold) entry for `addr`. Costs no traffic.
+    /// Finds or creates the (cold) entry for `addr` in the first job. Costs
+    /// no traffic.
     pub fn peer(&mut self, addr: DevAddr) -> PeerId {
-        if let Some((a, p)) = self.last_peer {
-            if a == addr {
+        self.peer_in(addr, JobIdx::FIRST)
+    }
+
+    /// Finds or creates the (cold) entry for the process at `addr` in `job`
+    /// (a job this engine does not serve counts as the first).
+    pub fn peer_in(&mut self, addr: DevAddr, job: JobIdx) -> PeerId {
+        let job = if (job.0 as usize) < self.jobs.len() { job } else { JobIdx::FIRST };
+        if let Some((a, j, p)) = self.last_peer {
+            if a == addr && j == job {
                 return p;
             }
         }
-        let id = match self.by_addr.get(&addr) {
-            Some(&p) => p,
+        let id = match self.peer_id_in(addr, job) {
+            Some(p) => p,
             None => {
                 let id = PeerId(self.cold.len() as u32);
-                self.cold.push(Cold { addr, hot: None, path: None });
-                self.by_addr.insert(addr, id);
+                self.cold.push(Cold::new(addr, job));
+                if job == JobIdx::FIRST {
+                    self.by_addr.insert(addr, id);
+                } else {
+                    self.by_addr_in_job.insert((addr, job), id);
+                }
                 id
             }
         };
-        self.last_peer = Some((addr, id));
+        self.last_peer = Some((addr, job, id));
         id
+    }
+
+    /// The job `peer` is a process of.
+    pub fn peer_job(&self, peer: PeerId) -> JobIdx {
+        self.cold.get(peer.0 as usize).map_or(JobIdx::FIRST, |c| c.job)
     }
 
     /// Like [`Engine::peer`], and fixes the peer's path (mtu, reliability) from
@@ -153,13 +187,19 @@ impl Engine {
     /// created before (it sent to us first) takes it if nothing was sent to it
     /// yet.
     pub fn peer_with_path(&mut self, addr: DevAddr, caps: &DeviceCaps) -> PeerId {
-        let id = self.peer(addr);
+        self.peer_in_with_path(addr, JobIdx::FIRST, caps)
+    }
+
+    /// [`Engine::peer_with_path`] for the process at `addr` in `job`.
+    pub fn peer_in_with_path(&mut self, addr: DevAddr, job: JobIdx, caps: &DeviceCaps) -> PeerId {
+        let id = self.peer_in(addr, job);
+        let job_sealed = self.jobs[self.cold[id.0 as usize].job.0 as usize].sealer.is_some();
         let cold = &mut self.cold[id.0 as usize];
         if cold.path.is_none() {
             // A sealed path carries everything in sealed datagrams: no
             // remote reads (the rendezvous pushes instead) and no payloads
             // gathered unread from registered memory.
-            let sealed = self.sealer.is_some() && !addr.crosses_no_wire();
+            let sealed = job_sealed && !addr.crosses_no_wire();
             let path = PeerPath {
                 payload_max: payload_max(caps.mtu, sealed),
                 reliable: caps.reliable,
@@ -170,7 +210,7 @@ impl Engine {
                 remote_read: caps.remote_read && !sealed,
                 registration: caps.registration && !sealed,
             };
-            match cold.hot {
+            match cold.hot() {
                 None => cold.path = Some(path),
                 Some(h) => {
                     let hot = &mut self.hot[h as usize];
@@ -202,9 +242,20 @@ impl Engine {
         self.cold.get(peer.0 as usize).and_then(|c| c.path)
     }
 
-    /// The id of `addr` if the engine knows it (no entry is created).
+    /// The id of `addr` in the first job if the engine knows it (no entry
+    /// is created).
     pub fn peer_id_of(&self, addr: DevAddr) -> Option<PeerId> {
-        self.by_addr.get(&addr).copied()
+        self.peer_id_in(addr, JobIdx::FIRST)
+    }
+
+    /// The id of the process at `addr` in `job` if the engine knows it.
+    #[inline]
+    pub fn peer_id_in(&self, addr: DevAddr, job: JobIdx) -> Option<PeerId> {
+        if job == JobIdx::FIRST {
+            self.by_addr.get(&addr).copied()
+        } else {
+            self.by_addr_in_job.get(&(addr, job)).copied()
+        }
     }
 
     pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
@@ -213,7 +264,7 @@ impl Engine {
 
     /// A one-line description of a peer's protocol state (diagnostics).
     pub fn describe_peer(&self, peer: PeerId) -> String {
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return "cold".into() };
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) else { return "cold".into() };
         let hot = &self.hot[h as usize];
         format!(
             "next_psn {} unacked {} (first {:?}, sacked {}, queued {}) pending {} to_send {} cwnd {:.1} rto {:?} backoff {} rto_deadline {:?} rx_next {} ooo {} ack_now {} ack_deadline {:?}",
@@ -257,6 +308,7 @@ impl Engine {
         self.hot.iter().map(|(_, h)| PeerSnapshot {
             peer: h.peer,
             addr: self.peer_addr(h.peer),
+            job: self.peer_job(h.peer),
             counters: h.counters,
             srtt: h.tx.srtt,
             cwnd: h.cc.cwnd(),
@@ -268,7 +320,7 @@ impl Engine {
     /// for a peer without hot state (it never carried reliable traffic).
     #[inline]
     pub fn upper_counters_mut(&mut self, peer: PeerId) -> Option<&mut [u64; UPPER_COUNTERS]> {
-        let h = self.cold.get(peer.0 as usize)?.hot?;
+        let h = self.cold.get(peer.0 as usize)?.hot()?;
         self.hot.get_mut(h as usize).map(|hot| &mut hot.counters.upper)
     }
 
@@ -277,7 +329,7 @@ impl Engine {
     /// currently holds.
     pub fn peer_bytes(&self, peer: PeerId) -> usize {
         let cold = std::mem::size_of::<Cold>() + std::mem::size_of::<(DevAddr, PeerId)>() + 1;
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return cold };
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) else { return cold };
         let hot = &self.hot[h as usize];
         cold + std::mem::size_of::<slab::Slab<Hot>>().max(std::mem::size_of::<Hot>())
             + hot.tx.unacked.capacity() * std::mem::size_of::<TxSeg>()
@@ -294,14 +346,14 @@ impl Engine {
 
     pub(super) fn hot_index(&mut self, peer: PeerId, now: Instant) -> u32 {
         let cold = &mut self.cold[peer.0 as usize];
-        if let Some(h) = cold.hot {
+        if let Some(h) = cold.hot() {
             return h;
         }
         let path = cold.path.unwrap_or(self.default_path);
         let mut hot = Hot::new(peer, &self.cfg, path, now);
         hot.peer_inc = self.expected_inc.remove(&peer.0).unwrap_or(0);
         let h = self.hot.insert(hot) as u32;
-        cold.hot = Some(h);
+        cold.hot = std::num::NonZeroU32::new(h + 1);
         h
     }
 
@@ -316,7 +368,7 @@ impl Engine {
     pub fn expect_incarnation(&mut self, peer: PeerId, inc: u64) -> bool {
         // Every send and directed receive asks: the usual answer (a peer with
         // state, already addressed as `inc`) in a few loads, inline.
-        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) {
+        if let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) {
             if inc == 0 || self.hot[h as usize].peer_inc == inc {
                 return true;
             }
@@ -331,13 +383,14 @@ impl Engine {
         if inc == 0 {
             return true;
         }
-        if self.sealer.is_some() {
+        let job = &mut self.jobs[cold.job.0 as usize];
+        if job.sealer.is_some() {
             // The application says where it lives (and knows better than any
             // datagram): a sealed datagram of it from anywhere else is a
             // copy (`receive`).
-            self.sealed_homes.insert(inc, peer);
+            job.homes.insert(inc, peer);
         }
-        match cold.hot {
+        match cold.hot() {
             None => {
                 // Nothing sent or heard yet: the latest address given wins.
                 self.expected_inc.insert(peer.0, inc);
@@ -383,8 +436,16 @@ impl Engine {
     }
 
     fn unreachable(&mut self, addr: DevAddr, even_idle: bool) {
-        let Some(peer) = self.peer_id_of(addr) else { return };
-        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot) else { return };
+        // The process at `addr` is gone in every job it served.
+        for j in 0..self.jobs.len() {
+            if let Some(peer) = self.peer_id_in(addr, JobIdx(j as u8)) {
+                self.unreachable_peer(peer, even_idle);
+            }
+        }
+    }
+
+    fn unreachable_peer(&mut self, peer: PeerId, even_idle: bool) {
+        let Some(h) = self.cold.get(peer.0 as usize).and_then(|c| c.hot()) else { return };
         let path = self.path_of(peer);
         let hot = &self.hot[h as usize];
         // On a reliable, ordered path the report answers a datagram that was

@@ -43,30 +43,39 @@ impl Engine {
             self.stats.dropped_checksum += 1;
             return None;
         }
-        if hdr.job_key != self.cfg.job_key {
+        // The job the datagram names: one comparison for an endpoint of one
+        // job, a short scan for one that serves several.
+        let Some(j) = self.jobs.iter().position(|j| j.key == hdr.job_key) else {
             self.stats.dropped_job_key += 1;
             return None;
-        }
-        if hdr.sealed == Sealed::No && (self.sealer.is_none() || from.crosses_no_wire()) {
-            return self.accept(now, from, hdr, payload, None, lend);
+        };
+        let job = JobIdx(j as u8);
+        if hdr.sealed == Sealed::No && (self.jobs[j].sealer.is_none() || from.crosses_no_wire()) {
+            self.jobs[j].counters.received += 1;
+            return self.accept(now, from, job, hdr, payload, None, lend);
         }
         // A job with a secret takes nothing unsealed from a wire, and nothing
         // sealed is taken without one; the tag is checked before anything
         // else looks at the datagram (no peer state, no byte, no event).
-        let Some(sealer) = self.sealer.as_mut() else {
+        let Job { sealer, homes, counters, .. } = &mut self.jobs[j];
+        let Some(sealer) = sealer.as_mut() else {
             self.stats.dropped_auth += 1;
+            counters.dropped_auth += 1;
             return None;
         };
         if hdr.sealed == Sealed::No || hdr.ptype == PacketType::Direct {
             // DIRECT packets go only through a shared-memory ring, unsealed.
             self.stats.dropped_auth += 1;
+            counters.dropped_auth += 1;
             return None;
         }
         let Some(counter) = sealer.open(bytes, hdr.src_inc, hdr.sealed) else {
             self.stats.dropped_auth += 1;
+            counters.dropped_auth += 1;
             return None;
         };
-        if let Some(&home) = self.sealed_homes.get(&hdr.src_inc) {
+        counters.received += 1;
+        if let Some(&home) = homes.get(&hdr.src_inc) {
             // One incarnation sends from one address: a genuine datagram of
             // it from another is a replay from elsewhere.
             if self.cold[home.0 as usize].addr != from {
@@ -76,23 +85,25 @@ impl Engine {
         }
         if hdr.sealed == Sealed::Encrypted {
             let opened = std::mem::take(&mut sealer.opened);
-            let lent = self.accept(now, from, hdr, &opened, Some(counter), false);
-            if let Some(s) = self.sealer.as_mut() {
+            let lent = self.accept(now, from, job, hdr, &opened, Some(counter), false);
+            if let Some(s) = self.jobs[j].sealer.as_mut() {
                 s.opened = opened;
             }
             return lent;
         }
-        self.accept(now, from, hdr, payload, Some(counter), false)
+        self.accept(now, from, job, hdr, payload, Some(counter), false)
     }
 
     /// A datagram past the checks of its bytes (checksum or tag, job key):
     /// `counter` is its packet counter if it was sealed. The checks of its
     /// identity (incarnations, and for sealed ones freshness and replay),
     /// then its acknowledgement state and its data.
+    #[allow(clippy::too_many_arguments)]
     fn accept(
         &mut self,
         now: Instant,
         from: DevAddr,
+        job: JobIdx,
         hdr: Header,
         payload: &[u8],
         counter: Option<u64>,
@@ -104,17 +115,18 @@ impl Engine {
             // ones are refused when their sender's packet counter was seen
             // (before any entry is made for a forged address).
             if let Some(counter) = counter {
-                if self.dgram_replay.len() >= DGRAM_SENDERS_MAX && !self.dgram_replay.contains_key(&hdr.src_inc) {
-                    self.dgram_replay.clear();
+                let senders = &mut self.jobs[job.0 as usize].dgram_replay;
+                if senders.len() >= DGRAM_SENDERS_MAX && !senders.contains_key(&hdr.src_inc) {
+                    senders.clear();
                 }
-                let w = self.dgram_replay.entry(hdr.src_inc).or_default();
+                let w = senders.entry(hdr.src_inc).or_default();
                 if w.check(counter) != seal::Replay::Fresh {
                     self.stats.dropped_replay += 1;
                     return None;
                 }
             }
             self.stats.received_datagrams += 1;
-            let peer = self.peer_heard(from);
+            let peer = self.peer_heard(from, job);
             let mut msg = self.pool.pop().unwrap_or_default();
             msg.clear();
             msg.extend_from_slice(payload);
@@ -123,14 +135,14 @@ impl Engine {
         }
         if hdr.header_sum {
             // Only an RDMA path guards a payload the checksum leaves out.
-            let registers = self.by_addr.get(&from).map_or(self.default_path, |&p| self.path_of(p)).registration;
+            let registers = self.peer_id_in(from, job).map_or(self.default_path, |p| self.path_of(p)).registration;
             if !registers {
                 self.stats.dropped_checksum += 1;
                 return None;
             }
         }
         self.stats.received += 1;
-        let peer = self.peer_heard(from);
+        let peer = self.peer_heard(from, job);
         let h = self.hot_index(peer, now);
         let my_inc = self.cfg.incarnation;
         let mut data_only = false;
@@ -326,7 +338,8 @@ impl Engine {
         }
         if sp.homed != inc {
             sp.homed = inc;
-            self.sealed_homes.entry(inc).or_insert(hot.peer);
+            let job = self.cold[hot.peer.0 as usize].job.0 as usize;
+            self.jobs[job].homes.entry(inc).or_insert(hot.peer);
         }
         match sp.replay.check(counter) {
             seal::Replay::Fresh => Some(Beyond::No),
@@ -414,7 +427,8 @@ impl Engine {
             }
         }
         sp.homed = inc;
-        self.sealed_homes.insert(inc, peer);
+        let job = self.cold[peer.0 as usize].job.0 as usize;
+        self.jobs[job].homes.insert(inc, peer);
         if old == 0 {
             // What we sent named no incarnation and was refused: all of it
             // again, naming this one.

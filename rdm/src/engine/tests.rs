@@ -966,7 +966,7 @@ proptest! {
         for d in &dgrams {
             b.handle_datagram(t, crate::simnet::addr(0), d);
             // SACK bits vs the model: exactly the buffered PSNs in range.
-            let hot = &b.hot[b.cold[0].hot.unwrap() as usize];
+            let hot = &b.hot[b.cold[0].hot().unwrap() as usize];
             let bits = hot.rx.sack_bits();
             for k in 1..=64u32 {
                 let psn = hot.rx.rx_next.plus(k);

@@ -21,17 +21,18 @@ impl Engine {
     /// `buf`, if any, and reports its send complete.
     fn transmit_datagram(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let d = self.dgram_tx.front()?;
-        let sealed = self.sealing_to(&d.dst);
+        let sealed = self.sealing_of(d.peer);
         let trailer = if sealed == Sealed::No { 0 } else { TRAILER_LEN };
         if buf.len() < HEADER_LEN + d.payload.len() + trailer {
             return None;
         }
         let d = self.dgram_tx.pop_front()?;
+        let job = self.cold[d.peer.0 as usize].job.0 as usize;
         let header = Header {
             ptype: d.ptype,
             first: d.first,
             last: d.last,
-            job_key: self.cfg.job_key,
+            job_key: self.jobs[job].key,
             src_inc: self.cfg.incarnation,
             dst_inc: d.dst_inc,
             // A challenge or echo (the ACKs queued here) closes no window.
@@ -44,7 +45,7 @@ impl Engine {
             hello: d.hello,
         };
         let mut len = header.encode(&d.payload, buf);
-        if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+        if let (Some(s), true) = (self.jobs[job].sealer.as_mut(), sealed != Sealed::No) {
             len = s.seal(buf, len, sealed);
         }
         self.dgram_bytes -= d.payload.len();
@@ -73,7 +74,7 @@ impl Engine {
     pub(super) fn fill_window(&mut self, h: u32) {
         let peer = self.hot[h as usize].peer;
         let payload_max = self.path_of(peer).payload_max as usize;
-        let sealed = self.sealing_to(&self.cold[peer.0 as usize].addr) != Sealed::No;
+        let sealed = self.sealing_of(peer) != Sealed::No;
         let hot = &mut self.hot[h as usize];
         let mut window = hot.cc.window().min(hot.tx.peer_window).min(self.cfg.max_window).max(1);
         if sealed && hot.peer_inc == 0 {
@@ -127,15 +128,16 @@ impl Engine {
             }
             self.fill_window(h);
             let my_inc = self.cfg.incarnation;
-            let job_key = self.cfg.job_key;
             let max_rto = self.cfg.max_rto;
             let ack_delay = self.cfg.ack_delay;
             let hot = &mut self.hot[h as usize];
             let cold = &self.cold[hot.peer.0 as usize];
             let (dst, path) = (cold.addr, cold.path.unwrap_or(self.default_path));
+            let job = &mut self.jobs[cold.job.0 as usize];
+            let job_key = job.key;
             let reliable = path.reliable;
             let unsummed = unsummed_to(&dst, path);
-            let sealed = match &self.sealer {
+            let sealed = match &job.sealer {
                 Some(s) if !dst.crosses_no_wire() => s.sealing(),
                 _ => Sealed::No,
             };
@@ -201,7 +203,7 @@ impl Engine {
                     hello: Hello::None,
                 };
                 let mut len = header.encode(seg.split().0, &mut buf[total..]);
-                if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+                if let (Some(s), true) = (job.sealer.as_mut(), sealed != Sealed::No) {
                     len = s.seal(&mut buf[total..], len, sealed);
                 }
                 if seg.sent_at.is_some() {
@@ -263,7 +265,7 @@ impl Engine {
                     return None;
                 }
                 let mut len = header.encode(&[], buf);
-                if let (Some(s), true) = (self.sealer.as_mut(), sealed != Sealed::No) {
+                if let (Some(s), true) = (job.sealer.as_mut(), sealed != Sealed::No) {
                     len = s.seal(buf, len, sealed);
                 }
                 self.stats.sent_acks += 1;
@@ -286,7 +288,7 @@ impl Engine {
     /// not (see [`Gathered`]). Several given back in a row go back
     /// newest first, so that they are formed again in order.
     pub fn not_transmitted(&mut self, g: Gathered) {
-        let Some(h) = self.cold.get(g.peer.0 as usize).and_then(|c| c.hot) else { return };
+        let Some(h) = self.cold.get(g.peer.0 as usize).and_then(|c| c.hot()) else { return };
         let Some(hot) = self.hot.get_mut(h as usize) else { return };
         hot.rx.ack_now = true;
         let Some(front) = hot.tx.unacked.front() else { return };
