@@ -75,7 +75,7 @@ impl Memory for Mem {
         let r = self.range(addr, len);
         &self.bytes[r]
     }
-    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access) -> Result<Vec<IoBuf>, Status> {
+    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access, _job: u64) -> Result<Vec<IoBuf>, Status> {
         // The writable registration, or a read-only view of the send area.
         let (a, l) = match key {
             KEY_RW => (REG, AREA),

@@ -42,12 +42,16 @@ pub struct Region {
     /// Without `FI_MR_VIRT_ADDR`: the remote address of the registration's first
     /// byte (`fi_mr_reg`'s `offset`); remote address `a` names byte `a - offset`.
     pub offset: u64,
+    /// The jobs (their keys) whose peers may reach it, when the registration
+    /// names them (`FI_AV_AUTH_KEY` domains); `None`: every job the
+    /// endpoint serves.
+    pub reachable_by: Option<Vec<u64>>,
 }
 
 impl Region {
     /// A one-segment registration at offset 0.
     pub fn contiguous(addr: u64, len: u64, access: u64) -> Region {
-        Region { segments: vec![Segment { addr, len }], access, offset: 0 }
+        Region { segments: vec![Segment { addr, len }], access, offset: 0, reachable_by: None }
     }
 
     /// Bytes registered (the sum of the segments).
@@ -331,6 +335,7 @@ mod tests {
             segments: vec![Segment { addr: 0x1000, len: 0x100 }, Segment { addr: 0x3000, len: 0x80 }],
             access: 3,
             offset: 0,
+            reachable_by: None,
         }
     }
 
@@ -352,6 +357,7 @@ mod tests {
             ],
             access: 3,
             offset: 0,
+            reachable_by: None,
         };
         assert_eq!(joined.resolve(0x1f80, 0x200, true), Ok(vec![Segment { addr: 0x1f80, len: 0x200 }]));
         assert!(joined.resolve(0x1f80, 0x201, true).is_err());

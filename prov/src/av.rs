@@ -3,7 +3,7 @@
 //! slots are reused lowest first, which keeps TABLE indices dense after
 //! remove + re-insert.
 use crate::addr::{RdmxAddr, ADDR_LEN};
-use crate::av_table::{AvTable, SharedAv, FI_ADDR_NOTAVAIL};
+use crate::av_table::{AvTable, SharedAv, AUTH_KEY_ADDR, FI_ADDR_NOTAVAIL};
 use crate::domain::{self, Domain};
 use crate::entry::{entry, entry_unsupported, non_null, Out};
 use crate::error::{Error, Result};
@@ -27,16 +27,60 @@ unsafe impl FidObject for Av {
 }
 
 static AV_FI_OPS: fi::fi_ops = fid::fi_ops(av_close, None, None);
-/// Entries newer headers add (2.x: `insert_auth_key`, `lookup_auth_key`,
-/// `set_user_id`) stay null: libfabric's inline wrappers answer `-FI_ENOSYS` for a
-/// null entry, which is what rdmx means (no `FI_AV_AUTH_KEY`, no `FI_AV_USER_ID`).
-// SAFETY: every field of fi_ops_av is a usize or an Option of a function
-// pointer, for which all-zero bytes are 0 and None.
-const NO_AV_OPS: fi::fi_ops_av = unsafe { std::mem::zeroed() };
-// Against 1.17's headers the struct has no field beyond those named here.
-#[allow(clippy::needless_update)]
-static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
-    size: std::mem::size_of::<fi::fi_ops_av>(),
+
+/// `struct fi_ops_av` as libfabric 1.20 on has it: 1.17's entries, then
+/// `insert_auth_key`, `lookup_auth_key` and `set_user_id`. Spelled out here
+/// so that a build against 1.17's headers (whose bindings end at `av_set`)
+/// offers the authorization-key calls too; libfabric's inline wrappers check
+/// `size` before calling an entry. `set_user_id` stays null, which the
+/// wrappers answer `-FI_ENOSYS` (no `FI_AV_USER_ID`).
+#[repr(C)]
+struct AvOps {
+    size: usize,
+    insert: Option<
+        unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, usize, *mut fi::fi_addr_t, u64, *mut libc::c_void) -> i32,
+    >,
+    insertsvc: Option<
+        unsafe extern "C" fn(
+            *mut fi::fid_av,
+            *const libc::c_char,
+            *const libc::c_char,
+            *mut fi::fi_addr_t,
+            u64,
+            *mut libc::c_void,
+        ) -> i32,
+    >,
+    insertsym: Option<
+        unsafe extern "C" fn(
+            *mut fi::fid_av,
+            *const libc::c_char,
+            usize,
+            *const libc::c_char,
+            usize,
+            *mut fi::fi_addr_t,
+            u64,
+            *mut libc::c_void,
+        ) -> i32,
+    >,
+    remove: Option<unsafe extern "C" fn(*mut fi::fid_av, *mut fi::fi_addr_t, usize, u64) -> i32>,
+    lookup: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, *mut libc::c_void, *mut usize) -> i32>,
+    straddr: Option<
+        unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, *mut libc::c_char, *mut usize) -> *const libc::c_char,
+    >,
+    av_set: Option<
+        unsafe extern "C" fn(*mut fi::fid_av, *mut fi::fi_av_set_attr, *mut *mut fi::fid_av_set, *mut libc::c_void) -> i32,
+    >,
+    insert_auth_key: Option<unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, usize, *mut fi::fi_addr_t, u64) -> i32>,
+    lookup_auth_key: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, *mut libc::c_void, *mut usize) -> i32>,
+    set_user_id: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, fi::fi_addr_t, u64) -> i32>,
+}
+
+// The headers' struct (1.17's or a newer one) is a prefix of this one.
+const _: () = assert!(std::mem::size_of::<fi::fi_ops_av>() <= std::mem::size_of::<AvOps>());
+const _: () = assert!(std::mem::offset_of!(fi::fi_ops_av, av_set) == std::mem::offset_of!(AvOps, av_set));
+
+static AV_OPS: AvOps = AvOps {
+    size: std::mem::size_of::<AvOps>(),
     insert: Some(av_insert),
     insertsvc: Some(av_insertsvc),
     insertsym: Some(no_insertsym),
@@ -44,12 +88,94 @@ static AV_OPS: fi::fi_ops_av = fi::fi_ops_av {
     lookup: Some(av_lookup),
     straddr: Some(av_straddr),
     av_set: Some(no_av_set),
-    ..NO_AV_OPS
+    insert_auth_key: Some(av_insert_auth_key),
+    lookup_auth_key: Some(av_lookup_auth_key),
+    set_user_id: None,
 };
+
+/// `FI_AUTH_KEY` (fabric.h, 1.20; by value, so a build against 1.17's
+/// headers knows it too): an `fi_addr_t` given is an authorization key's.
+pub const FI_AUTH_KEY: u64 = 1 << 57;
 
 entry_unsupported! {
     fn no_insertsym(av: *mut fi::fid_av, node: *const libc::c_char, nodecnt: usize, service: *const libc::c_char, svccnt: usize, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 = Error::NoSys;
     fn no_av_set(av: *mut fi::fid_av, attr: *mut fi::fi_av_set_attr, av_set: *mut *mut fi::fid_av_set, context: *mut libc::c_void) -> i32 = Error::NoSys;
+}
+
+impl Av {
+    /// Whether the AV holds authorization keys (its domain was opened with
+    /// `FI_AV_AUTH_KEY`): every address is then inserted under one.
+    pub fn keyed(&self) -> bool {
+        // SAFETY: the domain outlives its children (its close checks).
+        unsafe { (*self.domain).profile.av_auth_key }
+    }
+}
+
+entry! {
+    fn av_insert_auth_key(av: *mut fi::fid_av, auth_key: *const libc::c_void, auth_key_size: usize, fi_addr: *mut fi::fi_addr_t, flags: u64) -> i32 {
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        non_null!(fi_addr);
+        if !av.keyed() {
+            return Err(Error::Inval("fi_av_insert_auth_key needs a domain opened with FI_AV_AUTH_KEY"));
+        }
+        if flags != 0 {
+            return Err(Error::BadFlags);
+        }
+        // The key's form is rdmx's, as for an endpoint's auth_key: 1 to 8
+        // bytes a job key in clear, 16 to 1024 a job secret (`job.rs`).
+        if auth_key_size == 0 || auth_key_size > rdm::engine::seal::SECRET_MAX_LEN {
+            return Err(Error::Inval("auth_key_size: 1 to 8 bytes (a job key) or 16 to 1024 (a job secret)"));
+        }
+        non_null!(auth_key);
+        // SAFETY: the application's key of `auth_key_size` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(auth_key as *const u8, auth_key_size) };
+        let key = crate::job::AuthKey::from_bytes(bytes)
+            .ok()
+            .flatten()
+            .ok_or(Error::Inval("auth_key_size: 1 to 8 bytes (a job key) or 16 to 1024 (a job secret)"))?;
+        let i = av.table.write().insert_key(key);
+        // SAFETY: checked non-null; the application's output slot.
+        unsafe { *fi_addr = AUTH_KEY_ADDR | u64::from(i) };
+        Ok(0)
+    }
+}
+
+/// The key index an authorization-key `fi_addr_t` names.
+pub fn auth_key_index(fi_addr: u64) -> Option<u32> {
+    if fi_addr & AUTH_KEY_ADDR == 0 || fi_addr == FI_ADDR_NOTAVAIL {
+        return None;
+    }
+    u32::try_from(fi_addr & !AUTH_KEY_ADDR).ok()
+}
+
+entry! {
+    fn av_lookup_auth_key(av: *mut fi::fid_av, fi_addr: fi::fi_addr_t, auth_key: *mut libc::c_void, auth_key_size: *mut usize) -> i32 {
+        non_null!(auth_key_size);
+        // SAFETY: our fid.
+        let av = unsafe { av_ref(av) }?;
+        let t = av.table.read();
+        // Either an authorization key's fi_addr_t or an address's (the key
+        // it was inserted under).
+        let i = match auth_key_index(fi_addr) {
+            Some(i) => i,
+            None => t.key_of(fi_addr).ok_or(Error::Inval("fi_addr has no authorization key in this AV"))?,
+        };
+        let bytes = t.auth_key(i).ok_or(Error::Inval("authorization key removed"))?.key.bytes();
+        drop(t);
+        // SAFETY: checked non-null.
+        let have = unsafe { *auth_key_size };
+        // SAFETY: checked non-null.
+        unsafe { *auth_key_size = bytes.len() };
+        // fi_av(3): truncated to the buffer, and the size needed returned.
+        let n = have.min(bytes.len());
+        if n > 0 {
+            non_null!(auth_key);
+            // SAFETY: the application's buffer holds `have` bytes.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), auth_key as *mut u8, n) };
+        }
+        Ok(0)
+    }
 }
 
 entry! {
@@ -77,7 +203,11 @@ entry! {
         attr.type_ = av_type;
         d.children.get();
         let av = fid::leak(Av {
-            fid: fi::fid_av { fid: fid::new_fid(fi::FI_CLASS_AV, context, &AV_FI_OPS), ops: &AV_OPS as *const _ as *mut _ },
+            // The ops are the headers' struct extended (`AvOps`).
+            fid: fi::fid_av {
+                fid: fid::new_fid(fi::FI_CLASS_AV, context, &AV_FI_OPS),
+                ops: &AV_OPS as *const AvOps as *mut fi::fi_ops_av,
+            },
             domain: d,
             bound: Refs::default(),
             av_type,
@@ -112,7 +242,8 @@ entry! {
     fn av_insert(av: *mut fi::fid_av, addr: *const libc::c_void, count: usize, fi_addr: *mut fi::fi_addr_t, flags: u64, context: *mut libc::c_void) -> i32 {
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
-        check_insert_flags(flags, context)?;
+        let keys = insert_keys(av, flags, fi_addr, count)?;
+        check_insert_flags(flags & !FI_AUTH_KEY, context)?;
         if count == 0 {
             return Ok(0);
         }
@@ -122,12 +253,19 @@ entry! {
         let mut t = av.table.write();
         let mut inserted = 0;
         for (i, chunk) in bytes.chunks_exact(ADDR_LEN).enumerate() {
-            let out = match RdmxAddr::decode(chunk) {
-                Some(a) => {
+            let out = match (RdmxAddr::decode(chunk), &keys) {
+                (Some(a), None) => {
                     inserted += 1;
                     t.insert(a)
                 }
-                None => FI_ADDR_NOTAVAIL,
+                (Some(a), Some(keys)) => match t.insert_keyed(a, keys[i]) {
+                    Ok(x) => {
+                        inserted += 1;
+                        x
+                    }
+                    Err(_) => FI_ADDR_NOTAVAIL,
+                },
+                (None, _) => FI_ADDR_NOTAVAIL,
             };
             if !fi_addr.is_null() {
                 // SAFETY: the application's output array has `count` entries.
@@ -138,6 +276,32 @@ entry! {
             unsafe { sync_err(flags, context, i, out != FI_ADDR_NOTAVAIL) };
         }
         Ok(inserted)
+    }
+}
+
+/// The keys addresses are inserted under: with `FI_AUTH_KEY`, the
+/// authorization-key `fi_addr_t` each output slot holds on input (fi_av(3)),
+/// required in an AV of keys and refused in one without.
+fn insert_keys(av: &Av, flags: u64, fi_addr: *const fi::fi_addr_t, count: usize) -> Result<Option<Vec<u32>>> {
+    match (av.keyed(), flags & FI_AUTH_KEY != 0) {
+        (false, false) => Ok(None),
+        (false, true) => Err(Error::Inval("FI_AUTH_KEY needs a domain opened with FI_AV_AUTH_KEY")),
+        // rdmx cannot serve an address without a job.
+        (true, false) => Err(Error::Inval("an AV of FI_AV_AUTH_KEY takes addresses only under a key (FI_AUTH_KEY)")),
+        (true, true) => {
+            if count == 0 {
+                return Ok(Some(Vec::new()));
+            }
+            non_null!(fi_addr);
+            // SAFETY: with FI_AUTH_KEY the application's fi_addr array of
+            // `count` entries holds the keys on input.
+            let given = unsafe { std::slice::from_raw_parts(fi_addr, count) };
+            given
+                .iter()
+                .map(|&a| auth_key_index(a).ok_or(Error::Inval("FI_AUTH_KEY: fi_addr is not an authorization key")))
+                .collect::<Result<Vec<u32>>>()
+                .map(Some)
+        }
     }
 }
 
@@ -192,7 +356,8 @@ entry! {
         non_null!(node, service);
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
-        check_insert_flags(flags, context)?;
+        let keys = insert_keys(av, flags, fi_addr, 1)?;
+        check_insert_flags(flags & !FI_AUTH_KEY, context)?;
         // SAFETY: non-null C strings.
         let (node, service) = unsafe { (std::ffi::CStr::from_ptr(node).to_string_lossy(), std::ffi::CStr::from_ptr(service).to_string_lossy()) };
         let port: u16 = service.parse().map_err(|_| Error::Inval("service must be a UDP port"))?;
@@ -203,7 +368,10 @@ entry! {
             .and_then(|mut a| a.next())
             .ok_or(Error::Inval("node does not resolve"))?;
         let a = RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY };
-        let idx = av.table.write().insert(a);
+        let idx = match keys {
+            Some(k) => av.table.write().insert_keyed(a, k[0])?,
+            None => av.table.write().insert(a),
+        };
         if !fi_addr.is_null() {
             // SAFETY: the application's output slot.
             unsafe { *fi_addr = idx };
@@ -218,9 +386,10 @@ entry! {
     fn av_remove(av: *mut fi::fid_av, fi_addr: *mut fi::fi_addr_t, count: usize, flags: u64) -> i32 {
         // SAFETY: our fid.
         let av = unsafe { av_ref(av) }?;
-        // fi_av(3) defines only FI_AUTH_KEY here (authorization-key
-        // addresses, which rdmx does not hand out).
-        if flags != 0 {
+        // fi_av(3) defines only FI_AUTH_KEY here: the fi_addr_t's are
+        // authorization keys, removed only once no enabled endpoint uses
+        // them (-FI_EBUSY).
+        if flags & !FI_AUTH_KEY != 0 {
             return Err(Error::BadFlags);
         }
         if count == 0 {
@@ -232,7 +401,12 @@ entry! {
         let mut t = av.table.write();
         let mut result = Ok(0);
         for a in addrs {
-            if let Err(e) = t.remove(*a) {
+            let r = if flags & FI_AUTH_KEY != 0 {
+                auth_key_index(*a).ok_or(Error::Inval("FI_AUTH_KEY: not an authorization key")).and_then(|i| t.remove_key(i))
+            } else {
+                t.remove(*a)
+            };
+            if let Err(e) = r {
                 result = Err(e);
             }
         }

@@ -2,6 +2,7 @@
 //! endpoints bound to it (the runtime, `core.rs`, looks destinations and
 //! senders up here).
 use crate::addr::{RdmxAddr, ADDR_LEN};
+use crate::job::AuthKey;
 use crate::error::{Error, Result};
 use crate::log::{fi_warn, Subsys};
 use parking_lot::RwLock;
@@ -11,6 +12,21 @@ use std::sync::Arc;
 
 pub const FI_ADDR_UNSPEC: u64 = u64::MAX;
 pub const FI_ADDR_NOTAVAIL: u64 = u64::MAX;
+
+/// The authorization-key `fi_addr_t`s `fi_av_insert_auth_key` hands out:
+/// this bit and the key's index. Address `fi_addr_t`s are slot indices,
+/// far below it, so `fi_av_lookup_auth_key` (which takes either, with no
+/// flag) tells them apart.
+pub const AUTH_KEY_ADDR: u64 = 1 << 62;
+
+/// One authorization key of an AV (`FI_AV_AUTH_KEY` domains): a job the
+/// endpoints bound to the AV serve.
+#[derive(Clone, Debug)]
+pub struct AvAuthKey {
+    pub key: AuthKey,
+    /// Endpoints enabled with this key (it cannot be removed while any is).
+    pub users: usize,
+}
 
 /// The table itself, shared with the endpoints bound to the AV.
 ///
@@ -26,6 +42,12 @@ pub struct AvTable {
     /// without the table's lock ([`AvTable::generation_handle`]): a send or a
     /// receive whose cached lookup is still good takes no lock at all.
     generation: Arc<AtomicU64>,
+    /// `FI_AV_AUTH_KEY`: the keys inserted (`None`: removed), by index.
+    keys: Vec<Option<AvAuthKey>>,
+    /// `FI_AV_AUTH_KEY`: per slot, the index of the key its address was
+    /// inserted under, plus one (0: none). Empty in an AV without keys, so
+    /// that its entries stay 48 bytes.
+    slot_keys: Vec<u32>,
 }
 
 const EMPTY: [u8; ADDR_LEN] = [0; ADDR_LEN];
@@ -53,6 +75,65 @@ impl AvTable {
         RdmxAddr::decode(slot)
     }
 
+    /// Inserts `a` under key `key` (an index of [`AvTable::insert_key`]).
+    pub fn insert_keyed(&mut self, a: RdmxAddr, key: u32) -> Result<u64> {
+        if !matches!(self.keys.get(key as usize), Some(Some(_))) {
+            return Err(Error::Inval("FI_AUTH_KEY: fi_addr is not an authorization key of this AV"));
+        }
+        let i = self.insert(a);
+        if self.slot_keys.len() <= i as usize {
+            self.slot_keys.resize(i as usize + 1, 0);
+        }
+        self.slot_keys[i as usize] = key + 1;
+        Ok(i)
+    }
+
+    /// The index of the key `fi_addr`'s address was inserted under.
+    pub fn key_of(&self, fi_addr: u64) -> Option<u32> {
+        let k = *self.slot_keys.get(usize::try_from(fi_addr).ok()?)?;
+        k.checked_sub(1)
+    }
+
+    /// Adds an authorization key; the same key again gets its first index.
+    pub fn insert_key(&mut self, key: AuthKey) -> u32 {
+        if let Some(i) = self.keys.iter().position(|k| k.as_ref().is_some_and(|k| k.key == key)) {
+            return i as u32;
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+        self.keys.push(Some(AvAuthKey { key, users: 0 }));
+        (self.keys.len() - 1) as u32
+    }
+
+    pub fn auth_key(&self, i: u32) -> Option<&AvAuthKey> {
+        self.keys.get(i as usize)?.as_ref()
+    }
+
+    /// The keys present, by index.
+    pub fn auth_keys(&self) -> impl Iterator<Item = (u32, &AvAuthKey)> + '_ {
+        self.keys.iter().enumerate().filter_map(|(i, k)| Some((i as u32, k.as_ref()?)))
+    }
+
+    /// An endpoint enabled with (`true`) or closed after (`false`) key `i`.
+    pub fn use_key(&mut self, i: u32, used: bool) {
+        if let Some(Some(k)) = self.keys.get_mut(i as usize) {
+            k.users = if used { k.users + 1 } else { k.users.saturating_sub(1) };
+        }
+    }
+
+    /// Removes key `i`: `Busy` while an endpoint enabled with it is open.
+    /// Addresses inserted under it stay, and reach nothing new.
+    pub fn remove_key(&mut self, i: u32) -> Result<()> {
+        match self.keys.get_mut(i as usize) {
+            Some(Some(k)) if k.users > 0 => Err(Error::Busy),
+            Some(k @ Some(_)) => {
+                *k = None;
+                self.generation.fetch_add(1, Ordering::Release);
+                Ok(())
+            }
+            _ => Err(Error::Inval("FI_AUTH_KEY: fi_addr is not an authorization key of this AV")),
+        }
+    }
+
     pub fn insert(&mut self, a: RdmxAddr) -> u64 {
         warn_if_unreachable_loopback(&a);
         self.generation.fetch_add(1, Ordering::Release);
@@ -76,6 +157,9 @@ impl AvTable {
             .filter(|s| **s != EMPTY)
             .ok_or(Error::Inval("fi_addr not in AV"))?;
         *slot = EMPTY;
+        if let Some(k) = self.slot_keys.get_mut(fi_addr as usize) {
+            *k = 0;
+        }
         self.free.insert(fi_addr);
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
@@ -99,6 +183,17 @@ impl AvTable {
         self.slots.iter().position(|s| *s != EMPTY && RdmxAddr::decode(s).is_some_and(|a| pred(&a))).map(|i| i as u64)
     }
 
+    /// [`AvTable::find`] among the addresses inserted under key `key`.
+    pub fn find_keyed(&self, key: u32, pred: impl Fn(&RdmxAddr) -> bool) -> Option<u64> {
+        (0..self.slots.len())
+            .find(|&i| {
+                self.slot_keys.get(i) == Some(&(key + 1))
+                    && self.slots[i] != EMPTY
+                    && RdmxAddr::decode(&self.slots[i]).is_some_and(|a| pred(&a))
+            })
+            .map(|i| i as u64)
+    }
+
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
     }
@@ -109,7 +204,7 @@ impl AvTable {
 
     /// Heap bytes held by the table (for the memory-per-entry test).
     pub fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * ADDR_LEN + self.free.len() * 16
+        self.slots.capacity() * ADDR_LEN + self.free.len() * 16 + self.slot_keys.capacity() * 4
     }
 }
 

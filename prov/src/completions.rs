@@ -69,10 +69,19 @@ impl EpState {
         }
         let dev = r.ep.peer_addr(peer);
         let local = r.local;
+        // Under FI_AV_AUTH_KEY, the entry of that address under the key of
+        // the sender's job: one process in two jobs is two fi_addr's.
+        let key = r.job_keys.get(r.ep.peer_job(peer).0 as usize).copied();
         let found = self
             .av
             .as_ref()
-            .and_then(|av| av.read().find(|a| a.route(&local) == Some(dev)))
+            .and_then(|av| {
+                let t = av.read();
+                match key {
+                    Some(k) => t.find_keyed(k, |a| a.route(&local) == Some(dev)),
+                    None => t.find(|a| a.route(&local) == Some(dev)),
+                }
+            })
             .unwrap_or(FI_ADDR_NOTAVAIL);
         if found != FI_ADDR_NOTAVAIL {
             r.src_cache.insert(peer.index() as u64, found);

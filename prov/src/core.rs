@@ -29,7 +29,7 @@ use libfabric_sys as fi;
 use mr_cache::KeyTable;
 use parking_lot::Mutex;
 use rdm::device::{DeviceContext, OpenSpec};
-use rdm::engine::PeerId;
+use rdm::engine::{JobIdx, PeerId};
 use rdm::Device;
 use rndv::{
     AtomicRequest, BackgroundStep, Endpoint, EndpointConfig, IoBuf, IoList, MsgHeader, MsgKind, OpMeta, OutMsg,
@@ -82,6 +82,24 @@ pub struct Running {
     pub(crate) peer_cache: DenseCache<(PeerId, u64)>,
     /// The AV generation `peer_cache` was built against.
     pub(crate) peer_cache_gen: u64,
+    /// `FI_AV_AUTH_KEY`: the AV key index of each job the endpoint serves
+    /// ([`JobIdx`] order; taken from the AV at enable). Empty otherwise.
+    pub(crate) job_keys: Vec<u32>,
+}
+
+impl Running {
+    /// The job a destination inserted under AV key `key` is reached in.
+    fn job_of_key(&self, key: Option<u32>) -> Result<JobIdx> {
+        if self.job_keys.is_empty() {
+            return Ok(JobIdx::FIRST);
+        }
+        let key = key.ok_or(Error::Inval("destination has no authorization key"))?;
+        self.job_keys
+            .iter()
+            .position(|&k| k == key)
+            .map(|j| JobIdx(j as u8))
+            .ok_or(Error::Inval("destination's authorization key was not in the AV when the endpoint was enabled"))
+    }
 }
 
 /// The endpoint state every libfabric object that drives progress can reach.
@@ -138,10 +156,35 @@ pub struct EpState {
 }
 
 /// The job of an endpoint with `profile` (its `auth_key`, else the
-/// environment's; `job.rs`).
+/// environment's; `job.rs`). An `FI_AV_AUTH_KEY` endpoint's are its AV's
+/// ([`jobs_of_av`]); until then, the environment's.
 fn job_of_profile(profile: &Profile) -> Result<crate::job::Job> {
     let p = params();
     crate::job::job_of(profile.auth_key.as_ref(), p.job_secret.as_ref(), p.job_key, p.job_encrypt)
+}
+
+/// The jobs an `FI_AV_AUTH_KEY` endpoint serves: every key in its AV now
+/// (fi_av(3): later ones do not reach enabled endpoints), each a job key in
+/// clear or a secret as an endpoint's `auth_key` is, and their AV indices;
+/// each key is marked used until the endpoint closes.
+fn jobs_of_av(av: &SharedAv) -> Result<(Vec<crate::job::Job>, Vec<u32>)> {
+    let p = params();
+    let mut t = av.write();
+    let keys: Vec<(u32, crate::job::AuthKey)> = t.auth_keys().map(|(i, k)| (i, k.key.clone())).collect();
+    if keys.is_empty() {
+        return Err(Error::Inval("FI_AV_AUTH_KEY: the AV holds no authorization key (fi_av_insert_auth_key)"));
+    }
+    if keys.len() > crate::info::MAX_EP_AUTH_KEY {
+        return Err(Error::Inval("FI_AV_AUTH_KEY: the AV holds more authorization keys than max_ep_auth_key"));
+    }
+    let mut jobs = Vec::with_capacity(keys.len());
+    for (_, k) in &keys {
+        jobs.push(crate::job::job_of(Some(k), p.job_secret.as_ref(), p.job_key, p.job_encrypt)?);
+    }
+    for (i, _) in &keys {
+        t.use_key(*i, true);
+    }
+    Ok((jobs, keys.into_iter().map(|(i, _)| i).collect()))
 }
 
 /// Opens the endpoint's queue on its domain's device and returns it with the
@@ -290,11 +333,19 @@ impl EpShared {
         let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
         let caps = device.caps();
         let p = params();
-        let job = job_of_profile(&st.profile)?;
+        let (mut jobs, job_keys) = if st.profile.av_auth_key {
+            jobs_of_av(st.av.as_ref().ok_or(Error::Inval("endpoint has no AV bound"))?)?
+        } else {
+            (vec![job_of_profile(&st.profile)?], Vec::new())
+        };
+        let job = jobs.remove(0);
         st.job_traffic = job.protection();
+        let other_jobs: Vec<rdm::engine::JobConfig> =
+            jobs.iter().map(|j| rdm::engine::JobConfig { job_key: j.key, auth: j.auth.clone() }).collect();
         let cfg = EndpointConfig {
             job_key: job.key,
             auth: job.auth.clone(),
+            other_jobs,
             incarnation: st.local.incarnation,
             peer_timeout: p.peer_timeout,
             background_progress: auto,
@@ -311,11 +362,12 @@ impl EpShared {
         let local = st.local;
         fi_info!(
             Subsys::EpCtrl,
-            "endpoint enabled at {} (mtu {}, reliable device: {}, job traffic over a wire: {})",
+            "endpoint enabled at {} (mtu {}, reliable device: {}, job traffic over a wire: {}, jobs: {})",
             local.to_uri(),
             caps.mtu,
             caps.reliable,
-            st.job_traffic.name()
+            st.job_traffic.name(),
+            1 + jobs.len()
         );
         let mem = ProcessMemory { keys: st.mr_keys.clone(), virt_addr: st.mr_virt_addr };
         let mut ep = Endpoint::new(device, cfg, mem, MonotonicClock);
@@ -333,6 +385,7 @@ impl EpShared {
             src_cache_gen: 0,
             peer_cache: DenseCache::new(PEER_CACHE_MAX),
             peer_cache_gen: 0,
+            job_keys,
         });
         Ok(auto)
     }
@@ -421,10 +474,14 @@ impl EpState {
         // dropped at the next call, which sees the new generation.
         let av = self.av.as_ref().ok_or(Error::Inval("no AV bound"))?.read();
         let a = av.get(fi_addr).ok_or(Error::Inval("destination not in the AV"))?;
+        let key = av.key_of(fi_addr);
         drop(av);
         let dev = a.route(&r.local).ok_or(Error::AddrNotAvail)?;
+        // The process at that address in the job of the key it was
+        // inserted under (`FI_AV_AUTH_KEY`), else in the endpoint's one job.
+        let job = r.job_of_key(key)?;
         // The peer's path is fixed here, from what the device offers toward it.
-        let peer = r.ep.peer(dev);
+        let peer = r.ep.peer_in(dev, job);
         // The AV entry names one incarnation of the process at that address;
         // after a restart there, it names a process that is gone, and nothing
         // sent on it may reach the new one.

@@ -168,6 +168,13 @@ entry! {
             for c in [&st.send_cntr, &st.recv_cntr, &st.read_cntr, &st.write_cntr, &st.rread_cntr, &st.rwrite_cntr].into_iter().flatten() {
                 c.detach(&ep.shared);
             }
+            // The AV keys it served may be removed once no endpoint does.
+            if let (Some(r), Some(av)) = (&st.running, &st.av) {
+                let mut t = av.write();
+                for &k in &r.job_keys {
+                    t.use_key(k, false);
+                }
+            }
             st.running = None;
             st.tx_cq = None;
             st.rx_cq = None;

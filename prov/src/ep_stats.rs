@@ -42,6 +42,7 @@ impl EpState {
             if params().stats {
                 let counters = self.counters();
                 print_stats(&local, &counters);
+                print_job_stats(&self.job_stats());
             }
             if params().stats_path.is_some() {
                 self.write_json_stats(DumpReason::Close);
@@ -153,12 +154,57 @@ impl EpState {
         ]
     }
 
+    /// Each job's counters, for an endpoint that serves several
+    /// (`FI_AV_AUTH_KEY`; none for an endpoint of one job, whose counters
+    /// are the endpoint's).
+    pub(crate) fn job_stats(&self) -> Vec<JobStats> {
+        let Some(r) = self.running.as_ref() else { return Vec::new() };
+        if r.job_keys.is_empty() {
+            return Vec::new();
+        }
+        let encrypt = params().job_encrypt;
+        (0..r.ep.jobs())
+            .map(|j| {
+                let job = rdm::engine::JobIdx(j as u8);
+                let c = r.ep.job_counters(job);
+                let mut js = JobStats {
+                    av_key: r.job_keys.get(j).copied().unwrap_or(u32::MAX),
+                    traffic: match (r.ep.job_sealed(job), encrypt) {
+                        (false, _) => crate::job::Protection::Clear,
+                        (true, false) => crate::job::Protection::Tagged,
+                        (true, true) => crate::job::Protection::Encrypted,
+                    },
+                    counters: Vec::new(),
+                };
+                let (mut peers, mut sent, mut received) = (0u64, [0u64; 2], [0u64; 2]);
+                for p in r.ep.peer_stats().filter(|p| p.job == job) {
+                    peers += 1;
+                    sent[0] += p.sent_eager.messages + p.sent_rendezvous.messages;
+                    sent[1] += p.sent_eager.bytes + p.sent_rendezvous.bytes;
+                    received[0] += p.received_eager.messages + p.received_pulled.messages + p.received_windowed.messages;
+                    received[1] += p.received_eager.bytes + p.received_pulled.bytes + p.received_windowed.bytes;
+                }
+                js.counters = vec![
+                    ("peers", peers),
+                    ("messages_sent", sent[0]),
+                    ("bytes_sent", sent[1]),
+                    ("messages_received", received[0]),
+                    ("bytes_received", received[1]),
+                    ("packets_received", c.received),
+                    ("dropped_auth", c.dropped_auth),
+                ];
+                js
+            })
+            .collect()
+    }
+
     /// Appends the endpoint's JSON document to `FI_RDMX_STATS`'s path.
     pub(crate) fn write_json_stats(&mut self, reason: DumpReason) {
         if self.running.is_none() || params().stats_path.is_none() {
             return;
         }
         let counters = self.counters();
+        let jobs = self.job_stats();
         let (Some(r), Some(path)) = (self.running.as_mut(), params().stats_path.as_deref()) else { return };
         let s = r.ep.stats();
         let mut j = Json::object();
@@ -201,8 +247,42 @@ impl EpState {
             j.end();
         }
         j.end();
+        // FI_AV_AUTH_KEY: each job's counters (empty for one job).
+        j.begin_array("jobs");
+        for js in &jobs {
+            j.begin_object_elem();
+            j.field_u64("av_key", js.av_key as u64);
+            j.field_str("traffic", js.traffic.name());
+            for (k, v) in &js.counters {
+                j.field_u64(k, *v);
+            }
+            j.end();
+        }
+        j.end();
         crate::stats_json::append_line(path, j.finish());
     }
+}
+
+/// One job's counters ([`EpState::job_stats`]).
+pub(crate) struct JobStats {
+    /// The index of its key in the AV (the low bits of the key's `fi_addr_t`).
+    pub av_key: u32,
+    pub traffic: crate::job::Protection,
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// `FI_RDMX_STATS=1`, an endpoint of several jobs: one line per job
+/// (`rdmx job <n>: av_key <i> traffic <mode> <name> <value> ...`).
+fn print_job_stats(jobs: &[JobStats]) {
+    let mut out = String::new();
+    for (n, js) in jobs.iter().enumerate() {
+        out.push_str(&format!("rdmx job {n}: av_key {} traffic {}", js.av_key, js.traffic.name()));
+        for (k, v) in &js.counters {
+            out.push_str(&format!(" {k} {v}"));
+        }
+        out.push('\n');
+    }
+    eprint!("{out}");
 }
 
 /// `FI_RDMX_STATS=1`: the endpoint's counters at close, one line each

@@ -251,6 +251,10 @@ pub struct Profile {
     /// bytes, with its length so it is echoed back exactly) or a job secret
     /// (16 to 1024 bytes; `job.rs`).
     pub auth_key: Option<AuthKey>,
+    /// `FI_AV_AUTH_KEY` (API 1.20 on): the domain's endpoints serve the
+    /// jobs whose keys their AV holds at enable, up to [`MAX_EP_AUTH_KEY`],
+    /// and its registrations name which of them may reach them.
+    pub av_auth_key: bool,
     /// The API version the application asked for (`fi_getinfo`'s `version`,
     /// or the fabric's `api_version` from `fi_domain` on): which rules and
     /// which appended struct fields apply ([`appended`]).
@@ -357,6 +361,7 @@ fn base_profile(device: DeviceChoice, ep_type: fi::fi_ep_type) -> Profile {
         dest: None,
         handle: 0,
         auth_key: None,
+        av_auth_key: false,
         api_version: crate::version::declared(),
     }
 }
@@ -517,6 +522,25 @@ unsafe fn opt_cstr<'a>(p: *const libc::c_char) -> Option<&'a str> {
     }
 }
 
+/// `FI_AV_AUTH_KEY` (fabric.h, 1.20; by value for 1.17's headers): an
+/// `auth_key_size` asking for the keys of the AV.
+pub const FI_AV_AUTH_KEY: usize = usize::MAX;
+
+/// Jobs one endpoint serves at most (`max_ep_auth_key`) on a path that can
+/// tell them apart (udp and shared memory; verbs and EFA filter one job's
+/// Q_Key in the NIC).
+pub const MAX_EP_AUTH_KEY: usize = rdm::engine::JOBS_MAX;
+
+/// Whether endpoints of `p` may serve several jobs.
+fn multi_job(p: &Profile) -> bool {
+    p.ep_type == fi::FI_EP_RDM
+        && match p.device {
+            DeviceChoice::Udp | DeviceChoice::Shm => true,
+            DeviceChoice::Auto => auto_rdma_mtu().is_none(),
+            DeviceChoice::Verbs | DeviceChoice::Efa => false,
+        }
+}
+
 /// An `auth_key` as rdmx takes it ([`AuthKey::from_bytes`]).
 ///
 /// # Safety
@@ -628,7 +652,14 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         {
             return Err(Error::NoData);
         }
-        if p.auth_key.is_none() {
+        if dom.auth_key_size == FI_AV_AUTH_KEY {
+            // Keys per AV entry (fi_domain(3), 1.20): none beside them, and
+            // only where an endpoint can serve several jobs.
+            if version < appended::V1_20 || !dom.auth_key.is_null() || p.auth_key.is_some() || !multi_job(&p) {
+                return Err(Error::NoData);
+            }
+            p.av_auth_key = true;
+        } else if p.auth_key.is_none() {
             // SAFETY: as above.
             p.auth_key = unsafe { auth_key(dom.auth_key, dom.auth_key_size) }?;
             if let Some(k) = p.auth_key.clone() {
@@ -641,8 +672,10 @@ fn match_hints(mut p: Profile, h: &Hints<'_>, version: u32) -> Result<Profile> {
         let (max_ep_auth_key, max_group_id) = unsafe {
             (appended::max_ep_auth_key(hi.domain_attr, version), appended::max_group_id(hi.domain_attr, version))
         };
-        // One authorization key per endpoint (the job key); no peer groups.
-        if max_ep_auth_key > 1 || max_group_id != 0 {
+        // Several authorization keys per endpoint where jobs are told apart
+        // in software; no peer groups.
+        let keys_max = if multi_job(&p) { MAX_EP_AUTH_KEY } else { 1 };
+        if max_ep_auth_key > keys_max || max_group_id != 0 {
             return Err(Error::NoData);
         }
         if dom.av_type != fi::FI_AV_UNSPEC {
@@ -1008,6 +1041,11 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
             ep.auth_key_size = if ep.auth_key.is_null() { 0 } else { bytes.len() };
         }
         let d = &mut *i.domain_attr;
+        if p.av_auth_key {
+            // Echoed, so that fi_domain on this info opens the same kind.
+            d.auth_key = std::ptr::null_mut();
+            d.auth_key_size = FI_AV_AUTH_KEY;
+        }
         d.name = strdup(domain_name(p.device));
         d.threading = p.threading;
         d.control_progress = p.progress;
@@ -1036,7 +1074,7 @@ pub fn to_fi_info(p: &Profile) -> Result<*mut fi::fi_info> {
         // symbol version of fi_dupinfo, the compat ones a 1.x-header build
         // binds included, allocates the running library's whole struct for
         // NULL (ofi_allocinfo_internal).
-        appended::set_max_ep_auth_key(i.domain_attr, p.api_version, 1);
+        appended::set_max_ep_auth_key(i.domain_attr, p.api_version, if multi_job(p) { MAX_EP_AUTH_KEY } else { 1 });
         // Counters are full 64-bit values (fi_domain(3) 2.5: UINT64_MAX is
         // "the full counter range"); no hint can ask for more, so none is
         // refused for these fields.

@@ -129,6 +129,15 @@ pub fn job_of(
     Ok(Job { key, auth: Some(Arc::new(JobAuth { secret, encrypt })) })
 }
 
+/// The key a job's datagrams carry: a key in clear as it is, a secret's
+/// job id (what a registration of an `FI_AV_AUTH_KEY` domain names).
+pub fn job_key_of(k: &AuthKey) -> Result<u64> {
+    match k {
+        AuthKey::JobKey(k, _) => Ok(*k),
+        AuthKey::Secret(s) => Ok(JobSecret::new(&s.0).map_err(|_| Error::NoData)?.job_id()),
+    }
+}
+
 /// The secret the environment names: `FI_RDMX_JOB_SECRET_FILE` (a file's
 /// bytes, one trailing newline dropped) wins over `FI_RDMX_JOB_SECRET` (the
 /// value's bytes). `None` when neither is set; an error text when the one

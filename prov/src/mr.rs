@@ -33,6 +33,7 @@ fn register(
     flags: u64,
     out: *mut *mut fi::fid_mr,
     context: *mut libc::c_void,
+    reachable_by: Option<Vec<u64>>,
 ) -> Result<i32> {
     non_null!(out);
     // FI_RMA_EVENT is offered (targets count served requests on their remote
@@ -46,13 +47,18 @@ fn register(
     }
     // SAFETY: libfabric passes our domain's fid.
     let d = unsafe { Domain::from_fid(f) }?;
+    if d.profile.av_auth_key && reachable_by.is_none() {
+        // fi_mr(3): such a domain registers through fi_mr_regattr, whose
+        // auth_key names the jobs.
+        return Err(Error::Inval("a domain of FI_AV_AUTH_KEY registers with fi_mr_regattr and an fi_mr_auth_key"));
+    }
     // Exactly the segments given: a multi-segment registration never exposes the
     // memory between them. `offset` is the remote address of the first byte when
     // RMA addresses are offsets (no FI_MR_VIRT_ADDR); with virtual addresses it
     // has no meaning and is ignored.
     let segments = iov.iter().map(|&(addr, len)| Segment { addr, len }).collect();
     let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
-    let region = Region { segments, access, offset: if virt { 0 } else { offset } };
+    let region = Region { segments, access, offset: if virt { 0 } else { offset }, reachable_by };
     let prov_key = d.profile.mr_mode & fi::FI_MR_PROV_KEY as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
     let (key, unwatched) = {
         let mut keys = d.mr_keys.lock();
@@ -94,7 +100,7 @@ fn register(
 
 entry! {
     fn rdmx_mr_reg(f: *mut fi::fid, buf: *const libc::c_void, len: usize, access: u64, offset: u64, requested_key: u64, flags: u64, out: *mut *mut fi::fid_mr, context: *mut libc::c_void) -> i32 {
-        register(f, &[(buf as u64, len as u64)], access, offset, requested_key, flags, out, context)
+        register(f, &[(buf as u64, len as u64)], access, offset, requested_key, flags, out, context, None)
     }
 }
 
@@ -117,7 +123,7 @@ entry! {
     fn rdmx_mr_regv(f: *mut fi::fid, iov: *const fi::iovec, count: usize, access: u64, offset: u64, requested_key: u64, flags: u64, out: *mut *mut fi::fid_mr, context: *mut libc::c_void) -> i32 {
         // SAFETY: the application's iov array of `count` entries.
         let list = unsafe { iov_list(iov as *const libc::iovec, count) }?;
-        register(f, &list, access, offset, requested_key, flags, out, context)
+        register(f, &list, access, offset, requested_key, flags, out, context, None)
     }
 }
 
@@ -129,7 +135,8 @@ entry! {
     fn rdmx_mr_regattr(f: *mut fi::fid, attr: *const fi::fi_mr_attr, flags: u64, out: *mut *mut fi::fid_mr) -> i32 {
         non_null!(attr);
         // SAFETY: libfabric passes our domain's fid.
-        let version = unsafe { Domain::from_fid(f) }?.api_version();
+        let d = unsafe { Domain::from_fid(f) }?;
+        let version = d.api_version();
         // SAFETY: checked non-null; the application's attr has every field of
         // the API version it asked for (`version`), at least 1.17's.
         let a = unsafe { MrAttr::read(attr, version) };
@@ -143,10 +150,52 @@ entry! {
         if !a.base_mr.is_null() {
             return Err(Error::OpNotSupp);
         }
+        let reachable_by = if d.profile.av_auth_key {
+            // SAFETY: the application's fi_mr_auth_key when the size says so.
+            Some(unsafe { jobs_of_mr_auth_key(a.auth_key, a.auth_key_size, flags) }?)
+        } else {
+            None
+        };
         // SAFETY: the application's iov array.
         let list = unsafe { iov_list(a.mr_iov, a.iov_count) }?;
-        register(f, &list, a.access, a.offset, a.requested_key, flags, out, a.context)
+        register(f, &list, a.access, a.offset, a.requested_key, flags & !crate::av::FI_AUTH_KEY, out, a.context, reachable_by)
     }
+}
+
+/// `struct fi_mr_auth_key` (fi_mr(3), 1.20): the AV whose authorization
+/// keys a registration of an `FI_AV_AUTH_KEY` domain is reachable by, and
+/// which of them.
+#[repr(C)]
+struct MrAuthKey {
+    av: *mut fi::fid_av,
+    src_addr: fi::fi_addr_t,
+}
+
+/// The job keys a registration's `fi_mr_auth_key` names: every key of its AV
+/// now (`src_addr` `FI_ADDR_UNSPEC`), or one (`FI_AUTH_KEY`: `src_addr` is
+/// an authorization key's `fi_addr_t`). A single address is not offered.
+///
+/// # Safety
+/// `key` is null or valid for `size` bytes.
+unsafe fn jobs_of_mr_auth_key(key: *const u8, size: usize, flags: u64) -> Result<Vec<u64>> {
+    if size != std::mem::size_of::<MrAuthKey>() {
+        return Err(Error::Inval("auth_key_size must be sizeof(struct fi_mr_auth_key) in a domain of FI_AV_AUTH_KEY"));
+    }
+    non_null!(key);
+    // SAFETY: per contract, `size` bytes: one fi_mr_auth_key (maybe unaligned).
+    let k = unsafe { std::ptr::read_unaligned(key as *const MrAuthKey) };
+    // SAFETY: the application's AV fid (checked to be ours).
+    let av = unsafe { crate::av::av_ref(k.av) }?;
+    let t = av.table.read();
+    let keys: Vec<&crate::job::AuthKey> = if k.src_addr == crate::av_table::FI_ADDR_UNSPEC {
+        t.auth_keys().map(|(_, a)| &a.key).collect()
+    } else if flags & crate::av::FI_AUTH_KEY != 0 {
+        let i = crate::av::auth_key_index(k.src_addr).ok_or(Error::Inval("FI_AUTH_KEY: src_addr is not an authorization key"))?;
+        vec![&t.auth_key(i).ok_or(Error::Inval("FI_AUTH_KEY: no such authorization key"))?.key]
+    } else {
+        return Err(Error::NoSys);
+    };
+    keys.into_iter().map(crate::job::job_key_of).collect()
 }
 
 /// What rdmx reads of an application's `fi_mr_attr`. The struct grew in 1.19
@@ -164,6 +213,8 @@ struct MrAttr {
     context: *mut libc::c_void,
     iface: fi::fi_hmem_iface,
     base_mr: *const libc::c_void,
+    auth_key_size: usize,
+    auth_key: *const u8,
 }
 
 impl MrAttr {
@@ -185,6 +236,8 @@ impl MrAttr {
                 requested_key: addr_of!((*attr).requested_key).read(),
                 context: addr_of!((*attr).context).read(),
                 iface: addr_of!((*attr).iface).read(),
+                auth_key_size: addr_of!((*attr).auth_key_size).read(),
+                auth_key: addr_of!((*attr).auth_key).read(),
                 base_mr: crate::info::appended::base_mr(attr, version),
             }
         }

@@ -67,9 +67,15 @@ impl rndv::Memory for ProcessMemory {
         addr: u64,
         len: u64,
         access: rndv::Access,
+        job: u64,
     ) -> std::result::Result<Vec<IoBuf>, rndv::Status> {
         let mut keys = self.keys.lock();
         let region = keys.get(key).ok_or(rndv::Status::NoKey)?;
+        // A registration limited to some jobs is out of every other job's
+        // reach, whatever its key and range (checked before any byte moves).
+        if region.reachable_by.as_ref().is_some_and(|jobs| !jobs.contains(&job)) {
+            return Err(rndv::Status::Access);
+        }
         let want = match access {
             rndv::Access::RemoteRead => fi::FI_REMOTE_READ as u64,
             rndv::Access::RemoteWrite => fi::FI_REMOTE_WRITE as u64,

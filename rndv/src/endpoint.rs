@@ -49,7 +49,7 @@ use crate::engine::{
 use crate::engine::{Access, RmaId};
 use crate::wire::rendezvous::MAX_IOV;
 use rdm::device::{ReadRun, TxDatagram};
-use rdm::engine::{Engine, EngineConfig, PeerId};
+use rdm::engine::{Engine, EngineConfig, JobIdx, PeerId};
 use rdm::{DevAddr, Device, DeviceCaps, DeviceError, Instant};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -72,6 +72,9 @@ pub struct EndpointConfig {
     /// The job's secret, when it has one: traffic over a wire is sealed
     /// (`rdm/PROTOCOL.md` §2.5), and `job_key` is its job id.
     pub auth: Option<std::sync::Arc<rdm::engine::JobAuth>>,
+    /// The other jobs the endpoint serves (libfabric's `FI_AV_AUTH_KEY`):
+    /// their peers are peers of their own ([`Endpoint::peer_in`]).
+    pub other_jobs: Vec<rdm::engine::JobConfig>,
     /// This endpoint instance (a restarted process has a new one).
     pub incarnation: u64,
     /// A peer silent this long while we wait on it is declared failed.
@@ -101,6 +104,7 @@ impl Default for EndpointConfig {
         EndpointConfig {
             job_key: 0,
             auth: None,
+            other_jobs: Vec::new(),
             incarnation: 1,
             peer_timeout: Duration::from_secs(30),
             background_progress: false,
@@ -163,6 +167,8 @@ pub struct MsgBytes {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PeerStats {
     pub addr: DevAddr,
+    /// The job it is a process of (an endpoint of several jobs).
+    pub job: JobIdx,
     /// Sent eagerly / announced by rendezvous.
     pub sent_eager: MsgBytes,
     pub sent_rendezvous: MsgBytes,
@@ -425,6 +431,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             reliable: caps.reliable,
             job_key: cfg.job_key,
             auth: cfg.auth.clone(),
+            other_jobs: cfg.other_jobs.clone(),
             incarnation: cfg.incarnation,
             peer_timeout: cfg.peer_timeout,
             // With a progress thread, the ack of a completed message may wait
@@ -512,9 +519,35 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
         self.rdm.peer_with_path(addr, &path)
     }
 
+    /// The process at `addr` as a peer in `job` (see [`Endpoint::peer`]).
+    pub fn peer_in(&mut self, addr: DevAddr, job: JobIdx) -> PeerId {
+        let path = self.device.caps_for(&addr);
+        self.rdm.peer_in_with_path(addr, job, &path)
+    }
+
     /// The peer at `addr` if it exists.
     pub fn peer_id_of(&self, addr: DevAddr) -> Option<PeerId> {
         self.rdm.peer_id_of(addr)
+    }
+
+    /// The job `peer` is a process of.
+    pub fn peer_job(&self, peer: PeerId) -> JobIdx {
+        self.rdm.peer_job(peer)
+    }
+
+    /// The rdm engine's counters of one job.
+    pub fn job_counters(&self, job: JobIdx) -> rdm::engine::JobCounters {
+        self.rdm.job_counters(job)
+    }
+
+    /// How many jobs the endpoint serves.
+    pub fn jobs(&self) -> usize {
+        self.rdm.job_keys().count()
+    }
+
+    /// Whether `job`'s traffic over a wire is sealed.
+    pub fn job_sealed(&self, job: JobIdx) -> bool {
+        self.rdm.job_sealed(job)
     }
 
     pub fn peer_addr(&self, peer: PeerId) -> DevAddr {
@@ -771,6 +804,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             let mb = |i: usize| MsgBytes { messages: u[i], bytes: u[i + 1] };
             PeerStats {
                 addr: p.addr,
+                job: p.job,
                 sent_eager: mb(pc::SENT_EAGER_MSGS),
                 sent_rendezvous: mb(pc::SENT_RNDV_MSGS),
                 received_eager: mb(pc::RECV_EAGER_MSGS),
@@ -866,7 +900,7 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             // the message engine answers any of them.
             while let Some(p) = rdm.poll_pathless_peer() {
                 let addr = rdm.peer_addr(p);
-                rdm.peer_with_path(addr, &device.caps_for(&addr));
+                rdm.peer_in_with_path(addr, rdm.peer_job(p), &device.caps_for(&addr));
             }
             while let Some(addr) = device.poll_unreachable() {
                 msg.handle_unreachable(rdm, addr);

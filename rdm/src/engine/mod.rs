@@ -653,6 +653,11 @@ impl Engine {
         self.jobs.iter().map(|j| j.key)
     }
 
+    /// The key `job`'s datagrams carry (a sealed job's: its job id).
+    pub fn job_key(&self, job: JobIdx) -> u64 {
+        self.jobs.get(job.0 as usize).map_or(self.jobs[0].key, |j| j.key)
+    }
+
     /// Whether job `job` is sealed.
     pub fn job_sealed(&self, job: JobIdx) -> bool {
         self.jobs.get(job.0 as usize).is_some_and(|j| j.sealer.is_some())

@@ -176,6 +176,11 @@ impl Engine {
         id
     }
 
+    /// The peers at `addr`: the process there in each job it was met in.
+    pub fn peers_at(&self, addr: DevAddr) -> impl Iterator<Item = PeerId> + '_ {
+        (0..self.jobs.len()).filter_map(move |j| self.peer_id_in(addr, JobIdx(j as u8)))
+    }
+
     /// The job `peer` is a process of.
     pub fn peer_job(&self, peer: PeerId) -> JobIdx {
         self.cold.get(peer.0 as usize).map_or(JobIdx::FIRST, |c| c.job)

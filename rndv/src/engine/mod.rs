@@ -318,9 +318,10 @@ impl MsgEngine {
     /// rdm engine fails it if data is in flight, and so does this engine if it
     /// waits on an answer from it.
     pub fn handle_unreachable(&mut self, rdm: &mut Engine, addr: DevAddr) {
-        match rdm.peer_id_of(addr) {
-            Some(peer) if self.waits_on(peer) => rdm.fail_unreachable(addr),
-            _ => rdm.handle_unreachable(addr),
+        if rdm.peers_at(addr).any(|peer| self.waits_on(peer)) {
+            rdm.fail_unreachable(addr)
+        } else {
+            rdm.handle_unreachable(addr)
         }
     }
 

@@ -121,9 +121,11 @@ pub trait Memory {
     /// `len` bytes of application memory at `addr`, borrowed (a posted send
     /// buffer, valid until its send completes).
     fn bytes(&self, addr: u64, len: usize) -> &[u8];
-    /// Checks a remote access through `key` against the registrations: the local
-    /// pieces it touches, in order, or the status to answer with.
-    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access) -> Result<Vec<IoBuf>, Status>;
+    /// Checks a remote access through `key` by a peer of job `job` (its job
+    /// key) against the registrations: the local pieces it touches, in
+    /// order, or the status to answer with (`Status::Access` for a
+    /// registration that job may not reach).
+    fn rma_target(&mut self, key: u64, addr: u64, len: u64, access: Access, job: u64) -> Result<Vec<IoBuf>, Status>;
     /// `[addr, addr+len)` of a posted receive buffer, named for a device read
     /// into it (the provider vouches for it: [`rdm::device::LocalBuf::new`]).
     /// `None`: this memory cannot be read into, the sender pushes instead.

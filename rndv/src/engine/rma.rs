@@ -137,9 +137,11 @@ impl MsgEngine {
     }
 
     pub(super) fn serve_rma(&mut self, io: Io<'_>, peer: PeerId, pkt: Packet<'_>, mem: &mut dyn Memory) {
+        // The requester's job: a registration names the jobs that may reach it.
+        let job = io.rdm.job_key(io.rdm.peer_job(peer));
         match pkt {
             Packet::Write { req, key, addr, data, payload } => {
-                let status = match mem.rma_target(key, addr, payload.len() as u64, Access::RemoteWrite) {
+                let status = match mem.rma_target(key, addr, payload.len() as u64, Access::RemoteWrite, job) {
                     Ok(pieces) => {
                         let mut off = 0;
                         for p in pieces {
@@ -157,7 +159,7 @@ impl MsgEngine {
             }
             Packet::ReadReq { req, key, addr, len } => {
                 let mut data = Vec::new();
-                let status = match mem.rma_target(key, addr, len, Access::RemoteRead) {
+                let status = match mem.rma_target(key, addr, len, Access::RemoteRead, job) {
                     Ok(pieces) => {
                         for p in pieces {
                             mem.read(p.addr, p.len as usize, &mut data);
@@ -178,7 +180,7 @@ impl MsgEngine {
                     let o = Op::from_wire(op).ok_or(Status::Invalid)?;
                     let bytes = (count as usize).checked_mul(dt.size()).ok_or(Status::Invalid)?;
                     let (operand, compare) = atomic::split_operands(o, payload, bytes).ok_or(Status::Invalid)?;
-                    let pieces = mem.rma_target(key, addr, bytes as u64, Access::RemoteWrite)?;
+                    let pieces = mem.rma_target(key, addr, bytes as u64, Access::RemoteWrite, job)?;
                     for p in &pieces {
                         mem.read(p.addr, p.len as usize, &mut old);
                     }

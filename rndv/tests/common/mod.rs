@@ -80,7 +80,7 @@ impl Memory for Mem {
     fn bytes(&self, addr: u64, len: usize) -> &[u8] {
         self.at(addr, len)
     }
-    fn rma_target(&mut self, key: u64, addr: u64, len: u64, _access: Access) -> Result<Vec<IoBuf>, Status> {
+    fn rma_target(&mut self, key: u64, addr: u64, len: u64, _access: Access, _job: u64) -> Result<Vec<IoBuf>, Status> {
         let &(a, l) = self.regs.get(&key).ok_or(Status::NoKey)?;
         if addr < a || addr.checked_add(len).is_none_or(|e| e > a + l) {
             return Err(Status::Access);
