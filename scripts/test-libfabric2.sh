@@ -18,8 +18,9 @@
 #      udp device (so that every datagram crosses a wire and is sealed), and
 #      FI_RDMX_STATS to read back that every endpoint was sealed; it must count
 #      exactly as step 5;
-#   6. the fi_tests that drive getinfo, the 2.x rules and two processes, built
-#      against the 2.1 headers and run on 2.1.
+#   6. the fi_tests that drive getinfo, the 2.x rules, two processes and one
+#      endpoint serving two jobs (FI_AV_AUTH_KEY, a C program), built against
+#      the 2.1 headers and run on 2.1.
 # Each step prints PASS or FAIL; the exit status is 1 if any failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -177,10 +178,10 @@ rm -rf "$log" "$sealed_stats"
 
 # ------------------------------------------------------------------ 6. fi_tests on 2.1
 if PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_TARGET_DIR=target/lf2 RDMX_PROVIDER_DIR="$lf2dir" RDMX_EXPECT_FI_VERSION=2.1 \
-  cargo test --release -p fi_tests --test getinfo --test api2 --test two_process -- --test-threads=1; then
-  pass "fi_tests getinfo, api2, two_process built against and run on libfabric 2.1"
+  cargo test --release -p fi_tests --test getinfo --test api2 --test two_process --test multi_job -- --test-threads=1; then
+  pass "fi_tests getinfo, api2, two_process, multi_job built against and run on libfabric 2.1"
 else
-  fail fi_tests "fi_tests getinfo, api2, two_process on libfabric 2.1"
+  fail fi_tests "fi_tests getinfo, api2, two_process, multi_job on libfabric 2.1"
 fi
 
 if ((${#failed[@]})); then

@@ -224,10 +224,12 @@ fn av_open_flags_rdmx_does_not_implement_are_refused() {
 fn av_remove_with_flags_is_ebadflags() {
     let s = Stack::open(Some("udp"), fi::FI_AV_TABLE);
     let mut fa = s.insert(&s.name());
-    // FI_AUTH_KEY (1 << 57): rdmx hands out no authorization-key addresses.
+    // Any flag but FI_AUTH_KEY (1 << 57), which names authorization-key
+    // fi_addr_t's: an address's is not one.
     // SAFETY: the stack's AV; `fa` is one fi_addr.
     unsafe {
-        assert_eq!(fi::fi_av_remove(s.av, &mut fa, 1, 1 << 57), neg(fi::FI_EBADFLAGS));
+        assert_eq!(fi::fi_av_remove(s.av, &mut fa, 1, 1 << 3), neg(fi::FI_EBADFLAGS));
+        assert_eq!(fi::fi_av_remove(s.av, &mut fa, 1, 1 << 57), neg(fi::FI_EINVAL));
         assert_eq!(fi::fi_av_remove(s.av, &mut fa, 1, 0), 0);
     }
 }
@@ -273,20 +275,31 @@ fn cq_error_entries_carry_src_addr_from_1_20() {
     assert_eq!(raw[CQ_ERR_SRC_ADDR / 8 + 1], 0x5a5a_5a5a_5a5a_5a5a, "nothing past it");
 }
 
+/// Jobs an RDM endpoint serves at most where jobs are told apart in
+/// software (udp, shm): rdmx's `JOBS_MAX`.
+const MAX_EP_AUTH_KEY: usize = 16;
+
 #[test]
-fn one_auth_key_per_endpoint_from_1_20() {
+fn several_auth_keys_per_rdm_endpoint_from_1_20() {
     if !runs_on(v(1, 20), "fi_domain_attr.max_ep_auth_key") {
         return;
     }
     let info = getinfo_at(v(1, 20), &rdm_hints(0)).expect("1.20 request");
-    assert_eq!(dom_raw::<usize>(info.first(), DOMAIN_MAX_EP_AUTH_KEY), 1);
+    assert_eq!(dom_raw::<usize>(info.first(), DOMAIN_MAX_EP_AUTH_KEY), MAX_EP_AUTH_KEY);
     let mut h = rdm_hints(0);
+    set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, MAX_EP_AUTH_KEY + 1);
+    assert_eq!(getinfo_at(v(1, 20), &h).err(), Some(neg(fi::FI_ENODATA)));
+    set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, MAX_EP_AUTH_KEY);
+    assert!(getinfo_at(v(1, 20), &h).is_ok());
+    // Datagram endpoints serve one job.
+    let mut h = Hints::dgram(Some("udp"));
+    let info = getinfo_at(v(1, 20), &h).expect("1.20 DGRAM request");
+    assert_eq!(dom_raw::<usize>(info.first(), DOMAIN_MAX_EP_AUTH_KEY), 1);
     set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, 2usize);
     assert_eq!(getinfo_at(v(1, 20), &h).err(), Some(neg(fi::FI_ENODATA)));
-    set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, 1usize);
-    assert!(getinfo_at(v(1, 20), &h).is_ok());
     // A 1.17 request has no such field: rdmx neither reads nor writes it.
-    set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, 2usize);
+    let mut h = rdm_hints(0);
+    set_dom_raw(&mut h, DOMAIN_MAX_EP_AUTH_KEY, MAX_EP_AUTH_KEY + 1);
     let info = getinfo_at(v(1, 17), &h).expect("1.17 request ignores the field");
     assert_eq!(dom_raw::<usize>(info.first(), DOMAIN_MAX_EP_AUTH_KEY), 0);
 }
@@ -738,10 +751,12 @@ fn max_cntr_values_are_u64_max_from_2_5() {
 }
 
 /// What fi_rdmx(7) says rdmx answers for AV user ids and AV authorization
-/// keys: `FI_AV_USER_ID` as a capability and `auth_key_size` =
-/// `FI_AV_AUTH_KEY` (SIZE_MAX, 2.0: keys per AV entry) are `-FI_ENODATA`.
+/// keys: `FI_AV_USER_ID` as a capability is `-FI_ENODATA`; `auth_key_size`
+/// = `FI_AV_AUTH_KEY` (SIZE_MAX, 1.20: keys per AV entry) is offered in the
+/// domain attributes of an RDM request of 1.20 on (and echoed), and
+/// `-FI_ENODATA` in an endpoint's, beside a key, for DGRAM and before 1.20.
 #[test]
-fn av_user_ids_and_av_auth_keys_are_not_offered() {
+fn av_user_ids_are_not_offered_and_av_auth_keys_are_from_1_20() {
     let version = running().min(BUILT);
     assert_eq!(getinfo_at(version, &rdm_hints(fi::FI_AV_USER_ID)).err(), Some(neg(fi::FI_ENODATA)), "FI_AV_USER_ID");
     let mut h = rdm_hints(0);
@@ -749,5 +764,24 @@ fn av_user_ids_and_av_auth_keys_are_not_offered() {
     assert_eq!(getinfo_at(version, &h).err(), Some(neg(fi::FI_ENODATA)), "ep auth_key_size FI_AV_AUTH_KEY");
     let mut h = rdm_hints(0);
     h.dom().auth_key_size = usize::MAX;
-    assert_eq!(getinfo_at(version, &h).err(), Some(neg(fi::FI_ENODATA)), "domain auth_key_size FI_AV_AUTH_KEY");
+    assert_eq!(getinfo_at(v(1, 17), &h).err(), Some(neg(fi::FI_ENODATA)), "FI_AV_AUTH_KEY in a 1.17 request");
+    if !runs_on(v(1, 20), "FI_AV_AUTH_KEY") {
+        return;
+    }
+    let info = getinfo_at(v(1, 20), &h).expect("FI_AV_AUTH_KEY in a 1.20 RDM request");
+    // SAFETY: fi_getinfo's output has a domain attr.
+    let dom = unsafe { &*info.first().domain_attr };
+    assert_eq!(dom.auth_key_size, usize::MAX, "FI_AV_AUTH_KEY echoed");
+    assert!(dom.auth_key.is_null());
+    // SAFETY: a malloc'd key, which fi_freeinfo frees with the hints.
+    unsafe {
+        let key = libc::malloc(8) as *mut u8;
+        std::ptr::copy_nonoverlapping(b"jobkey!!".as_ptr(), key, 8);
+        h.ep().auth_key = key;
+    }
+    h.ep().auth_key_size = 8;
+    assert_eq!(getinfo_at(v(1, 20), &h).err(), Some(neg(fi::FI_ENODATA)), "FI_AV_AUTH_KEY beside a key");
+    let mut d = Hints::dgram(Some("udp"));
+    d.dom().auth_key_size = usize::MAX;
+    assert_eq!(getinfo_at(v(1, 20), &d).err(), Some(neg(fi::FI_ENODATA)), "FI_AV_AUTH_KEY for DGRAM");
 }
