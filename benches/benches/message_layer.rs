@@ -87,7 +87,14 @@ impl Memory for BenchMem {
         let o = (addr - BASE) as usize;
         &self.0[o..o + len]
     }
-    fn rma_target(&mut self, _key: u64, _addr: u64, _len: u64, _access: Access, _job: u64) -> Result<Vec<IoBuf>, Status> {
+    fn rma_target(
+        &mut self,
+        _key: u64,
+        _addr: u64,
+        _len: u64,
+        _access: Access,
+        _job: u64,
+    ) -> Result<Vec<IoBuf>, Status> {
         Err(Status::NoKey)
     }
 }

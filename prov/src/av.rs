@@ -38,7 +38,14 @@ static AV_FI_OPS: fi::fi_ops = fid::fi_ops(av_close, None, None);
 struct AvOps {
     size: usize,
     insert: Option<
-        unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, usize, *mut fi::fi_addr_t, u64, *mut libc::c_void) -> i32,
+        unsafe extern "C" fn(
+            *mut fi::fid_av,
+            *const libc::c_void,
+            usize,
+            *mut fi::fi_addr_t,
+            u64,
+            *mut libc::c_void,
+        ) -> i32,
     >,
     insertsvc: Option<
         unsafe extern "C" fn(
@@ -65,12 +72,23 @@ struct AvOps {
     remove: Option<unsafe extern "C" fn(*mut fi::fid_av, *mut fi::fi_addr_t, usize, u64) -> i32>,
     lookup: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, *mut libc::c_void, *mut usize) -> i32>,
     straddr: Option<
-        unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, *mut libc::c_char, *mut usize) -> *const libc::c_char,
+        unsafe extern "C" fn(
+            *mut fi::fid_av,
+            *const libc::c_void,
+            *mut libc::c_char,
+            *mut usize,
+        ) -> *const libc::c_char,
     >,
     av_set: Option<
-        unsafe extern "C" fn(*mut fi::fid_av, *mut fi::fi_av_set_attr, *mut *mut fi::fid_av_set, *mut libc::c_void) -> i32,
+        unsafe extern "C" fn(
+            *mut fi::fid_av,
+            *mut fi::fi_av_set_attr,
+            *mut *mut fi::fid_av_set,
+            *mut libc::c_void,
+        ) -> i32,
     >,
-    insert_auth_key: Option<unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, usize, *mut fi::fi_addr_t, u64) -> i32>,
+    insert_auth_key:
+        Option<unsafe extern "C" fn(*mut fi::fid_av, *const libc::c_void, usize, *mut fi::fi_addr_t, u64) -> i32>,
     lookup_auth_key: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, *mut libc::c_void, *mut usize) -> i32>,
     set_user_id: Option<unsafe extern "C" fn(*mut fi::fid_av, fi::fi_addr_t, fi::fi_addr_t, u64) -> i32>,
 }

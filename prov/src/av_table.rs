@@ -2,8 +2,8 @@
 //! endpoints bound to it (the runtime, `core.rs`, looks destinations and
 //! senders up here).
 use crate::addr::{RdmxAddr, ADDR_LEN};
-use crate::job::AuthKey;
 use crate::error::{Error, Result};
+use crate::job::AuthKey;
 use crate::log::{fi_warn, Subsys};
 use parking_lot::RwLock;
 use std::collections::BTreeSet;

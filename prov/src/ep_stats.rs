@@ -181,7 +181,8 @@ impl EpState {
                     peers += 1;
                     sent[0] += p.sent_eager.messages + p.sent_rendezvous.messages;
                     sent[1] += p.sent_eager.bytes + p.sent_rendezvous.bytes;
-                    received[0] += p.received_eager.messages + p.received_pulled.messages + p.received_windowed.messages;
+                    received[0] +=
+                        p.received_eager.messages + p.received_pulled.messages + p.received_windowed.messages;
                     received[1] += p.received_eager.bytes + p.received_pulled.bytes + p.received_windowed.bytes;
                 }
                 js.counters = vec![

@@ -1493,17 +1493,20 @@ mod api_version_tests {
     }
 
     #[test]
-    fn max_ep_auth_key_above_one_is_refused_from_1_20_and_unread_before() {
+    fn max_ep_auth_key_beyond_the_jobs_served_is_refused_from_1_20_and_unread_before() {
         let mut h = TestHints::new(0);
-        h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, 2usize);
+        h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, MAX_EP_AUTH_KEY + 1);
         assert!(matches!(h.rdm(V1_20), Err(Error::NoData)));
         assert!(matches!(h.rdm(V2_0), Err(Error::NoData)));
         // An older application's struct ends before the field: never read.
         assert!(h.rdm(V1_17).is_ok());
-        for ok in [0usize, 1] {
+        for ok in [0usize, 1, 2, MAX_EP_AUTH_KEY] {
             h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, ok);
             assert!(h.rdm(V1_20).is_ok(), "{ok}");
         }
+        // A datagram endpoint serves one job.
+        h.set_dom(DOMAIN_MAX_EP_AUTH_KEY, 2usize);
+        assert!(matches!(h.match_as(fi::FI_EP_DGRAM, V1_20), Err(Error::NoData)));
     }
 
     #[test]

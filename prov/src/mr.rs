@@ -190,7 +190,8 @@ unsafe fn jobs_of_mr_auth_key(key: *const u8, size: usize, flags: u64) -> Result
     let keys: Vec<&crate::job::AuthKey> = if k.src_addr == crate::av_table::FI_ADDR_UNSPEC {
         t.auth_keys().map(|(_, a)| &a.key).collect()
     } else if flags & crate::av::FI_AUTH_KEY != 0 {
-        let i = crate::av::auth_key_index(k.src_addr).ok_or(Error::Inval("FI_AUTH_KEY: src_addr is not an authorization key"))?;
+        let i = crate::av::auth_key_index(k.src_addr)
+            .ok_or(Error::Inval("FI_AUTH_KEY: src_addr is not an authorization key"))?;
         vec![&t.auth_key(i).ok_or(Error::Inval("FI_AUTH_KEY: no such authorization key"))?.key]
     } else {
         return Err(Error::NoSys);

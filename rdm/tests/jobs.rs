@@ -119,7 +119,12 @@ fn a_process_in_two_jobs_is_two_peers_and_each_jobs_messages_stay_its_own() {
     let want = |i: u32, j: JobIdx, s: &[u8]| (addr(i), j, s.to_vec());
     assert_eq!(
         got,
-        vec![want(1, a, b"from 1 in A"), want(2, b, b"from 2 in B"), want(3, a, b"from 3 in A"), want(3, b, b"from 3 in B")]
+        vec![
+            want(1, a, b"from 1 in A"),
+            want(2, b, b"from 2 in B"),
+            want(3, a, b"from 3 in A"),
+            want(3, b, b"from 3 in B")
+        ]
     );
     // Node 3 is two peers of node 0, one per job.
     let p3a = m.peer_id_in(addr(3), a).unwrap();
@@ -161,8 +166,10 @@ fn a_process_in_two_jobs_is_two_peers_and_each_jobs_messages_stay_its_own() {
 #[test]
 fn a_datagram_claiming_a_sealed_job_without_its_tag_is_refused_and_counted_against_it() {
     let t = Instant::ZERO;
-    let mut net =
-        Net { nodes: vec![engine(10, &[job_a(), job_b()]), engine(11, &[job_a()]), engine(12, &[job_b()])], wire: vec![] };
+    let mut net = Net {
+        nodes: vec![engine(10, &[job_a(), job_b()]), engine(11, &[job_a()]), engine(12, &[job_b()])],
+        wire: vec![],
+    };
     let p = net.nodes[1].peer(addr(0));
     net.nodes[1].send(t, p, &[b"genuine"], 1).unwrap();
     let p = net.nodes[2].peer(addr(0));
