@@ -15,11 +15,18 @@
 //! * A reports a send complete only if some incarnation of B delivered it;
 //! * every datagram handed to B that is not a genuine, first-seen one from A
 //!   leaves B's delivered messages unchanged.
+//!
+//! B also serves a second job, C, whose key travels in clear (an endpoint of
+//! several jobs, `FI_AV_AUTH_KEY`): the fuzzer forges job C packets too,
+//! from A's address or anywhere, which B may deliver, but only as job C's
+//! (its peer of job C at that address, never A's), and which never disturb
+//! A's stream.
 #![no_main]
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use rdm::engine::{
-    Engine, EngineConfig, Event, Header, Hello, JobAuth, JobSecret, PacketType, Psn, Sealed, TRAILER_LEN,
+    Engine, EngineConfig, Event, Header, Hello, JobAuth, JobConfig, JobIdx, JobSecret, PacketType, Psn, Sealed,
+    TRAILER_LEN,
 };
 use rdm::{DevAddr, Instant};
 use std::collections::{HashMap, HashSet};
@@ -27,6 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const MTU: usize = 300;
+/// The second job B serves, with its key in clear.
+const JOB_C: u64 = 0xC0FF_EE00_0000_00C0;
 
 #[derive(Arbitrary, Debug)]
 struct Forged {
@@ -46,6 +55,8 @@ struct Forged {
     payload: Vec<u8>,
     tag: [u8; 16],
     counter: u64,
+    /// Job C's key, unsealed with a valid checksum (C's key is in clear).
+    job_c: bool,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -119,10 +130,15 @@ struct World {
 }
 
 impl World {
-    fn engine(inc: u64) -> Engine {
+    fn engine(inc: u64, other_jobs: Vec<JobConfig>) -> Engine {
         let secret = JobSecret::new(b"the fuzzed job's secret").unwrap();
         let auth = Some(Arc::new(JobAuth { secret, encrypt: inc % 2 == 1 }));
-        Engine::new(EngineConfig { mtu: MTU, incarnation: inc, auth, ..EngineConfig::default() })
+        Engine::new(EngineConfig { mtu: MTU, incarnation: inc, auth, other_jobs, ..EngineConfig::default() })
+    }
+
+    /// B: the job's engine that also serves job C.
+    fn engine_b(inc: u64) -> Engine {
+        World::engine(inc, vec![JobConfig { job_key: JOB_C, auth: None }])
     }
 
     fn flush(&mut self) {
@@ -147,7 +163,12 @@ impl World {
 
     fn check_b(&mut self) {
         while let Some(ev) = self.b.poll_event() {
-            if let Event::Delivered { msg, .. } = ev {
+            if let Event::Delivered { msg, peer } = ev {
+                if self.b.peer_job(peer) != JobIdx::FIRST {
+                    // Job C's, from whoever knows its key: never A's.
+                    assert_eq!(self.b.peer_job(peer), JobIdx(1));
+                    continue;
+                }
                 assert!(msg.len() >= 8, "a message A never sent: {msg:?}");
                 let id = u64::from_le_bytes(msg[..8].try_into().unwrap());
                 let len = *self.sent.get(&id).unwrap_or_else(|| panic!("B delivered id {id}, never sent"));
@@ -171,8 +192,8 @@ impl World {
 fuzz_target!(|ops: Vec<Op>| {
     let mut w = World {
         now: Instant::ZERO,
-        a: World::engine(0xA1),
-        b: World::engine(0xB2),
+        a: World::engine(0xA1, Vec::new()),
+        b: World::engine_b(0xB2),
         b_inc: 0xB2,
         net: Vec::new(),
         from_a: Vec::new(),
@@ -240,7 +261,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     ptype: PacketType::from_wire(f.ptype % 5).unwrap_or(PacketType::Data),
                     first: f.first,
                     last: f.last,
-                    job_key: job,
+                    job_key: if f.job_c { JOB_C } else { job },
                     src_inc: f.src_inc,
                     dst_inc: if f.names_b { w.b_inc } else { f.dst_inc },
                     psn_or_window: f.psn_or_window,
@@ -248,7 +269,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     sack: f.sack,
                     header_sum: false,
                     unsummed: false,
-                    sealed: if f.encrypted { Sealed::Encrypted } else { Sealed::Tagged },
+                    sealed: match (f.job_c, f.encrypted) {
+                        (true, _) => Sealed::No,
+                        (false, true) => Sealed::Encrypted,
+                        (false, false) => Sealed::Tagged,
+                    },
                     hello: match f.hello {
                         1 => Hello::Challenge,
                         2 => Hello::Echo,
@@ -258,8 +283,12 @@ fuzz_target!(|ops: Vec<Op>| {
                 let payload = &f.payload[..f.payload.len().min(MTU)];
                 let mut b = vec![0u8; 48 + payload.len() + TRAILER_LEN];
                 let n = h.encode(payload, &mut b);
-                b[n..n + 8].copy_from_slice(&f.counter.to_le_bytes());
-                b[n + 8..n + 24].copy_from_slice(&f.tag);
+                if f.job_c {
+                    b.truncate(n);
+                } else {
+                    b[n..n + 8].copy_from_slice(&f.counter.to_le_bytes());
+                    b[n + 8..n + 24].copy_from_slice(&f.tag);
+                }
                 let before = w.delivered.len();
                 w.to_b(if spoof_a { addr(0) } else { addr(9) }, &b);
                 assert_eq!(w.delivered.len(), before, "a forged packet delivered something");
@@ -276,7 +305,7 @@ fuzz_target!(|ops: Vec<Op>| {
             }
             Op::RestartB => {
                 w.b_inc += 2;
-                w.b = World::engine(w.b_inc);
+                w.b = World::engine_b(w.b_inc);
                 w.last = None;
                 w.net.retain(|(to_b, _)| !to_b);
             }
