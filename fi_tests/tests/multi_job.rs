@@ -18,6 +18,7 @@
 //! runs it on libfabric 2.1.
 use fi_tests::procs::{self, text};
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -97,12 +98,28 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
 }
 
-/// The server's per-job counters: one message each way per job, nothing
-/// refused by a tag, job X's datagrams dropped by their key.
+/// The fields of a `jobs` element fi_rdmx(7)'s JSON schema lists
+/// (`\f[CR]jobs[].<name>\f[R]` bullets).
+fn documented_job_fields() -> BTreeSet<String> {
+    let page =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
+    page.lines()
+        .filter_map(|l| l.strip_prefix("\\f[CR]jobs[]."))
+        .filter_map(|rest| rest.split_once("\\f[R]").map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+/// The server's per-job counters: exactly the documented fields, one
+/// message each way per job, nothing refused by a tag, job X's datagrams
+/// dropped by their key.
 fn check_jobs(doc: &Value, traffic: [&str; 2]) {
     let jobs = doc["jobs"].as_array().unwrap_or_else(|| panic!("no jobs array: {doc}"));
     assert_eq!(jobs.len(), 2, "two jobs served: {doc}");
+    let documented = documented_job_fields();
+    assert!(documented.len() >= 9, "fi_rdmx(7) lists jobs[] fields: {documented:?}");
     for (j, job) in jobs.iter().enumerate() {
+        let fields: BTreeSet<String> = job.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(fields, documented, "a jobs element's fields against fi_rdmx(7)");
         assert_eq!(u(&job["av_key"]), j as u64, "{job}");
         assert_eq!(job["traffic"], traffic[j], "{job}");
         assert_eq!(u(&job["peers"]), 1, "{job}");

@@ -208,7 +208,9 @@ fn json_stats_of_a_real_pingpong_match_the_schema_and_each_other() {
             assert_eq!(u(&sa["rendezvous"]["messages"]), u(&pulled["messages"]) + u(&windowed["messages"]), "{device}");
             assert_eq!(u(&sa["rendezvous"]["bytes"]), u(&pulled["bytes"]) + u(&windowed["bytes"]), "{device}");
         }
-        let missing: Vec<_> = schema.keys().filter(|k| !seen.contains(*k)).collect();
+        // An endpoint of one job has no `jobs` element: tests/multi_job.rs
+        // checks those fields against the schema on an endpoint of two.
+        let missing: Vec<_> = schema.keys().filter(|k| !seen.contains(*k) && !k.starts_with("jobs[].")).collect();
         assert!(missing.is_empty(), "documented fields no document of the {device} run has: {missing:?}");
     }
 }
