@@ -7,6 +7,7 @@
 
 pub mod attack;
 pub mod hosts;
+pub mod impi;
 pub mod procs;
 pub mod stats_docs;
 pub mod watchdog;

@@ -2,43 +2,17 @@
 //! scripts/setup-impi.sh into build-out/impi) over the system libfabric with
 //! `I_MPI_FABRICS=ofi FI_PROVIDER=rdmx`; `I_MPI_DEBUG=5` shows the chosen provider.
 use fi_tests::procs::{self, text};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
-fn impi_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("RDMX_IMPI_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build-out/impi"));
-    if dir.join("bin/mpiexec").exists() {
-        Some(dir.canonicalize().unwrap_or(dir))
-    } else {
-        fi_tests::skip(&format!("Intel MPI is not installed in {} (scripts/setup-impi.sh)", dir.display()));
-        None
-    }
+fn build(dir: &Path, name: &str) -> PathBuf {
+    fi_tests::impi::build(dir, name, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("impi"))
 }
 
-fn impi_cmd(dir: &PathBuf, prog: &str) -> Command {
-    let mut c = Command::new(dir.join("bin").join(prog));
-    c.env("I_MPI_ROOT", dir)
-        .env("PATH", format!("{}:{}", dir.join("bin").display(), std::env::var("PATH").unwrap_or_default()))
-        .env("LD_LIBRARY_PATH", dir.join("lib"));
-    c
-}
-
-fn build(dir: &PathBuf, name: &str) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("impi");
-    std::fs::create_dir_all(&out).unwrap();
-    let exe = out.join(name);
-    let st = impi_cmd(dir, "mpicc").args(["-O2", "-o"]).arg(&exe).arg(&src).arg("-lpthread").status().unwrap();
-    assert!(st.success(), "Intel MPI mpicc {name}.c failed");
-    exe
-}
-
-fn run(dir: &PathBuf, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> String {
+fn run(dir: &Path, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> String {
     fi_tests::init();
-    let mut c = impi_cmd(dir, "mpiexec");
+    let mut c = fi_tests::impi::command(dir, "mpiexec");
     c.args(["-n", &np.to_string()])
         .arg(exe)
         .args(args)
@@ -58,7 +32,7 @@ fn run(dir: &PathBuf, exe: &PathBuf, np: u32, device: &str, args: &[&str]) -> St
 
 #[test]
 fn intel_mpi_runs_every_mpi_program_over_rdmx() {
-    let Some(dir) = impi_dir() else { return };
+    let Some(dir) = fi_tests::impi::dir() else { return };
     let p2p = build(&dir, "p2p");
     let coll = build(&dir, "coll");
     let threads = build(&dir, "threads");

@@ -12,6 +12,9 @@
 //! must finish with every byte intact; the ranks' counters (`FI_RDMX_STATS`
 //! JSON documents) must say their traffic was tagged and count at least every
 //! altered and forged datagram as refused, and every replay as one.
+//!
+//! The same under Intel MPI (hydra through the hosts' agent, the secret file
+//! handed to every rank with `-genv`, as fi_rdmx(7) says).
 use fi_tests::hosts::Hosts;
 use fi_tests::procs::{self, text};
 use std::path::PathBuf;
@@ -59,5 +62,45 @@ fn an_attacker_on_the_wire_cannot_touch_a_sealed_mpi_job() {
     assert!(out.status.success(), "the job failed:\n{t}");
     assert!(t.contains(&format!("alltoall: all checks passed on {np} ranks, {} rounds, 2 hosts", 3 * ROUNDS)), "{t}");
     fi_tests::assert_mtl_chose_rdmx(&t, np);
+    attack.check(&hosts, np);
+}
+
+#[test]
+fn an_attacker_on_the_wire_cannot_touch_a_sealed_intel_mpi_job() {
+    fi_tests::init();
+    let Some(impi) = fi_tests::impi::dir() else { return };
+    let exe = fi_tests::impi::build(&impi, "alltoall", &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("impi"));
+    let Some(hosts) = Hosts::create("rdmxsi", 194, 2, 0) else { return };
+    let attack = fi_tests::attack::Attack::start(&hosts, env!("CARGO_BIN_EXE_rdmx_mitm"));
+    let np = 4;
+    let names = format!("{},{}", hosts.hosts[0].name, hosts.hosts[1].name);
+    let mpiexec = fi_tests::impi::command(&impi, "mpiexec");
+    let mut c = Command::new(&hosts.run_on(0)[0]);
+    c.arg(&hosts.run_on(0)[1])
+        .arg(mpiexec.get_program())
+        .args(["-n", &np.to_string(), "-ppn", "2", "-hosts", &names, "-bootstrap", "ssh", "-bootstrap-exec"])
+        .arg(&hosts.agent)
+        // I_MPI_DEBUG=5: rank 0 names the libfabric provider it chose (asserted below).
+        .args(["-genv", "I_MPI_FABRICS", "ofi", "-genv", "I_MPI_DEBUG", "5"])
+        .args(["-genv", "FI_PROVIDER", "rdmx", "-genv", "FI_PROVIDER_PATH"])
+        .arg(fi_tests::provider_dir())
+        .args(["-genv", "I_MPI_ROOT"])
+        .arg(&impi)
+        .args(["-genv", "LD_LIBRARY_PATH"])
+        .arg(impi.join("lib"))
+        .args(attack.rank_env().iter().flat_map(|(k, v)| ["-genv".to_string(), k.clone(), v.clone()]))
+        .arg(&exe)
+        .arg(ROUNDS.to_string())
+        .envs(mpiexec.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("FI_RDMX_")) {
+        c.env_remove(k);
+    }
+    let out = procs::wait_output(c.spawn().expect("mpiexec"), Duration::from_secs(240));
+    let t = text(&out);
+    assert!(out.status.success(), "the Intel MPI job failed:\n{t}");
+    assert!(t.contains(&format!("alltoall: all checks passed on {np} ranks, {} rounds, 2 hosts", 3 * ROUNDS)), "{t}");
+    fi_tests::assert_impi_chose_rdmx(&t);
     attack.check(&hosts, np);
 }
