@@ -29,6 +29,8 @@
 #   6. as the user: two-process `fi_pingpong -p rdmx -e rdm -S all -c` on 127.0.0.1;
 #   7. as the user: `man fi_rdmx` renders, with nothing on stderr (trixie's
 #      groff 1.23 warns where Debian 12's 1.22 did not);
+#   7c. as the user: Debian 13's OpenMPI p2p np 2 again with sealed job traffic
+#      (the job's secret in a file, -x FI_RDMX_JOB_SECRET_FILE, over udp);
 #   8. `apt-get remove rdmx`: its files are gone, fi_info and man find nothing.
 # Each step prints PASS or FAIL, and the run its seconds (fresh setup or cached);
 # the exit status is 1 if any failed. Needs root (debootstrap, chroot, unshare;
@@ -369,6 +371,28 @@ inside() {
       fi
     done
   done
+
+  # ------------------------------------------------------------ 7c. OpenMPI 5.0.7, sealed
+  # The same p2p job with authenticated job traffic (docs/security.md): the one
+  # run here that sets variables: the job's secret, in a file of the user's
+  # handed to every rank by the launcher (`-x FI_RDMX_JOB_SECRET_FILE`, as
+  # fi_rdmx(7) says), the udp device (on one host the default device would
+  # carry everything through shared memory, untagged) and FI_RDMX_STATS to
+  # read back that every endpoint's traffic was tagged and nothing refused.
+  local secret="/home/$TUSER/job-secret" stats="/home/$TUSER/sealed-stats.jsonl" tagged refused
+  as_user sh -c "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' >$secret; rm -f $stats"
+  mpiout=$(as_user timeout --foreground -k 10 180 mpirun -np 2 --oversubscribe --output tag \
+    --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca btl self \
+    -x FI_PROVIDER=rdmx -x FI_RDMX_JOB_SECRET_FILE="$secret" -x FI_RDMX_DEVICE=udp -x FI_RDMX_STATS="$stats" \
+    "/home/$TUSER/mpi/p2p" 2>&1 | tr -d '\0') && s=0 || s=$?
+  tagged=$(as_user cat "$stats" 2>/dev/null | grep -c '"job_traffic":"tagged"' || true)
+  refused=$(as_user cat "$stats" 2>/dev/null | grep -oE '"dropped_auth":[0-9]+' | grep -vc ':0$' || true)
+  if ((s == 0)) && grep -qF "p2p: all checks passed on 2 ranks" <<<"$mpiout" && ((tagged == 2 && refused == 0)); then
+    pass "$ompi, p2p np 2 with the job's secret from a file (-x FI_RDMX_JOB_SECRET_FILE) over udp: passed; $tagged of 2 endpoints' traffic tagged, none refused a datagram"
+  else
+    fail "ompi-p2p-sealed" "$ompi, p2p np 2 sealed: exit $s, endpoints tagged $tagged of 2, endpoints that refused datagrams $refused; the output's tail:"
+    tail -n 25 <<<"$mpiout" | indent
+  fi
 
   # ------------------------------------------------------------ 8. remove
   local left=() f owner
