@@ -66,7 +66,14 @@ impl Memory for Mem {
         let r = self.range(addr, len);
         &self.bytes[r]
     }
-    fn rma_target(&mut self, _key: u64, _addr: u64, _len: u64, _access: Access, _job: u64) -> Result<Vec<IoBuf>, Status> {
+    fn rma_target(
+        &mut self,
+        _key: u64,
+        _addr: u64,
+        _len: u64,
+        _access: Access,
+        _job: u64,
+    ) -> Result<Vec<IoBuf>, Status> {
         Err(Status::NoKey)
     }
     fn read_target(&mut self, addr: u64, len: u64) -> Option<LocalBuf> {
