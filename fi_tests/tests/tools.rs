@@ -49,6 +49,27 @@ fn fi_info_log_level_shows_rdmx_warnings_only_when_asked() {
     assert!(loud.contains("FI_RDMX_DEVICE=bogus"), "{loud}");
 }
 
+/// fi_info has no attribute for how job traffic goes; at info level rdmx
+/// says it (for endpoints without an `auth_key` of their own), never the
+/// secret.
+#[test]
+fn fi_info_at_info_level_says_which_job_traffic_mode_is_in_force() {
+    let (_, clear) = fi_info(&["-p", "rdmx"], &[("FI_LOG_LEVEL", "info")]);
+    assert!(
+        clear.contains("job traffic over a wire, for endpoints without an auth_key of their own: clear"),
+        "{clear}"
+    );
+    let secret = "the job's secret 0123456789";
+    for (encrypt, mode) in [("0", "tagged"), ("1", "encrypted")] {
+        let (_, out) = fi_info(
+            &["-p", "rdmx"],
+            &[("FI_LOG_LEVEL", "info"), ("FI_RDMX_JOB_SECRET", secret), ("FI_RDMX_JOB_ENCRYPT", encrypt)],
+        );
+        assert!(out.contains(&format!("of their own: {mode}:")), "{out}");
+        assert!(!out.contains(secret), "the secret in the log: {out}");
+    }
+}
+
 fn pingpong_on(device: &str, extra: &[&str]) {
     fi_tests::init();
     let mut args = vec!["-c", "-I", "20"];

@@ -881,6 +881,14 @@ pub unsafe fn getinfo(
     if version > crate::version::declared() {
         return Err(Error::NoData);
     }
+    // Once per process, at info level: how job traffic goes for endpoints
+    // that bring no key of their own (`FI_LOG_LEVEL=info fi_info -p rdmx`
+    // shows it; fi_info has no attribute for it).
+    static JOB_MODE_LOGGED: std::sync::Once = std::sync::Once::new();
+    JOB_MODE_LOGGED.call_once(|| {
+        let p = params();
+        fi_info!(Subsys::Core, "{}", crate::job::environment_mode(p.job_secret.as_ref(), p.job_key, p.job_encrypt))
+    });
     // SAFETY: per contract.
     let (node, service) = unsafe { (opt_cstr(node), opt_cstr(service)) };
     // SAFETY: per contract.

@@ -129,6 +129,24 @@ pub fn job_of(
     Ok(Job { key, auth: Some(Arc::new(JobAuth { secret, encrypt })) })
 }
 
+/// How job traffic over a wire goes for an endpoint whose `auth_key` is not
+/// a key (one line, for the log at `fi_getinfo`): from the environment.
+pub fn environment_mode(
+    env_secret: Option<&std::result::Result<SecretBytes, String>>,
+    job_key: u64,
+    encrypt: bool,
+) -> String {
+    let what = match env_secret {
+        None => format!("clear: the job key {job_key:#x} in every packet, no tag (no job secret)"),
+        Some(Ok(s)) if encrypt => {
+            format!("encrypted: AES-128-GCM tag and enciphered payloads (a job secret of {} bytes)", s.0.len())
+        }
+        Some(Ok(s)) => format!("tagged: an AES-128-GCM tag on every datagram (a job secret of {} bytes)", s.0.len()),
+        Some(Err(why)) => format!("none: endpoints fail to open ({why})"),
+    };
+    format!("job traffic over a wire, for endpoints without an auth_key of their own: {what}")
+}
+
 /// The key a job's datagrams carry: a key in clear as it is, a secret's
 /// job id (what a registration of an `FI_AV_AUTH_KEY` domain names).
 pub fn job_key_of(k: &AuthKey) -> Result<u64> {
@@ -211,5 +229,20 @@ mod tests {
         std::fs::remove_file(&dir).unwrap();
         let missing = secret_from_env(None, Some(dir.display().to_string())).unwrap();
         assert!(missing.unwrap_err().contains("FI_RDMX_JOB_SECRET_FILE"));
+    }
+
+    #[test]
+    fn the_environment_mode_line_names_the_mode_and_never_the_secret() {
+        let secret = "s3cr3t-s3cr3t-s3cr3t";
+        let env = secret_from_env(Some(secret.into()), None);
+        assert!(environment_mode(None, 7, false).contains("clear: the job key 0x7"));
+        let tagged = environment_mode(env.as_ref(), 7, false);
+        assert!(tagged.contains("tagged:") && tagged.contains("20 bytes"), "{tagged}");
+        assert!(environment_mode(env.as_ref(), 7, true).contains("encrypted:"));
+        let bad = secret_from_env(Some("short".into()), None);
+        assert!(environment_mode(bad.as_ref(), 7, false).contains("none: endpoints fail to open"));
+        for line in [tagged, environment_mode(env.as_ref(), 7, true)] {
+            assert!(!line.contains(secret), "{line}");
+        }
     }
 }

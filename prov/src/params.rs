@@ -165,6 +165,14 @@ fn get_str(name: &CStr) -> Option<String> {
     Some(unsafe { CStr::from_ptr(val) }.to_string_lossy().into_owned())
 }
 
+/// `FI_RDMX_JOB_SECRET`, read from the environment directly: libfabric's
+/// `fi_param_get` logs every string it reads at info level, value and all,
+/// and the secret must never reach a log (`fi_tests/tests/tools.rs`). The
+/// parameter is still defined, so `fi_info -e` lists it.
+fn secret_var() -> Option<String> {
+    std::env::var_os("FI_RDMX_JOB_SECRET").map(|v| v.to_string_lossy().into_owned())
+}
+
 fn get_int(name: &CStr) -> Option<i64> {
     let mut val: libc::c_int = 0;
     // SAFETY: FI_PARAM_INT writes an `int`.
@@ -234,7 +242,7 @@ fn read() -> Params {
             .map(|v| Duration::from_millis(v as u64))
             .unwrap_or(d.peer_timeout),
         job_key: get_size(c"job_key").unwrap_or(d.job_key),
-        job_secret: crate::job::secret_from_env(get_str(c"job_secret"), get_str(c"job_secret_file")),
+        job_secret: crate::job::secret_from_env(secret_var(), get_str(c"job_secret_file")),
         job_encrypt: get_bool(c"job_encrypt").unwrap_or(d.job_encrypt),
         progress_thread: get_bool(c"progress_thread").unwrap_or(d.progress_thread),
         stats: stats_mode.0,
