@@ -202,3 +202,61 @@ fn a_datagram_claiming_a_sealed_job_without_its_tag_is_refused_and_counted_again
     // No peer of job A was made for node 2's address.
     assert_eq!(m.peer_id_in(addr(2), a), None);
 }
+
+mod model {
+    //! The engine's peer table against a map of (address, job) to id, over
+    //! generated sequences of lookups and creations.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// `peer_in` (creates), or `peer_id_in` (only looks).
+        Peer { addr: u32, job: u8, create: bool },
+        /// `peer` (the first job).
+        First { addr: u32 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u32..6, 0u8..4, any::<bool>()).prop_map(|(addr, job, create)| Op::Peer { addr, job, create }),
+            (0u32..6).prop_map(|addr| Op::First { addr }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn peers_are_keyed_by_address_and_job(jobs in 1usize..4, ops in proptest::collection::vec(op(), 1..200)) {
+            let configs: Vec<JobConfig> =
+                (0..jobs).map(|j| JobConfig { job_key: 100 + j as u64, auth: None }).collect();
+            let mut e = engine(1, &configs);
+            let mut model: HashMap<(u32, u8), PeerId> = HashMap::new();
+            for op in ops {
+                let (addr, job, create) = match op {
+                    Op::Peer { addr, job, create } => (addr, job, create),
+                    Op::First { addr } => (addr, 0, true),
+                };
+                // A job the engine does not serve counts as the first.
+                let served = if (job as usize) < jobs { job } else { 0 };
+                let got = match (op, create) {
+                    (Op::First { .. }, _) => Some(e.peer(rdm::simnet::addr(addr))),
+                    (_, true) => Some(e.peer_in(rdm::simnet::addr(addr), JobIdx(job))),
+                    (_, false) => e.peer_id_in(rdm::simnet::addr(addr), JobIdx(served)),
+                };
+                let want = if create {
+                    let n = model.len() as u32;
+                    Some(*model.entry((addr, served)).or_insert(PeerId::from_index(n)))
+                } else {
+                    model.get(&(addr, served)).copied()
+                };
+                prop_assert_eq!(got, want);
+            }
+            for (&(addr, job), &id) in &model {
+                prop_assert_eq!(e.peer_addr(id), rdm::simnet::addr(addr));
+                prop_assert_eq!(e.peer_job(id), JobIdx(job));
+                prop_assert!(e.peers_at(rdm::simnet::addr(addr)).any(|p| p == id));
+            }
+        }
+    }
+}
