@@ -186,6 +186,21 @@ static int server(void)
 	CHK(fi_av_lookup_auth_key(s.av, key_b, got, &got_len));
 	if (got_len != strlen(SECRET_B) || memcmp(got, SECRET_B, got_len))
 		FAIL("fi_av_lookup_auth_key(job B's key) gave %zu other bytes", got_len);
+	/* Before enable, on a second AV of the domain: two keys whose packets
+	 * would carry the same job key are refused (a 1-byte key 01 and a 2-byte
+	 * key 01 00), the same key again is the same key, and an insert under
+	 * FI_AUTH_KEY fails only the entries whose slot held no key. */
+	struct fid_av *scratch;
+	struct fi_av_attr scratch_attr = { .type = FI_AV_TABLE };
+	CHK(fi_av_open(s.domain, &scratch_attr, &scratch, NULL));
+	fi_addr_t one, again, clash;
+	CHK(fi_av_insert_auth_key(scratch, "\x01", 1, &one, 0));
+	CHK(fi_av_insert_auth_key(scratch, "\x01", 1, &again, 0));
+	if (again != one)
+		FAIL("the same key inserted twice got two fi_addr_t's");
+	if (fi_av_insert_auth_key(scratch, "\x01\x00", 2, &clash, 0) != -FI_EINVAL)
+		FAIL("a key carrying the same job key as another was taken");
+	CHK(fi_close(&scratch->fid));
 	enable(&s);
 
 	/* One buffer per job, each reachable by its job only. */
@@ -224,9 +239,18 @@ static int server(void)
 		fi_addr_t plain_addr;
 		if (fi_av_insert(s.av, a, 1, &plain_addr, 0, NULL) == 1)
 			FAIL("an address inserted without a key in an FI_AV_AUTH_KEY AV");
-		peer[j] = keys[j];
-		if (fi_av_insert(s.av, a, 1, &peer[j], FI_AUTH_KEY, NULL) != 1)
-			FAIL("fi_av_insert of %s (%zu bytes) under its key", names[j], n);
+		/* The address twice: under its job's key, and under a slot that
+		 * holds no key (that entry alone fails). */
+		char two[512];
+		memcpy(two, a, n);
+		memcpy(two + n, a, n);
+		fi_addr_t out[2] = { keys[j], 12345 };
+		int status[2] = { -1, -1 };
+		int ret = fi_av_insert(s.av, two, 2, out, FI_AUTH_KEY | FI_SYNC_ERR, status);
+		if (ret != 1 || status[0] != 0 || status[1] != FI_EINVAL || out[1] != FI_ADDR_NOTAVAIL)
+			FAIL("fi_av_insert of %s under its key and under no key: %d, status %d %d, fi_addr %#llx", names[j],
+			     ret, status[0], status[1], (unsigned long long)out[1]);
+		peer[j] = out[0];
 	}
 	got_len = sizeof got;
 	CHK(fi_av_lookup_auth_key(s.av, peer[1], got, &got_len));

@@ -152,7 +152,7 @@ entry! {
             .ok()
             .flatten()
             .ok_or(Error::Inval("auth_key_size: 1 to 8 bytes (a job key) or 16 to 1024 (a job secret)"))?;
-        let i = av.table.write().insert_key(key);
+        let i = av.table.write().insert_key(key)?;
         // SAFETY: checked non-null; the application's output slot.
         unsafe { *fi_addr = AUTH_KEY_ADDR | u64::from(i) };
         Ok(0)
@@ -253,7 +253,21 @@ entry! {
 /// `av` is null or an AV fid from rdmx.
 pub unsafe fn av_ref<'a>(av: *mut fi::fid_av) -> Result<&'a Av> {
     // SAFETY: per contract.
-    unsafe { Av::from_fid(av as *const fi::fid) }
+    let a = unsafe { Av::from_fid(av as *const fi::fid) }?;
+    // The class alone does not make it ours: an application may hand another
+    // provider's AV (or a closed one's husk keeps our ops, which `from_fid`'s
+    // class check already refuses once retired).
+    if !std::ptr::eq(a.fid.fid.ops, &AV_FI_OPS) {
+        return Err(Error::Inval("not an rdmx AV"));
+    }
+    Ok(a)
+}
+
+impl Av {
+    /// Whether this AV was opened on domain `d`.
+    pub fn of_domain(&self, d: &Domain) -> bool {
+        std::ptr::eq(self.domain, d)
+    }
 }
 
 entry! {
@@ -276,12 +290,13 @@ entry! {
                     inserted += 1;
                     t.insert(a)
                 }
-                (Some(a), Some(keys)) => match t.insert_keyed(a, keys[i]) {
-                    Ok(x) => {
+                // An entry whose slot held no key of this AV fails alone.
+                (Some(a), Some(keys)) => match keys[i].map(|k| t.insert_keyed(a, k)) {
+                    Some(Ok(x)) => {
                         inserted += 1;
                         x
                     }
-                    Err(_) => FI_ADDR_NOTAVAIL,
+                    _ => FI_ADDR_NOTAVAIL,
                 },
                 (None, _) => FI_ADDR_NOTAVAIL,
             };
@@ -300,7 +315,7 @@ entry! {
 /// The keys addresses are inserted under: with `FI_AUTH_KEY`, the
 /// authorization-key `fi_addr_t` each output slot holds on input (fi_av(3)),
 /// required in an AV of keys and refused in one without.
-fn insert_keys(av: &Av, flags: u64, fi_addr: *const fi::fi_addr_t, count: usize) -> Result<Option<Vec<u32>>> {
+fn insert_keys(av: &Av, flags: u64, fi_addr: *const fi::fi_addr_t, count: usize) -> Result<Option<Vec<Option<u32>>>> {
     match (av.keyed(), flags & FI_AUTH_KEY != 0) {
         (false, false) => Ok(None),
         (false, true) => Err(Error::Inval("FI_AUTH_KEY needs a domain opened with FI_AV_AUTH_KEY")),
@@ -314,11 +329,7 @@ fn insert_keys(av: &Av, flags: u64, fi_addr: *const fi::fi_addr_t, count: usize)
             // SAFETY: with FI_AUTH_KEY the application's fi_addr array of
             // `count` entries holds the keys on input.
             let given = unsafe { std::slice::from_raw_parts(fi_addr, count) };
-            given
-                .iter()
-                .map(|&a| auth_key_index(a).ok_or(Error::Inval("FI_AUTH_KEY: fi_addr is not an authorization key")))
-                .collect::<Result<Vec<u32>>>()
-                .map(Some)
+            Ok(Some(given.iter().map(|&a| auth_key_index(a)).collect()))
         }
     }
 }
@@ -387,7 +398,10 @@ entry! {
             .ok_or(Error::Inval("node does not resolve"))?;
         let a = RdmxAddr { udp: Some(sa), ..RdmxAddr::EMPTY };
         let idx = match keys {
-            Some(k) => av.table.write().insert_keyed(a, k[0])?,
+            Some(k) => av
+                .table
+                .write()
+                .insert_keyed(a, k[0].ok_or(Error::Inval("FI_AUTH_KEY: fi_addr is not an authorization key"))?)?,
             None => av.table.write().insert(a),
         };
         if !fi_addr.is_null() {

@@ -95,13 +95,22 @@ impl AvTable {
     }
 
     /// Adds an authorization key; the same key again gets its first index.
-    pub fn insert_key(&mut self, key: AuthKey) -> u32 {
+    /// A different key whose packets would carry the same job key (a key in
+    /// clear equal to a secret's job id, or `[1]` beside `[1, 0]`) is
+    /// refused: two jobs must never be told apart by nothing.
+    pub fn insert_key(&mut self, key: AuthKey) -> Result<u32> {
         if let Some(i) = self.keys.iter().position(|k| k.as_ref().is_some_and(|k| k.key == key)) {
-            return i as u32;
+            return Ok(i as u32);
+        }
+        let job = crate::job::job_key_of(&key)?;
+        for k in self.keys.iter().flatten() {
+            if crate::job::job_key_of(&k.key)? == job {
+                return Err(Error::Inval("an authorization key whose job key another key of the AV has"));
+            }
         }
         self.generation.fetch_add(1, Ordering::Release);
         self.keys.push(Some(AvAuthKey { key, users: 0 }));
-        (self.keys.len() - 1) as u32
+        Ok((self.keys.len() - 1) as u32)
     }
 
     pub fn auth_key(&self, i: u32) -> Option<&AvAuthKey> {

@@ -177,9 +177,14 @@ fn jobs_of_av(av: &SharedAv) -> Result<(Vec<crate::job::Job>, Vec<u32>)> {
     if keys.len() > crate::info::MAX_EP_AUTH_KEY {
         return Err(Error::Inval("FI_AV_AUTH_KEY: the AV holds more authorization keys than max_ep_auth_key"));
     }
-    let mut jobs = Vec::with_capacity(keys.len());
+    let mut jobs: Vec<crate::job::Job> = Vec::with_capacity(keys.len());
     for (_, k) in &keys {
-        jobs.push(crate::job::job_of(Some(k), p.job_secret.as_ref(), p.job_key, p.job_encrypt)?);
+        let job = crate::job::job_of(Some(k), p.job_secret.as_ref(), p.job_key, p.job_encrypt)?;
+        // fi_av_insert_auth_key refuses them; two jobs of one key would be one.
+        if jobs.iter().any(|j| j.key == job.key) {
+            return Err(Error::Inval("two authorization keys of the AV carry the same job key"));
+        }
+        jobs.push(job);
     }
     for (i, _) in &keys {
         t.use_key(*i, true);
@@ -330,14 +335,16 @@ impl EpShared {
         if st.tx_cq.is_none() && st.rx_cq.is_none() && st.send_cntr.is_none() && st.recv_cntr.is_none() {
             return Err(Error::Inval("endpoint has no CQ or counter bound"));
         }
-        let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
-        let caps = device.caps();
-        let p = params();
+        // The jobs first: an endpoint that cannot have them (no key in its AV
+        // yet) keeps its device for a later fi_enable.
         let (mut jobs, job_keys) = if st.profile.av_auth_key {
             jobs_of_av(st.av.as_ref().ok_or(Error::Inval("endpoint has no AV bound"))?)?
         } else {
             (vec![job_of_profile(&st.profile)?], Vec::new())
         };
+        let device = st.device.take().ok_or(Error::Other("endpoint lost its device".into()))?;
+        let caps = device.caps();
+        let p = params();
         let job = jobs.remove(0);
         st.job_traffic = job.protection();
         let other_jobs: Vec<rdm::engine::JobConfig> =

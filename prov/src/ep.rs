@@ -125,8 +125,14 @@ entry! {
         if ep_type != fi::FI_EP_RDM && ep_type != fi::FI_EP_DGRAM {
             return Err(Error::Inval("rdmx endpoints are FI_EP_RDM or FI_EP_DGRAM"));
         }
-        // The endpoint lives in its domain's device family.
+        // The endpoint lives in its domain's device family, and takes its
+        // jobs the way its domain does: from the AV's keys under
+        // FI_AV_AUTH_KEY, where its own auth_key must be NULL (fi_endpoint(3)).
         profile.device = d.profile.device;
+        profile.av_auth_key = d.profile.av_auth_key;
+        if profile.av_auth_key && profile.auth_key.is_some() {
+            return Err(Error::Inval("an endpoint of an FI_AV_AUTH_KEY domain takes its keys from its AV: auth_key must be NULL"));
+        }
         let virt = d.profile.mr_mode & fi::FI_MR_VIRT_ADDR as i32 != 0 || d.profile.mr_mode == fi::FI_MR_BASIC as i32;
         let shared = EpShared::new(profile, &*d.devices, d.mr_keys.clone(), d.mr_cache.clone(), virt)?;
         d.children.get();
@@ -224,10 +230,13 @@ entry! {
         let mut bound = ep.bound.lock();
         match class {
             fi::FI_CLASS_AV => {
-                // SAFETY: class checked.
-                let av = unsafe { Av::from_fid(bfid) }?;
+                // SAFETY: class checked; av_ref checks it is an rdmx AV.
+                let av = unsafe { crate::av::av_ref(bfid as *mut fi::fid_av) }?;
                 if bound.av.is_some() {
                     return Err(Error::Inval("an AV is already bound"));
+                }
+                if av.keyed() != st.profile.av_auth_key {
+                    return Err(Error::Inval("an AV of FI_AV_AUTH_KEY binds only to an endpoint of such a domain, and only it"));
                 }
                 av.bound.get();
                 bound.av = Some(av);

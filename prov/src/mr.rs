@@ -152,7 +152,10 @@ entry! {
         }
         let reachable_by = if d.profile.av_auth_key {
             // SAFETY: the application's fi_mr_auth_key when the size says so.
-            Some(unsafe { jobs_of_mr_auth_key(a.auth_key, a.auth_key_size, flags) }?)
+            Some(unsafe { jobs_of_mr_auth_key(d, a.auth_key, a.auth_key_size, flags) }?)
+        } else if flags & crate::av::FI_AUTH_KEY != 0 {
+            // fi_mr(3): only valid in a domain of FI_AV_AUTH_KEY.
+            return Err(Error::Inval("FI_AUTH_KEY registers only in a domain of FI_AV_AUTH_KEY"));
         } else {
             None
         };
@@ -177,15 +180,19 @@ struct MrAuthKey {
 ///
 /// # Safety
 /// `key` is null or valid for `size` bytes.
-unsafe fn jobs_of_mr_auth_key(key: *const u8, size: usize, flags: u64) -> Result<Vec<u64>> {
+unsafe fn jobs_of_mr_auth_key(d: &Domain, key: *const u8, size: usize, flags: u64) -> Result<Vec<u64>> {
     if size != std::mem::size_of::<MrAuthKey>() {
         return Err(Error::Inval("auth_key_size must be sizeof(struct fi_mr_auth_key) in a domain of FI_AV_AUTH_KEY"));
     }
     non_null!(key);
     // SAFETY: per contract, `size` bytes: one fi_mr_auth_key (maybe unaligned).
     let k = unsafe { std::ptr::read_unaligned(key as *const MrAuthKey) };
-    // SAFETY: the application's AV fid (checked to be ours).
+    // SAFETY: the application's AV fid, checked to be an rdmx AV (its ops)
+    // and of this domain before it is used.
     let av = unsafe { crate::av::av_ref(k.av) }?;
+    if !av.of_domain(d) {
+        return Err(Error::Inval("fi_mr_auth_key.av is not an AV of this domain"));
+    }
     let t = av.table.read();
     let keys: Vec<&crate::job::AuthKey> = if k.src_addr == crate::av_table::FI_ADDR_UNSPEC {
         t.auth_keys().map(|(_, a)| &a.key).collect()

@@ -1017,6 +1017,9 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             }
         }
         while let Some((addr, m)) = self.device.remote_reads().and_then(|r| r.poll_control()) {
+            // The first job's peer: only verbs RC makes these, and an endpoint
+            // over verbs serves one job (its NIC filters one Q_Key).
+            debug_assert_eq!(self.rdm.job_keys().count(), 1, "device control on an endpoint of several jobs");
             let peer = self.peer(addr);
             self.msg.send_device_control(Io::new(&mut self.rdm, t), peer, m.bytes());
         }
