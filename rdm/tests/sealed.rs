@@ -365,6 +365,48 @@ fn sealed_unreliable_datagrams_are_not_taken_twice() {
     assert_eq!(b.peer_id_of(addr(8)), None, "a copy from a forged address made a peer");
 }
 
+/// DGRAM datagrams carry the incarnation their sender's application
+/// addressed: a receiver that restarted since takes none of them, copies
+/// sent again included, while one addressed to no incarnation is still
+/// taken (nothing tells it apart).
+#[test]
+fn sealed_unreliable_datagrams_to_a_restarted_receiver_are_refused() {
+    let key = auth(SECRET, false);
+    let t = Instant::ZERO;
+    let mut a = engine(0xA1, Some(key.clone()));
+    let pb = a.peer(addr(1));
+    assert!(a.expect_incarnation(pb, 0xB1));
+    let mut buf = vec![0u8; 2000];
+    let mut sent = Vec::new();
+    for i in 0..3u8 {
+        a.send_datagram(pb, &[&[i; 100]], i as u64).unwrap();
+        let x = a.poll_transmit(t, &mut buf).unwrap();
+        sent.push(buf[..x.len].to_vec());
+    }
+    let got =
+        |b: &mut Engine| std::iter::from_fn(|| b.poll_event()).filter(|e| matches!(e, Event::Datagram { .. })).count();
+    let mut b = engine(0xB1, Some(key.clone()));
+    for d in &sent {
+        b.handle_datagram(t, addr(0), d);
+    }
+    assert_eq!(got(&mut b), 3, "the incarnation addressed takes them");
+    // B restarts at the same address: the copies name the old incarnation.
+    let mut b = engine(0xB3, Some(key.clone()));
+    for d in &sent {
+        b.handle_datagram(t, addr(0), d);
+    }
+    assert_eq!(got(&mut b), 0, "a copy to a restarted receiver was taken");
+    assert_eq!(b.stats().dropped_stale, 3);
+    assert_eq!(b.peer_id_of(addr(0)), None, "a refused copy made a peer");
+    // Addressed to no incarnation: taken (not protected, PROTOCOL.md §2.5).
+    let mut c = engine(0xA3, Some(key));
+    let pb = c.peer(addr(1));
+    c.send_datagram(pb, &[&[9; 100]], 9).unwrap();
+    let x = c.poll_transmit(t, &mut buf).unwrap();
+    b.handle_datagram(t, addr(2), &buf[..x.len]);
+    assert_eq!(got(&mut b), 1);
+}
+
 /// Data older than the packet counters tell apart (the sender sent more than
 /// the window to others meanwhile): a copy of one received before is still
 /// refused (by its sequence number) and counted, and nothing is answered.

@@ -110,10 +110,20 @@ impl Engine {
         lend: bool,
     ) -> Option<PeerId> {
         if hdr.ptype == PacketType::Datagram {
-            // Stateless: no incarnation, order or acknowledgement to track;
-            // the cold entry names the sender for the layer above. Sealed
-            // ones are refused when their sender's packet counter was seen
-            // (before any entry is made for a forged address).
+            // Stateless: no order or acknowledgement to track; the cold
+            // entry names the sender for the layer above. One addressed to
+            // an earlier incarnation of this endpoint (its sender's AV entry
+            // names it) was meant for a process that is gone: dropped, as a
+            // copy of it sent again is. Sealed ones are refused when their
+            // sender's packet counter was seen (before any entry is made for
+            // a forged address).
+            if hdr.dst_inc != 0 && hdr.dst_inc != self.cfg.incarnation {
+                // Counted as received, as every datagram past the checks of
+                // its bytes is, and then as stale.
+                self.stats.received += 1;
+                self.stats.dropped_stale += 1;
+                return None;
+            }
             if let Some(counter) = counter {
                 let senders = &mut self.jobs[job.0 as usize].dgram_replay;
                 if senders.len() >= DGRAM_SENDERS_MAX && !senders.contains_key(&hdr.src_inc) {

@@ -128,6 +128,13 @@ impl Engine {
             return Err(SendError::WouldBlock);
         }
         let dst = cold.addr;
+        // The incarnation the application addressed (its AV entry): a
+        // receiver that restarted since drops the datagram, and so drops
+        // copies of it sent again later.
+        let dst_inc = match cold.hot() {
+            Some(h) => self.hot[h as usize].peer_inc,
+            None => self.expected_inc.get(&peer.0).copied().unwrap_or(0),
+        };
         let mut payload = self.pool.pop().unwrap_or_default();
         payload.clear();
         for p in parts {
@@ -139,7 +146,7 @@ impl Engine {
             payload,
             token,
             ptype: PacketType::Datagram,
-            dst_inc: 0,
+            dst_inc,
             peer,
             first: false,
             last: false,
