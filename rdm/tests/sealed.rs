@@ -337,19 +337,26 @@ fn sealed_and_plain_engines_do_not_mix() {
 /// Sealed unreliable datagrams (`FI_EP_DGRAM`) are refused when sent again,
 /// from the sender's address or any other, and a copy from a forged
 /// address makes no peer.
+/// `n` unreliable datagrams from `a` to `peer` (100 bytes of `i` each), as
+/// they went on the wire.
+fn datagrams(a: &mut Engine, peer: rdm::engine::PeerId, n: u8) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; 2000];
+    (0..n)
+        .map(|i| {
+            a.send_datagram(peer, &[&[i; 100]], i as u64).unwrap();
+            let x = a.poll_transmit(Instant::ZERO, &mut buf).unwrap();
+            buf[..x.len].to_vec()
+        })
+        .collect()
+}
+
 #[test]
 fn sealed_unreliable_datagrams_are_not_taken_twice() {
     let key = auth(SECRET, false);
     let t = Instant::ZERO;
     let (mut a, mut b) = (engine(0xA1, Some(key.clone())), engine(0xB1, Some(key)));
     let pb = a.peer(addr(1));
-    let mut buf = vec![0u8; 2000];
-    let mut sent = Vec::new();
-    for i in 0..5u8 {
-        a.send_datagram(pb, &[&[i; 100]], i as u64).unwrap();
-        let x = a.poll_transmit(t, &mut buf).unwrap();
-        sent.push(buf[..x.len].to_vec());
-    }
+    let sent = datagrams(&mut a, pb, 5u8);
     for d in &sent {
         b.handle_datagram(t, addr(0), d);
     }
@@ -376,13 +383,7 @@ fn sealed_unreliable_datagrams_to_a_restarted_receiver_are_refused() {
     let mut a = engine(0xA1, Some(key.clone()));
     let pb = a.peer(addr(1));
     assert!(a.expect_incarnation(pb, 0xB1));
-    let mut buf = vec![0u8; 2000];
-    let mut sent = Vec::new();
-    for i in 0..3u8 {
-        a.send_datagram(pb, &[&[i; 100]], i as u64).unwrap();
-        let x = a.poll_transmit(t, &mut buf).unwrap();
-        sent.push(buf[..x.len].to_vec());
-    }
+    let sent = datagrams(&mut a, pb, 3u8);
     let got =
         |b: &mut Engine| std::iter::from_fn(|| b.poll_event()).filter(|e| matches!(e, Event::Datagram { .. })).count();
     let mut b = engine(0xB1, Some(key.clone()));
@@ -401,9 +402,9 @@ fn sealed_unreliable_datagrams_to_a_restarted_receiver_are_refused() {
     // Addressed to no incarnation: taken (not protected, PROTOCOL.md §2.5).
     let mut c = engine(0xA3, Some(key));
     let pb = c.peer(addr(1));
-    c.send_datagram(pb, &[&[9; 100]], 9).unwrap();
-    let x = c.poll_transmit(t, &mut buf).unwrap();
-    b.handle_datagram(t, addr(2), &buf[..x.len]);
+    for d in datagrams(&mut c, pb, 1) {
+        b.handle_datagram(t, addr(2), &d);
+    }
     assert_eq!(got(&mut b), 1);
 }
 
