@@ -23,6 +23,13 @@
  *
  * Rendezvous through files in DIR. Every check prints what failed and exits
  * 1; success prints "<role>: OK".
+ *
+ * Built with -DRDMX_JOBS_MPI (and an MPI's mpicc), the same roles run as the
+ * ranks of one MPI job, whose own traffic goes over rdmx too: rank 0 is the
+ * server, rank 1 client X, rank 2 client B, rank 3 client C (two ranks per
+ * host put B and C across a wire from the server). The rendezvous goes
+ * through MPI messages instead of files; rank 0 ends with "rdmx_jobs: all
+ * checks passed on 4 ranks, <n> hosts".
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,6 +45,9 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#ifdef RDMX_JOBS_MPI
+#include <mpi.h>
+#endif
 
 #define API FI_VERSION(1, 20)
 #define BUF 64
@@ -61,6 +71,7 @@ static const char SECRET_X[] = "job X's secret, 32 bytes long!!!";
 			FAIL("%s: %d (%s)", #call, ret_, fi_strerror(-ret_));                                                   \
 	} while (0)
 
+#ifndef RDMX_JOBS_MPI
 static const char *dir;
 
 static void path(char *out, const char *name)
@@ -96,6 +107,54 @@ static size_t get_file(const char *name, void *data, size_t len)
 	}
 	FAIL("no %s after 30 s", p);
 }
+#else
+/* The same rendezvous as MPI messages: each "file" is written by one role
+ * and read by the roles listed (S = the server). */
+static const struct meeting {
+	const char *name;
+	char from;
+	const char *to;
+} meetings[] = {
+	{ "server", 'S', "BCX" }, { "ready", 'S', "BCX" }, { "client-B", 'B', "S" }, { "client-C", 'C', "S" },
+	{ "client-X", 'X', "" },  { "done-B", 'B', "S" },  { "done-C", 'C', "S" },   { "done-X", 'X', "S" },
+};
+
+#define MPI_CHK(call)                                                                                               \
+	do {                                                                                                            \
+		int rc_ = (call);                                                                                           \
+		if (rc_ != MPI_SUCCESS)                                                                                     \
+			FAIL("%s: MPI error %d", #call, rc_);                                                                   \
+	} while (0)
+
+static int rank_of(char role)
+{
+	return role == 'S' ? 0 : role == 'X' ? 1 : role == 'B' ? 2 : 3;
+}
+
+static int meeting(const char *name)
+{
+	for (size_t i = 0; i < sizeof meetings / sizeof meetings[0]; i++)
+		if (!strcmp(meetings[i].name, name))
+			return (int)i;
+	FAIL("no meeting %s", name);
+}
+
+static void put_file(const char *name, const void *data, size_t len)
+{
+	int m = meeting(name);
+	for (const char *to = meetings[m].to; *to; to++)
+		MPI_CHK(MPI_Send(data, (int)len, MPI_BYTE, rank_of(*to), m, MPI_COMM_WORLD));
+}
+
+static size_t get_file(const char *name, void *data, size_t len)
+{
+	int m = meeting(name), n;
+	MPI_Status st;
+	MPI_CHK(MPI_Recv(data, (int)len, MPI_BYTE, rank_of(meetings[m].from), m, MPI_COMM_WORLD, &st));
+	MPI_CHK(MPI_Get_count(&st, MPI_BYTE, &n));
+	return (size_t)n;
+}
+#endif
 
 struct stack {
 	struct fi_info *info;
@@ -408,6 +467,7 @@ static int client(const char *name)
 	return 0;
 }
 
+#ifndef RDMX_JOBS_MPI
 int main(int argc, char **argv)
 {
 	if (argc >= 3 && !strcmp(argv[1], "server")) {
@@ -421,3 +481,35 @@ int main(int argc, char **argv)
 	fprintf(stderr, "usage: %s server DIR | client DIR B|C|X\n", argv[0]);
 	return 2;
 }
+#else
+int main(int argc, char **argv)
+{
+	int rank, size;
+	MPI_Init(&argc, &argv);
+	MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+	MPI_Comm_size(MPI_COMM_WORLD, &size);
+	if (size != 4)
+		FAIL("4 ranks wanted (server, clients X, B, C), not %d", size);
+	if (rank == 0)
+		server();
+	else
+		client(rank == 1 ? "X" : rank == 2 ? "B" : "C");
+	/* Every role passed (a failing one exits 1 and ends the job); count the hosts. */
+	char names[4][MPI_MAX_PROCESSOR_NAME] = { { 0 } }, mine[MPI_MAX_PROCESSOR_NAME] = { 0 };
+	int len;
+	MPI_Get_processor_name(mine, &len);
+	MPI_Gather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, MPI_COMM_WORLD);
+	if (rank == 0) {
+		int hosts = 0;
+		for (int i = 0; i < 4; i++) {
+			int seen = 0;
+			for (int j = 0; j < i; j++)
+				seen |= !strcmp(names[i], names[j]);
+			hosts += !seen;
+		}
+		printf("rdmx_jobs: all checks passed on 4 ranks, %d hosts\n", hosts);
+	}
+	MPI_Finalize();
+	return 0;
+}
+#endif

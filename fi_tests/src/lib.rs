@@ -8,6 +8,7 @@
 pub mod attack;
 pub mod hosts;
 pub mod impi;
+pub mod jobs;
 pub mod procs;
 pub mod stats_docs;
 pub mod watchdog;

@@ -103,26 +103,33 @@ impl Wheel {
         self.venv.join("lib").join(self.mpi.dir()).join("libfabric")
     }
 
-    /// Builds `fi_tests/mpi/<name>.c` with this venv's mpicc into `out`
-    /// (through a temporary name and a rename, so tests running at once never
-    /// see a half-written program).
+    /// Builds `fi_tests/mpi/<name>.c` with this venv's mpicc into `out`.
     fn build_into(&self, name: &str, out: &Path) -> PathBuf {
-        std::fs::create_dir_all(out).unwrap();
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mpi").join(format!("{name}.c"));
+        self.build_source(&src, name, out, &[])
+    }
+
+    /// Builds `src` with this venv's mpicc and `extra` arguments into
+    /// `out/<name>` (through a temporary name and a rename, so tests running
+    /// at once never see a half-written program).
+    fn build_source(&self, src: &Path, name: &str, out: &Path, extra: &[String]) -> PathBuf {
+        std::fs::create_dir_all(out).unwrap();
         let exe = out.join(name);
         let tmp = out
             .join(format!(".{name}.{}.{:?}", std::process::id(), std::thread::current().id()).replace(['(', ')'], ""));
         let o = Command::new(self.bin("mpicc"))
             .args(["-O2", "-Wall", "-o"])
             .arg(&tmp)
-            .arg(&src)
+            .arg(src)
+            .args(extra)
             .arg("-lpthread")
             .output()
             .expect("mpicc");
         assert!(
             o.status.success(),
-            "{} mpicc {name}.c failed:\n{}{}",
+            "{} mpicc {} failed:\n{}{}",
             self.mpi.dir(),
+            src.display(),
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
@@ -542,6 +549,62 @@ fn mpich_np4_on_two_hosts_sealed_under_attack() {
 #[test]
 fn ompi5_np4_on_two_hosts_sealed_under_attack() {
     two_hosts_sealed_under_attack(Mpi::Ompi5, "rdmxwos", 188, 4);
+}
+
+/// Several jobs on one endpoint under an MPI: `c/rdmx_jobs.c` built with
+/// `-DRDMX_JOBS_MPI` by the wheel's mpicc (against libfabric 2.1's headers,
+/// for `FI_AV_AUTH_KEY`; linked to the wheel's own libfabric 2.5.1) runs as 4
+/// ranks on two hosts, the MPI's traffic over rdmx as well. Rank 0 opens an
+/// endpoint serving job B (a 32-byte secret: sealed) and job C (a key in
+/// clear) through `FI_AV_AUTH_KEY`; ranks 2 and 3 (the other host) are
+/// clients of B and C, rank 1 (rank 0's host) one of job X, which rank 0 does
+/// not serve. The ranks meet through MPI messages. Each job's messages and
+/// registrations are its own (the program's checks, as in
+/// `tests/multi_job.rs`), and rank 0's per-job counters say so.
+fn multi_job_endpoint_on_two_hosts(mpi: Mpi, prefix: &str, net: u8) {
+    let Some(w) = Wheel::find(mpi) else { return };
+    let Some(include) = fi_tests::jobs::libfabric2_include() else {
+        fi_tests::skip("no libfabric >= 1.20 headers for FI_AV_AUTH_KEY (scripts/setup-libfabric2.sh installs 2.1's)");
+        return;
+    };
+    let lib = w.libfabric().parent().unwrap().display().to_string();
+    let extra = [
+        "-DRDMX_JOBS_MPI".to_string(),
+        "-Wextra".into(),
+        "-Werror".into(),
+        format!("-I{}", include.display()),
+        format!("-L{lib}"),
+        "-l:libfabric.so.1".into(),
+        format!("-Wl,-rpath,{lib}"),
+    ];
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("wheels").join(mpi.dir());
+    let exe = w.build_source(&fi_tests::jobs::source(), "rdmx_jobs", &out, &extra);
+    let Some(hosts) = Hosts::create(prefix, net, 2, 0) else { return };
+    let stats = out.join(format!("jobs-stats-{}", fi_tests::unique_tag()));
+    std::fs::create_dir_all(&stats).unwrap();
+    let mut job = Job::new(&w, &exe, 4);
+    job.place = Place::Hosts(&hosts, net);
+    job.rank_env = vec![("FI_RDMX_STATS".into(), format!("{}/rank-%p.jsonl", stats.display()))];
+    // Two rdmx fabrics per rank: the MPI's and the program's.
+    job.pass(TWO_HOSTS, WHY_TWO_HOSTS, "rdmx_jobs: all checks passed on 4 ranks, 2 hosts", 2);
+    let served: Vec<serde_json::Value> = std::fs::read_dir(&stats)
+        .unwrap()
+        .flat_map(|f| fi_tests::stats_docs::documents(&f.unwrap().path()))
+        .filter(|d| d["reason"] == "close" && d["jobs"].as_array().is_some_and(|j| j.len() > 1))
+        .collect();
+    assert_eq!(served.len(), 1, "one endpoint of several jobs (rank 0's) closed: {served:?}");
+    fi_tests::jobs::check_server_counters(&served[0], ["tagged", "clear"]);
+    let _ = std::fs::remove_dir_all(&stats);
+}
+
+#[test]
+fn mpich_multi_job_endpoint_on_two_hosts() {
+    multi_job_endpoint_on_two_hosts(Mpi::Mpich, "rdmxwmj", 187);
+}
+
+#[test]
+fn ompi5_multi_job_endpoint_on_two_hosts() {
+    multi_job_endpoint_on_two_hosts(Mpi::Ompi5, "rdmxwoj", 186);
 }
 
 /// One rank per host: every message crosses the hosts (no pair on one host).

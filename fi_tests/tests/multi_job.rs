@@ -18,7 +18,6 @@
 //! runs it on libfabric 2.1.
 use fi_tests::procs::{self, text};
 use serde_json::Value;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -39,13 +38,13 @@ fn build() -> Option<PathBuf> {
     let flags = Command::new("pkg-config").args(["--cflags", "--libs", "libfabric"]).output().unwrap();
     let libdir = Command::new("pkg-config").args(["--variable=libdir", "libfabric"]).output().unwrap();
     let out = std::env::temp_dir().join(format!("rdmx_jobs-{}", fi_tests::unique_tag()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/c/rdmx_jobs.c");
+    let src = fi_tests::jobs::source();
     let mut cc = Command::new("cc");
-    cc.args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&out).arg(src);
+    cc.args(["-O1", "-Wall", "-Wextra", "-Werror", "-o"]).arg(&out).arg(&src);
     cc.args(String::from_utf8_lossy(&flags.stdout).split_whitespace());
     cc.arg(format!("-Wl,-rpath,{}", String::from_utf8_lossy(&libdir.stdout).trim()));
     let built = cc.output().expect("cc");
-    assert!(built.status.success(), "building {src}:\n{}", text(&built));
+    assert!(built.status.success(), "building {}:\n{}", src.display(), text(&built));
     Some(out)
 }
 
@@ -94,43 +93,6 @@ fn run(prog: &Path, server_on: &[String], clients_on: &[String]) -> Value {
     docs.into_iter().next().unwrap()
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not an integer: {v}"))
-}
-
-/// The fields of a `jobs` element fi_rdmx(7)'s JSON schema lists
-/// (`\f[CR]jobs[].<name>\f[R]` bullets).
-fn documented_job_fields() -> BTreeSet<String> {
-    let page =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/fi_rdmx.7")).expect("docs/fi_rdmx.7");
-    page.lines()
-        .filter_map(|l| l.strip_prefix("\\f[CR]jobs[]."))
-        .filter_map(|rest| rest.split_once("\\f[R]").map(|(name, _)| name.to_string()))
-        .collect()
-}
-
-/// The server's per-job counters: exactly the documented fields, one
-/// message each way per job, nothing refused by a tag, job X's datagrams
-/// dropped by their key.
-fn check_jobs(doc: &Value, traffic: [&str; 2]) {
-    let jobs = doc["jobs"].as_array().unwrap_or_else(|| panic!("no jobs array: {doc}"));
-    assert_eq!(jobs.len(), 2, "two jobs served: {doc}");
-    let documented = documented_job_fields();
-    assert!(documented.len() >= 9, "fi_rdmx(7) lists jobs[] fields: {documented:?}");
-    for (j, job) in jobs.iter().enumerate() {
-        let fields: BTreeSet<String> = job.as_object().unwrap().keys().cloned().collect();
-        assert_eq!(fields, documented, "a jobs element's fields against fi_rdmx(7)");
-        assert_eq!(u(&job["av_key"]), j as u64, "{job}");
-        assert_eq!(job["traffic"], traffic[j], "{job}");
-        assert_eq!(u(&job["peers"]), 1, "{job}");
-        assert_eq!(u(&job["messages_received"]), 1, "{job}");
-        assert_eq!(u(&job["messages_sent"]), 1, "{job}");
-        assert!(u(&job["packets_received"]) >= 2, "{job}");
-        assert_eq!(u(&job["dropped_auth"]), 0, "{job}");
-    }
-    assert!(u(&doc["counters"]["dropped_job_key"]) >= 1, "job X's message was not dropped by its key: {doc}");
-}
-
 #[test]
 fn one_endpoint_serves_two_jobs_on_one_host() {
     fi_tests::init();
@@ -138,7 +100,7 @@ fn one_endpoint_serves_two_jobs_on_one_host() {
     let doc = run(&prog, &[], &[]);
     // How each job's traffic goes over a wire (on this host it goes
     // through shared memory, untagged, with its key).
-    check_jobs(&doc, ["tagged", "clear"]);
+    fi_tests::jobs::check_server_counters(&doc, ["tagged", "clear"]);
     let _ = std::fs::remove_file(prog);
 }
 
@@ -148,6 +110,6 @@ fn one_endpoint_serves_two_jobs_across_two_hosts() {
     let Some(prog) = build() else { return };
     let Some(hosts) = fi_tests::hosts::Hosts::create("rdmxjb", 195, 2, 0) else { return };
     let doc = run(&prog, &hosts.run_on(0), &hosts.run_on(1));
-    check_jobs(&doc, ["tagged", "clear"]);
+    fi_tests::jobs::check_server_counters(&doc, ["tagged", "clear"]);
     let _ = std::fs::remove_file(prog);
 }
