@@ -343,6 +343,33 @@ impl<N: Device + ?Sized> Device for AutoDevice<N> {
     fn remote_reads(&mut self) -> Option<&mut dyn RemoteReads> {
         Some(self)
     }
+
+    /// The shm half's: the network half has none (its socket needs a system
+    /// call), its polls are scheduled by the skip instead (`quiet_rounds`).
+    fn input_probe(&self) -> Option<std::sync::Arc<dyn rdm::device::InputProbe>> {
+        self.shm.as_ref()?.input_probe()
+    }
+
+    /// The rounds both halves allow: the shm half's schedule, and with a
+    /// network half the polls of it still to skip (none while its
+    /// unreachable reports wait, as for `quiet`).
+    fn quiet_rounds(&self) -> u32 {
+        let Some(shm) = &self.shm else { return 0 };
+        match &self.net {
+            None => shm.quiet_rounds(),
+            Some(_) if self.net_sent => 0,
+            Some(_) => shm.quiet_rounds().min(self.net_skip),
+        }
+    }
+
+    fn rounds_skipped(&mut self, n: u32) {
+        if self.net.is_some() {
+            self.net_skip = self.net_skip.saturating_sub(n);
+        }
+        if let Some(shm) = &mut self.shm {
+            shm.rounds_skipped(n);
+        }
+    }
 }
 
 /// Reads go to the half that reaches the peer: shm for peers on this host,

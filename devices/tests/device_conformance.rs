@@ -230,6 +230,40 @@ fn quiet_never_hides_input((mut a, mut b): Pair) {
     }
 }
 
+/// A device's lock-free input probe ([`Device::input_probe`]), where it has
+/// one, never lets a round be skipped that would take input: while
+/// [`Device::quiet_rounds`] allows skipping and the probe sees no input, the
+/// device would call the round quiet ([`Device::quiet`]) — with a datagram
+/// sent to it and waiting too. And skipping the rounds allowed and
+/// reporting them ([`Device::rounds_skipped`]) leaves the device's schedule
+/// where as many quiet rounds would.
+fn input_probe_never_hides_input((mut a, mut b): Pair) {
+    let Some(probe) = b.input_probe() else {
+        assert_eq!(b.quiet_rounds(), 0, "rounds to skip without a probe to skip them on");
+        return;
+    };
+    drain(b.as_mut());
+    let dst = b.local_addr();
+    for i in 0..64 {
+        let data = payload(i, 64);
+        send_all(a.as_mut(), &[TxDatagram::new(dst, &data)]);
+        if b.quiet_rounds() > 0 && !probe.may_have_input() {
+            assert!(b.quiet(), "datagram {i}: the probe lets a round be skipped, yet the device is not quiet");
+        }
+        assert_eq!(recv_n(b.as_mut(), 1), [(a.local_addr(), data)]);
+    }
+    drain(b.as_mut());
+    let n = b.quiet_rounds().min(100);
+    for k in 0..n {
+        assert!(!probe.may_have_input(), "nothing sent, yet the probe sees input");
+        assert!(b.quiet(), "round {k} of {n} allowed to be skipped, yet not quiet");
+    }
+    let after_asking = b.quiet_rounds();
+    let m = after_asking.min(100);
+    b.rounds_skipped(m);
+    assert_eq!(b.quiet_rounds(), after_asking - m, "skipping {m} rounds moved the schedule otherwise");
+}
+
 macro_rules! conformance {
     ($name:ident, $open:expr) => {
         mod $name {
@@ -277,6 +311,12 @@ macro_rules! conformance {
             fn quiet_never_hides_input() {
                 if let Some(p) = pair() {
                     super::quiet_never_hides_input(p)
+                }
+            }
+            #[test]
+            fn input_probe_never_hides_input() {
+                if let Some(p) = pair() {
+                    super::input_probe_never_hides_input(p)
                 }
             }
             #[test]

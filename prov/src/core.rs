@@ -22,7 +22,7 @@ use crate::info::Profile;
 use crate::log::{fi_info, fi_warn, Subsys};
 use crate::params::params;
 use crate::process_memory::ProcessMemory;
-use crate::progress::{wait_any, Progress};
+use crate::progress::{wait_any, IdleGate, Progress};
 use crate::regcache::{DomainRegistrations, SharedDomainMr};
 use crate::rma::RmaArgs;
 use libfabric_sys as fi;
@@ -108,9 +108,9 @@ pub struct EpShared {
     /// Set to stop this endpoint's progress thread.
     stop: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Set by every application call, cleared by the background thread each
-    /// period: the thread steps in only when the application has gone quiet.
-    app_active: AtomicBool,
+    /// Idle polls' way past the lock, and whether the application called in
+    /// (`IdleGate::app_active`).
+    gate: Arc<IdleGate>,
 }
 
 /// Provider cleanups so far. A progress thread ends when this moves past the
@@ -211,14 +211,14 @@ fn progress_loop(weak: &Weak<EpShared>, stop: &AtomicBool, cleanups: u64) {
     let stopped = || stop.load(Ordering::Acquire) || CLEANUPS.load(Ordering::Acquire) != cleanups;
     while !stopped() {
         let Some(ep) = weak.upgrade() else { break };
-        match policy.next(ep.app_active.swap(false, Ordering::Relaxed)) {
+        match policy.next(ep.gate.app_active.swap(false, Ordering::Relaxed)) {
             BackgroundStep::StandBy(period) => {
                 drop(ep);
                 std::thread::sleep(period);
             }
             BackgroundStep::Wait(max) => {
                 wait_any(std::slice::from_ref(&ep), max);
-                if !stopped() && policy.after_wait(ep.app_active.load(Ordering::Relaxed)) {
+                if !stopped() && policy.after_wait(ep.gate.app_active.load(Ordering::Relaxed)) {
                     ep.progress_background();
                 }
             }
@@ -235,6 +235,7 @@ impl EpShared {
         mr_virt_addr: bool,
     ) -> Result<Arc<EpShared>> {
         let (device, local) = open_device(&profile, devices)?;
+        let gate = Arc::new(IdleGate::new(device.input_probe()));
         Ok(Arc::new(EpShared {
             state: Mutex::new(EpState {
                 profile,
@@ -261,7 +262,7 @@ impl EpShared {
             }),
             stop: Arc::new(AtomicBool::new(false)),
             thread: Mutex::new(None),
-            app_active: AtomicBool::new(false),
+            gate,
         }))
     }
 
@@ -269,8 +270,28 @@ impl EpShared {
     /// application driving progress).
     pub fn lock(&self) -> parking_lot::MutexGuard<'_, EpState> {
         // A plain store, not a clock read: this is on every data-path call.
-        self.app_active.store(true, Ordering::Relaxed);
-        self.state.lock()
+        self.gate.app_active.store(true, Ordering::Relaxed);
+        self.locked(self.state.lock())
+    }
+
+    /// The state just locked: the idle gate closes before anything changes,
+    /// and the rounds idle polls skipped go to the device's schedule.
+    #[inline]
+    fn locked<'a>(&self, mut st: parking_lot::MutexGuard<'a, EpState>) -> parking_lot::MutexGuard<'a, EpState> {
+        let skipped = self.gate.close();
+        if skipped > 0 {
+            if let Some(r) = st.running.as_mut() {
+                r.ep.rounds_skipped(skipped);
+            }
+        }
+        st
+    }
+
+    /// A round of progress on the locked state, opening the idle gate for
+    /// the rounds that may be skipped after it.
+    fn round(&self, st: &mut EpState) {
+        st.progress();
+        self.gate.open(st.running.as_ref().map_or(0, |r| r.ep.idle_rounds()));
     }
 
     /// Builds the engine and starts moving data (`fi_enable`).
@@ -403,20 +424,28 @@ impl EpShared {
     /// would let a preempted thread stall the application behind it on a
     /// machine with fewer cores than busy threads.
     fn progress_background(&self) {
-        if let Some(mut st) = self.state.try_lock() {
-            st.progress();
+        if let Some(st) = self.state.try_lock() {
+            let mut st = self.locked(st);
+            self.round(&mut st);
         }
     }
 }
 
 impl Progress for EpShared {
     fn progress(&self) {
+        if self.gate.skip() {
+            return;
+        }
         let mut st = self.lock();
-        st.progress();
+        self.round(&mut st);
+    }
+
+    fn idle_gate(&self) -> Arc<IdleGate> {
+        self.gate.clone()
     }
 
     fn prepare_wait(&self) -> (Option<RawFd>, Option<rdm::Instant>, bool) {
-        let mut st = self.state.lock();
+        let mut st = self.locked(self.state.lock());
         match &mut st.running {
             Some(r) => {
                 let w = r.ep.prepare_wait();

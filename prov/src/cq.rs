@@ -150,6 +150,7 @@ pub unsafe fn cq_ref<'a>(cq: *mut fi::fid_cq) -> Result<&'a Cq> {
     unsafe { Cq::from_fid(cq as *const fi::fid) }
 }
 
+#[inline(always)]
 fn read_with_progress(cq: &Cq, buf: *mut libc::c_void, count: usize, src: *mut u64) -> Result<isize> {
     cq.shared.progress();
     if count == 0 {

@@ -1,11 +1,13 @@
 //! What a CQ or counter needs of the endpoints bound to it: a round of
 //! progress, and what to sleep on. The queues hold their endpoints weakly as
 //! [`Progress`] objects; the runtime's endpoint (`EpShared` in `core.rs`) is
-//! the one implementation.
+//! the one implementation. Each endpoint also has an [`IdleGate`], which the
+//! queues hold strongly: through it an empty poll skips the endpoint's round
+//! without its lock.
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -21,6 +23,89 @@ pub trait Progress: Send + Sync {
     /// `fi_trywait` for this endpoint: false when sleeping on the wait fd now
     /// could miss input that already arrived.
     fn try_wait(&self) -> bool;
+
+    /// The endpoint's gate for idle polls.
+    fn idle_gate(&self) -> Arc<IdleGate>;
+}
+
+/// What lets an application's empty poll skip a round of an endpoint's
+/// progress without taking its lock (issue 44: an empty progress call in
+/// under 100 instructions; MPICH makes one per `MPI_Isend`).
+///
+/// Every round of progress ends, under the endpoint's lock, by opening the
+/// gate for the rounds that may be skipped from then on ([`IdleGate::open`]:
+/// none unless the engines are quiet, then as many as the device's schedule
+/// allows, `rndv::Endpoint::idle_rounds`). A poll then skips its round when
+/// rounds are left and the device's lock-free input probe finds nothing
+/// ([`IdleGate::skip`]). Whoever takes the lock next closes the gate first
+/// ([`IdleGate::close`]) and reports the rounds skipped to the device, so
+/// that its schedule (liveness checks, network polls) moves on as if they
+/// had run. A post taking the lock closes the gate before it changes
+/// anything, so a skip never hides work: a skip is a compare-and-swap on the
+/// budget, which fails once the gate was closed.
+#[derive(Default)]
+pub struct IdleGate {
+    /// Rounds that may still be skipped (0: the gate is closed).
+    budget: AtomicU32,
+    /// The budget as last opened; read and written under the endpoint's lock only.
+    opened: AtomicU32,
+    /// The device's input probe (none: never skip).
+    probe: Option<Arc<dyn rdm::InputProbe>>,
+    /// Set by every application call, skipped rounds included; cleared by the
+    /// background thread each period: the thread steps in only when the
+    /// application has gone quiet.
+    pub app_active: AtomicBool,
+}
+
+impl IdleGate {
+    /// The gate of an endpoint whose device has `probe` (closed until a
+    /// round opens it).
+    pub fn new(probe: Option<Arc<dyn rdm::InputProbe>>) -> IdleGate {
+        IdleGate { probe, ..IdleGate::default() }
+    }
+
+    /// Whether this poll may skip its round: the gate is open and the device
+    /// has no input. Takes one round of the budget.
+    #[inline]
+    pub fn skip(&self) -> bool {
+        let left = self.budget.load(Ordering::Relaxed);
+        if left == 0 {
+            return false;
+        }
+        let Some(probe) = &self.probe else { return false };
+        if probe.may_have_input()
+            || self.budget.compare_exchange(left, left - 1, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return false;
+        }
+        self.app_active.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// Under the endpoint's lock, before anything changes: closes the gate
+    /// and returns how many rounds were skipped since it opened.
+    #[inline]
+    pub fn close(&self) -> u32 {
+        let opened = self.opened.load(Ordering::Relaxed);
+        if opened == 0 {
+            return 0;
+        }
+        self.opened.store(0, Ordering::Relaxed);
+        opened - self.budget.swap(0, Ordering::Relaxed).min(opened)
+    }
+
+    /// Under the endpoint's lock, at the end of a round: opens the gate for
+    /// `rounds` (none while the probe already sees input, which the next
+    /// round takes).
+    #[inline]
+    pub fn open(&self, rounds: u32) {
+        let rounds = match &self.probe {
+            Some(p) if rounds > 0 && !p.may_have_input() => rounds,
+            _ => 0,
+        };
+        self.opened.store(rounds, Ordering::Relaxed);
+        self.budget.store(rounds, Ordering::Relaxed);
+    }
 }
 
 /// Whether `w` is the endpoint `ep` (by address: the vtable part of the
@@ -33,36 +118,83 @@ fn same<P: Progress>(w: &Weak<dyn Progress>, ep: &Arc<P>) -> bool {
 /// Weak references: an endpoint's close detaches it, and a dangling one is
 /// simply skipped.
 #[derive(Default)]
-pub struct BoundEndpoints(Mutex<Vec<Weak<dyn Progress>>>);
+pub struct BoundEndpoints {
+    list: Mutex<Vec<Bound>>,
+    /// The gate of the one bound endpoint, null unless exactly one is bound:
+    /// what every poll reads, without the list's lock. Every gate ever
+    /// stored here stays in `published` until the list drops, so the
+    /// pointer is valid whenever it is read.
+    solo: AtomicPtr<IdleGate>,
+    published: Mutex<Vec<Arc<IdleGate>>>,
+}
+
+/// A bound endpoint, and its gate for idle polls.
+struct Bound {
+    ep: Weak<dyn Progress>,
+    gate: Arc<IdleGate>,
+}
 
 impl BoundEndpoints {
     pub fn attach<P: Progress + 'static>(&self, ep: &Arc<P>) {
-        let mut eps = self.0.lock();
-        eps.retain(|w| w.strong_count() > 0);
-        if !eps.iter().any(|w| same(w, ep)) {
+        let mut eps = self.list.lock();
+        eps.retain(|b| b.ep.strong_count() > 0);
+        if !eps.iter().any(|b| same(&b.ep, ep)) {
             let w = Arc::downgrade(ep);
-            eps.push(w);
+            eps.push(Bound { ep: w, gate: ep.idle_gate() });
         }
+        self.publish(&eps);
     }
 
     pub fn detach<P: Progress>(&self, ep: &Arc<P>) {
-        self.0.lock().retain(|w| w.strong_count() > 0 && !same(w, ep));
+        let mut eps = self.list.lock();
+        eps.retain(|b| b.ep.strong_count() > 0 && !same(&b.ep, ep));
+        self.publish(&eps);
+    }
+
+    /// Under the list's lock: the solo gate for what is bound now.
+    fn publish(&self, eps: &[Bound]) {
+        let solo = match eps {
+            [only] => {
+                let mut published = self.published.lock();
+                if !published.iter().any(|g| Arc::ptr_eq(g, &only.gate)) {
+                    published.push(only.gate.clone());
+                }
+                Arc::as_ptr(&only.gate) as *mut IdleGate
+            }
+            _ => std::ptr::null_mut(),
+        };
+        self.solo.store(solo, Ordering::Release);
     }
 
     /// The live endpoints (on the stack for the usual few: this runs on every
     /// CQ read).
     pub fn endpoints(&self) -> SmallVec<[Arc<dyn Progress>; 4]> {
-        self.0.lock().iter().filter_map(Weak::upgrade).collect()
+        self.list.lock().iter().filter_map(|b| b.ep.upgrade()).collect()
     }
 
     /// Runs one round of progress on every bound endpoint. This runs on every
-    /// CQ read: the usual single endpoint is taken without a collected copy.
-    /// (The list's lock is never held during progress: an endpoint's close
-    /// holds the endpoint's lock while it detaches.)
+    /// CQ read: the usual single endpoint's gate is looked at first, with no
+    /// lock, and may let the poll skip the round. (The list's lock is never
+    /// held during progress: an endpoint's close holds the endpoint's lock
+    /// while it detaches.)
+    #[inline]
     pub fn progress(&self) {
+        let solo = self.solo.load(Ordering::Acquire);
+        // SAFETY: a non-null `solo` is a gate `published` holds, which lives as
+        // long as `self`.
+        if !solo.is_null() && unsafe { &*solo }.skip() {
+            return;
+        }
+        self.progress_rounds();
+    }
+
+    /// [`BoundEndpoints::progress`] past the skip (out of line: a skip's
+    /// frame stays small).
+    #[inline(never)]
+    fn progress_rounds(&self) {
         let single = {
-            let eps = self.0.lock();
-            (eps.len() == 1).then(|| eps[0].upgrade())
+            let eps = self.list.lock();
+            (eps.len() == 1).then(|| eps[0].ep.upgrade())
         };
         match single {
             Some(Some(ep)) => ep.progress(),
@@ -231,6 +363,109 @@ fn sleep_on_fds(fds: &mut [libc::pollfd], wait: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rdm::InputProbe;
+
+    /// A device's input as a flag.
+    #[derive(Default)]
+    struct Input(AtomicBool);
+    impl rdm::InputProbe for Input {
+        fn may_have_input(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// Against a model (rounds left, rounds skipped since the gate opened)
+    /// over generated sequences of opens, polls with and without input, and
+    /// closes: a poll skips exactly when rounds are left and the probe sees
+    /// nothing, a close reports exactly the rounds skipped since the open and
+    /// leaves the gate shut, and a gate never opens while input waits.
+    #[test]
+    fn the_idle_gate_skips_only_open_rounds_without_input_and_counts_them() {
+        use proptest::prelude::*;
+        #[derive(Debug, Clone)]
+        enum Op {
+            Open(u32),
+            Poll(bool),
+            Close,
+        }
+        let op = prop_oneof![(0u32..6).prop_map(Op::Open), any::<bool>().prop_map(Op::Poll), Just(Op::Close),];
+        proptest!(|(ops in proptest::collection::vec(op, 1..60))| {
+            let input = Arc::new(Input::default());
+            let gate = IdleGate::new(Some(input.clone()));
+            let (mut left, mut skipped) = (0u32, 0u32);
+            for op in ops {
+                match op {
+                    Op::Open(n) => {
+                        gate.open(n);
+                        (left, skipped) = (if input.may_have_input() { 0 } else { n }, 0);
+                    }
+                    Op::Poll(arrived) => {
+                        input.0.store(arrived, Ordering::Relaxed);
+                        let want = left > 0 && !arrived;
+                        prop_assert_eq!(gate.skip(), want);
+                        if want {
+                            left -= 1;
+                            skipped += 1;
+                        }
+                    }
+                    Op::Close => {
+                        prop_assert_eq!(gate.close(), skipped);
+                        (left, skipped) = (0, 0);
+                        prop_assert!(!gate.skip(), "a skip through a closed gate");
+                    }
+                }
+            }
+        });
+        // Without a probe, never a skip.
+        let gate = IdleGate::new(None);
+        gate.open(5);
+        assert!(!gate.skip());
+        assert_eq!(gate.close(), 0);
+    }
+
+    /// The lock-free look at the only bound endpoint's gate follows binds
+    /// and unbinds: one endpoint, its gate; two, none.
+    #[test]
+    fn the_solo_gate_is_the_only_bound_endpoints() {
+        struct Ep(Arc<IdleGate>, AtomicU32);
+        impl Progress for Ep {
+            fn progress(&self) {
+                self.1.fetch_add(1, Ordering::Relaxed);
+            }
+            fn prepare_wait(&self) -> (Option<RawFd>, Option<rdm::Instant>, bool) {
+                (None, None, false)
+            }
+            fn try_wait(&self) -> bool {
+                true
+            }
+            fn idle_gate(&self) -> Arc<IdleGate> {
+                self.0.clone()
+            }
+        }
+        let input = Arc::new(Input::default());
+        let ep = |_| Arc::new(Ep(Arc::new(IdleGate::new(Some(input.clone()))), AtomicU32::new(0)));
+        let (a, b) = (ep(0), ep(1));
+        let bound = BoundEndpoints::default();
+        bound.attach(&a);
+        a.0.open(2);
+        for _ in 0..3 {
+            bound.progress();
+        }
+        assert_eq!(a.1.load(Ordering::Relaxed), 1, "two rounds skipped, the third run");
+        bound.attach(&b);
+        a.0.open(2);
+        bound.progress();
+        // Two bound: no solo gate, each endpoint's progress is called (the
+        // runtime's checks its own gate there).
+        assert_eq!(a.1.load(Ordering::Relaxed), 2, "two bound: a's progress called");
+        assert_eq!(b.1.load(Ordering::Relaxed), 1);
+        bound.detach(&a);
+        b.0.open(1);
+        bound.progress();
+        bound.progress();
+        assert_eq!(b.1.load(Ordering::Relaxed), 2, "b alone again: one skipped, one run");
+        assert_eq!(a.1.load(Ordering::Relaxed), 2, "a unbound");
+    }
 
     /// The yield comes once per 20 µs of empty reads, never while reads find
     /// something; the nap only when the yield ran something else (10 µs or
@@ -292,6 +527,9 @@ mod tests {
         }
         fn try_wait(&self) -> bool {
             true
+        }
+        fn idle_gate(&self) -> Arc<IdleGate> {
+            Arc::default()
         }
     }
 

@@ -37,5 +37,5 @@ pub mod sim;
 pub mod simnet;
 pub mod time;
 
-pub use device::{DevAddr, Device, DeviceCaps, DeviceError, DeviceExt};
+pub use device::{DevAddr, Device, DeviceCaps, DeviceError, DeviceExt, InputProbe};
 pub use time::Instant;

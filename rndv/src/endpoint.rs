@@ -941,6 +941,13 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
     /// device is asked last, since asking takes a turn of its schedule.
     #[inline]
     fn quiet(&mut self) -> bool {
+        self.engines_quiet() && self.device.quiet()
+    }
+
+    /// Nothing for a round to do but look at the device: nothing staged or
+    /// being read, no timer, event, transmission or action pending.
+    #[inline]
+    fn engines_quiet(&self) -> bool {
         self.stage.count == 0
             && self.reads.is_empty()
             && self.linger.is_none()
@@ -950,7 +957,25 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
             && !self.rdm.wants_transmit()
             && !self.rdm.has_pathless_peers()
             && !self.msg.has_actions()
-            && self.device.quiet()
+    }
+
+    /// How many rounds of progress in a row, from now, need not run while
+    /// the device's input probe ([`rdm::Device::input_probe`]) finds no input: none unless
+    /// the engines are quiet, then as many as the device's schedule allows
+    /// ([`rdm::Device::quiet_rounds`]). The caller skips them without taking
+    /// whatever guards this endpoint, and reports how many it skipped
+    /// ([`Endpoint::rounds_skipped`]) before the next call that changes it.
+    pub fn idle_rounds(&self) -> u32 {
+        if self.engines_quiet() {
+            self.device.quiet_rounds()
+        } else {
+            0
+        }
+    }
+
+    /// `n` rounds were skipped on the probe's word ([`Endpoint::idle_rounds`]).
+    pub fn rounds_skipped(&mut self, n: u32) {
+        self.device.rounds_skipped(n);
     }
 
     /// Tells the device when the rdm engine started or stopped pausing

@@ -83,7 +83,7 @@ use rdm::device::{
 use rdm::Instant;
 use ring::sync::{fence, Ordering};
 use ring::{Ring, HEADER_SIZE, MAGIC};
-use segment::{create_fifo, fifo_path, remember_open_ring, ExitPath, FifoFiles, Mapping, Segment};
+use segment::{create_fifo, fifo_path, remember_open_ring, ExitPath, FifoFiles, Mapping, RingProbe, Segment};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -378,7 +378,7 @@ impl ShmDevice {
         let mut dev = ShmDevice {
             addr,
             mtu: cfg.mtu,
-            seg: Segment { ring, _map: map },
+            seg: Segment { ring, map: std::sync::Arc::new(map) },
             dir: cfg.dir.clone(),
             path,
             fifo_path,
@@ -600,9 +600,10 @@ impl ShmDevice {
         // Opened after the pid was checked alive and its ring found with
         // its pid and id: a pid reused since would not own that ring.
         let pidfd = pidfd_open(a.pid);
-        Ok(self
-            .peers
-            .insert(*a, Peer { seg: Segment { ring, _map: map }, fifo, can_read: None, alive_at: None, pidfd }))
+        Ok(self.peers.insert(
+            *a,
+            Peer { seg: Segment { ring, map: std::sync::Arc::new(map) }, fifo, can_read: None, alive_at: None, pidfd },
+        ))
     }
 
     /// Empties our FIFO.
@@ -847,6 +848,24 @@ impl Device for ShmDevice {
             self.liveness_tick += 1;
         }
         quiet
+    }
+
+    fn input_probe(&self) -> Option<std::sync::Arc<dyn rdm::device::InputProbe>> {
+        Some(std::sync::Arc::new(RingProbe::of(&self.seg)))
+    }
+
+    fn quiet_rounds(&self) -> u32 {
+        // As many as `quiet` would answer true for with the ring empty: up to
+        // the round that checks the peers' liveness.
+        if self.dead.is_empty() {
+            (LIVENESS_EVERY - 1).saturating_sub(self.liveness_tick)
+        } else {
+            0
+        }
+    }
+
+    fn rounds_skipped(&mut self, n: u32) {
+        self.liveness_tick = self.liveness_tick.saturating_add(n).min(LIVENESS_EVERY - 1);
     }
 
     fn poll_unreachable(&mut self) -> Option<DevAddr> {

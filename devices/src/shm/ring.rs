@@ -321,6 +321,13 @@ impl Ring {
         true
     }
 
+    /// Another view of the same ring, for a reader of [`Ring::ready`] on
+    /// another thread (the input probe); the consumer stays the one that
+    /// pops.
+    pub(super) fn view(&self) -> Ring {
+        Ring { base: self.base, slots: self.slots, slot_size: self.slot_size, mtu: self.mtu }
+    }
+
     /// Whether the next position holds a datagram (consumer side).
     #[inline]
     pub(super) fn ready(&self) -> bool {

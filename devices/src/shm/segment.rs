@@ -16,6 +16,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// An owned shared mapping of a whole file.
 pub(super) struct Mapping {
@@ -26,6 +27,9 @@ pub(super) struct Mapping {
 // SAFETY: the mapping is owned by this value (unmapped once, in Drop) and has no
 // thread affinity.
 unsafe impl Send for Mapping {}
+// SAFETY: nothing reaches the memory through a `&Mapping` (its pointer is only
+// read to make Rings, which use atomics); shared, it is only kept alive.
+unsafe impl Sync for Mapping {}
 
 impl Mapping {
     /// Maps `len` bytes of `file`, shared; `populate` creates every page table
@@ -53,9 +57,37 @@ impl Drop for Mapping {
 }
 
 /// A ring together with the mapping it lives in (ring first: dropped first).
+/// The mapping is shared with the ring's input probe ([`RingProbe`]), which
+/// may outlive the device.
 pub(super) struct Segment {
     pub(super) ring: Ring,
-    pub(super) _map: Mapping,
+    pub(super) map: Arc<Mapping>,
+}
+
+/// The lock-free input check of a receive ring
+/// ([`Device::input_probe`](rdm::device::Device::input_probe)): a view of the
+/// ring and the mapping it lives in, kept mapped while the probe lives.
+pub(super) struct RingProbe {
+    ring: Ring,
+    _map: Arc<Mapping>,
+}
+
+impl RingProbe {
+    pub(super) fn of(seg: &Segment) -> RingProbe {
+        RingProbe { ring: seg.ring.view(), _map: seg.map.clone() }
+    }
+}
+
+// SAFETY: the probe only calls `Ring::ready`, which reads the ring's header and
+// one slot header through atomics (memory other processes write concurrently
+// anyway); the mapping it points into is held by `_map`.
+unsafe impl Sync for RingProbe {}
+
+impl rdm::device::InputProbe for RingProbe {
+    #[inline]
+    fn may_have_input(&self) -> bool {
+        self.ring.ready()
+    }
 }
 
 /// The file name of the ring of `addr`.

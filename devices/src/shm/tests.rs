@@ -241,6 +241,30 @@ fn quiet_rounds_keep_the_liveness_schedule_and_never_hide_input() {
         assert!(!b.quiet(), "round {i}: a datagram waits, yet the device says it is quiet");
         assert_eq!(round(&mut b), Some(1));
     }
+    // Rounds skipped on the input probe's word, as an endpoint's idle polls
+    // skip them (the rounds `quiet_rounds` allows, reported before the next
+    // round asks): the same schedule, one polled round in LIVENESS_EVERY, and
+    // never a skip past a waiting datagram.
+    let probe = b.input_probe().expect("shm has an input probe");
+    let (mut budget, mut skipped, mut polled) = (0u32, 0u32, Vec::new());
+    for i in 0..rounds {
+        if i % 1000 == 999 {
+            assert_eq!(a.send_batch(rdm::Instant::from_nanos(0), &[TxDatagram::new(dst, &[1; 8])]).unwrap(), 1);
+        }
+        if budget > 0 && !probe.may_have_input() {
+            budget -= 1;
+            skipped += 1;
+            continue;
+        }
+        b.rounds_skipped(std::mem::take(&mut skipped));
+        if let Some(got) = round(&mut b) {
+            polled.push(got);
+        }
+        budget = b.quiet_rounds();
+    }
+    let received: usize = polled.iter().sum();
+    assert_eq!(received, rounds / 1000, "every datagram received: {polled:?}");
+    assert_eq!(polled.iter().filter(|&&n| n == 0).count(), 3, "one empty poll in LIVENESS_EVERY: {polled:?}");
     // A peer found dead and not yet reported is not quiet either.
     let gone = a.local_addr();
     b.dead.push_back(gone);

@@ -511,6 +511,42 @@ pub trait Device: Send {
     fn quiet(&mut self) -> bool {
         false
     }
+
+    /// A check for input that needs nothing of the device but shared
+    /// memory, made from any thread while another may be using the device:
+    /// what lets an idle poll skip a round without taking the endpoint's
+    /// lock. `None` (the default): the device has no such check, and every
+    /// round asks it.
+    fn input_probe(&self) -> Option<std::sync::Arc<dyn InputProbe>> {
+        None
+    }
+
+    /// How many rounds of progress in a row, from now, may leave this
+    /// device alone while its [`InputProbe`] finds nothing: the quiet rounds
+    /// its schedule allows (liveness checks, turns of a network half), each
+    /// as [`Device::quiet`] would answer with no input. 0 (the default):
+    /// ask it every round. A query only: the rounds the endpoint did skip
+    /// are reported by [`Device::rounds_skipped`].
+    fn quiet_rounds(&self) -> u32 {
+        0
+    }
+
+    /// The endpoint skipped `n` rounds (at most the last
+    /// [`Device::quiet_rounds`] answer) on the word of the device's
+    /// [`InputProbe`]: the device's schedule moves on by as many quiet polls.
+    fn rounds_skipped(&mut self, n: u32) {
+        let _ = n;
+    }
+}
+
+/// A device's lock-free check for input ([`Device::input_probe`]).
+pub trait InputProbe: Send + Sync {
+    /// False only when no input waits now that a round within
+    /// [`Device::quiet_rounds`] would take (a datagram arriving after the
+    /// check is seen by the next one): then the device would call the round
+    /// quiet ([`Device::quiet`]). Input its schedule leaves for later (a
+    /// composite's network half) is not looked at.
+    fn may_have_input(&self) -> bool;
 }
 
 /// What a device that reads peers' memory offers besides moving datagrams
