@@ -288,7 +288,9 @@ impl EpShared {
     }
 
     /// A round of progress on the locked state, opening the idle gate for
-    /// the rounds that may be skipped after it.
+    /// the rounds that may be skipped after it. (A stats dump that falls due
+    /// meanwhile, by its interval or SIGUSR1, waits for the next round that
+    /// runs: at most the device's quiet rounds, 4095 polls on shm.)
     fn round(&self, st: &mut EpState) {
         st.progress();
         self.gate.open(st.running.as_ref().map_or(0, |r| r.ep.idle_rounds()));
@@ -345,7 +347,7 @@ impl EpShared {
 
     /// Returns whether a progress thread is wanted.
     fn enable_engine(&self) -> Result<bool> {
-        let mut st = self.state.lock();
+        let mut st = self.locked(self.state.lock());
         let auto = params().progress_thread;
         if st.running.is_some() {
             return Ok(auto);

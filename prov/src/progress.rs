@@ -7,7 +7,7 @@
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -42,39 +42,63 @@ pub trait Progress: Send + Sync {
 /// that its schedule (liveness checks, network polls) moves on as if they
 /// had run. A post taking the lock closes the gate before it changes
 /// anything, so a skip never hides work: a skip is a compare-and-swap on the
-/// budget, which fails once the gate was closed.
-#[derive(Default)]
+/// gate's state, which carries a generation that every open and close moves
+/// on, so a poll that read the state before a close (and probed before it)
+/// cannot take a round of the gate opened after it.
 pub struct IdleGate {
-    /// Rounds that may still be skipped (0: the gate is closed).
-    budget: AtomicU32,
-    /// The budget as last opened; read and written under the endpoint's lock only.
+    /// The generation (high 32 bits) and the rounds that may still be
+    /// skipped (low 32 bits; 0: the gate is closed).
+    state: AtomicU64,
+    /// The rounds as last opened; read and written under the endpoint's lock only.
     opened: AtomicU32,
-    /// The device's input probe (none: never skip).
-    probe: Option<Arc<dyn rdm::InputProbe>>,
+    /// The device's input probe ([`NoProbe`] where it has none: never skip).
+    probe: Arc<dyn rdm::InputProbe>,
     /// Set by every application call, skipped rounds included; cleared by the
     /// background thread each period: the thread steps in only when the
     /// application has gone quiet.
     pub app_active: AtomicBool,
 }
 
+/// The probe of a device without one: input may always be there, so no
+/// round is ever skipped.
+struct NoProbe;
+
+impl rdm::InputProbe for NoProbe {
+    fn may_have_input(&self) -> bool {
+        true
+    }
+}
+
+/// The rounds part of [`IdleGate::state`].
+const ROUNDS: u64 = u32::MAX as u64;
+/// One generation of [`IdleGate::state`].
+const GENERATION: u64 = 1 << 32;
+
 impl IdleGate {
     /// The gate of an endpoint whose device has `probe` (closed until a
     /// round opens it).
     pub fn new(probe: Option<Arc<dyn rdm::InputProbe>>) -> IdleGate {
-        IdleGate { probe, ..IdleGate::default() }
+        IdleGate {
+            state: AtomicU64::new(0),
+            opened: AtomicU32::new(0),
+            probe: probe.unwrap_or_else(|| Arc::new(NoProbe)),
+            app_active: AtomicBool::new(false),
+        }
     }
 
     /// Whether this poll may skip its round: the gate is open and the device
-    /// has no input. Takes one round of the budget.
+    /// has no input. Takes one round of the gate's.
     #[inline]
     pub fn skip(&self) -> bool {
-        let left = self.budget.load(Ordering::Relaxed);
-        if left == 0 {
+        // Acquire: pairs with `open`'s release, so the probe reads the device
+        // at least as the round that opened the gate left it (its pops of the
+        // ring included).
+        let state = self.state.load(Ordering::Acquire);
+        if state & ROUNDS == 0 {
             return false;
         }
-        let Some(probe) = &self.probe else { return false };
-        if probe.may_have_input()
-            || self.budget.compare_exchange(left, left - 1, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        if self.probe.may_have_input()
+            || self.state.compare_exchange(state, state - 1, Ordering::Relaxed, Ordering::Relaxed).is_err()
         {
             return false;
         }
@@ -91,7 +115,9 @@ impl IdleGate {
             return 0;
         }
         self.opened.store(0, Ordering::Relaxed);
-        opened - self.budget.swap(0, Ordering::Relaxed).min(opened)
+        let before = self.state.load(Ordering::Relaxed);
+        let state = self.state.swap((before & !ROUNDS).wrapping_add(GENERATION), Ordering::Relaxed);
+        opened - ((state & ROUNDS) as u32).min(opened)
     }
 
     /// Under the endpoint's lock, at the end of a round: opens the gate for
@@ -99,12 +125,10 @@ impl IdleGate {
     /// round takes).
     #[inline]
     pub fn open(&self, rounds: u32) {
-        let rounds = match &self.probe {
-            Some(p) if rounds > 0 && !p.may_have_input() => rounds,
-            _ => 0,
-        };
+        let rounds = if rounds > 0 && !self.probe.may_have_input() { rounds } else { 0 };
         self.opened.store(rounds, Ordering::Relaxed);
-        self.budget.store(rounds, Ordering::Relaxed);
+        let generation = (self.state.load(Ordering::Relaxed) & !ROUNDS).wrapping_add(GENERATION);
+        self.state.store(generation | rounds as u64, Ordering::Release);
     }
 }
 
@@ -118,17 +142,10 @@ fn same<P: Progress>(w: &Weak<dyn Progress>, ep: &Arc<P>) -> bool {
 /// Weak references: an endpoint's close detaches it, and a dangling one is
 /// simply skipped.
 #[derive(Default)]
-pub struct BoundEndpoints {
-    list: Mutex<Vec<Bound>>,
-    /// The gate of the one bound endpoint, null unless exactly one is bound:
-    /// what every poll reads, without the list's lock. Every gate ever
-    /// stored here stays in `published` until the list drops, so the
-    /// pointer is valid whenever it is read.
-    solo: AtomicPtr<IdleGate>,
-    published: Mutex<Vec<Arc<IdleGate>>>,
-}
+pub struct BoundEndpoints(Mutex<Vec<Bound>>);
 
-/// A bound endpoint, and its gate for idle polls.
+/// A bound endpoint, and its gate for idle polls (held strongly: a poll
+/// that skips the round touches no endpoint).
 struct Bound {
     ep: Weak<dyn Progress>,
     gate: Arc<IdleGate>,
@@ -136,54 +153,38 @@ struct Bound {
 
 impl BoundEndpoints {
     pub fn attach<P: Progress + 'static>(&self, ep: &Arc<P>) {
-        let mut eps = self.list.lock();
+        let mut eps = self.0.lock();
         eps.retain(|b| b.ep.strong_count() > 0);
         if !eps.iter().any(|b| same(&b.ep, ep)) {
             let w = Arc::downgrade(ep);
             eps.push(Bound { ep: w, gate: ep.idle_gate() });
         }
-        self.publish(&eps);
     }
 
     pub fn detach<P: Progress>(&self, ep: &Arc<P>) {
-        let mut eps = self.list.lock();
-        eps.retain(|b| b.ep.strong_count() > 0 && !same(&b.ep, ep));
-        self.publish(&eps);
-    }
-
-    /// Under the list's lock: the solo gate for what is bound now.
-    fn publish(&self, eps: &[Bound]) {
-        let solo = match eps {
-            [only] => {
-                let mut published = self.published.lock();
-                if !published.iter().any(|g| Arc::ptr_eq(g, &only.gate)) {
-                    published.push(only.gate.clone());
-                }
-                Arc::as_ptr(&only.gate) as *mut IdleGate
-            }
-            _ => std::ptr::null_mut(),
-        };
-        self.solo.store(solo, Ordering::Release);
+        self.0.lock().retain(|b| b.ep.strong_count() > 0 && !same(&b.ep, ep));
     }
 
     /// The live endpoints (on the stack for the usual few: this runs on every
     /// CQ read).
     pub fn endpoints(&self) -> SmallVec<[Arc<dyn Progress>; 4]> {
-        self.list.lock().iter().filter_map(|b| b.ep.upgrade()).collect()
+        self.0.lock().iter().filter_map(|b| b.ep.upgrade()).collect()
     }
 
     /// Runs one round of progress on every bound endpoint. This runs on every
-    /// CQ read: the usual single endpoint's gate is looked at first, with no
-    /// lock, and may let the poll skip the round. (The list's lock is never
-    /// held during progress: an endpoint's close holds the endpoint's lock
-    /// while it detaches.)
+    /// CQ read: the usual single endpoint's gate is looked at first, under
+    /// the list's lock but without the endpoint's, and may let the poll skip
+    /// the round. (The list's lock is never held during progress: an
+    /// endpoint's close holds the endpoint's lock while it detaches.)
     #[inline]
     pub fn progress(&self) {
-        let solo = self.solo.load(Ordering::Acquire);
-        // SAFETY: a non-null `solo` is a gate `published` holds, which lives as
-        // long as `self`.
-        if !solo.is_null() && unsafe { &*solo }.skip() {
-            return;
+        {
+            let eps = self.0.lock();
+            if let [only] = &eps[..] {
+                if only.gate.skip() {
+                    return;
+                }
+            }
         }
         self.progress_rounds();
     }
@@ -193,7 +194,7 @@ impl BoundEndpoints {
     #[inline(never)]
     fn progress_rounds(&self) {
         let single = {
-            let eps = self.list.lock();
+            let eps = self.0.lock();
             (eps.len() == 1).then(|| eps[0].ep.upgrade())
         };
         match single {
@@ -416,6 +417,15 @@ mod tests {
                 }
             }
         });
+        // A poll that read the gate before a close cannot take a round of
+        // the gate opened after it with the same count (the generation moved).
+        let input = Arc::new(Input::default());
+        let gate = IdleGate::new(Some(input));
+        gate.open(3);
+        let stale = gate.state.load(Ordering::Relaxed);
+        assert_eq!(gate.close(), 0);
+        gate.open(3);
+        assert!(gate.state.compare_exchange(stale, stale - 1, Ordering::Relaxed, Ordering::Relaxed).is_err());
         // Without a probe, never a skip.
         let gate = IdleGate::new(None);
         gate.open(5);
@@ -423,8 +433,8 @@ mod tests {
         assert_eq!(gate.close(), 0);
     }
 
-    /// The lock-free look at the only bound endpoint's gate follows binds
-    /// and unbinds: one endpoint, its gate; two, none.
+    /// The look at the only bound endpoint's gate follows binds and
+    /// unbinds: one endpoint, its gate; two, none.
     #[test]
     fn the_solo_gate_is_the_only_bound_endpoints() {
         struct Ep(Arc<IdleGate>, AtomicU32);
@@ -529,7 +539,7 @@ mod tests {
             true
         }
         fn idle_gate(&self) -> Arc<IdleGate> {
-            Arc::default()
+            Arc::new(IdleGate::new(None))
         }
     }
 
