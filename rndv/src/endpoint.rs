@@ -961,12 +961,13 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
 
     /// How many rounds of progress in a row, from now, need not run while
     /// the device's input probe ([`rdm::Device::input_probe`]) finds no input: none unless
-    /// the engines are quiet, then as many as the device's schedule allows
+    /// the engines are quiet and nothing waits to be pulled (completions,
+    /// events), then as many as the device's schedule allows
     /// ([`rdm::Device::quiet_rounds`]). The caller skips them without taking
     /// whatever guards this endpoint, and reports how many it skipped
     /// ([`Endpoint::rounds_skipped`]) before the next call that changes it.
     pub fn idle_rounds(&self) -> u32 {
-        if self.engines_quiet() {
+        if self.engines_quiet() && !self.has_output() {
             self.device.quiet_rounds()
         } else {
             0
