@@ -436,7 +436,7 @@ mod tests {
     /// The look at the only bound endpoint's gate follows binds and
     /// unbinds: one endpoint, its gate; two, none.
     #[test]
-    fn the_solo_gate_is_the_only_bound_endpoints() {
+    fn the_gate_looked_at_is_the_only_bound_endpoints() {
         struct Ep(Arc<IdleGate>, AtomicU32);
         impl Progress for Ep {
             fn progress(&self) {
@@ -465,7 +465,7 @@ mod tests {
         bound.attach(&b);
         a.0.open(2);
         bound.progress();
-        // Two bound: no solo gate, each endpoint's progress is called (the
+        // Two bound: no gate looked at, each endpoint's progress is called (the
         // runtime's checks its own gate there).
         assert_eq!(a.1.load(Ordering::Relaxed), 2, "two bound: a's progress called");
         assert_eq!(b.1.load(Ordering::Relaxed), 1);

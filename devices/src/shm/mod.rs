@@ -843,7 +843,7 @@ impl Device for ShmDevice {
         // The same tick as a poll's (`poll_unreachable`): a quiet round
         // still counts toward the next liveness check, and the round that
         // reaches it polls.
-        let quiet = self.liveness_tick + 1 < LIVENESS_EVERY && self.dead.is_empty() && !self.seg.ring.ready();
+        let quiet = self.quiet_rounds() > 0 && !self.seg.ring.ready();
         if quiet {
             self.liveness_tick += 1;
         }
