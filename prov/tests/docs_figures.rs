@@ -93,6 +93,27 @@ fn shm_direct_limit_and_window_size() {
 }
 
 #[test]
+fn push_chunks() {
+    let design = doc("docs/design.md");
+    let copied = size(rndv::engine::PUSH_COPY_CHUNK);
+    let ahead = size(rndv::engine::PUSH_COPY_AHEAD as u64);
+    let gathered = size(rndv::engine::PUSH_CHUNK);
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!("A pushed chunk that is copied (UDP, and shm's push through the ring) is at most {copied}"),
+        "rndv::engine::PUSH_COPY_CHUNK",
+    );
+    assert_says("docs/design.md", &design, &format!("at most {ahead} ahead of it"), "rndv::engine::PUSH_COPY_AHEAD");
+    assert_says(
+        "docs/design.md",
+        &design,
+        &format!("A gathered chunk (verbs, efa) copies nothing and is up to {gathered}"),
+        "rndv::engine::PUSH_CHUNK",
+    );
+}
+
+#[test]
 fn husks_and_post_queue_factor() {
     let reliability = doc("docs/reliability.md");
     let husks = rdmx_fi::fid::QUARANTINE;

@@ -840,6 +840,12 @@ impl<D: Device + ?Sized, M: Memory, C: Clock> Endpoint<D, M, C> {
         self.rdm.peer_bytes(peer)
     }
 
+    /// Bytes accepted for `peer` that wait behind its send window in the
+    /// reliable-datagram engine ([`rdm::engine::Engine::queued_bytes`]).
+    pub fn queued_bytes(&self, peer: PeerId) -> usize {
+        self.rdm.queued_bytes(peer)
+    }
+
     /// Bytes the reliable-datagram engine keeps for reuse (buffer pools,
     /// spare queues; see [`rdm::engine::Engine::pooled_bytes`]).
     pub fn pooled_bytes(&self) -> usize {

@@ -888,7 +888,11 @@ fn documented_phrases() -> Vec<String> {
         format!("`.ci/run` runs the scenario at {CI_ENDPOINTS} endpoints (`alltoall_scaled_down`"),
         format!("(`alltoall_scaled_down`, {CI_ENDPOINTS} endpoints; the model fitted on its {}- and {}-endpoint runs and checked against the {CI_ENDPOINTS}-endpoint run)", CI_ENDPOINTS / 4, CI_ENDPOINTS / 2),
         format!("within {:.0} % (`MODEL_TOLERANCE`)", MODEL_TOLERANCE * 100.0),
-        format!("({pool_depth} buffers of at most {} KiB each per pool)", kib(pool_max)),
+        format!(
+            "({pool_depth} buffers of at most {} KiB and {} B each per pool: a 64 KiB payload and the header before it)",
+            kib(pool_max),
+            pool_max % 1024
+        ),
         format!("one AV entry per other process ({AV_ENTRY} B:"),
         format!("assuming {RC_PROCS_PER_NODE} processes a node, each with a QP to every remote process ({} QPs a node), that is {:.0} KB to {:.0} KB per QP", thousands(qps), RC_QP_BYTES.0 / 1e3, RC_QP_BYTES.1 / 1e3),
         format!("\"For a {RC_NODES}-node fabric, about 10 GB - 100 GB memory is required"),

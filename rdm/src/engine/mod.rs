@@ -582,10 +582,17 @@ pub struct Engine {
 pub const DIRECT_MAX: usize = 64 << 10;
 
 /// Buffers kept for reuse per pool; larger ones are freed (a pool of huge
-/// buffers would pin memory long after a burst of long messages).
+/// buffers would pin memory long after a burst of long messages). A buffer
+/// that holds a 64 KiB payload behind the layer above's header
+/// ([`POOL_HEADER_ROOM`] bytes at most) is kept: a stream of 64 KiB messages
+/// then allocates nothing, where a bound of exactly 64 KiB freed and
+/// reallocated one buffer per message on each side (issue 44 item 7).
 /// docs/scale.md states both (`rndv/tests/scale_alltoall.rs`).
 pub const POOL_DEPTH: usize = 64;
-pub const POOL_MAX_CAPACITY: usize = 64 << 10;
+pub const POOL_MAX_CAPACITY: usize = (64 << 10) + POOL_HEADER_ROOM;
+/// Room for the header the layer above puts before a 64 KiB payload in one
+/// message (rndv's longest before data is 32 bytes).
+pub const POOL_HEADER_ROOM: usize = 256;
 
 impl Engine {
     pub fn new(mut cfg: EngineConfig) -> Engine {

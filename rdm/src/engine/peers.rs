@@ -329,6 +329,15 @@ impl Engine {
         self.hot.get_mut(h as usize).map(|hot| &mut hot.counters.upper)
     }
 
+    /// Bytes accepted for `peer` that have not yet entered its send window
+    /// (queued behind it). A layer that copies long data into the engine
+    /// keeps this short: bytes copied long before the window takes them are
+    /// memory allocated and faulted in only to wait.
+    #[inline]
+    pub fn queued_bytes(&self, peer: PeerId) -> usize {
+        self.cold.get(peer.0 as usize).and_then(|c| c.hot()).map_or(0, |h| self.hot[h as usize].tx.queued_bytes)
+    }
+
     /// Bytes one peer costs this engine: its cold entry and address-map entry,
     /// plus, once it has carried traffic, its hot state and the buffers that state
     /// currently holds.

@@ -138,7 +138,10 @@ impl Engine {
             hot.rx.assembling = Some(b);
         }
         match hot.rx.assembling.as_mut() {
-            Some(b) => b.extend_from_slice(data),
+            Some(b) => {
+                grow_for(b, data.len());
+                b.extend_from_slice(data)
+            }
             None => self.stats.dropped_malformed += 1,
         }
         if !last {
@@ -153,4 +156,20 @@ impl Engine {
             None => false,
         }
     }
+}
+
+/// Makes room for `more` bytes in a message being assembled (whose length no
+/// header announces): doubling, as `Vec` does, but never past
+/// [`POOL_MAX_CAPACITY`] while the message fits it, so that every message up
+/// to that size ends in a buffer the pool takes back. Plain doubling would
+/// end a 64 KiB message in a 128 KiB buffer, freed and allocated again for
+/// every message of a stream.
+fn grow_for(b: &mut Vec<u8>, more: usize) {
+    let need = b.len() + more;
+    if need <= b.capacity() {
+        return;
+    }
+    let doubled = b.capacity().saturating_mul(2).max(need);
+    let target = if need <= POOL_MAX_CAPACITY { doubled.min(POOL_MAX_CAPACITY) } else { doubled };
+    b.reserve_exact(target - b.len());
 }

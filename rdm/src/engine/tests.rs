@@ -616,6 +616,56 @@ fn direct_packets_of_another_job_or_to_an_old_incarnation_are_dropped() {
     assert_eq!((b.stats().dropped_job_key, b.stats().dropped_stale), (1, 1));
 }
 
+/// A stream of 64 KiB messages behind a header allocates nothing once
+/// started: the sender's copy and the receiver's assembled message both end
+/// in buffers the pools take back (a bound of exactly 64 KiB, with the
+/// receiver's buffer doubling to 128 KiB, freed and allocated one per
+/// message on each side). Fails if either buffer outgrows `POOL_MAX_CAPACITY`
+/// or is not kept, or if the bytes change on the way.
+#[test]
+fn a_stream_of_64_kib_messages_reuses_its_buffers_on_both_sides() {
+    let udp = DeviceCaps {
+        reliable: false,
+        ordered: false,
+        mtu: 1472,
+        remote_read: false,
+        gso: false,
+        registration: false,
+        max_inline: 0,
+        max_transmit: 1472,
+    };
+    let (mut a, mut b, pb, pa) = pair(udp);
+    introduce(&mut a, pb, &mut b, pa);
+    let t = Instant::ZERO;
+    let header = [7u8; 32];
+    let payload: Vec<u8> = (0..64u32 << 10).map(|i| (i % 253) as u8).collect();
+    let (mut tx_kept, mut rx_kept) = (0, 0);
+    for token in 1..=8u64 {
+        a.send(t, pb, &[&header, &payload], token).unwrap();
+        let mut got = None;
+        for _ in 0..200 {
+            carry(&mut a, crate::simnet::addr(1), &mut b, t);
+            for e in events(&mut b) {
+                if let Event::Delivered { msg, .. } = e {
+                    got = Some(msg);
+                }
+            }
+            carry(&mut b, crate::simnet::addr(2), &mut a, t);
+            if events(&mut a).contains(&Event::SendComplete { token }) {
+                break;
+            }
+        }
+        let msg = got.expect("delivered");
+        assert_eq!((&msg[..32], &msg[32..]), (&header[..], &payload[..]));
+        assert!(msg.capacity() <= POOL_MAX_CAPACITY, "assembled in {} bytes", msg.capacity());
+        b.recycle(msg);
+        // Each side keeps what it used: the pools hold a message's buffer.
+        tx_kept = tx_kept.max(a.tx_pool.iter().filter(|v| v.capacity() >= payload.len()).count());
+        rx_kept = rx_kept.max(b.pool.iter().filter(|v| v.capacity() >= payload.len()).count());
+    }
+    assert_eq!((tx_kept, rx_kept), (1, 1), "one buffer each, reused by every message");
+}
+
 #[test]
 fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
     let udp = DeviceCaps {

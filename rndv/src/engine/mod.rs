@@ -55,7 +55,7 @@ pub use ops::{
     PostError, PullId, ReadOutcome, RecvSpec, RegHandle, Registration, RegistrationError, Registrations, RmaId,
     RmaTarget, RxId, Stats, Token, TxId,
 };
-pub use rendezvous::for_each_read_run;
+pub use rendezvous::{for_each_read_run, PUSH_CHUNK, PUSH_COPY_AHEAD, PUSH_COPY_CHUNK};
 
 /// What [`MsgEngine::send_direct`] did.
 #[derive(Debug)]

@@ -3,14 +3,32 @@
 use super::ops::{Action, IoList, Memory, OpError, PullId, ReadOutcome, Token, TxId};
 use super::{Io, Landing, MsgEngine, Pull, WindowRx};
 use crate::iov::zip_pieces;
-use crate::wire::rendezvous::{encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV};
+use crate::wire::rendezvous::{
+    encode_cts, encode_fin, encode_push, FinStatus, RemoteIov, Rts, MAX_IOV, PUSH_HEADER_LEN,
+};
 use rdm::engine::PeerId;
 use rdm::Instant;
 
-/// Bytes per `Push` message of a granted window (rdm segments it further).
+/// Bytes per `Push` message of a granted window (rdm segments it further),
+/// where the NIC gathers it from the application's memory (nothing copies).
 /// Measured on loopback UDP, 1 MiB messages: 64 KiB pushes ran at half the
 /// eager bandwidth (per-message overheads), 1 MiB pushes at parity.
-const PUSH_CHUNK: u64 = 1 << 20;
+pub const PUSH_CHUNK: u64 = 1 << 20;
+
+/// Bytes per `Push` message that rdm copies into a buffer of its own (every
+/// path that does not register): the largest that leaves a buffer rdm's pool
+/// takes back. A 1 MiB copy was a fresh allocation, its pages faulted in and
+/// zeroed, for every push (issue 44 item 7: `benches/results/2026-11-29-medium-udp`
+/// has the profile, and the streams between two hosts before and after).
+pub const PUSH_COPY_CHUNK: u64 = 64 << 10;
+/// How many bytes of copied pushes may wait in rdm's queue to one peer,
+/// behind its send window: enough that the window never waits for the next
+/// copy between two rounds of progress, few enough that the buffers come
+/// from rdm's pool (16 chunks, and the window's, within its 64 buffers).
+/// Copying each grant at once (up to a 2 MiB window per message, 64 messages
+/// in flight in `osu_bw`) allocated most of it fresh.
+pub const PUSH_COPY_AHEAD: usize = 16 * PUSH_COPY_CHUNK as usize;
+const _: () = assert!(PUSH_HEADER_LEN + PUSH_COPY_CHUNK as usize <= rdm::engine::POOL_MAX_CAPACITY);
 
 impl MsgEngine {
     // ------------------------------------------------------------ rendezvous
@@ -167,7 +185,8 @@ impl MsgEngine {
     }
 
     /// Sends the granted ranges as `Push` messages of at most [`PUSH_CHUNK`]
-    /// bytes, in order, while the rdm engine takes them.
+    /// bytes gathered or [`PUSH_COPY_CHUNK`] bytes copied, in order, while
+    /// the rdm engine takes them.
     pub(super) fn retry_pushes(&mut self, io: Io<'_>, mem: &dyn Memory) {
         let Io { rdm, now } = io;
         while let Some(&(id, offset, end)) = self.push_backlog.front() {
@@ -179,19 +198,27 @@ impl MsgEngine {
                 self.push_backlog.pop_front();
                 continue;
             }
-            let n = (end - offset).min(PUSH_CHUNK);
-            let hdr = encode_push(id.0 as u64, offset);
             // On a path that registers (an RDMA NIC), a chunk within one
             // piece announced with a key goes from the application's memory
             // as it is: the NIC gathers it behind the header, nothing copies.
-            let gather =
-                if self.path(rdm, peer).is_some_and(|p| p.registration) { piece_at(&iov, offset, n) } else { None }
-                    .and_then(|(addr, key)| Some(mem.send_source(addr, n)?.with_key(key)));
-            // (a path that turns out not to gather takes the copy)
-            let gathered = gather
-                .map(|g| rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()))
-                .filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
+            let hdr = encode_push(id.0 as u64, offset);
+            let gather_len = (end - offset).min(PUSH_CHUNK);
+            let gathered = if self.path(rdm, peer).is_some_and(|p| p.registration) {
+                piece_at(&iov, offset, gather_len)
+            } else {
+                None
+            }
+            .and_then(|(addr, key)| Some(mem.send_source(addr, gather_len)?.with_key(key)))
+            .map(|g| rdm.send_gather(now, peer, &hdr, g, Token::PushGathered(id).encode()))
+            .filter(|r| *r != Err(rdm::engine::SendError::Unsupported));
             let was_gathered = gathered.is_some();
+            // Every other chunk is copied (a path that turns out not to
+            // gather included), in chunks rdm's pool keeps, as fast as the
+            // peer's window drains them (the next round of progress retries).
+            if !was_gathered && rdm.queued_bytes(peer) >= PUSH_COPY_AHEAD {
+                return;
+            }
+            let n = if was_gathered { gather_len } else { (end - offset).min(copy_chunk(rdm.datagram_max(peer))) };
             let sent = gathered.unwrap_or_else(|| {
                 let mut parts: [&[u8]; MAX_IOV + 1] = [&[]; MAX_IOV + 1];
                 parts[0] = &hdr;
@@ -218,6 +245,20 @@ impl MsgEngine {
             }
         }
     }
+}
+
+/// The bytes of a copied `Push` to a peer whose datagrams carry
+/// `datagram_max` bytes: at most [`PUSH_COPY_CHUNK`], and with its header a
+/// whole number of full datagrams. A push that ended in a short datagram cut
+/// every run of equal datagrams the device sends as one (UDP segmentation
+/// offload) in two: 64 KiB pushes over UDP carried 4 MiB at 0.91x the rate
+/// of 1 MiB pushes in a loopback ping-pong; whole datagrams, at parity.
+fn copy_chunk(datagram_max: usize) -> u64 {
+    let room = PUSH_COPY_CHUNK as usize + PUSH_HEADER_LEN;
+    if datagram_max == 0 || datagram_max >= room {
+        return PUSH_COPY_CHUNK;
+    }
+    ((room / datagram_max) * datagram_max - PUSH_HEADER_LEN) as u64
 }
 
 /// Where `[offset, offset+n)` of the list lies when it is within one piece
