@@ -19,6 +19,9 @@
 #   WINDOW=64            messages in flight per window (default 64, as osu_bw)
 #   RDMX_ENV="FI_RDMX_UDP_MTU=8972"  variables for the ranks under rdmx (none by default)
 #   OUT=dir              raw outputs (default target/two_host_stream/<date-time>)
+#   BIN_DIR=dir          where stream_bw, the hostfile and the launcher's agent
+#                        go (default OUT)
+#   PROVIDER_DIR=dir     rdmx's directory for the `rdmx` configuration (default build-out/lib)
 # Any FI_RDMX_* variable of the caller's environment is removed. Needs root.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,13 +35,16 @@ CONFIGS=${CONFIGS:-rdmx tcp rxm}
 RDMX_ENV=${RDMX_ENV:-}
 OUT=${OUT:-target/two_host_stream/$(date +%Y%m%d-%H%M%S)}
 for v in $(env | grep -o '^FI_RDMX_[A-Z0-9_]*'); do unset "$v"; done
-mkdir -p "$OUT"
+BIN_DIR=${BIN_DIR:-$OUT}
+PROVIDER_DIR=${PROVIDER_DIR:-build-out/lib}
+mkdir -p "$OUT" "$BIN_DIR"
 OUT=$(realpath "$OUT")
+BIN_DIR=$(realpath "$BIN_DIR")
 
 tag=ths$$
 A=${tag}a B=${tag}b
 IP_A=10.231.0.1 IP_B=10.231.0.2
-cleanup() { ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null; rm -f "$OUT/agent.sh"; }
+cleanup() { ip netns del "$A" 2>/dev/null; ip netns del "$B" 2>/dev/null; rm -f "$BIN_DIR/agent.sh" "$BIN_DIR/hostfile"; }
 trap cleanup EXIT
 ip netns add "$A" && ip netns add "$B" || exit 1
 ip link add "${tag}va" type veth peer name "${tag}vb"
@@ -51,26 +57,26 @@ ip -n "$A" link set "${tag}va" mtu "$MTU" up
 ip -n "$B" link set "${tag}vb" mtu "$MTU" up
 
 # The launcher's agent: <agent> [ssh options] <host> <command...>.
-cat >"$OUT/agent.sh" <<EOF
+cat >"$BIN_DIR/agent.sh" <<EOF
 #!/bin/sh
 while [ \$# -gt 0 ]; do case "\$1" in -o|-p|-l|-i) shift 2;; -*) shift;; *) break;; esac; done
 host=\$1; shift
 case "\$host" in $IP_A) ns=$A ;; $IP_B) ns=$B ;; *) echo "unknown host \$host" >&2; exit 1 ;; esac
 exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$ns; \$*"
 EOF
-chmod +x "$OUT/agent.sh"
-printf '%s slots=1\n%s slots=1\n' $IP_A $IP_B >"$OUT/hostfile"
+chmod +x "$BIN_DIR/agent.sh"
+printf '%s slots=1\n%s slots=1\n' $IP_A $IP_B >"$BIN_DIR/hostfile"
 
-exe=$OUT/stream_bw
+exe=$BIN_DIR/stream_bw
 mpicc -O2 -o "$exe" benches/mpi/stream_bw.c || exit 1
 
 run() { # config round
     local cfg=$1 dir
-    local args=(--allow-run-as-root -np 2 --hostfile "$OUT/hostfile" --map-by node --bind-to none
-        --mca plm_rsh_agent "$OUT/agent.sh" --mca oob_tcp_if_include 10.231.0.0/24)
+    local args=(--allow-run-as-root -np 2 --hostfile "$BIN_DIR/hostfile" --map-by node --bind-to none
+        --mca plm_rsh_agent "$BIN_DIR/agent.sh" --mca oob_tcp_if_include 10.231.0.0/24)
     case $cfg in
     rdmx | rdmx@*)
-        dir=build-out/lib
+        dir=$PROVIDER_DIR
         [[ $cfg == rdmx@* ]] && dir=${cfg#rdmx@}
         args+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include rdmx --mca btl self
             -x FI_PROVIDER=rdmx -x FI_PROVIDER_PATH="$(realpath "$dir")")
@@ -112,18 +118,19 @@ done | sort -k2,2 -k3,3n -k1,1 | tee "$OUT/summary.txt"
 # of two configurations run back to back does not): the first configuration
 # against each other one, per figure and size, median (min-max) over rounds.
 # Bandwidth: first/other (above 1 = the first is faster); latency: first/other
-# (below 1 = the first is faster).
+# (below 1 = the first is faster). Each round's ratios: ratios.raw (other
+# configuration, bw|lat, size, ratio, round).
 first=${CONFIGS%% *}
 first=${first##*/}
 for cfg in ${CONFIGS#* }; do
     other=${cfg##*/}
     for r in $(seq 1 "$RUNS"); do
         paste <(awk '/^(bw|lat) /' "$OUT/$first.$r.txt") <(awk '/^(bw|lat) /' "$OUT/$other.$r.txt") |
-            awk -v o="$other" '{
+            awk -v o="$other" -v r="$r" '{
                 split($2,s,"="); i = ($1=="bw") ? 3 : 4; split($i,a,"="); split($(NF/2+i),b,"=")
-                if (b[2] > 0) printf "%s %s %s %.3f\n", o, $1, s[2], a[2]/b[2] }'
+                if (b[2] > 0) printf "%s %s %s %.3f %s\n", o, $1, s[2], a[2]/b[2], r }'
     done
-done | sort -k1,1 -k2,2 -k3,3n -k4,4g | awk -v f="$first" '
+done | tee "$OUT/ratios.raw" | sort -k1,1 -k2,2 -k3,3n -k4,4g | awk -v f="$first" '
     function flush() { if (n) { printf "%s/%-12s %-4s %8s  median %.2f  (min %.2f, max %.2f, n %d)\n", f, k1, k2, k3, v[int((n+1)/2)], v[1], v[n], n } n=0 }
     { if ($1!=k1 || $2!=k2 || $3!=k3) { flush(); k1=$1; k2=$2; k3=$3 } v[++n]=$4 }
     END { flush() }' | tee "$OUT/ratios.txt"

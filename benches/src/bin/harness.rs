@@ -11,7 +11,7 @@
 //! ```
 //! Options: `--quick`, `--reps N` (default 3), `--out DIR` (default
 //! `benches/results/<date>T<HHMM>-<host>`, quick: `target/harness-quick`), `--skip
-//! pingpong,floor,msgrate,mpi,stall,callgrind,sealed,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
+//! pingpong,floor,msgrate,mpi,stall,twohosts,callgrind,sealed,lossy`. `RDMX_PROVIDER_DIR` overrides `build-out/lib`.
 //! See `benches/README.md` for what each section measures and the targets.
 //!
 //! Measurement rules: every configuration runs `--reps` times, rdmx and its peers
@@ -487,6 +487,17 @@ const IDLE_POLL_FUNCTION: &str = "rdmx_fi::cq::cq_read";
 /// Issue 44's budget: rdmx's instructions per empty progress call.
 const IDLE_POLL_BUDGET: f64 = 100.0;
 /// Runs of the stall check (issue 35: 30 in a row, each within 2x of the median).
+/// The two-host streams (benches/two_host_stream.sh): rdmx first, then the
+/// peers it is compared with, and the sizes.
+const TWO_HOST_CONFIGS: [&str; 3] = ["rdmx", "tcp", "rxm"];
+const TWO_HOST_SIZES: [usize; 7] = [8, 1024, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+fn two_host_peer(cfg: &str) -> &'static str {
+    match cfg {
+        "tcp" => "`btl tcp`",
+        "rxm" => "`tcp;ofi_rxm`",
+        _ => "rdmx",
+    }
+}
 const STALL_RUNS: usize = 30;
 const STALL_RUNS_QUICK: usize = 3;
 /// Sizes of the start-up runs (`fi_msgrate -W`): a small and a 4 KiB ping-pong.
@@ -1149,10 +1160,13 @@ fn write_png(path: &Path, w: u32, h: u32, rgb: &[u8]) -> Result<(), Box<dyn std:
 /// output), into `raw.tar.xz` in `out` with `tar -cJf`, and removes them once
 /// tar has succeeded. Returns whether they were packed; if not, they stay as
 /// they are and `failures` says why.
-fn pack_raw(out: &Path, stall: bool, failures: &mut Vec<String>) -> bool {
+fn pack_raw(out: &Path, stall: bool, two_hosts: bool, failures: &mut Vec<String>) -> bool {
     let mut files = vec!["samples.csv"];
     if stall {
         files.push("stall");
+    }
+    if two_hosts {
+        files.push("two_hosts");
     }
     let archive = out.join("raw.tar.xz");
     let _ = std::fs::remove_file(&archive);
@@ -1246,7 +1260,7 @@ fn main() {
             "--out" => out = Some(it.next().expect("--out DIR").into()),
             "--skip" => skip = it.next().expect("--skip a,b").split(',').map(String::from).collect(),
             "-h" | "--help" => {
-                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,stall,callgrind,sealed,lossy]");
+                println!("harness [--quick] [--reps N] [--out DIR] [--skip pingpong,floor,msgrate,mpi,stall,twohosts,callgrind,sealed,lossy]");
                 return;
             }
             other => panic!("unknown argument {other} (see --help)"),
@@ -1530,6 +1544,65 @@ fn main() {
         }
         eprintln!("[{:>5.0}s] stall check ({runs} runs)", t_all.elapsed().as_secs_f64());
         section_secs.push(("stall check", t.elapsed().as_secs_f64()));
+    }
+
+    // Issue 44 item 7: osu_bw / osu_latency-style streams between two
+    // namespace hosts under OpenMPI 4.1, rdmx against OpenMPI's TCP paths,
+    // the configurations alternating (benches/two_host_stream.sh); the
+    // figures are the ratios within each round.
+    let mut two_hosts = false;
+    if run("twohosts") {
+        let t = Instant::now();
+        let dir = out.join("two_hosts");
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = Command::new(root.join("benches/two_host_stream.sh"))
+            .arg(reps.to_string())
+            .env("CONFIGS", TWO_HOST_CONFIGS.join(" "))
+            .env("SIZES", TWO_HOST_SIZES.map(|x| x.to_string()).join(","))
+            .env("MODE", "both")
+            .env("SECS", if env.quick { "0.3" } else { "1" })
+            .env("OUT", &dir)
+            .env("BIN_DIR", &env.tmp)
+            .env("PROVIDER_DIR", &env.provider_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .status();
+        if !status.is_ok_and(|s| s.success()) {
+            failures.push("benches/two_host_stream.sh failed".into());
+        }
+        // Each configuration's figures, and each round's ratios.
+        for cfg in TWO_HOST_CONFIGS {
+            for r in 1..=reps {
+                let text = std::fs::read_to_string(dir.join(format!("{cfg}.{r}.txt"))).unwrap_or_default();
+                for l in text.lines() {
+                    let field = |name: &str| {
+                        l.split_whitespace().find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<f64>().ok())
+                    };
+                    let (fig, v) = match l.split_whitespace().next() {
+                        Some("bw") => ("bw", field("MBps")),
+                        Some("lat") => ("lat", field("p50_us")),
+                        _ => continue,
+                    };
+                    if let (Some(size), Some(v)) = (field("size"), v) {
+                        st.push(format!("twohosts/{cfg}/{fig}:{size}"), v);
+                    }
+                }
+            }
+        }
+        let raw = std::fs::read_to_string(dir.join("ratios.raw")).unwrap_or_default();
+        for l in raw.lines() {
+            if let [peer, fig, size, x, _round] = l.split_whitespace().collect::<Vec<_>>()[..] {
+                if let Ok(x) = x.parse::<f64>() {
+                    st.push(format!("twohosts/ratio/{peer}/{fig}:{size}"), x);
+                    two_hosts = true;
+                }
+            }
+        }
+        if !two_hosts {
+            failures.push("two hosts: no ratio measured".into());
+        }
+        eprintln!("[{:>5.0}s] two hosts ({reps} rounds)", t_all.elapsed().as_secs_f64());
+        section_secs.push(("two hosts", t.elapsed().as_secs_f64()));
     }
 
     // Instructions per small message (callgrind counts instructions: the
@@ -1961,6 +2034,30 @@ fn main() {
         ));
     }
 
+    // Issue 44: across two hosts, every size at least TCP's bandwidth and at
+    // most its latency: the worst size's ratio (medians over the rounds).
+    if two_hosts {
+        for peer in &TWO_HOST_CONFIGS[1..] {
+            for (fig, what, le) in [("bw", "bandwidth", false), ("lat", "latency", true)] {
+                let per_size: Vec<(usize, f64)> = TWO_HOST_SIZES
+                    .iter()
+                    .filter_map(|&n| Some((n, st.med(&format!("twohosts/ratio/{peer}/{fig}:{n}"))?)))
+                    .collect();
+                let worst = per_size.iter().copied().reduce(|a, b| if (b.1 > a.1) == le { b } else { a });
+                targets.push(Target {
+                    what: format!(
+                        "two hosts, OpenMPI 4.1, stream_bw: rdmx / {} {what}, worst size{}",
+                        two_host_peer(peer),
+                        worst.map_or(String::new(), |(n, _)| format!(" ({})", human(n)))
+                    ),
+                    ratio: worst.map(|w| w.1),
+                    le,
+                    goal: 1.0,
+                });
+            }
+        }
+    }
+
     // Issue 35: every run within 2x of its configuration's median.
     for cfg in stall_configs.iter().filter(|c| c.contains("rdmx")) {
         for (fig, what, le) in [
@@ -2117,7 +2214,8 @@ fn main() {
     }
     std::fs::write(out.join("samples.csv"), csv).unwrap();
     let stall_raw = !stall_configs.is_empty() && out.join("stall").is_dir();
-    let packed = pack_raw(&out, stall_raw, &mut failures);
+    let two_hosts_raw = two_hosts && out.join("two_hosts").is_dir();
+    let packed = pack_raw(&out, stall_raw, two_hosts_raw, &mut failures);
 
     // ---- Markdown
     let mut md = String::new();
@@ -2128,7 +2226,7 @@ fn main() {
         " (with uncommitted changes)"
     };
     let harness_dirty = if capture(&format!(
-        "git -C {} status --porcelain -uno -- benches/src benches/stall_check.sh benches/mpi benches/fi",
+        "git -C {} status --porcelain -uno -- benches/src benches/stall_check.sh benches/two_host_stream.sh benches/mpi benches/fi",
         root.display()
     ))
     .is_empty()
@@ -2137,11 +2235,13 @@ fn main() {
     } else {
         " (with uncommitted changes)"
     };
-    let raw_files = if stall_raw {
-        "`samples.csv` (every sample: `key,run,value`), `stall/results.tsv` and `stall/run<N>-<configuration>.txt` (the stall check's values and each run's output)"
-    } else {
-        "`samples.csv` (every sample: `key,run,value`)"
-    };
+    let mut raw_files = "`samples.csv` (every sample: `key,run,value`)".to_string();
+    if stall_raw {
+        raw_files += ", `stall/results.tsv` and `stall/run<N>-<configuration>.txt` (the stall check's values and each run's output)";
+    }
+    if two_hosts_raw {
+        raw_files += ", `two_hosts/<configuration>.<round>.txt`, `ratios.raw`, `ratios.txt` and `summary.txt` (the two-host streams' output)";
+    }
     let raw_line = if packed {
         format!("- raw samples: `raw.tar.xz`, unpack in this directory with `tar -xJf raw.tar.xz`: {raw_files}")
     } else {
@@ -2151,7 +2251,7 @@ fn main() {
     let _ = writeln!(md, "# rdmx speed harness: {date}, {host}{}\n", if quick { " (quick)" } else { "" });
     let _ = writeln!(
         md,
-        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}; wheels: {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- script: `benches/src/bin/harness.rs` at {commit}{harness_dirty}; its stall stage runs `benches/stall_check.sh`\n{raw_line}\n- total time: {:.0} s ({})\n",
+        "- machine: {host}, {} CPUs ({}), kernel {}\n- rdmx {commit}{dirty}; {}; {}; wheels: {}\n- command: `cargo run --release -p rdmx-benches --bin harness{}`; {reps} run(s) of each configuration, rdmx and peers alternating; cells are the median (min–max) of the runs\n- script: `benches/src/bin/harness.rs` at {commit}{harness_dirty}; its stall stage runs `benches/stall_check.sh`, its two-host stage `benches/two_host_stream.sh`\n{raw_line}\n- total time: {:.0} s ({})\n",
         capture("nproc"),
         cpu.trim(),
         capture("uname -r"),
@@ -2301,6 +2401,40 @@ fn main() {
         let mut head = vec!["".to_string()];
         head.extend(cfgs.iter().map(|m| m.label.to_string()));
         table(&mut md, &head, &[row]);
+    }
+
+    if two_hosts {
+        let _ = writeln!(
+            md,
+            "## Two hosts\n\n`benches/two_host_stream.sh {reps}`: `benches/mpi/stream_bw.c` (osu_bw: 64 messages in flight per window; osu_latency: ping-pong, median of the round trips, halved), np 2, one rank on each of two network namespaces joined by a veth pair (MTU 1500), OpenMPI 4.1 with `--bind-to none`, each size run for a fixed time, the configurations alternating: `rdmx` (`pml cm`, no `FI_RDMX_*` variable), `btl tcp` (`pml ob1`), `tcp;ofi_rxm` (`pml cm` over the system's libfabric, {}). Figures: median (min–max) over the rounds; ratios: rdmx / peer within each round (this machine's speed drifts between rounds), median (min–max). Raw outputs in `two_hosts/`{}.\n",
+            capture("fi_info --version | sed -n 's/^libfabric: //p'"),
+            if packed { " (in `raw.tar.xz`)" } else { "" }
+        );
+        let mut head: Vec<String> = vec!["size".into()];
+        for fig in ["bandwidth (MB/s)", "latency (µs)"] {
+            for cfg in TWO_HOST_CONFIGS {
+                head.push(format!("{} {fig}", two_host_peer(cfg)));
+            }
+            for cfg in &TWO_HOST_CONFIGS[1..] {
+                head.push(format!("rdmx / {}", two_host_peer(cfg)));
+            }
+        }
+        let rows: Vec<Vec<String>> = TWO_HOST_SIZES
+            .iter()
+            .map(|&n| {
+                let mut row = vec![human(n)];
+                for fig in ["bw", "lat"] {
+                    for cfg in TWO_HOST_CONFIGS {
+                        row.push(cell(st.stat(&format!("twohosts/{cfg}/{fig}:{n}"))));
+                    }
+                    for cfg in &TWO_HOST_CONFIGS[1..] {
+                        row.push(cell(st.stat(&format!("twohosts/ratio/{cfg}/{fig}:{n}"))));
+                    }
+                }
+                row
+            })
+            .collect();
+        table(&mut md, &head, &rows);
     }
 
     if !stall_configs.is_empty() {
@@ -2462,8 +2596,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// samples.csv and the stall check's directory end up in raw.tar.xz and
-    /// nowhere else in the run directory.
+    /// samples.csv, the stall check's and the two-host streams' directories
+    /// end up in raw.tar.xz and nowhere else in the run directory.
     #[test]
     fn raw_files_are_packed_and_removed() {
         let dir = scratch("raw");
@@ -2471,9 +2605,11 @@ mod tests {
         std::fs::create_dir(dir.join("stall")).unwrap();
         std::fs::write(dir.join("stall/results.tsv"), "1\trdmx\tlat_us:8\t0.6\n").unwrap();
         std::fs::write(dir.join("stall/run1-rdmx.txt"), "lat size=8 avg_us=0.6\n").unwrap();
+        std::fs::create_dir(dir.join("two_hosts")).unwrap();
+        std::fs::write(dir.join("two_hosts/rdmx.1.txt"), "bw size=8 MBps=1.5\n").unwrap();
         std::fs::write(dir.join("results.md"), "# kept\n").unwrap();
         let mut failures = Vec::new();
-        assert!(pack_raw(&dir, true, &mut failures), "{failures:?}");
+        assert!(pack_raw(&dir, true, true, &mut failures), "{failures:?}");
         assert!(failures.is_empty());
         let mut left: Vec<String> =
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -2482,7 +2618,10 @@ mod tests {
         let listing = Command::new("tar").arg("-tJf").arg(dir.join("raw.tar.xz")).output().unwrap();
         let mut members: Vec<String> = String::from_utf8_lossy(&listing.stdout).lines().map(String::from).collect();
         members.sort();
-        assert_eq!(members, ["samples.csv", "stall/", "stall/results.tsv", "stall/run1-rdmx.txt"]);
+        assert_eq!(
+            members,
+            ["samples.csv", "stall/", "stall/results.tsv", "stall/run1-rdmx.txt", "two_hosts/", "two_hosts/rdmx.1.txt"]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
