@@ -20,6 +20,7 @@ use rndv::engine::{
 };
 use rndv::engine::{RegHandle, Registration, RegistrationError, Registrations};
 use rndv::sim::EndpointSim;
+use rndv::wire::rendezvous::PUSH_HEADER_LEN;
 use rndv::{EndpointConfig, EndpointEvent, MsgHeader, MsgKind, Src};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -729,8 +730,8 @@ fn windowed_rendezvous_over_a_path_without_remote_read() {
 /// A long message pushed over a path that copies (no registration, no remote
 /// read) is copied into the rdm engine only as fast as the sender's window
 /// takes it: however much the receiver grants (here windows of 2 MiB, the
-/// engine's default), what waits behind the window stays within 17 chunks of 64 KiB,
-/// which rdm's pool recycles. Copying each grant at once allocated megabytes
+/// engine's default), what waits behind the window stays within
+/// `PUSH_COPY_AHEAD` and one chunk, which rdm's pool recycles. Copying each grant at once allocated megabytes
 /// per window and halved the bandwidth between two hosts (issue 44 item 7).
 /// The bytes arrive intact; fails if the copy runs ahead of the window.
 #[test]
@@ -742,16 +743,7 @@ fn pushes_are_copied_as_the_window_drains() {
     let len = 6 << 20;
     let data = pattern(len, 5);
     send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &data, BASE, meta(1));
-    let spec = RecvSpec {
-        kind: MsgKind::Msg,
-        src: Src::Any,
-        tag: 0,
-        ignore: 0,
-        iov: IoList::one(BASE, len as u64),
-        multi: false,
-        meta: meta(2),
-    };
-    sim.nodes[1].ep.post_recv(spec).unwrap();
+    sim.nodes[1].ep.post_recv(untagged_recv(IoList::one(BASE, len as u64), 2)).unwrap();
     let mut peak = 0;
     assert!(sim.run_until(Duration::from_secs(30), |s| {
         peak = peak.max(s.nodes[0].ep.queued_bytes(to1));
@@ -760,9 +752,15 @@ fn pushes_are_copied_as_the_window_drains() {
     assert_eq!(completions(&sim, 1, OpKind::Recv)[0].err, None);
     assert!(sim.nodes[1].ep.mem().at(BASE, len) == &data[..], "the bytes arrive intact");
     assert_eq!(sim.nodes[1].ep.stats().msg.windows_granted, 3, "6 MiB in 2 MiB windows");
-    // A chunk is copied while less than 16 of them wait: at most 17 chunks
-    // and their headers wait behind the window.
-    assert!(peak > 0 && peak <= 17 * ((64 << 10) + 24), "{peak} bytes waited behind the window");
+    // A chunk is copied while less than PUSH_COPY_AHEAD waits: at most that
+    // and one more chunk with its header wait behind the window.
+    let bound = rndv::engine::PUSH_COPY_AHEAD + rndv::engine::PUSH_COPY_CHUNK as usize + PUSH_HEADER_LEN;
+    assert!(peak > 0 && peak <= bound, "{peak} bytes waited behind the window (at most {bound})");
+}
+
+/// An untagged receive from anyone into `iov`, completing with `context`.
+fn untagged_recv(iov: IoList, context: u64) -> RecvSpec {
+    RecvSpec { kind: MsgKind::Msg, src: Src::Any, tag: 0, ignore: 0, iov, multi: false, meta: meta(context) }
 }
 
 /// A sender that dies in the middle of a windowed transfer: the receiver's
@@ -775,16 +773,7 @@ fn a_sender_that_dies_mid_window_fails_the_receive() {
     let to1 = sim.peer(0, 1);
     let data = pattern(4 << 20, 1);
     send_from(&mut sim, 0, to1, MsgHeader { kind: MsgKind::Msg, tag: 0, data: None }, &data, BASE, meta(1));
-    let spec = RecvSpec {
-        kind: MsgKind::Msg,
-        src: Src::Any,
-        tag: 0,
-        ignore: 0,
-        iov: IoList::one(BASE, 4 << 20),
-        multi: false,
-        meta: meta(2),
-    };
-    sim.nodes[1].ep.post_recv(spec).unwrap();
+    sim.nodes[1].ep.post_recv(untagged_recv(IoList::one(BASE, 4 << 20), 2)).unwrap();
     // Some windows in (the endpoint's are 2 MiB: the second is granted once
     // 1 MiB arrived), then the sender dies.
     assert!(sim.run_until(Duration::from_secs(10), |s| s.nodes[1].ep.msg_stats().windows_granted >= 2));

@@ -591,7 +591,7 @@ pub const DIRECT_MAX: usize = 64 << 10;
 pub const POOL_DEPTH: usize = 64;
 pub const POOL_MAX_CAPACITY: usize = (64 << 10) + POOL_HEADER_ROOM;
 /// Room for the header the layer above puts before a 64 KiB payload in one
-/// message (rndv's longest before data is 32 bytes).
+/// message (rndv asserts that its message and push headers fit).
 pub const POOL_HEADER_ROOM: usize = 256;
 
 impl Engine {

@@ -160,6 +160,19 @@ fn introduce(a: &mut Engine, pb: PeerId, b: &mut Engine, pa: PeerId) {
     events(b);
 }
 
+/// What a UDP socket offers: unreliable, unordered, one Ethernet MTU, no
+/// segmentation offload.
+const UDP: DeviceCaps = DeviceCaps {
+    reliable: false,
+    ordered: false,
+    mtu: 1472,
+    remote_read: false,
+    gso: false,
+    registration: false,
+    max_inline: 0,
+    max_transmit: 1472,
+};
+
 const SHM: DeviceCaps = DeviceCaps {
     reliable: true,
     ordered: true,
@@ -313,16 +326,7 @@ fn a_small_message_on_a_reliable_ordered_path_is_one_unacknowledged_packet() {
 #[test]
 fn unreliable_or_unordered_paths_never_skip_the_sequence() {
     for path in [
-        DeviceCaps {
-            reliable: false,
-            ordered: false,
-            mtu: 1472,
-            remote_read: false,
-            gso: false,
-            registration: false,
-            max_inline: 0,
-            max_transmit: 1472,
-        },
+        UDP,
         DeviceCaps {
             reliable: true,
             ordered: false,
@@ -333,16 +337,7 @@ fn unreliable_or_unordered_paths_never_skip_the_sequence() {
             max_inline: 0,
             max_transmit: 8192,
         },
-        DeviceCaps {
-            reliable: false,
-            ordered: true,
-            mtu: 1472,
-            remote_read: false,
-            gso: false,
-            registration: false,
-            max_inline: 0,
-            max_transmit: 1472,
-        },
+        DeviceCaps { ordered: true, ..UDP },
     ] {
         let (mut a, mut b, pb, pa) = pair(path);
         let t = Instant::ZERO;
@@ -624,17 +619,7 @@ fn direct_packets_of_another_job_or_to_an_old_incarnation_are_dropped() {
 /// or is not kept, or if the bytes change on the way.
 #[test]
 fn a_stream_of_64_kib_messages_reuses_its_buffers_on_both_sides() {
-    let udp = DeviceCaps {
-        reliable: false,
-        ordered: false,
-        mtu: 1472,
-        remote_read: false,
-        gso: false,
-        registration: false,
-        max_inline: 0,
-        max_transmit: 1472,
-    };
-    let (mut a, mut b, pb, pa) = pair(udp);
+    let (mut a, mut b, pb, pa) = pair(UDP);
     introduce(&mut a, pb, &mut b, pa);
     let t = Instant::ZERO;
     let header = [7u8; 32];
@@ -668,16 +653,7 @@ fn a_stream_of_64_kib_messages_reuses_its_buffers_on_both_sides() {
 
 #[test]
 fn a_completed_message_waits_briefly_for_an_answer_to_carry_its_ack() {
-    let udp = DeviceCaps {
-        reliable: false,
-        ordered: false,
-        mtu: 1472,
-        remote_read: false,
-        gso: false,
-        registration: false,
-        max_inline: 0,
-        max_transmit: 1472,
-    };
+    let udp = UDP;
     let delay = Duration::from_micros(50);
     let mut a = Engine::new(EngineConfig { incarnation: 1, ..EngineConfig::default() });
     let mut b = Engine::new(EngineConfig { incarnation: 2, completed_ack_delay: delay, ..EngineConfig::default() });
@@ -749,16 +725,7 @@ fn a_reliable_peer_reported_unreachable_fails_even_when_idle() {
 #[test]
 fn runs_of_datagrams_only_where_the_device_takes_them() {
     let mut a = Engine::new(EngineConfig { incarnation: 1, mtu: 1472, ..EngineConfig::default() });
-    let udp_gso = DeviceCaps {
-        reliable: false,
-        ordered: false,
-        mtu: 1472,
-        remote_read: false,
-        gso: true,
-        registration: false,
-        max_inline: 0,
-        max_transmit: 1472,
-    };
+    let udp_gso = DeviceCaps { gso: true, ..UDP };
     let gso_peer = a.peer_with_path(crate::simnet::addr(1), &udp_gso);
     let plain = a.peer(crate::simnet::addr(2));
     let t = Instant::ZERO;

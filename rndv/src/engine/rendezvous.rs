@@ -29,6 +29,8 @@ pub const PUSH_COPY_CHUNK: u64 = 64 << 10;
 /// in flight in `osu_bw`) allocated most of it fresh.
 pub const PUSH_COPY_AHEAD: usize = 16 * PUSH_COPY_CHUNK as usize;
 const _: () = assert!(PUSH_HEADER_LEN + PUSH_COPY_CHUNK as usize <= rdm::engine::POOL_MAX_CAPACITY);
+// A 64 KiB eager message's header fits the room rdm's pools keep for it.
+const _: () = assert!(crate::wire::msg::HEADER_LEN <= rdm::engine::POOL_HEADER_ROOM);
 
 impl MsgEngine {
     // ------------------------------------------------------------ rendezvous
